@@ -1,0 +1,137 @@
+"""Signed revocation events.
+
+A :class:`RevocationEvent` says that a node is no longer trusted. Its
+canonical form is UTF-8 JSON with sorted keys and no whitespace; the
+verifier signs those bytes with Ed25519. A :class:`SignedEvent` carries the
+event, the signature and the signing key's id (SHA-256 of the raw public
+key, hex), so consumers can pick the right key and verify before acting.
+
+Wire form: ``{"event": {...}, "signature": "<b64>", "key_id": "<hex>"}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from verifier.protocol.envelope import canonical_uuid
+from verifier.protocol.errors import EvidenceError, MalformedError
+
+__all__ = ["EVENT_VERSION", "RevocationEvent", "SignedEvent", "key_id"]
+
+EVENT_VERSION = 1
+_FIELDS = ("version", "id", "node_uuid", "reason", "detail", "created_at", "type")
+
+
+def key_id(public_key: ed25519.Ed25519PublicKey) -> str:
+    """Hex SHA-256 of the raw Ed25519 public key."""
+    raw = public_key.public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    return hashlib.sha256(raw).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class RevocationEvent:
+    """A node is revoked.
+
+    Attributes:
+        id: unique event id (UUID string); consumers deduplicate on it.
+        node_uuid: the revoked node.
+        reason: machine-readable code (e.g. ``pcr_policy``).
+        detail: human-readable explanation.
+        created_at: ISO 8601 UTC timestamp given by the caller.
+    """
+
+    id: str
+    node_uuid: str
+    reason: str
+    detail: str
+    created_at: str
+    type: str = "node.revoked"
+    version: int = EVENT_VERSION
+
+    def __post_init__(self) -> None:
+        canonical_uuid(self.id)
+        canonical_uuid(self.node_uuid)
+        if self.version != EVENT_VERSION:
+            raise MalformedError("revocation event", f"unknown version {self.version}")
+
+    def canonical_bytes(self) -> bytes:
+        return json.dumps(
+            dataclasses.asdict(self), sort_keys=True, separators=(",", ":")
+        ).encode()
+
+    @classmethod
+    def from_dict(cls, data: object) -> RevocationEvent:
+        if not isinstance(data, Mapping) or set(data) != set(_FIELDS):
+            raise MalformedError(
+                "revocation event", f"fields must be {sorted(_FIELDS)}"
+            )
+        if not all(isinstance(data[f], str) for f in _FIELDS if f != "version"):
+            raise MalformedError("revocation event", "fields must be strings")
+        return cls(**{f: data[f] for f in _FIELDS})
+
+    def sign(self, private_key: ed25519.Ed25519PrivateKey) -> SignedEvent:
+        signature = private_key.sign(self.canonical_bytes())
+        return SignedEvent(self, signature, key_id(private_key.public_key()))
+
+
+@dataclasses.dataclass(frozen=True)
+class SignedEvent:
+    """An event with its Ed25519 signature."""
+
+    event: RevocationEvent
+    signature: bytes
+    key_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event": dataclasses.asdict(self.event),
+            "signature": base64.b64encode(self.signature).decode(),
+            "key_id": self.key_id,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: object) -> SignedEvent:
+        """Parse the wire form (does not verify: call :meth:`verify`).
+
+        Raises:
+            MalformedError: naming the bad field.
+        """
+        if not isinstance(data, Mapping):
+            raise MalformedError("signed event", "must be an object")
+        try:
+            signature = base64.b64decode(str(data.get("signature")), validate=True)
+        except binascii.Error:
+            raise MalformedError("signed event", "signature is not base64")
+        kid = data.get("key_id")
+        if not isinstance(kid, str):
+            raise MalformedError("signed event", "key_id must be a string")
+        return cls(RevocationEvent.from_dict(data.get("event")), signature, kid)
+
+    def verify(self, public_key: ed25519.Ed25519PublicKey) -> RevocationEvent:
+        """Return the event if it is signed by ``public_key``.
+
+        Raises:
+            EvidenceError: ``event_signature`` if it is not.
+        """
+        if self.key_id != key_id(public_key):
+            raise EvidenceError("event_signature", "event signed by an unknown key")
+        try:
+            public_key.verify(self.signature, self.event.canonical_bytes())
+        except InvalidSignature:
+            raise EvidenceError("event_signature", "event signature does not verify")
+        return self.event

@@ -1,0 +1,315 @@
+"""Quote verification (TPM 2.0 Part 3, 18.4 TPM2_Quote).
+
+:func:`verify_quote` is the single place where a quote becomes trusted. It
+checks, in order: the attestation key was activated; the signature over
+TPMS_ATTEST with that key; the magic and type; the qualifying data (the
+verifier's fresh nonce bound to any data the node must commit to); the
+reported PCR values against the signed pcrDigest; the PCR policy; and the
+monotonicity of the TPM clock against the last accepted quote of that node.
+It is pure: no clock, no I/O, no configuration.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import functools
+import hashlib
+import hmac
+from collections.abc import Mapping
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+from verifier.protocol import _marshal as m
+from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.policy import PcrPolicy
+from verifier.protocol.tpm import (
+    ALG_ECDSA,
+    ALG_RSAPSS,
+    ALG_RSASSA,
+    ALG_SHA256,
+    ATTR_DECRYPT,
+    ATTR_FIXED_PARENT,
+    ATTR_FIXED_TPM,
+    ATTR_RESTRICTED,
+    ATTR_SIGN,
+    TPM_GENERATED_VALUE,
+    ClockInfo,
+    PcrSelection,
+    TpmAttest,
+    TpmPublic,
+    TpmSignature,
+    pcr_values_digest,
+)
+
+__all__ = [
+    "AttestationKey",
+    "ClockState",
+    "Quote",
+    "QuoteVerdict",
+    "bind_nonce",
+    "check_ak_template",
+    "verify_quote",
+]
+
+_BIND_LABEL = b"trusted-cloud quote v1\x00"
+_ACCEPTED_HASHES = {ALG_SHA256: hashes.SHA256}
+_AK_ATTRS = ATTR_FIXED_TPM | ATTR_FIXED_PARENT | ATTR_RESTRICTED | ATTR_SIGN
+
+
+def bind_nonce(nonce: bytes, *bound: bytes) -> bytes:
+    """Qualifying data for a quote: the nonce bound to ``bound`` items.
+
+    The node commits, inside the signed quote, to the exact data it hands
+    over alongside (e.g. its share-transport key, its CSR).
+
+    Returns:
+        32 bytes: SHA-256(label || len(nonce) || nonce || SHA-256(item)...).
+    """
+    h = hashlib.sha256(_BIND_LABEL)
+    h.update(m.u16(len(nonce)) + nonce)
+    for item in bound:
+        h.update(hashlib.sha256(item).digest())
+    return h.digest()
+
+
+def check_ak_template(ak: TpmPublic) -> None:
+    """Require that ``ak`` is a TPM-resident restricted signing key.
+
+    Raises:
+        EvidenceError: ``ak_template`` if it could sign arbitrary data or
+            leave the TPM.
+    """
+    if not ak.has_attributes(_AK_ATTRS) or ak.attributes & ATTR_DECRYPT:
+        raise EvidenceError(
+            "ak_template",
+            "attestation key must be fixedTPM, fixedParent, restricted, sign-only",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AttestationKey:
+    """An AK as the registrar vouches for it.
+
+    Attributes:
+        public: the AK's TPMT_PUBLIC.
+        activated: whether the TPM holding the EK proved it holds this AK
+            (TPM2_ActivateCredential). Only activated keys are trusted.
+    """
+
+    public: TpmPublic
+    activated: bool
+
+    @functools.cached_property
+    def key(self) -> rsa.RSAPublicKey | ec.EllipticCurvePublicKey:
+        return self.public.public_key()
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ClockState:
+    """The TPM clock as of the last accepted quote of a node."""
+
+    reset_count: int
+    restart_count: int
+    clock: int
+
+    @classmethod
+    def from_info(cls, info: ClockInfo) -> ClockState:
+        return cls(info.reset_count, info.restart_count, info.clock)
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, int]) -> ClockState:
+        return cls(
+            int(data["reset_count"]), int(data["restart_count"]), int(data["clock"])
+        )
+
+
+def _b64(field: str, value: object) -> bytes:
+    if not isinstance(value, str):
+        raise MalformedError("quote", f"'{field}' must be a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise MalformedError("quote", f"'{field}' is not valid base64")
+
+
+@dataclasses.dataclass(frozen=True)
+class Quote:
+    """A quote as a node hands it over: attest, signature, PCR values.
+
+    Attributes:
+        attest: the TPMS_ATTEST bytes the signature covers.
+        signature: the marshalled TPMT_SIGNATURE.
+        pcr_values: sha256-bank values the node claims for the quoted PCRs.
+    """
+
+    attest: bytes
+    signature: bytes
+    pcr_values: Mapping[int, bytes]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attest": base64.b64encode(self.attest).decode(),
+            "signature": base64.b64encode(self.signature).decode(),
+            "pcrs": {str(i): v.hex() for i, v in sorted(self.pcr_values.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Quote:
+        """Parse the JSON form.
+
+        Raises:
+            MalformedError: naming the bad field.
+        """
+        if not isinstance(data, Mapping):
+            raise MalformedError("quote", "must be an object")
+        pcrs = data.get("pcrs", {})
+        if not isinstance(pcrs, Mapping) or len(pcrs) > 24:
+            raise MalformedError("quote", "'pcrs' must be an object of at most 24")
+        values = {}
+        for key, text in pcrs.items():
+            try:
+                values[int(key)] = bytes.fromhex(text)
+            except (TypeError, ValueError):
+                raise MalformedError(
+                    "quote", f"PCR {key!r}: not an index and hex value"
+                )
+        attest = _b64("attest", data.get("attest"))
+        signature = _b64("signature", data.get("signature"))
+        if len(attest) > 4096 or len(signature) > 1024:
+            raise MalformedError("quote", "attest or signature too large")
+        return cls(attest, signature, values)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuoteVerdict:
+    """The result of a successful :func:`verify_quote` (failures raise)."""
+
+    attest: TpmAttest
+    clock: ClockState
+    pcr_values: Mapping[int, bytes]
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def _verify_signature(key: AttestationKey, sig: TpmSignature, data: bytes) -> None:
+    hash_cls = _ACCEPTED_HASHES.get(sig.hash_alg)
+    if hash_cls is None:
+        raise EvidenceError("signature_hash", f"hash 0x{sig.hash_alg:04x} not accepted")
+    pub = key.key
+    try:
+        if sig.sig_alg == ALG_ECDSA and isinstance(pub, ec.EllipticCurvePublicKey):
+            der = encode_dss_signature(
+                int.from_bytes(sig.r, "big"), int.from_bytes(sig.s, "big")
+            )
+            pub.verify(der, data, ec.ECDSA(hash_cls()))
+        elif sig.sig_alg == ALG_RSASSA and isinstance(pub, rsa.RSAPublicKey):
+            pub.verify(sig.sig, data, padding.PKCS1v15(), hash_cls())
+        elif sig.sig_alg == ALG_RSAPSS and isinstance(pub, rsa.RSAPublicKey):
+            pss = padding.PSS(padding.MGF1(hash_cls()), padding.PSS.AUTO)
+            pub.verify(sig.sig, data, pss, hash_cls())
+        else:
+            raise EvidenceError("signature_scheme", "scheme does not match the AK")
+    except InvalidSignature:
+        raise EvidenceError(
+            "signature_invalid", "quote is not signed by the node's attestation key"
+        )
+
+
+def _check_clock(info: ClockInfo, previous: ClockState | None) -> None:
+    if previous is None:
+        return
+    if info.reset_count < previous.reset_count or (
+        info.reset_count == previous.reset_count
+        and info.restart_count < previous.restart_count
+    ):
+        raise EvidenceError("clock_rollback", "TPM reset/restart count went backwards")
+    rebooted_unsafely = info.reset_count > previous.reset_count and not info.safe
+    if info.clock < previous.clock and not rebooted_unsafely:
+        raise EvidenceError(
+            "clock_rollback",
+            f"TPM clock {info.clock} is before the last accepted {previous.clock}",
+        )
+
+
+def _check_pcrs(attest: TpmAttest, quote: Quote, policy: PcrPolicy) -> dict[int, bytes]:
+    selection = attest.pcr_select
+    if len(selection) != 1 or selection[0].hash_alg != policy.hash_alg:
+        raise EvidenceError(
+            "pcr_selection", "quote must select exactly the sha256 bank"
+        )
+    quoted = selection[0].pcrs
+    missing = set(policy.pcrs) - set(quoted)
+    if missing:
+        raise EvidenceError(
+            "pcr_selection", f"policy PCRs {sorted(missing)} not quoted"
+        )
+    try:
+        digest = pcr_values_digest(selection, quote.pcr_values)
+    except MalformedError as exc:
+        raise EvidenceError("pcr_values", exc.detail)
+    if not hmac.compare_digest(digest, attest.pcr_digest):
+        raise EvidenceError(
+            "pcr_digest_mismatch", "reported PCR values do not match the signed digest"
+        )
+    values = {i: quote.pcr_values[i] for i in quoted}
+    bad = policy.mismatches(values)
+    if bad:
+        raise EvidenceError("pcr_policy", f"PCR {bad} not allowed by policy")
+    return values
+
+
+def verify_quote(
+    quote: Quote,
+    *,
+    ak: AttestationKey,
+    qualifying_data: bytes,
+    policy: PcrPolicy,
+    previous_clock: ClockState | None = None,
+) -> QuoteVerdict:
+    """Verify a TPM 2.0 quote completely.
+
+    Args:
+        quote: what the node returned.
+        ak: the node's attestation key as vouched for by the registrar.
+        qualifying_data: what the quote must carry in extraData, normally
+            :func:`bind_nonce` of the fresh nonce.
+        policy: the allowed PCR values.
+        previous_clock: the clock of the node's last accepted quote.
+
+    Returns:
+        A :class:`QuoteVerdict` with the new clock state to store.
+
+    Raises:
+        EvidenceError: with ``reason`` naming the failed check.
+        MalformedError: if the attest or signature does not parse.
+    """
+    if not ak.activated:
+        raise EvidenceError("ak_not_activated", "attestation key was never activated")
+    check_ak_template(ak.public)
+    signature = TpmSignature.from_bytes(quote.signature)
+    _verify_signature(ak, signature, quote.attest)
+    attest = TpmAttest.from_bytes(quote.attest)
+    if attest.magic != TPM_GENERATED_VALUE:
+        raise EvidenceError("magic", "attest was not generated by a TPM")
+    if not hmac.compare_digest(attest.extra_data, qualifying_data):
+        raise EvidenceError(
+            "nonce_mismatch", "quote does not carry this request's nonce"
+        )
+    values = _check_pcrs(attest, quote, policy)
+    _check_clock(attest.clock_info, previous_clock)
+    return QuoteVerdict(attest, ClockState.from_info(attest.clock_info), values)
+
+
+def selection_for(pcrs: tuple[int, ...]) -> tuple[PcrSelection, ...]:
+    """The single-bank sha256 selection of ``pcrs``."""
+    return (PcrSelection(ALG_SHA256, tuple(sorted(set(pcrs)))),)

@@ -1,0 +1,1 @@
+"""Test and benchmark helpers shared across packages (never used by servers)."""

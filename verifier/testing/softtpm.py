@@ -1,0 +1,156 @@
+"""A software TPM 2.0 for unit tests and the fleet emulator.
+
+It produces the same wire structures a real TPM does (TPM2B_PUBLIC,
+TPMS_ATTEST, TPMT_SIGNATURE, TPM2_ActivateCredential), with keys held in
+software. It is evidence generated honestly by a fake TPM; the functional
+tests run the same code paths against swtpm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from cryptography.hazmat.decrepit.ciphers.modes import CFB
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+from verifier.protocol import _marshal as m
+from verifier.protocol import tpm as t
+from verifier.protocol.credential import kdfa, kdfe
+from verifier.protocol.errors import EvidenceError
+from verifier.protocol.quote import Quote, selection_for
+
+_AK_ATTRS = (
+    t.ATTR_FIXED_TPM
+    | t.ATTR_FIXED_PARENT
+    | t.ATTR_SENSITIVE_DATA_ORIGIN
+    | t.ATTR_USER_WITH_AUTH
+    | t.ATTR_RESTRICTED
+    | t.ATTR_SIGN
+)
+_EK_ATTRS = (
+    t.ATTR_FIXED_TPM
+    | t.ATTR_FIXED_PARENT
+    | t.ATTR_SENSITIVE_DATA_ORIGIN
+    | t.ATTR_ADMIN_WITH_POLICY
+    | t.ATTR_RESTRICTED
+    | t.ATTR_DECRYPT
+)
+_EK_SYM = (t.ALG_AES, 128, t.ALG_CFB)
+
+
+class SoftTpm:
+    """An in-memory TPM with one EK, one AK and a sha256 PCR bank.
+
+    Args:
+        ak_alg: ``"ecc"`` (P-256, ECDSA) or ``"rsa"`` (2048, RSASSA).
+        ek_alg: ``"rsa"`` or ``"ecc"``.
+        ak_key: reuse a private key (the fleet emulator shares keys).
+        ek_key: reuse a private key for the EK.
+    """
+
+    def __init__(
+        self,
+        ak_alg: str = "ecc",
+        ek_alg: str = "rsa",
+        ak_key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | None = None,
+        ek_key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | None = None,
+    ) -> None:
+        self.ak_key = ak_key or _new_key(ak_alg)
+        self.ek_key = ek_key or _new_key(ek_alg)
+        if isinstance(self.ak_key, rsa.RSAPrivateKey):
+            scheme = (t.ALG_RSASSA, t.ALG_SHA256)
+        else:
+            scheme = (t.ALG_ECDSA, t.ALG_SHA256)
+        self.ak = t.make_public(self.ak_key.public_key(), _AK_ATTRS, scheme)
+        self.ek = t.make_public(
+            self.ek_key.public_key(),
+            _EK_ATTRS,
+            (t.ALG_NULL, t.ALG_NULL),
+            symmetric=_EK_SYM,
+            auth_policy=bytes(32),
+        )
+        self.pcrs = {i: bytes(32) for i in range(24)}
+        self.clock = 1000
+        self.reset_count = 0
+        self.restart_count = 0
+
+    def extend(self, index: int, digest: bytes) -> None:
+        self.pcrs[index] = hashlib.sha256(self.pcrs[index] + digest).digest()
+
+    def quote(self, qualifying_data: bytes, pcrs: tuple[int, ...]) -> Quote:
+        """Quote ``pcrs`` (sha256 bank) with ``qualifying_data``."""
+        self.clock += 17
+        selection = selection_for(pcrs)
+        values = {i: self.pcrs[i] for i in selection[0].pcrs}
+        attest = t.TpmAttest(
+            magic=t.TPM_GENERATED_VALUE,
+            type=t.ST_ATTEST_QUOTE,
+            qualified_signer=self.ak.name,
+            extra_data=qualifying_data,
+            clock_info=t.ClockInfo(
+                self.clock, self.reset_count, self.restart_count, True
+            ),
+            firmware_version=0x20240101,
+            pcr_select=selection,
+            pcr_digest=t.pcr_digest(t.ALG_SHA256, values.values()),
+        ).to_bytes()
+        return Quote(attest, self.sign(attest).to_bytes(), values)
+
+    def sign(self, data: bytes) -> t.TpmSignature:
+        key = self.ak_key
+        if isinstance(key, rsa.RSAPrivateKey):
+            sig = key.sign(data, padding.PKCS1v15(), hashes.SHA256())
+            return t.TpmSignature(t.ALG_RSASSA, t.ALG_SHA256, sig=sig)
+        r, s = decode_dss_signature(key.sign(data, ec.ECDSA(hashes.SHA256())))
+        return t.TpmSignature(
+            t.ALG_ECDSA, t.ALG_SHA256, r=r.to_bytes(32, "big"), s=s.to_bytes(32, "big")
+        )
+
+    def activate_credential(
+        self, credential_blob: bytes, encrypted_secret: bytes
+    ) -> bytes:
+        """TPM2_ActivateCredential in software for this TPM's AK.
+
+        Raises:
+            EvidenceError: ``credential`` if the blob is not for this EK/AK.
+        """
+        seed = self._recover_seed(m.Reader(encrypted_secret, "secret").tpm2b())
+        r = m.Reader(m.Reader(credential_blob, "id object").tpm2b(), "id object")
+        outer = r.tpm2b()
+        enc_identity = r.raw(len(credential_blob) - 2 - 2 - len(outer))
+        name = self.ak.name
+        hmac_key = kdfa("sha256", seed, b"INTEGRITY", b"", b"", 256)
+        expected = hmac.new(hmac_key, enc_identity + name, "sha256").digest()
+        if not hmac.compare_digest(expected, outer):
+            raise EvidenceError("credential", "integrity check failed")
+        sym = kdfa("sha256", seed, b"STORAGE", name, b"", 128)
+        dec = Cipher(algorithms.AES(sym), CFB(bytes(16))).decryptor()
+        plain = dec.update(enc_identity) + dec.finalize()
+        return m.Reader(plain, "credential").tpm2b()
+
+    def _recover_seed(self, secret: bytes) -> bytes:
+        key = self.ek_key
+        if isinstance(key, rsa.RSAPrivateKey):
+            h = hashes.SHA256()
+            return key.decrypt(
+                secret, padding.OAEP(padding.MGF1(h), h, b"IDENTITY\x00")
+            )
+        r = m.Reader(secret, "ecc point")
+        x, y = r.tpm2b(), r.tpm2b()
+        point = ec.EllipticCurvePublicNumbers(
+            int.from_bytes(x, "big"), int.from_bytes(y, "big"), key.curve
+        ).public_key()
+        z = key.exchange(ec.ECDH(), point)
+        return kdfe("sha256", z, b"IDENTITY", x, self.ek.unique[0], 256)
+
+
+def _new_key(alg: str) -> ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey:
+    if alg == "ecc":
+        return ec.generate_private_key(ec.SECP256R1())
+    if alg == "rsa":
+        return rsa.generate_private_key(65537, 2048)
+    raise ValueError(f"unknown key algorithm {alg!r}")
