@@ -15,3 +15,16 @@ class TpmError(NodeAgentError):
 
     The message names the failed operation and the underlying cause.
     """
+
+
+class RegistrationError(NodeAgentError):
+    """Registration with the registrar, or AK activation, failed.
+
+    Attributes:
+        retryable: True if the registrar could not be reached or answered
+            with a server error (it may not be up yet); False if it refused.
+    """
+
+    def __init__(self, message: str, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable

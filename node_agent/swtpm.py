@@ -74,6 +74,17 @@ def free_port_pair() -> int:
     raise TpmError("free_port_pair: no pair of free TCP ports found on 127.0.0.1")
 
 
+def _port_free(port: int) -> bool:
+    """Whether nothing listens on ``port`` (TIME_WAIT sockets do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
 def _tail(path: str, limit: int = _LOG_TAIL) -> str:
     """Return the last ``limit`` characters of a text file, or '' if unreadable."""
     try:
@@ -262,6 +273,9 @@ class Swtpm:
         if self.running:
             return
         self.setup()
+        for port in (self.port, self.port + 1):
+            if not _port_free(port):
+                raise TpmError(f"swtpm cannot start: port {_HOST}:{port} is in use")
         cmd = [
             "swtpm",
             "socket",
@@ -295,9 +309,7 @@ class Swtpm:
             if not self.running:
                 code = self._proc.returncode if self._proc else None
                 self._proc = None
-                raise TpmError(
-                    f"swtpm exited with code {code}: {_tail(self.log_path)}"
-                )
+                raise TpmError(f"swtpm exited with code {code}: {_tail(self.log_path)}")
             try:
                 with socket.create_connection((_HOST, self.port), timeout=0.5):
                     return

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -30,7 +30,7 @@ from tpm2_pytss import (
     TPM2_ECC,
     TPM2_HC,
     TPM2_SE,
-    TPM2B_DIGEST,
+    TPM2B_DATA,
     TPM2B_ENCRYPTED_SECRET,
     TPM2B_ID_OBJECT,
     TPM2B_PUBLIC,
@@ -41,6 +41,7 @@ from tpm2_pytss import (
     TPMS_ECC_POINT,
     TPMS_PCR_SELECTION,
     TPMS_RSA_PARMS,
+    TPMS_SCHEME_HASH,
     TPMT_ECC_SCHEME,
     TPMT_HA,
     TPMT_KDF_SCHEME,
@@ -79,7 +80,8 @@ _AK_ATTRIBUTES = (
 )
 _PCR_READ_MAX = 8
 _QUOTE_ATTEMPTS = 3
-_RC_HANDLE_P1 = 0x18B
+#: Use the AK's own signing scheme.
+_NULL_SCHEME = TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def ak_template(ak_alg: str) -> TPM2B_PUBLIC:
     if ak_alg == "ecc":
         scheme = TPMT_ECC_SCHEME(
             scheme=TPM2_ALG.ECDSA,
-            details=TPMU_ASYM_SCHEME(ecdsa={"hashAlg": TPM2_ALG.SHA256}),
+            details=TPMU_ASYM_SCHEME(ecdsa=TPMS_SCHEME_HASH(hashAlg=TPM2_ALG.SHA256)),
         )
         parms = TPMU_PUBLIC_PARMS(
             eccDetail=TPMS_ECC_PARMS(
@@ -139,7 +141,9 @@ def ak_template(ak_alg: str) -> TPM2B_PUBLIC:
                 symmetric=TPMT_SYM_DEF_OBJECT(algorithm=TPM2_ALG.NULL),
                 scheme=TPMT_RSA_SCHEME(
                     scheme=TPM2_ALG.RSASSA,
-                    details=TPMU_ASYM_SCHEME(rsassa={"hashAlg": TPM2_ALG.SHA256}),
+                    details=TPMU_ASYM_SCHEME(
+                        rsassa=TPMS_SCHEME_HASH(hashAlg=TPM2_ALG.SHA256)
+                    ),
                 ),
                 keyBits=2048,
                 exponent=0,
@@ -161,13 +165,10 @@ def ak_template(ak_alg: str) -> TPM2B_PUBLIC:
 
 def _sha256_selection(indices: Iterable[int]) -> TPML_PCR_SELECTION:
     """Build a SHA-256 bank PCR selection for the given PCR indices."""
-    bitmap = bytearray(3)
-    for index in indices:
-        if not 0 <= index < 24:
-            raise TpmError(f"invalid PCR index {index}")
-        bitmap[index // 8] |= 1 << (index % 8)
-    sel = TPMS_PCR_SELECTION(hash=TPM2_ALG.SHA256, sizeofSelect=3)
-    sel.pcrSelect = bytes(bitmap)
+    pcrs = sorted(set(indices))
+    if not pcrs or not all(0 <= index < 24 for index in pcrs):
+        raise TpmError(f"invalid PCR selection {pcrs}")
+    sel = TPMS_PCR_SELECTION(hash=TPM2_ALG.SHA256, pcrs=pcrs)
     return TPML_PCR_SELECTION(pcrSelections=[sel])
 
 
@@ -178,7 +179,7 @@ def _same_public(a: TPMT_PUBLIC, b: TPMT_PUBLIC) -> bool:
         and a.nameAlg == b.nameAlg
         and a.objectAttributes == b.objectAttributes
         and bytes(a.authPolicy) == bytes(b.authPolicy)
-        and a.parameters.marshal() == b.parameters.marshal()
+        and a.parameters.marshal(a.type) == b.parameters.marshal(b.type)
     )
 
 
@@ -249,7 +250,7 @@ class Tpm:
                 break
             handles.extend(found)
             start = found[-1] + 1
-        return [h for h in handles if h >> 24 == first >> 24]
+        return handles
 
     def _flush_all(self) -> None:
         """Flush every transient object and loaded session (no RM on swtpm)."""
@@ -284,20 +285,35 @@ class Tpm:
 
     # -- endorsement key -----------------------------------------------------
 
+    def _nv_reader(self) -> Callable[[int], bytes]:
+        """Return an NV read callback that skips indices not defined in the TPM.
+
+        Probing absent indices through the TSS would log ESYS errors.
+        """
+        reader = NVReadEK(self.ctx)
+        present = set(self._handles(TPM2_HC.NV_INDEX_FIRST))
+
+        def read(index: int) -> bytes:
+            if int(index) not in present:
+                raise NoSuchIndex(index)
+            return bytes(reader(index))
+
+        return read
+
     def _ek_template(self) -> tuple[TPM2B_PUBLIC, int, int]:
         """Pick the EK template matching an EK certificate present in NV."""
-        read_nv = NVReadEK(self.ctx)
+        read_nv = self._nv_reader()
         profiles = _EK_PROFILES[self._ek_alg]
-        for name, cert_index, persistent in profiles:
+        chosen = profiles[0]
+        for profile in profiles:
             try:
-                read_nv(cert_index)
+                read_nv(profile[1])
             except NoSuchIndex:
                 continue
-            _, template = create_ek_template(name, read_nv)
-            return template, cert_index, persistent
-        name, cert_index, persistent = profiles[0]
-        _, template = create_ek_template(name, read_nv)
-        return template, cert_index, persistent
+            chosen = profile
+            break
+        _, template = create_ek_template(chosen[0], read_nv)
+        return template, chosen[1], chosen[2]
 
     def _load_ek(self) -> ESYS_TR:
         """Return the EK handle, reusing swtpm_setup's persistent EK if it fits."""
@@ -338,7 +354,7 @@ class Tpm:
         assert self._ek_cert_index is not None
         with _tss("read EK certificate"):
             try:
-                data = NVReadEK(self.ctx)(self._ek_cert_index)
+                data = self._nv_reader()(self._ek_cert_index)
             except NoSuchIndex:
                 return None
         return data[: _der_length(data)]
@@ -469,7 +485,7 @@ class Tpm:
             raise TpmError(f"PCR extend: invalid PCR {index} or digest length")
         value = TPMT_HA(hashAlg=TPM2_ALG.SHA256, digest=TPMU_HA(sha256=digest))
         with _tss("PCR extend"):
-            self.ctx.pcr_extend(ESYS_TR(index), TPML_DIGEST_VALUES([value]))
+            self.ctx.pcr_extend(ESYS_TR(index), TPML_DIGEST_VALUES(digests=[value]))
 
     def quote(self, qualifying_data: bytes, pcrs: Sequence[int]) -> Quote:
         """Quote SHA-256 PCRs with the AK and read their values.
@@ -487,13 +503,14 @@ class Tpm:
         Raises:
             TpmError: On TSS failure or if the PCRs keep changing.
         """
-        ak = self._load_ak()
+        pcrs = sorted(set(pcrs))
         selection = _sha256_selection(pcrs)
+        ak = self._load_ak()
         with _tss("quote"):
             for _ in range(_QUOTE_ATTEMPTS):
                 before, _ = self._read_pcrs(pcrs)
                 attest, signature = self.ctx.quote(
-                    ak, selection, TPM2B_DIGEST(qualifying_data)
+                    ak, selection, TPM2B_DATA(qualifying_data), _NULL_SCHEME
                 )
                 after, values = self._read_pcrs(pcrs)
                 if len(before | after) == 1:

@@ -113,9 +113,12 @@ class SignedEvent:
         """
         if not isinstance(data, Mapping):
             raise MalformedError("signed event", "must be an object")
+        text = data.get("signature")
+        if not isinstance(text, str):
+            raise MalformedError("signed event", "signature must be a base64 string")
         try:
-            signature = base64.b64decode(str(data.get("signature")), validate=True)
-        except binascii.Error:
+            signature = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
             raise MalformedError("signed event", "signature is not base64")
         kid = data.get("key_id")
         if not isinstance(kid, str):

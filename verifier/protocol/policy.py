@@ -66,11 +66,13 @@ class PcrPolicy:
         if not isinstance(data, Mapping):
             raise MalformedError("PCR policy", "must be an object")
         hash_name = data.get("hash", "sha256")
-        if hash_name not in _HASH_NAMES:
+        if not isinstance(hash_name, str) or hash_name not in _HASH_NAMES:
             raise MalformedError("PCR policy", f"unsupported hash {hash_name!r}")
         pcrs = data.get("pcrs")
         if not isinstance(pcrs, Mapping):
             raise MalformedError("PCR policy", "'pcrs' must be an object")
+        if not pcrs:
+            raise MalformedError("PCR policy", "must constrain at least one PCR")
         allowed: dict[int, frozenset[bytes]] = {}
         for key, digests in pcrs.items():
             try:

@@ -30,6 +30,7 @@ from verifier.protocol.errors import EvidenceError, MalformedError
 from verifier.protocol.policy import PcrPolicy
 from verifier.protocol.tpm import (
     ALG_ECDSA,
+    ALG_NULL,
     ALG_RSAPSS,
     ALG_RSASSA,
     ALG_SHA256,
@@ -137,7 +138,7 @@ def _b64(field: str, value: object) -> bytes:
         raise MalformedError("quote", f"'{field}' must be a base64 string")
     try:
         return base64.b64decode(value, validate=True)
-    except binascii.Error:
+    except (binascii.Error, ValueError):
         raise MalformedError("quote", f"'{field}' is not valid base64")
 
 
@@ -206,6 +207,9 @@ def _verify_signature(key: AttestationKey, sig: TpmSignature, data: bytes) -> No
     if hash_cls is None:
         raise EvidenceError("signature_hash", f"hash 0x{sig.hash_alg:04x} not accepted")
     pub = key.key
+    ak_scheme = key.public.scheme[0]
+    if ak_scheme != ALG_NULL and sig.sig_alg != ak_scheme:
+        raise EvidenceError("signature_scheme", "scheme does not match the AK")
     try:
         if sig.sig_alg == ALG_ECDSA and isinstance(pub, ec.EllipticCurvePublicKey):
             der = encode_dss_signature(

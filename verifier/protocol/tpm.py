@@ -272,7 +272,7 @@ class TpmSignature:
 
 def _read_scheme(r: m.Reader) -> tuple[int, int]:
     scheme = r.u16()
-    if scheme == ALG_NULL:
+    if scheme in (ALG_NULL, ALG_RSAES):  # no hash follows these schemes
         return scheme, ALG_NULL
     hash_alg = r.u16()
     if scheme == ALG_ECDAA:

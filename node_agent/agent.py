@@ -1,0 +1,577 @@
+"""The node agent: TPM identity, quotes and the U/V payload bootstrap.
+
+At start the agent makes fresh, memory-only keys:
+
+* NK, an X25519 share-transport key: the tenant seals share U and the
+  verifier seals share V to it; the agent commits to NK inside its quotes;
+* a P-256 identity key with a CSR (CN = node UUID), committed to in the
+  first quote, which the verifier's CA turns into the node's identity cert;
+* a self-signed TLS certificate, registered with the registrar so that
+  verifiers and tenants can pin it.
+
+When both shares have arrived the agent recombines K = U xor V, decrypts
+the tenant payload, forgets U, V and K, and runs the payload if it is a
+script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import signal
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import aiohttp
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, x25519
+from cryptography.x509.oid import NameOID
+from oslo_config import cfg
+
+from node_agent.exceptions import NodeAgentError, RegistrationError
+from node_agent.tpm import Tpm
+from verifier.api import b64
+from verifier.exceptions import RequestError
+from verifier.protocol import (
+    EnvelopeError,
+    Quote,
+    bind_nonce,
+    canonical_uuid,
+    combine,
+    open_payload,
+    open_share,
+)
+from verifier.tlsutil import (
+    client_context,
+    self_signed_certificate,
+    server_context_from_pem,
+)
+
+__all__ = ["Agent", "TpmAccess", "TpmLike"]
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PAYLOAD = "payload"
+PAYLOAD_OUT = "payload.out"
+PAYLOAD_STATUS = "payload.status"
+IDENTITY_CERT = "identity.pem"
+IDENTITY_KEY = "identity-key.pem"
+_RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+_HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+
+class _QuoteLike(Protocol):
+    attest: bytes
+    signature: bytes
+    pcr_values: Any
+
+
+class TpmLike(Protocol):
+    """What the agent needs from a TPM (:class:`node_agent.tpm.Tpm`)."""
+
+    def ek_public(self) -> bytes: ...
+
+    def ek_certificate(self) -> bytes | None: ...
+
+    def ak_public(self) -> bytes: ...
+
+    def activate_credential(
+        self, credential_blob: bytes, encrypted_secret: bytes
+    ) -> bytes: ...
+
+    def quote(self, qualifying_data: bytes, pcrs: list[int]) -> _QuoteLike: ...
+
+    def close(self) -> None: ...
+
+
+class TpmAccess:
+    """Serialised access to the TPM from the event loop.
+
+    Calls run one at a time (an asyncio lock) in a worker thread. When
+    ``shared`` the TPM is opened for each operation and closed after it,
+    so that other local TPM users can get in between; otherwise one
+    connection is kept until :meth:`close`.
+
+    Args:
+        factory: opens the TPM (e.g. ``lambda: Tpm(tcti, "rsa", "ecc")``).
+        shared: open and close the TPM around each operation.
+    """
+
+    def __init__(self, factory: Callable[[], TpmLike], shared: bool = True) -> None:
+        self._factory = factory
+        self._shared = shared
+        self._tpm: TpmLike | None = None
+        self._lock = asyncio.Lock()
+
+    def _call(self, operation: Callable[[TpmLike], T]) -> T:
+        if self._shared:
+            tpm = self._factory()
+            try:
+                return operation(tpm)
+            finally:
+                tpm.close()
+        if self._tpm is None:
+            self._tpm = self._factory()
+        return operation(self._tpm)
+
+    async def run(self, operation: Callable[[TpmLike], T]) -> T:
+        """Run ``operation(tpm)`` in a thread, alone.
+
+        Raises:
+            TpmError: whatever the TPM raises.
+        """
+        async with self._lock:
+            return await asyncio.to_thread(self._call, operation)
+
+    def close(self) -> None:
+        """Close the kept connection, if any."""
+        tpm, self._tpm = self._tpm, None
+        if tpm is not None:
+            tpm.close()
+
+
+@dataclass
+class _Share:
+    """A share received and opened, with what came along with it."""
+
+    value: bytes
+    payload: bytes | None = None  # with U: the payload envelope
+    identity_cert: bytes | None = None  # with V: the node's identity cert
+
+
+def _write_file(path: str, data: bytes, mode: int) -> None:
+    """Write ``data`` to ``path`` with permissions ``mode`` (also if it exists)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as out:
+        os.fchmod(out.fileno(), mode)
+        out.write(data)
+
+
+class Agent:
+    """One node agent.
+
+    Args:
+        uuid: the node UUID.
+        tpm: access to the node's TPM.
+        work_dir: where the payload, its output and the identity go.
+        registrar_url: base URL of the registrar.
+        ca_file: operator CA (trusts the registrar; signs allowed clients).
+        cert_file: client certificate presented to the registrar.
+        key_file: key of ``cert_file``.
+        contact_host: host the registrar tells others to contact us at.
+        port: port the agent listens on (registered with the registrar).
+        payload_timeout: seconds an executable payload may run.
+
+    Raises:
+        MalformedError: if ``uuid`` is not a UUID.
+    """
+
+    def __init__(
+        self,
+        uuid: str,
+        tpm: TpmAccess,
+        work_dir: str,
+        *,
+        registrar_url: str | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        contact_host: str = "127.0.0.1",
+        port: int = 9002,
+        payload_timeout: float = 300.0,
+    ) -> None:
+        self.uuid = canonical_uuid(uuid)
+        self.tpm = tpm
+        self.work_dir = os.path.abspath(work_dir)
+        self.registrar_url = registrar_url.rstrip("/") if registrar_url else None
+        self.ca_file = ca_file
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.contact_host = contact_host
+        self.port = port
+        self.payload_timeout = payload_timeout
+
+        self._nk = x25519.X25519PrivateKey.generate()
+        self.nk_public: bytes = self._nk.public_key().public_bytes(*_RAW)
+        self._identity_key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.uuid)])
+        self.csr_der: bytes = (
+            x509.CertificateSigningRequestBuilder()
+            .subject_name(subject)
+            .sign(self._identity_key, hashes.SHA256())
+            .public_bytes(serialization.Encoding.DER)
+        )
+        self._tls_key_pem, self.tls_cert_pem = self_signed_certificate(
+            self.uuid, [contact_host]
+        )
+
+        self._state_lock = asyncio.Lock()
+        self._u: _Share | None = None
+        self._v: _Share | None = None
+        self.bootstrapped = False
+        #: ``time.monotonic()`` when the payload was decrypted (benchmarks).
+        self.bootstrapped_at: float | None = None
+        self.payload_exit_code: int | None = None
+        self._payload_task: asyncio.Task[int | None] | None = None
+
+    @classmethod
+    def from_conf(cls, conf: cfg.ConfigOpts) -> Agent:
+        """Build the agent from the ``[agent]`` options.
+
+        Raises:
+            NodeAgentError: if ``uuid`` is not set.
+            MalformedError: if it is not a UUID.
+        """
+        opts = conf.agent
+        if not opts.uuid:
+            raise NodeAgentError("[agent] uuid is required")
+        tcti, ek_alg, ak_alg = opts.tcti, opts.ek_alg, opts.ak_alg
+        access = TpmAccess(lambda: Tpm(tcti, ek_alg, ak_alg), shared=opts.tpm_shared)
+        return cls(
+            opts.uuid,
+            access,
+            opts.work_dir,
+            registrar_url=opts.registrar_url,
+            ca_file=opts.ca_file,
+            cert_file=opts.cert_file,
+            key_file=opts.key_file,
+            contact_host=opts.contact_host or opts.host,
+            port=opts.port,
+            payload_timeout=opts.payload_timeout,
+        )
+
+    # -- TLS ---------------------------------------------------------------
+
+    def server_ssl_context(self) -> ssl.SSLContext:
+        """The agent's HTTPS context: our self-signed cert, client certs
+        required from ``ca_file``. Writes the TLS key (0600) to work_dir.
+
+        Raises:
+            NodeAgentError: if ``ca_file`` is not set or unreadable.
+        """
+        if not self.ca_file:
+            raise NodeAgentError("[agent] ca_file is required to serve HTTPS")
+        try:
+            with open(self.ca_file, encoding="utf-8") as f:
+                ca_pem = f.read()
+        except OSError as exc:
+            raise NodeAgentError(f"cannot read ca_file {self.ca_file}: {exc}")
+        os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
+        return server_context_from_pem(
+            self.tls_cert_pem, self._tls_key_pem, ca_pem, self.work_dir
+        )
+
+    def _client_ssl_context(self) -> ssl.SSLContext | None:
+        assert self.registrar_url is not None
+        if not self.registrar_url.startswith("https:"):
+            return None
+        if not (self.cert_file and self.key_file and self.ca_file):
+            raise RegistrationError(
+                "[agent] cert_file, key_file and ca_file are required for an "
+                "https registrar"
+            )
+        try:
+            return client_context(self.cert_file, self.key_file, self.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise RegistrationError(f"cannot load the client certificate: {exc}")
+
+    # -- registration --------------------------------------------------------
+
+    async def _post(
+        self, session: aiohttp.ClientSession, url: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            async with session.post(url, json=body) as resp:
+                text = await resp.text()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise RegistrationError(
+                f"registrar {self.registrar_url} unreachable: {exc}", retryable=True
+            )
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if status >= 400:
+            message = text[:200]
+            if isinstance(data, dict) and isinstance(data.get("error"), dict):
+                err = data["error"]
+                message = f"{err.get('code')}: {err.get('message')}"
+            raise RegistrationError(
+                f"registrar answered {status} to {url}: {message}",
+                retryable=status >= 500,
+            )
+        if not isinstance(data, dict):
+            raise RegistrationError(f"registrar answered {url} with non-JSON")
+        return data
+
+    async def register(self) -> None:
+        """Register EK, EK cert, AK, TLS cert and address; activate the AK.
+
+        Raises:
+            RegistrationError: the registrar is unreachable or refused.
+            TpmError: the TPM failed.
+        """
+        if not self.registrar_url:
+            raise RegistrationError("[agent] registrar_url is not set")
+
+        def identity(tpm: TpmLike) -> tuple[bytes, bytes | None, bytes]:
+            return tpm.ek_public(), tpm.ek_certificate(), tpm.ak_public()
+
+        ek_public, ek_cert, ak_public = await self.tpm.run(identity)
+        url = f"{self.registrar_url}/v1/agents/{self.uuid}"
+        body = {
+            "ek_public": b64(ek_public),
+            "ek_certificate": b64(ek_cert) if ek_cert else None,
+            "ak_public": b64(ak_public),
+            "tls_cert": self.tls_cert_pem.decode(),
+            "host": self.contact_host,
+            "port": self.port,
+        }
+        ctx = self._client_ssl_context()
+        connector = aiohttp.TCPConnector(ssl=ctx if ctx is not None else False)
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=_HTTP_TIMEOUT
+        ) as session:
+            challenge = await self._post(session, url, body)
+            try:
+                blob = _unb64(challenge["credential_blob"])
+                secret = _unb64(challenge["encrypted_secret"])
+            except (KeyError, TypeError, ValueError):
+                raise RegistrationError("registrar sent a malformed challenge")
+            credential = await self.tpm.run(
+                lambda tpm: tpm.activate_credential(blob, secret)
+            )
+            result = await self._post(
+                session, f"{url}/activate", {"credential": b64(credential)}
+            )
+        if result.get("activated") is not True:
+            raise RegistrationError("registrar did not confirm AK activation")
+
+    # -- quotes ------------------------------------------------------------
+
+    async def quote(
+        self, nonce: bytes, pcrs: list[int], with_csr: bool
+    ) -> dict[str, Any]:
+        """Quote ``pcrs`` with the nonce bound to NK (and the CSR).
+
+        Returns:
+            ``{"quote": {...}, "nk": b64, "csr": b64}`` (csr only if asked).
+
+        Raises:
+            TpmError: the TPM failed.
+        """
+        bound = (self.nk_public, self.csr_der) if with_csr else (self.nk_public,)
+        qualifying = bind_nonce(nonce, *bound)
+        raw = await self.tpm.run(lambda tpm: tpm.quote(qualifying, list(pcrs)))
+        quote = Quote(raw.attest, raw.signature, dict(raw.pcr_values))
+        result: dict[str, Any] = {"quote": quote.to_dict(), "nk": b64(self.nk_public)}
+        if with_csr:
+            result["csr"] = b64(self.csr_der)
+        return result
+
+    # -- bootstrap -----------------------------------------------------------
+
+    async def receive_u(self, u_envelope: bytes, payload_envelope: bytes) -> bool:
+        """Accept the tenant's share U and the payload envelope.
+
+        Returns:
+            True if this completed the bootstrap.
+
+        Raises:
+            EnvelopeError: U does not open for this node (nothing stored).
+            RequestError: ``already_bootstrapped`` (409) or
+                ``shares_mismatch`` (U discarded, V kept).
+        """
+        async with self._state_lock:
+            self._check_not_bootstrapped()
+            value = open_share(self._nk, u_envelope, "U", self.uuid)
+            self._u = _Share(value, payload=payload_envelope)
+            return await self._try_bootstrap(received="U")
+
+    async def receive_v(
+        self, v_envelope: bytes, identity_cert_pem: bytes | None
+    ) -> bool:
+        """Accept the verifier's share V and the node identity certificate.
+
+        Returns:
+            True if this completed the bootstrap.
+
+        Raises:
+            EnvelopeError: V does not open for this node (nothing stored).
+            RequestError: ``bad_identity_cert`` (nothing stored),
+                ``already_bootstrapped`` (409) or ``shares_mismatch``
+                (V discarded, U kept).
+        """
+        if identity_cert_pem is not None:
+            self._check_identity_cert(identity_cert_pem)
+        async with self._state_lock:
+            self._check_not_bootstrapped()
+            value = open_share(self._nk, v_envelope, "V", self.uuid)
+            self._v = _Share(value, identity_cert=identity_cert_pem)
+            return await self._try_bootstrap(received="V")
+
+    def _check_not_bootstrapped(self) -> None:
+        if self.bootstrapped:
+            raise RequestError(
+                "already_bootstrapped", "this node has already been bootstrapped", 409
+            )
+
+    def _check_identity_cert(self, pem: bytes) -> None:
+        try:
+            cert = x509.load_pem_x509_certificate(pem)
+        except ValueError:
+            raise RequestError("bad_field", "'identity_cert' is not a PEM certificate")
+        ours = self._identity_key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        theirs = cert.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        if ours != theirs:
+            raise RequestError(
+                "bad_identity_cert", "identity certificate is not for this node's key"
+            )
+
+    async def _try_bootstrap(self, received: str) -> bool:
+        if self._u is None or self._v is None:
+            return False
+        assert self._u.payload is not None
+        key = combine(self._u.value, self._v.value)
+        try:
+            plaintext = open_payload(key, self._u.payload, self.uuid)
+        except EnvelopeError:
+            if received == "U":
+                self._u = None
+            else:
+                self._v = None
+            raise RequestError(
+                "shares_mismatch", "shares do not combine to the payload key"
+            )
+        self.bootstrapped_at = time.monotonic()
+        identity_cert = self._v.identity_cert
+        del key
+        self._u = self._v = None
+        self.bootstrapped = True
+        await asyncio.to_thread(self._install, plaintext, identity_cert)
+        if plaintext.startswith(b"#!"):
+            self._payload_task = asyncio.create_task(
+                self._run_payload(identity_cert is not None)
+            )
+            LOG.info("payload decrypted and started for node %s", self.uuid)
+        else:
+            LOG.info(
+                "payload decrypted for node %s (not executable, stored only)",
+                self.uuid,
+            )
+        return True
+
+    def _install(self, plaintext: bytes, identity_cert: bytes | None) -> None:
+        os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
+        if identity_cert is not None:
+            key_pem = self._identity_key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+            _write_file(self._path(IDENTITY_KEY), key_pem, 0o600)
+            _write_file(self._path(IDENTITY_CERT), identity_cert, 0o644)
+        _write_file(self._path(PAYLOAD), plaintext, 0o700)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.work_dir, name)
+
+    async def _run_payload(self, with_identity: bool) -> int | None:
+        env = dict(os.environ)
+        env["TRUSTED_NODE_UUID"] = self.uuid
+        if with_identity:
+            env["TRUSTED_IDENTITY_CERT"] = self._path(IDENTITY_CERT)
+            env["TRUSTED_IDENTITY_KEY"] = self._path(IDENTITY_KEY)
+        status: dict[str, Any]
+        with open(self._path(PAYLOAD_OUT), "wb") as out:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    self._path(PAYLOAD),
+                    cwd=self.work_dir,
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                LOG.error("payload of node %s could not start: %s", self.uuid, exc)
+                status = {"exit_code": None, "error": str(exc)}
+                await asyncio.to_thread(self._write_status, status)
+                return None
+            try:
+                code = await asyncio.wait_for(proc.wait(), self.payload_timeout)
+                status = {"exit_code": code}
+            except asyncio.CancelledError:  # agent shutting down
+                _kill_group(proc.pid)
+                raise
+            except TimeoutError:
+                _kill_group(proc.pid)
+                code = await proc.wait()
+                status = {"exit_code": code, "timed_out": True}
+                LOG.error(
+                    "payload of node %s killed after %.0f s",
+                    self.uuid,
+                    self.payload_timeout,
+                )
+        self.payload_exit_code = code
+        await asyncio.to_thread(self._write_status, status)
+        LOG.info("payload of node %s exited with code %s", self.uuid, code)
+        return code
+
+    def _write_status(self, status: dict[str, Any]) -> None:
+        _write_file(self._path(PAYLOAD_STATUS), json.dumps(status).encode(), 0o644)
+
+    async def wait_payload(self) -> int | None:
+        """Wait for the payload started by the bootstrap, if any.
+
+        Returns:
+            Its exit code (None if none was started or it could not start).
+        """
+        if self._payload_task is None:
+            return None
+        return await self._payload_task
+
+    def status(self) -> dict[str, Any]:
+        """The bootstrap state (never key material)."""
+        return {
+            "uuid": self.uuid,
+            "bootstrapped": self.bootstrapped,
+            "has_u": self._u is not None,
+            "has_v": self._v is not None,
+            "payload_exit_code": self.payload_exit_code,
+        }
+
+    async def close(self) -> None:
+        """Stop a running payload wait and close the TPM connection."""
+        if self._payload_task is not None and not self._payload_task.done():
+            self._payload_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._payload_task
+        self.tpm.close()
+
+
+def _unb64(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    return base64.b64decode(value, validate=True)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the payload and whatever it started (its own session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

@@ -1,0 +1,84 @@
+"""Options of the node agent (group ``agent``)."""
+
+from oslo_config import cfg
+
+GROUP = "agent"
+
+_OPTS = [
+    cfg.StrOpt(
+        "uuid",
+        help="UUID of this node (the Nova instance UUID). Required at start.",
+    ),
+    cfg.StrOpt(
+        "tcti",
+        default="device:/dev/tpmrm0",
+        help="TCTI of the TPM, e.g. 'device:/dev/tpmrm0' or "
+        "'swtpm:host=127.0.0.1,port=2321'.",
+    ),
+    cfg.StrOpt(
+        "ek_alg",
+        default="rsa",
+        choices=["rsa", "ecc"],
+        help="Algorithm of the endorsement key.",
+    ),
+    cfg.StrOpt(
+        "ak_alg",
+        default="ecc",
+        choices=["ecc", "rsa"],
+        help="Algorithm of the attestation key.",
+    ),
+    cfg.HostAddressOpt("host", default="127.0.0.1", help="Address to listen on."),
+    cfg.PortOpt(
+        "port",
+        default=9002,
+        help="Port to listen on (HTTPS, mTLS). 0 picks a free port.",
+    ),
+    cfg.HostAddressOpt(
+        "contact_host",
+        help="Address the registrar tells verifiers and tenants to contact "
+        "this agent at (and the subject alternative name of its TLS "
+        "certificate). Defaults to 'host'.",
+    ),
+    cfg.StrOpt(
+        "registrar_url",
+        help="Base URL of the registrar, e.g. https://registrar:8891.",
+    ),
+    cfg.StrOpt(
+        "ca_file",
+        help="PEM file of the operator CA: it signs the registrar's "
+        "certificate and the client certificates allowed to call the agent.",
+    ),
+    cfg.StrOpt(
+        "cert_file",
+        help="PEM client certificate (from the operator CA) presented to the "
+        "registrar.",
+    ),
+    cfg.StrOpt("key_file", help="PEM private key of cert_file."),
+    cfg.StrOpt(
+        "work_dir",
+        default="/var/lib/trusted-cloud-agent",
+        help="Directory of the decrypted payload, its output and status, the "
+        "node identity and the agent's TLS key.",
+    ),
+    cfg.FloatOpt(
+        "payload_timeout",
+        default=300.0,
+        min=1.0,
+        help="Seconds an executable payload may run before it is killed.",
+    ),
+    cfg.BoolOpt(
+        "tpm_shared",
+        default=True,
+        help="Open the TPM connection for each operation and close it after, "
+        "so other local TPM users (e.g. tpm2-tools on a swtpm, which serves "
+        "one client at a time) can use the TPM between operations.",
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_opts(_OPTS, group=GROUP)
+
+
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    return [(GROUP, _OPTS)]

@@ -1,0 +1,117 @@
+"""The node agent's REST API (aiohttp, served over HTTPS with client certs).
+
+``GET  /v1/quote?nonce=<hex>&pcrs=16,17&csr=0|1``   a quote bound to NK (+CSR)
+``POST /v1/keys/u``  ``{"u": b64, "payload": b64}``  the tenant's share
+``POST /v1/keys/v``  ``{"v": b64, "identity_cert": PEM|null}``  the verifier's
+``GET  /v1/status``  bootstrap state
+
+Errors are JSON ``{"error": {"code", "message"}}`` (see :mod:`verifier.api`).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from node_agent.agent import Agent
+from node_agent.exceptions import TpmError
+from verifier.api import b64_field, error_middleware, json_response, read_json
+from verifier.exceptions import RequestError
+from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
+
+__all__ = ["make_app"]
+
+_KEY = web.AppKey("agent", Agent)
+_NONCE_MIN, _NONCE_MAX = 8, 32
+_MAX_PCRS = 24
+#: A payload envelope is the payload plus 32 bytes; base64 grows it by 4/3.
+_PAYLOAD_ENVELOPE_MAX = MAX_PAYLOAD_BYTES + 64
+_CLIENT_MAX_SIZE = (_PAYLOAD_ENVELOPE_MAX * 4) // 3 + 64 * 1024
+_SHARE_MAX = 1024
+_CERT_MAX = 16384
+
+
+def _parse_nonce(text: str | None) -> bytes:
+    if not text:
+        raise RequestError("bad_nonce", "'nonce' is required (hex)")
+    try:
+        nonce = bytes.fromhex(text)
+    except ValueError:
+        raise RequestError("bad_nonce", "'nonce' is not hex")
+    if not _NONCE_MIN <= len(nonce) <= _NONCE_MAX:
+        raise RequestError(
+            "bad_nonce",
+            f"'nonce' must be {_NONCE_MIN}..{_NONCE_MAX} bytes, got {len(nonce)}",
+        )
+    return nonce
+
+
+def _parse_pcrs(text: str | None) -> list[int]:
+    if not text:
+        raise RequestError("bad_pcrs", "'pcrs' is required (e.g. pcrs=16,17)")
+    items = text.split(",")
+    if len(items) > _MAX_PCRS:
+        raise RequestError("bad_pcrs", f"'pcrs' lists more than {_MAX_PCRS} PCRs")
+    pcrs: set[int] = set()
+    for item in items:
+        item = item.strip()
+        if not (item.isascii() and item.isdigit()) or not 0 <= int(item) < 24:
+            raise RequestError("bad_pcrs", f"'pcrs': {item!r} is not a PCR index 0..23")
+        pcrs.add(int(item))
+    return sorted(pcrs)
+
+
+def _parse_flag(text: str | None, name: str) -> bool:
+    if text in (None, "", "0"):
+        return False
+    if text == "1":
+        return True
+    raise RequestError(f"bad_{name}", f"'{name}' must be 0 or 1")
+
+
+async def _quote(request: web.Request) -> web.Response:
+    query = request.query
+    nonce = _parse_nonce(query.get("nonce"))
+    pcrs = _parse_pcrs(query.get("pcrs"))
+    with_csr = _parse_flag(query.get("csr"), "csr")
+    try:
+        result = await request.app[_KEY].quote(nonce, pcrs, with_csr)
+    except TpmError as exc:
+        raise RequestError("tpm_error", str(exc), 503)
+    return json_response(result)
+
+
+async def _keys_u(request: web.Request) -> web.Response:
+    data = await read_json(request)
+    u = b64_field(data, "u", max_len=_SHARE_MAX) or b""
+    payload = b64_field(data, "payload", max_len=_PAYLOAD_ENVELOPE_MAX) or b""
+    agent = request.app[_KEY]
+    done = await agent.receive_u(u, payload)
+    return json_response({"accepted": "u", "bootstrapped": done})
+
+
+async def _keys_v(request: web.Request) -> web.Response:
+    data = await read_json(request)
+    v = b64_field(data, "v", max_len=_SHARE_MAX) or b""
+    cert = data.get("identity_cert")
+    if cert is not None and (not isinstance(cert, str) or len(cert) > _CERT_MAX):
+        raise RequestError("bad_field", "'identity_cert' must be a PEM string or null")
+    agent = request.app[_KEY]
+    done = await agent.receive_v(v, cert.encode() if cert is not None else None)
+    return json_response({"accepted": "v", "bootstrapped": done})
+
+
+async def _status(request: web.Request) -> web.Response:
+    return json_response(request.app[_KEY].status())
+
+
+def make_app(agent: Agent) -> web.Application:
+    """The node agent's aiohttp application (TLS is up to the site)."""
+    app = web.Application(
+        middlewares=[error_middleware], client_max_size=_CLIENT_MAX_SIZE
+    )
+    app[_KEY] = agent
+    app.router.add_get("/v1/quote", _quote)
+    app.router.add_post("/v1/keys/u", _keys_u)
+    app.router.add_post("/v1/keys/v", _keys_v)
+    app.router.add_get("/v1/status", _status)
+    return app

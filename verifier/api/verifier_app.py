@@ -1,0 +1,93 @@
+"""The verifier's REST API (aiohttp, served over mTLS).
+
+``POST /v1/nodes``                 enrol ``{uuid, v (b64), policy}``
+``GET /v1/nodes``                  list
+``GET|DELETE /v1/nodes/{uuid}``    status / stop attesting
+``POST /v1/nodes/{uuid}/revoke``   revoke on the tenant's request
+``GET /v1/events``                 the revocation outbox
+``GET /v1/signing-key``            the event-signing public key (PEM)
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from cryptography.hazmat.primitives import serialization
+
+from verifier.api import b64_field, error_middleware, json_response, read_json
+from verifier.attest import Verifier
+from verifier.exceptions import RequestError
+from verifier.protocol import PcrPolicy, canonical_uuid
+from verifier.protocol.shares import KEY_BYTES
+
+_KEY = web.AppKey("verifier", Verifier)
+_PEM = web.AppKey("signing_pem", str)
+
+
+async def _enrol(request: web.Request) -> web.Response:
+    data = await read_json(request)
+    uuid = data.get("uuid")
+    if not isinstance(uuid, str):
+        raise RequestError("bad_field", "'uuid' must be a string")
+    uuid = canonical_uuid(uuid)
+    v_share = b64_field(data, "v", max_len=KEY_BYTES) or b""
+    if len(v_share) != KEY_BYTES:
+        raise RequestError("bad_field", f"'v' must be {KEY_BYTES} bytes")
+    policy = PcrPolicy.from_dict(data.get("policy"))
+    view = await request.app[_KEY].enrol(uuid, v_share, policy)
+    return json_response(view.to_dict(), status=201)
+
+
+async def _list(request: web.Request) -> web.Response:
+    return json_response({"nodes": [v.to_dict() for v in request.app[_KEY].list()]})
+
+
+async def _get(request: web.Request) -> web.Response:
+    return json_response(request.app[_KEY].get(request.match_info["uuid"]).to_dict())
+
+
+async def _delete(request: web.Request) -> web.Response:
+    await request.app[_KEY].delete(request.match_info["uuid"])
+    return web.Response(status=204)
+
+
+async def _revoke(request: web.Request) -> web.Response:
+    data = await read_json(request) if request.can_read_body else {}
+    detail = data.get("detail", "revoked by the tenant")
+    if not isinstance(detail, str) or len(detail) > 1000:
+        raise RequestError("bad_field", "'detail' must be a string")
+    view = await request.app[_KEY].revoke(
+        request.match_info["uuid"], "tenant_revoked", detail
+    )
+    return json_response(view.to_dict())
+
+
+async def _events(request: web.Request) -> web.Response:
+    node = request.query.get("node")
+    node = canonical_uuid(node) if node else None
+    return json_response({"events": request.app[_KEY].outbox.list(node)})
+
+
+async def _signing_key(request: web.Request) -> web.Response:
+    return web.Response(text=request.app[_PEM], content_type="application/x-pem-file")
+
+
+def make_app(verifier: Verifier, signing_public_pem: str) -> web.Application:
+    """The verifier's aiohttp application."""
+    app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024)
+    app[_KEY] = verifier
+    app[_PEM] = signing_public_pem
+    app.router.add_post("/v1/nodes", _enrol)
+    app.router.add_get("/v1/nodes", _list)
+    app.router.add_get("/v1/nodes/{uuid}", _get)
+    app.router.add_delete("/v1/nodes/{uuid}", _delete)
+    app.router.add_post("/v1/nodes/{uuid}/revoke", _revoke)
+    app.router.add_get("/v1/events", _events)
+    app.router.add_get("/v1/signing-key", _signing_key)
+    return app
+
+
+def public_pem(key: object) -> str:
+    assert hasattr(key, "public_bytes")
+    return key.public_bytes(  # type: ignore[no-any-return]
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()

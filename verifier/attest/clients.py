@@ -1,0 +1,137 @@
+"""HTTP clients of the verifier: to the registrar and to node agents.
+
+Both keep connections alive in one aiohttp session. Agents present a
+self-signed certificate that the registrar recorded at registration; we pin
+exactly that certificate.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from verifier import tlsutil
+from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
+from verifier.protocol import MalformedError
+
+
+async def _json(resp: aiohttp.ClientResponse, what: str) -> Mapping[str, Any]:
+    try:
+        data = await resp.json(content_type=None)
+    except (ValueError, aiohttp.ContentTypeError):
+        raise MalformedError(what, "response is not JSON")
+    if not isinstance(data, dict):
+        raise MalformedError(what, "response is not a JSON object")
+    return data
+
+
+def _error_message(data: Mapping[str, Any]) -> str:
+    err = data.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message", err))
+    return str(data)
+
+
+class RegistrarClient:
+    """Reads activated node identities from the registrar over mTLS."""
+
+    def __init__(self, base_url: str, ssl_context: ssl.SSLContext, timeout: float):
+        self._base = base_url.rstrip("/")
+        self._ssl = ssl_context
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self._session
+
+    async def get_agent(self, uuid: str) -> Mapping[str, Any]:
+        """The registrar's record of ``uuid``.
+
+        Raises:
+            NotFoundError: the registrar does not know the node.
+            RequestError: the registrar is unreachable or refused (502).
+        """
+        url = f"{self._base}/v1/agents/{uuid}"
+        try:
+            async with self._get_session().get(url, ssl=self._ssl) as resp:
+                data = await _json(resp, "registrar answer")
+                if resp.status == 404:
+                    raise NotFoundError(
+                        "unknown_node", f"the registrar does not know node {uuid}"
+                    )
+                if resp.status != 200:
+                    raise RequestError("registrar_error", _error_message(data), 502)
+                return data
+        except (TimeoutError, aiohttp.ClientError, MalformedError) as exc:
+            raise RequestError(
+                "registrar_unreachable", f"cannot reach the registrar: {exc}", 502
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class AgentClient:
+    """Talks to node agents with a pinned TLS context per agent certificate."""
+
+    def __init__(self, cert_file: str, key_file: str, timeout: float):
+        self._cert = cert_file
+        self._key = key_file
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+            self._session = aiohttp.ClientSession(
+                timeout=self._timeout, connector=connector
+            )
+        return self._session
+
+    def _ssl(self, agent_cert: str) -> ssl.SSLContext:
+        ctx = self._contexts.get(agent_cert)
+        if ctx is None:
+            ctx = tlsutil.pinned_client_context(self._cert, self._key, agent_cert)
+            self._contexts[agent_cert] = ctx
+        return ctx
+
+    async def request(
+        self,
+        method: str,
+        base: str,
+        agent_cert: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Mapping[str, Any]:
+        """One request to an agent.
+
+        Raises:
+            AgentUnreachableError: transport failure or a non-2xx answer.
+            MalformedError: a 2xx answer that is not a JSON object.
+        """
+        url = base + path
+        try:
+            async with self._get_session().request(
+                method, url, params=params, json=body, ssl=self._ssl(agent_cert)
+            ) as resp:
+                if resp.status // 100 != 2:
+                    text = (await resp.text())[:300]
+                    raise AgentUnreachableError(
+                        f"agent answered {resp.status} to {path}: {text}"
+                    )
+                return await _json(resp, "agent answer")
+        except (TimeoutError, aiohttp.ClientError, ssl.SSLError) as exc:
+            raise AgentUnreachableError(f"agent {base} unreachable: {exc!r}")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,15 @@
+"""Configuration of the registrar and verifier services."""
+
+from oslo_config import cfg
+
+from verifier.conf import registrar, verifier
+
+CONF = cfg.CONF
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    registrar.register_opts(conf)
+    verifier.register_opts(conf)
+
+
+__all__ = ["CONF", "register_opts"]

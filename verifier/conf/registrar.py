@@ -1,0 +1,39 @@
+"""Options of the registrar (group ``registrar``)."""
+
+from oslo_config import cfg
+
+GROUP = "registrar"
+
+_OPTS = [
+    cfg.HostAddressOpt("host", default="127.0.0.1", help="Address to listen on."),
+    cfg.PortOpt("port", default=8891, help="Port to listen on (HTTPS, mTLS)."),
+    cfg.StrOpt(
+        "database_connection",
+        default="sqlite:////var/lib/trusted-cloud/registrar.sqlite",
+        help="SQLAlchemy URL of the registrar's database.",
+    ),
+    cfg.StrOpt("cert_file", help="PEM certificate the registrar presents."),
+    cfg.StrOpt("key_file", help="PEM private key of cert_file."),
+    cfg.StrOpt(
+        "ca_file", help="PEM CA bundle; clients must present a certificate from it."
+    ),
+    cfg.StrOpt(
+        "ek_ca_bundle",
+        help="PEM bundle of the CAs that sign EK certificates (e.g. swtpm's "
+        "local CA, or TPM vendors' CAs). When set, an EK certificate sent at "
+        "registration must chain to one of them and match the EK.",
+    ),
+    cfg.BoolOpt(
+        "require_ek_certificate",
+        default=False,
+        help="Refuse registrations that carry no EK certificate.",
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_opts(_OPTS, group=GROUP)
+
+
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    return [(GROUP, _OPTS)]

@@ -1,0 +1,76 @@
+"""Options of the cloud verifier (group ``verifier``)."""
+
+from oslo_config import cfg
+
+GROUP = "verifier"
+
+_OPTS = [
+    cfg.HostAddressOpt("host", default="127.0.0.1", help="Address to listen on."),
+    cfg.PortOpt("port", default=8881, help="Port to listen on (HTTPS, mTLS)."),
+    cfg.StrOpt(
+        "database_connection",
+        default="sqlite:////var/lib/trusted-cloud/verifier.sqlite",
+        help="SQLAlchemy URL of the verifier's database.",
+    ),
+    cfg.StrOpt(
+        "cert_file",
+        help="PEM certificate the verifier presents (as "
+        "server, and as client to the registrar and agents).",
+    ),
+    cfg.StrOpt("key_file", help="PEM private key of cert_file."),
+    cfg.StrOpt("ca_file", help="PEM CA bundle for clients and the registrar."),
+    cfg.URIOpt(
+        "registrar_url",
+        default="https://127.0.0.1:8891",
+        help="Base URL of the registrar.",
+    ),
+    cfg.FloatOpt(
+        "quote_interval",
+        default=2.0,
+        min=0.0,
+        help="Seconds between integrity quotes of one node.",
+    ),
+    cfg.FloatOpt(
+        "agent_timeout",
+        default=5.0,
+        min=0.1,
+        help="Seconds to wait for an agent's answer.",
+    ),
+    cfg.IntOpt(
+        "max_unreachable",
+        default=5,
+        min=1,
+        help="Consecutive unanswered quote requests before a node is "
+        "marked failed (a transport failure never revokes).",
+    ),
+    cfg.StrOpt(
+        "signing_key",
+        help="Ed25519 private key (PEM) that signs "
+        "revocation events; created on first start if missing.",
+    ),
+    cfg.StrOpt(
+        "ca_dir",
+        help="Directory of the software CA that issues node "
+        "identities (ca.pem, ca-key.pem).",
+    ),
+    cfg.ListOpt(
+        "notifiers",
+        default=["inprocess"],
+        help="Notifier drivers (group verifier.notifiers) that deliver "
+        "revocation events.",
+    ),
+    cfg.FloatOpt(
+        "outbox_interval",
+        default=0.5,
+        min=0.05,
+        help="Seconds between outbox delivery passes.",
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_opts(_OPTS, group=GROUP)
+
+
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    return [(GROUP, _OPTS)]

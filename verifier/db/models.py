@@ -1,0 +1,66 @@
+"""SQLAlchemy models of the registrar and verifier databases."""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Float, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class RegisteredAgent(Base):
+    """A node's TPM identity as the registrar knows it."""
+
+    __tablename__ = "registrar_agents"
+
+    uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    ek_public: Mapped[bytes] = mapped_column(LargeBinary)
+    ek_certificate: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    ak_public: Mapped[bytes] = mapped_column(LargeBinary)
+    tls_cert: Mapped[str] = mapped_column(Text)
+    host: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(Integer)
+    challenge_digest: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    activated: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Node(Base):
+    """A node under continuous attestation by the verifier."""
+
+    __tablename__ = "verifier_nodes"
+
+    uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    policy: Mapped[str] = mapped_column(Text)
+    v_share: Mapped[bytes] = mapped_column(LargeBinary)
+    ak_public: Mapped[bytes] = mapped_column(LargeBinary)
+    tls_cert: Mapped[str] = mapped_column(Text)
+    host: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(Integer)
+    reset_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    restart_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    clock: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_attested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    quotes_verified: Mapped[int] = mapped_column(Integer, default=0)
+    failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    identity_cert: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class OutboxEvent(Base):
+    """A signed revocation event waiting for (or past) delivery."""
+
+    __tablename__ = "verifier_outbox"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    node_uuid: Mapped[str] = mapped_column(String(36), index=True)
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -1,0 +1,125 @@
+"""The transactional outbox of revocation events."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid as uuid_mod
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from sqlalchemy.orm import Session
+
+from verifier.db import OutboxEvent
+from verifier.notify.base import Notifier, NotifierError
+from verifier.protocol import RevocationEvent, SignedEvent
+
+LOG = logging.getLogger(__name__)
+
+
+def make_event(
+    signing_key: ed25519.Ed25519PrivateKey,
+    node_uuid: str,
+    reason: str,
+    detail: str,
+    now: float,
+) -> SignedEvent:
+    """A new signed revocation event for ``node_uuid``."""
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    event = RevocationEvent(str(uuid_mod.uuid4()), node_uuid, reason, detail, created)
+    return event.sign(signing_key)
+
+
+def add_to_outbox(session: Session, signed: SignedEvent, now: float) -> None:
+    """Stage ``signed`` in the caller's transaction."""
+    session.add(
+        OutboxEvent(
+            id=signed.event.id,
+            node_uuid=signed.event.node_uuid,
+            body=signed.to_json(),
+            created_at=now,
+            attempts=0,
+        )
+    )
+
+
+class Outbox:
+    """Delivers undelivered outbox events to every notifier.
+
+    Args:
+        engine: the verifier database.
+        notifiers: the configured drivers; an event is delivered when all
+            of them acknowledged it.
+        clock: returns the current time (seconds).
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        notifiers: Sequence[Notifier],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._engine = engine
+        self._notifiers = list(notifiers)
+        self._clock = clock
+
+    def dispatch_once(self, limit: int = 100) -> int:
+        """One delivery pass. Returns the number of events delivered."""
+        with Session(self._engine) as session:
+            rows = session.scalars(
+                sa.select(OutboxEvent)
+                .where(OutboxEvent.delivered_at.is_(None))
+                .order_by(OutboxEvent.created_at)
+                .limit(limit)
+            ).all()
+            pending = [(row.id, row.body) for row in rows]
+        delivered = 0
+        for event_id, body in pending:
+            error = self._deliver(json.loads(body))
+            with Session(self._engine) as session, session.begin():
+                row = session.get(OutboxEvent, event_id)
+                if row is None:
+                    continue
+                row.attempts += 1
+                if error is None:
+                    row.delivered_at = self._clock()
+                    row.last_error = None
+                    delivered += 1
+                else:
+                    row.last_error = error
+        return delivered
+
+    def _deliver(self, event: dict[str, object]) -> str | None:
+        errors = []
+        for notifier in self._notifiers:
+            try:
+                if not notifier.deliver(event):
+                    errors.append(f"{notifier.name}: not acknowledged")
+            except NotifierError as exc:
+                errors.append(str(exc))
+        if errors:
+            LOG.warning(
+                "Revocation event %s not delivered: %s",
+                event.get("event"),
+                "; ".join(errors),
+            )
+            return "; ".join(errors)
+        return None
+
+    def list(self, node_uuid: str | None = None) -> list[dict[str, object]]:
+        """Outbox entries (newest last) with their delivery state."""
+        with Session(self._engine) as session:
+            query = sa.select(OutboxEvent).order_by(OutboxEvent.created_at)
+            if node_uuid is not None:
+                query = query.where(OutboxEvent.node_uuid == node_uuid)
+            return [
+                {
+                    "signed_event": json.loads(row.body),
+                    "delivered": row.delivered_at is not None,
+                    "attempts": row.attempts,
+                    "last_error": row.last_error,
+                }
+                for row in session.scalars(query)
+            ]

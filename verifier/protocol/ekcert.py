@@ -1,0 +1,95 @@
+"""EK certificate checks (TCG EK Credential Profile for TPM 2.0, 2.2).
+
+An EK certificate is accepted when it parses, it was issued directly by one
+of the configured trust anchors (the TPM vendors' or swtpm's local CA,
+including any intermediate the operator chose to trust), it is valid at
+the time given, and its public key is exactly the EK the node presented.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+
+from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.tpm import TpmPublic
+
+__all__ = ["check_ek_certificate", "load_anchors"]
+
+
+def load_anchors(pem_bundle: bytes) -> list[x509.Certificate]:
+    """Parse a PEM bundle of trust anchors.
+
+    Raises:
+        MalformedError: if the bundle holds no certificate.
+    """
+    try:
+        certs = x509.load_pem_x509_certificates(pem_bundle)
+    except ValueError as exc:
+        raise MalformedError("EK CA bundle", str(exc))
+    if not certs:
+        raise MalformedError("EK CA bundle", "no certificate in bundle")
+    return certs
+
+
+def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+    if cert.issuer != issuer.subject:
+        return False
+    key = issuer.public_key()
+    algorithm = cert.signature_hash_algorithm
+    try:
+        if isinstance(key, rsa.RSAPublicKey) and algorithm is not None:
+            key.verify(
+                cert.signature,
+                cert.tbs_certificate_bytes,
+                padding.PKCS1v15(),
+                algorithm,
+            )
+        elif isinstance(key, ec.EllipticCurvePublicKey) and algorithm is not None:
+            key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(algorithm))
+        else:
+            return False
+    except InvalidSignature:
+        return False
+    return True
+
+
+def check_ek_certificate(
+    cert_der: bytes,
+    ek: TpmPublic,
+    anchors: Sequence[x509.Certificate],
+    now: datetime.datetime,
+) -> x509.Certificate:
+    """Verify an EK certificate against trust anchors and the EK.
+
+    Args:
+        cert_der: the EK certificate (DER) read from the TPM's NV.
+        ek: the EK the node presented.
+        anchors: trusted CA certificates.
+        now: the current time (UTC, timezone-aware).
+
+    Returns:
+        The parsed certificate.
+
+    Raises:
+        EvidenceError: ``ek_certificate`` naming the failed check.
+    """
+    try:
+        cert = x509.load_der_x509_certificate(cert_der)
+    except ValueError as exc:
+        raise EvidenceError("ek_certificate", f"EK certificate does not parse: {exc}")
+    if not any(_issued_by(cert, anchor) for anchor in anchors):
+        raise EvidenceError(
+            "ek_certificate", "EK certificate is not issued by a trusted EK CA"
+        )
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        raise EvidenceError("ek_certificate", "EK certificate is not valid now")
+    if not ek.same_key(cert.public_key()):
+        raise EvidenceError(
+            "ek_certificate", "EK certificate is for another key than the EK"
+        )
+    return cert

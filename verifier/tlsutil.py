@@ -1,0 +1,107 @@
+"""TLS contexts for mutual TLS between the services and the node agents.
+
+Services (registrar, verifier) present certificates from the operator's CA
+and require client certificates from it. A node agent presents a
+self-signed certificate that it registers with the registrar; the verifier
+and the tenant pin exactly that certificate when they connect to it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import ssl
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+__all__ = [
+    "client_context",
+    "pinned_client_context",
+    "self_signed_certificate",
+    "server_context",
+]
+
+
+def server_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
+    """A server context that requires a client certificate signed by ``ca_file``."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def server_context_from_pem(
+    cert_pem: bytes, key_pem: bytes, ca_pem: str, workdir: str
+) -> ssl.SSLContext:
+    """Like :func:`server_context` for in-memory PEM (written to ``workdir``,
+    since :mod:`ssl` loads chains only from files)."""
+    import os
+
+    cert_file = os.path.join(workdir, "tls-cert.pem")
+    key_file = os.path.join(workdir, "tls-key.pem")
+    with open(cert_file, "wb") as f:
+        f.write(cert_pem)
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key_pem)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=ca_pem)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def client_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
+    """A client context presenting our certificate, trusting ``ca_file``."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+def pinned_client_context(
+    cert_file: str, key_file: str, pinned_cert_pem: str
+) -> ssl.SSLContext:
+    """A client context that accepts exactly one (self-signed) server cert."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=pinned_cert_pem)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = False  # the certificate itself is pinned
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+def self_signed_certificate(
+    common_name: str, hosts: list[str], days: int = 365
+) -> tuple[bytes, bytes]:
+    """A fresh P-256 key and self-signed certificate (PEM key, PEM cert)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    sans: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
