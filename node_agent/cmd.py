@@ -79,7 +79,9 @@ async def serve(agent: Agent, host: str) -> int:
         await site.start()
         if agent.port == 0:
             agent.port = int(runner.addresses[0][1])
-        LOG.info("node agent %s listening on https://%s:%d", agent.uuid, host, agent.port)
+        LOG.info(
+            "node agent %s listening on https://%s:%d", agent.uuid, host, agent.port
+        )
         registration = asyncio.create_task(register_with_retry(agent))
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({registration, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -100,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     conf = cfg.ConfigOpts()
     agent_conf.register_opts(conf)
     log.register_options(conf)
-    conf(sys.argv[1:] if argv is None else argv, project="trusted-cloud",
-         prog="trusted-agent")
+    conf(
+        sys.argv[1:] if argv is None else argv,
+        project="trusted-cloud",
+        prog="trusted-agent",
+    )
     log.setup(conf, "trusted-agent")
     try:
         agent = Agent.from_conf(conf)

@@ -1,0 +1,206 @@
+"""The tenant library: enrol a node with a payload and a policy.
+
+The tenant keeps K. It checks the node's identity quote against the AK the
+registrar activated, seals the payload under K for that node, sends V and
+the policy to the verifier and U (sealed to the node's quoted transport
+key) with the sealed payload to the node. If anything fails after the
+verifier accepted V, the enrolment is undone and the error says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+
+from nova_plugin.exceptions import AttestationFailedError, ServiceError
+from verifier import tlsutil
+from verifier.attest import AgentClient
+from verifier.exceptions import AgentUnreachableError
+from verifier.protocol import (
+    AttestationKey,
+    EvidenceError,
+    MalformedError,
+    PcrPolicy,
+    Quote,
+    TpmPublic,
+    bind_nonce,
+    canonical_uuid,
+    generate_key,
+    seal_payload,
+    seal_share,
+    split,
+    verify_quote,
+)
+from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
+
+
+@dataclasses.dataclass(frozen=True)
+class TenantConfig:
+    registrar_url: str
+    verifier_url: str
+    cert_file: str
+    key_file: str
+    ca_file: str
+    timeout: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EnrolResult:
+    uuid: str
+    state: str
+    pcrs: tuple[int, ...]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class Tenant:
+    """Talks to the registrar, the verifier and node agents over mTLS."""
+
+    def __init__(self, config: TenantConfig) -> None:
+        self._config = config
+        self._ssl: ssl.SSLContext = tlsutil.client_context(
+            config.cert_file, config.key_file, config.ca_file
+        )
+        self._agents = AgentClient(config.cert_file, config.key_file, config.timeout)
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=config.timeout)
+        )
+
+    async def close(self) -> None:
+        await self._session.close()
+        await self._agents.close()
+
+    async def _call(
+        self, method: str, url: str, body: Mapping[str, Any] | None = None
+    ) -> tuple[int, Any]:
+        try:
+            async with self._session.request(
+                method, url, json=body, ssl=self._ssl
+            ) as resp:
+                text = await resp.text()
+                data = json.loads(text) if text else None
+                if resp.status // 100 != 2:
+                    message = data.get("error", {}).get("message") if data else text
+                    raise ServiceError(f"{method} {url}: {resp.status} {message}")
+                return resp.status, data
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise ServiceError(f"{method} {url}: {exc}")
+
+    async def identity(self, uuid: str) -> Mapping[str, Any]:
+        """The registrar's record; raises ServiceError unless AK activated."""
+        _, rec = await self._call(
+            "GET", f"{self._config.registrar_url}/v1/agents/{uuid}"
+        )
+        if rec.get("activated") is not True:
+            raise ServiceError(f"node {uuid} has not activated its attestation key")
+        return dict(rec)
+
+    async def check_identity_quote(
+        self, uuid: str, record: Mapping[str, Any], policy: PcrPolicy
+    ) -> bytes:
+        """Verify a fresh identity quote; return the node's transport key."""
+        nonce = os.urandom(20)
+        base = f"https://{record['host']}:{record['port']}"
+        params = {"nonce": nonce.hex(), "pcrs": ",".join(map(str, policy.pcrs))}
+        try:
+            answer = await self._agents.request(
+                "GET", base, record["tls_cert"], "/v1/quote", params=params
+            )
+            nk = base64.b64decode(str(answer.get("nk")), validate=True)
+            ak = AttestationKey(
+                TpmPublic.from_bytes(base64.b64decode(record["ak_public"])), True
+            )
+            verify_quote(
+                Quote.from_dict(answer.get("quote")),
+                ak=ak,
+                qualifying_data=bind_nonce(nonce, nk),
+                policy=policy,
+            )
+        except AgentUnreachableError as exc:
+            raise ServiceError(f"node {uuid}: {exc}")
+        except (EvidenceError, MalformedError, ValueError) as exc:
+            raise AttestationFailedError(
+                f"node {uuid} failed its identity quote, nothing was sent: {exc}"
+            )
+        return nk
+
+    async def enrol(self, uuid: str, payload: bytes, policy: PcrPolicy) -> EnrolResult:
+        """Enrol ``uuid``: verifier gets V and the policy, the node gets U."""
+        uuid = canonical_uuid(uuid)
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise ServiceError(
+                f"payload is {len(payload)} bytes; at most "
+                f"{MAX_PAYLOAD_BYTES} are allowed"
+            )
+        record = await self.identity(uuid)
+        nk = await self.check_identity_quote(uuid, record, policy)
+        key = generate_key()
+        sealed = seal_payload(key, payload, uuid)
+        u_share, v_share = split(key)
+        _, view = await self._call(
+            "POST",
+            f"{self._config.verifier_url}/v1/nodes",
+            {"uuid": uuid, "v": _b64(v_share), "policy": policy.to_dict()},
+        )
+        base = f"https://{record['host']}:{record['port']}"
+        body = {"u": _b64(seal_share(nk, u_share, "U", uuid)), "payload": _b64(sealed)}
+        try:
+            await self._agents.request(
+                "POST", base, record["tls_cert"], "/v1/keys/u", body=body
+            )
+        except AgentUnreachableError as exc:
+            await self._undo(uuid, exc)
+        return EnrolResult(uuid, view["state"], policy.pcrs)
+
+    async def _undo(self, uuid: str, cause: Exception) -> None:
+        try:
+            await self.delete(uuid)
+        except ServiceError as exc:
+            raise ServiceError(
+                f"sending U to node {uuid} failed ({cause}) and undoing the "
+                f"enrolment failed too ({exc}): the verifier still holds V for "
+                f"it; run 'trusted-tenant delete {uuid}'"
+            )
+        raise ServiceError(
+            f"sending U to node {uuid} failed ({cause}); the enrolment was "
+            f"undone, the verifier holds nothing for it"
+        )
+
+    async def status(self, uuid: str) -> Mapping[str, Any]:
+        _, data = await self._call(
+            "GET", f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}"
+        )
+        return dict(data)
+
+    async def list(self) -> list[Mapping[str, Any]]:
+        _, data = await self._call("GET", f"{self._config.verifier_url}/v1/nodes")
+        return list(data["nodes"])
+
+    async def revoke(self, uuid: str, detail: str) -> Mapping[str, Any]:
+        _, data = await self._call(
+            "POST",
+            f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}/revoke",
+            {"detail": detail},
+        )
+        return dict(data)
+
+    async def delete(self, uuid: str) -> None:
+        await self._call(
+            "DELETE", f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}"
+        )
+
+    async def events(self, uuid: str | None = None) -> list[Mapping[str, Any]]:
+        url = f"{self._config.verifier_url}/v1/events"
+        if uuid:
+            url += f"?node={canonical_uuid(uuid)}"
+        _, data = await self._call("GET", url)
+        return list(data["events"])

@@ -1,0 +1,75 @@
+"""Shared start-up of the aiohttp services: config, logging, mTLS, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import ssl
+import sys
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from verifier import conf as vconf
+from verifier.exceptions import ConfigError
+
+LOG = logging.getLogger(__name__)
+
+
+def setup(argv: list[str] | None, project: str) -> cfg.ConfigOpts:
+    """Register options, parse the command line and set up oslo.log."""
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    logging.register_options(conf)
+    conf(sys.argv[1:] if argv is None else argv, project="trusted-cloud", prog=project)
+    logging.setup(conf, "trusted-cloud")
+    return conf
+
+
+def require(group: cfg.ConfigOpts.GroupAttr, *names: str) -> None:
+    """Raise ConfigError naming every missing option of ``group``."""
+    missing = [n for n in names if not getattr(group, n)]
+    if missing:
+        raise ConfigError(f"missing options in [{group._group.name}]: {missing}")
+
+
+async def serve(
+    app: web.Application,
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext,
+    on_start: Callable[[], Awaitable[None]] | None = None,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Serve ``app`` over TLS until SIGTERM or SIGINT."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    if on_start is not None:
+        await on_start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    LOG.info("Listening on https://%s:%d", host, port)
+    await stop.wait()
+    LOG.info("Stopping")
+    if on_stop is not None:
+        await on_stop()
+    await runner.cleanup()
+
+
+def run(main: Callable[[], Awaitable[None]]) -> int:
+    """Run ``main``; configuration errors end the process with a message."""
+    try:
+        asyncio.run(main())
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0

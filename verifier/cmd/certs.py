@@ -1,0 +1,51 @@
+"""``trusted-certs``: make the operator CA and mTLS certificates.
+
+Example::
+
+    trusted-certs --dir /etc/trusted-cloud/pki registrar verifier tenant agent
+
+writes ``ca.pem``/``ca-key.pem`` (created once) and ``<name>.pem`` /
+``<name>-key.pem`` for each name, valid for TLS server and client use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from verifier.ca import CaError, CertificateAuthority
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="trusted-certs",
+        description="Create the operator CA and mTLS certificates.",
+    )
+    parser.add_argument("--dir", required=True, help="output directory")
+    parser.add_argument(
+        "--hosts",
+        default="127.0.0.1,localhost",
+        help="comma-separated IPs/DNS names for the certificates (default %(default)s)",
+    )
+    parser.add_argument("names", nargs="+", help="certificate names, e.g. verifier")
+    args = parser.parse_args(argv)
+    try:
+        if os.path.exists(os.path.join(args.dir, "ca-key.pem")):
+            ca = CertificateAuthority.load(args.dir)
+        else:
+            ca = CertificateAuthority.create(args.dir, "Trusted Cloud operator CA")
+    except (CaError, OSError) as exc:
+        print(f"trusted-certs: {exc}", file=sys.stderr)
+        return 1
+    hosts = [h for h in args.hosts.split(",") if h]
+    for name in args.names:
+        key_pem, cert_pem = ca.issue(name, hosts)
+        key_path = os.path.join(args.dir, f"{name}-key.pem")
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key_pem)
+        with open(os.path.join(args.dir, f"{name}.pem"), "wb") as f:
+            f.write(cert_pem)
+        print(f"wrote {name}.pem and {name}-key.pem in {args.dir}")
+    return 0
