@@ -71,19 +71,24 @@ class Tenant:
             config.cert_file, config.key_file, config.ca_file
         )
         self._agents = AgentClient(config.cert_file, config.key_file, config.timeout)
-        self._session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=config.timeout)
-        )
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self._config.timeout)
+            self._session = aiohttp.ClientSession(timeout=timeout)
+        return self._session
 
     async def close(self) -> None:
-        await self._session.close()
+        if self._session is not None:
+            await self._session.close()
         await self._agents.close()
 
     async def _call(
         self, method: str, url: str, body: Mapping[str, Any] | None = None
     ) -> tuple[int, Any]:
         try:
-            async with self._session.request(
+            async with self._get_session().request(
                 method, url, json=body, ssl=self._ssl
             ) as resp:
                 text = await resp.text()

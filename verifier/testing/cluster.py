@@ -1,0 +1,368 @@
+"""A whole trusted-boot deployment on one machine, from real processes.
+
+Used by ``make demo``, the end-to-end functional tests and the bootstrap
+benchmark: an operator CA and mTLS certificates, the registrar and the
+verifier as separate processes on SQLite, and N node agents, each with its
+own swtpm process. Everything started here is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid as uuid_mod
+from collections.abc import Callable
+from typing import Any
+
+from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair
+from node_agent.tpm import Tpm
+from verifier.ca import CertificateAuthority
+
+GOLDEN_MEASUREMENT = hashlib.sha256(b"trusted-cloud demo: golden boot image").digest()
+ROOTKIT_MEASUREMENT = hashlib.sha256(b"unexpected kernel module").digest()
+PCR = 16
+
+
+def expected_pcr(*measurements: bytes) -> bytes:
+    """The sha256 PCR value after extending ``measurements`` from zero."""
+    value = bytes(32)
+    for m in measurements:
+        value = hashlib.sha256(value + m).digest()
+    return value
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(
+    port: int, proc: subprocess.Popen[bytes] | None, log: str, timeout: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(
+                f"process exited ({proc.returncode}); see {log}:\n" + _tail(log)
+            )
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}; see {log}:\n" + _tail(log))
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _write_conf(path: str, sections: dict[str, dict[str, Any]]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for section, values in sections.items():
+            f.write(f"[{section}]\n")
+            for key, value in values.items():
+                if isinstance(value, list):
+                    value = ",".join(value)
+                f.write(f"{key} = {value}\n")
+            f.write("\n")
+
+
+def _script(name: str) -> str:
+    return os.path.join(os.path.dirname(sys.executable), name)
+
+
+@dataclasses.dataclass
+class NodeHandle:
+    uuid: str
+    index: int
+    dir: str
+    swtpm: Swtpm
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def work_dir(self) -> str:
+        return os.path.join(self.dir, "work")
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.dir, "agent.log")
+
+    def payload_output(self) -> str | None:
+        try:
+            with open(
+                os.path.join(self.work_dir, "payload.out"), encoding="utf-8"
+            ) as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def payload_status(self) -> dict[str, Any] | None:
+        try:
+            with open(
+                os.path.join(self.work_dir, "payload.status"), encoding="utf-8"
+            ) as f:
+                return dict(json.load(f))
+        except (OSError, ValueError):
+            return None
+
+
+class LocalCluster:
+    """Registrar, verifier and ``nodes`` agents on swtpm, as real processes.
+
+    Args:
+        workdir: everything goes here (removed first).
+        nodes: how many agents.
+        interval: the verifier's quote interval (seconds).
+        ak_alg: the agents' AK algorithm.
+        notifiers: the verifier's notifier drivers.
+    """
+
+    def __init__(
+        self,
+        workdir: str,
+        nodes: int = 3,
+        interval: float = 1.0,
+        ak_alg: str = "ecc",
+        notifiers: tuple[str, ...] = ("inprocess",),
+        log_level: str = "INFO",
+    ) -> None:
+        self.workdir = os.path.abspath(workdir)
+        self.n_nodes = nodes
+        self.interval = interval
+        self.ak_alg = ak_alg
+        self.notifiers = list(notifiers)
+        self.debug = log_level == "DEBUG"
+        self.pki = os.path.join(self.workdir, "pki")
+        self.localca = os.path.join(self.workdir, "swtpm-localca")
+        self.nodes: list[NodeHandle] = []
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.registrar_port = free_port()
+        self.verifier_port = free_port()
+        self.hook_record = os.path.join(self.workdir, "revocations.jsonl")
+
+    # -- set-up -------------------------------------------------------------
+
+    def pki_file(self, name: str) -> str:
+        return os.path.join(self.pki, name)
+
+    @property
+    def registrar_url(self) -> str:
+        return f"https://127.0.0.1:{self.registrar_port}"
+
+    @property
+    def verifier_url(self) -> str:
+        return f"https://127.0.0.1:{self.verifier_port}"
+
+    def tenant_env(self) -> dict[str, str]:
+        return {
+            "TRUSTED_REGISTRAR_URL": self.registrar_url,
+            "TRUSTED_VERIFIER_URL": self.verifier_url,
+            "TRUSTED_CERT": self.pki_file("tenant.pem"),
+            "TRUSTED_KEY": self.pki_file("tenant-key.pem"),
+            "TRUSTED_CA": self.pki_file("ca.pem"),
+        }
+
+    def _make_pki(self) -> None:
+        ca = CertificateAuthority.create(self.pki, "Demo operator CA")
+        for name in ("registrar", "verifier", "tenant", "agent"):
+            key, cert = ca.issue(name, ["127.0.0.1", "localhost"])
+            fd = os.open(
+                self.pki_file(f"{name}-key.pem"),
+                os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                0o600,
+            )
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+            with open(self.pki_file(f"{name}.pem"), "wb") as f:
+                f.write(cert)
+        CertificateAuthority.create(
+            os.path.join(self.workdir, "node-ca"), "Demo node identity CA"
+        )
+
+    def _spawn(self, name: str, argv: list[str], log: str) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.procs[name] = proc
+        return proc
+
+    def start_services(self) -> None:
+        if os.path.exists(self.workdir):
+            shutil.rmtree(self.workdir)
+        os.makedirs(self.workdir)
+        self._make_pki()
+        for i in range(self.n_nodes):
+            self._prepare_node(i)
+        with open(os.path.join(self.workdir, "ek-ca.pem"), "wb") as f:
+            f.write(ek_ca_bundle(self.localca))
+        self._start_registrar()
+        self._start_verifier()
+
+    def _prepare_node(self, i: int) -> None:
+        node_dir = os.path.join(self.workdir, f"node{i + 1}")
+        os.makedirs(node_dir)
+        swtpm = Swtpm(os.path.join(node_dir, "tpm"), free_port_pair(), self.localca)
+        swtpm.start()
+        with Tpm(swtpm.tcti) as tpm:  # firmware measures the boot image
+            tpm.pcr_extend(PCR, GOLDEN_MEASUREMENT)
+        node = NodeHandle(str(uuid_mod.uuid4()), i + 1, node_dir, swtpm, free_port())
+        self.nodes.append(node)
+
+    def _common(self, name: str) -> dict[str, Any]:
+        return {
+            "debug": self.debug,
+            "log_file": os.path.join(self.workdir, f"{name}.log"),
+            "use_stderr": False,
+        }
+
+    def _start_registrar(self) -> None:
+        conf = os.path.join(self.workdir, "registrar.conf")
+        _write_conf(
+            conf,
+            {
+                "DEFAULT": self._common("registrar"),
+                "registrar": {
+                    "port": self.registrar_port,
+                    "database_connection": f"sqlite:///{self.workdir}/registrar.sqlite",
+                    "cert_file": self.pki_file("registrar.pem"),
+                    "key_file": self.pki_file("registrar-key.pem"),
+                    "ca_file": self.pki_file("ca.pem"),
+                    "ek_ca_bundle": os.path.join(self.workdir, "ek-ca.pem"),
+                    "require_ek_certificate": True,
+                },
+            },
+        )
+        log = os.path.join(self.workdir, "registrar.out")
+        proc = self._spawn(
+            "registrar", [_script("trusted-registrar"), "--config-file", conf], log
+        )
+        wait_port(
+            self.registrar_port, proc, os.path.join(self.workdir, "registrar.log")
+        )
+
+    def _start_verifier(self) -> None:
+        conf = os.path.join(self.workdir, "verifier.conf")
+        _write_conf(
+            conf,
+            {
+                "DEFAULT": self._common("verifier"),
+                "verifier": {
+                    "port": self.verifier_port,
+                    "database_connection": f"sqlite:///{self.workdir}/verifier.sqlite",
+                    "cert_file": self.pki_file("verifier.pem"),
+                    "key_file": self.pki_file("verifier-key.pem"),
+                    "ca_file": self.pki_file("ca.pem"),
+                    "registrar_url": self.registrar_url,
+                    "quote_interval": self.interval,
+                    "signing_key": os.path.join(self.workdir, "event-signing-key.pem"),
+                    "ca_dir": os.path.join(self.workdir, "node-ca"),
+                    "notifiers": self.notifiers,
+                    "outbox_interval": 0.1,
+                },
+                "revocation_hooks": {"actions": ["log"], "retry_delay": 0.1},
+                "action_log": {"record_file": self.hook_record},
+            },
+        )
+        log = os.path.join(self.workdir, "verifier.out")
+        proc = self._spawn(
+            "verifier", [_script("trusted-verifier"), "--config-file", conf], log
+        )
+        wait_port(self.verifier_port, proc, os.path.join(self.workdir, "verifier.log"))
+
+    def start_agent(self, node: NodeHandle) -> None:
+        conf = os.path.join(node.dir, "agent.conf")
+        _write_conf(
+            conf,
+            {
+                "DEFAULT": {
+                    "debug": self.debug,
+                    "log_file": node.log,
+                    "use_stderr": False,
+                },
+                "agent": {
+                    "uuid": node.uuid,
+                    "tcti": node.swtpm.tcti,
+                    "ak_alg": self.ak_alg,
+                    "port": node.port,
+                    "registrar_url": self.registrar_url,
+                    "ca_file": self.pki_file("ca.pem"),
+                    "cert_file": self.pki_file("agent.pem"),
+                    "key_file": self.pki_file("agent-key.pem"),
+                    "work_dir": node.work_dir,
+                    "tpm_shared": True,
+                },
+            },
+        )
+        node.proc = self._spawn(
+            f"agent{node.index}",
+            [_script("trusted-agent"), "--config-file", conf],
+            os.path.join(node.dir, "agent.out"),
+        )
+        wait_port(node.port, node.proc, node.log, timeout=60)
+
+    def start(self) -> None:
+        self.start_services()
+        for node in self.nodes:
+            self.start_agent(node)
+
+    def tamper(self, node: NodeHandle) -> None:
+        """Something unexpected is measured on ``node`` (PCR 16 extended)."""
+        with Tpm(node.swtpm.tcti) as tpm:
+            tpm.pcr_extend(PCR, ROOTKIT_MEASUREMENT)
+
+    def good_pcr_hex(self) -> str:
+        return expected_pcr(GOLDEN_MEASUREMENT).hex()
+
+    def hook_records(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.hook_record, encoding="utf-8") as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except OSError:
+            return []
+
+    # -- tear-down ----------------------------------------------------------
+
+    def stop(self) -> None:
+        procs = list(self.procs.values())
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for node in self.nodes:
+            node.swtpm.stop()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something truthy or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(step)
