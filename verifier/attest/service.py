@@ -292,9 +292,12 @@ class Verifier:
         try:
             nk, csr = self._check_answer(node, answer, nonce, first)
         except (EvidenceError, MalformedError) as exc:
-            reason = exc.reason if isinstance(exc, EvidenceError) else "malformed"
+            if isinstance(exc, EvidenceError):
+                reason, detail = exc.reason, exc.detail
+            else:
+                reason, detail = "malformed", str(exc)
             LOG.warning("Node %s failed attestation: %s", node.uuid, exc)
-            self._revoke(node, reason, str(exc))
+            self._revoke(node, reason, detail)
             return node.view()
         if first:
             await self._release_v(node, nk, csr)
