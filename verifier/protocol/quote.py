@@ -23,7 +23,10 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives.asymmetric.utils import (
+    Prehashed,
+    encode_dss_signature,
+)
 
 from verifier.protocol import _marshal as m
 from verifier.protocol.errors import EvidenceError, MalformedError
@@ -60,6 +63,7 @@ __all__ = [
 
 _BIND_LABEL = b"trusted-cloud quote v1\x00"
 _ACCEPTED_HASHES = {ALG_SHA256: hashes.SHA256}
+_ECDSA_PREHASHED = ec.ECDSA(Prehashed(hashes.SHA256()))
 _AK_ATTRS = ATTR_FIXED_TPM | ATTR_FIXED_PARENT | ATTR_RESTRICTED | ATTR_SIGN
 
 
@@ -215,7 +219,8 @@ def _verify_signature(key: AttestationKey, sig: TpmSignature, data: bytes) -> No
             der = encode_dss_signature(
                 int.from_bytes(sig.r, "big"), int.from_bytes(sig.s, "big")
             )
-            pub.verify(der, data, ec.ECDSA(hash_cls()))
+            digest = hashlib.sha256(data).digest()
+            pub.verify(der, digest, _ECDSA_PREHASHED)
         elif sig.sig_alg == ALG_RSASSA and isinstance(pub, rsa.RSAPublicKey):
             pub.verify(sig.sig, data, padding.PKCS1v15(), hash_cls())
         elif sig.sig_alg == ALG_RSAPSS and isinstance(pub, rsa.RSAPublicKey):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import struct
 from collections.abc import Iterable, Mapping
 
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -94,6 +95,9 @@ _CURVES: dict[int, type[ec.EllipticCurve]] = {
 }
 _CURVE_IDS = {cls.name: cid for cid, cls in _CURVES.items()}
 _MAX_PCR = 24
+_HEAD = struct.Struct(">IHH")
+_U16 = struct.Struct(">H")
+_CLOCK = struct.Struct(">QIIBQ")
 
 
 def hash_for_alg(alg: int) -> str:
@@ -198,22 +202,35 @@ class TpmAttest:
     def from_bytes(cls, data: bytes) -> TpmAttest:
         """Parse a TPMS_ATTEST of type quote.
 
+        This is on every quote's path, so it unpacks with precompiled
+        structs and checks each length once instead of walking a reader.
+
         Raises:
             MalformedError: if the bytes are not a TPMS_ATTEST of a quote.
         """
-        r = m.Reader(data, "TPMS_ATTEST")
-        magic = r.u32()
-        st = r.u16()
-        if st != ST_ATTEST_QUOTE:
-            raise MalformedError("TPMS_ATTEST", f"type 0x{st:04x} is not a quote")
-        signer = r.tpm2b(68)
-        extra = r.tpm2b(66)
-        clock = ClockInfo(r.u64(), r.u32(), r.u32(), r.u8() != 0)
-        firmware = r.u64()
+        if not isinstance(data, bytes):
+            raise MalformedError("TPMS_ATTEST", "expected bytes")
+        try:
+            magic, st, size = _HEAD.unpack_from(data, 0)
+            if st != ST_ATTEST_QUOTE:
+                raise MalformedError("TPMS_ATTEST", f"type 0x{st:04x} is not a quote")
+            pos = 8 + size
+            signer = data[8:pos]
+            (size,) = _U16.unpack_from(data, pos)
+            extra = data[pos + 2 : pos + 2 + size]
+            pos += 2 + size
+            if len(signer) > 68 or len(extra) > 66:
+                raise MalformedError("TPMS_ATTEST", "name or extraData too long")
+            clock, resets, restarts, safe, firmware = _CLOCK.unpack_from(data, pos)
+            pos += _CLOCK.size
+        except struct.error:
+            raise MalformedError("TPMS_ATTEST", "truncated")
+        r = m.Reader(data[pos:], "TPMS_ATTEST")
         selection = PcrSelection.read_list(r)
         digest = r.tpm2b(64)
         r.end()
-        return cls(magic, st, signer, extra, clock, firmware, selection, digest)
+        info = ClockInfo(clock, resets, restarts, safe != 0)
+        return cls(magic, st, signer, extra, info, firmware, selection, digest)
 
     def to_bytes(self) -> bytes:
         return b"".join(
