@@ -524,7 +524,7 @@ class Agent:
                 code = await proc.wait()
                 status = {"exit_code": code, "timed_out": True}
                 LOG.error(
-                    "payload of node %s killed after %.0f s",
+                    "payload of node %s killed after %.1f s",
                     self.uuid,
                     self.payload_timeout,
                 )
