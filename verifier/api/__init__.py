@@ -11,8 +11,8 @@ import base64
 import binascii
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -20,9 +20,12 @@ from verifier.exceptions import RequestError
 from verifier.protocol.errors import EnvelopeError, MalformedError
 
 __all__ = [
+    "allow",
+    "authz_middleware",
     "b64_field",
     "error_middleware",
     "json_response",
+    "peer_common_name",
     "read_json",
     "str_field",
 ]
@@ -113,3 +116,55 @@ def json_response(data: Any, status: int = 200) -> web.Response:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def allow(*roles: str) -> Callable[[F], F]:
+    """Mark a handler as callable only by clients in one of ``roles``."""
+
+    def mark(handler: F) -> F:
+        handler.roles = frozenset(roles)  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+def peer_common_name(request: web.Request) -> str | None:
+    """The CN of the verified client certificate, or None without mTLS."""
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport else None
+    if ssl_object is None:
+        return None
+    cert = ssl_object.getpeercert()
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def authz_middleware(members: Mapping[str, Collection[str]]) -> Any:
+    """Refuse (403) clients whose certificate CN is in none of the roles a
+    handler was marked with by :func:`allow`.
+
+    Args:
+        members: role name -> certificate common names in that role.
+    """
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        roles = getattr(request.match_info.handler, "roles", None)
+        if roles is not None:
+            name = peer_common_name(request)
+            if name is None or not any(name in members.get(r, ()) for r in roles):
+                raise RequestError(
+                    "forbidden",
+                    f"client {name!r} may not {request.method} {request.path} "
+                    f"(needs role {' or '.join(sorted(roles))})",
+                    403,
+                )
+        return await handler(request)
+
+    return middleware

@@ -10,10 +10,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 
-from verifier.api import b64_field, error_middleware, json_response, read_json
+from verifier.api import (
+    allow,
+    authz_middleware,
+    b64_field,
+    error_middleware,
+    json_response,
+    read_json,
+)
 from verifier.attest import Verifier
 from verifier.exceptions import RequestError
 from verifier.protocol import PcrPolicy, canonical_uuid
@@ -23,6 +32,7 @@ _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
 
 
+@allow("tenant")
 async def _enrol(request: web.Request) -> web.Response:
     data = await read_json(request)
     uuid = data.get("uuid")
@@ -37,19 +47,23 @@ async def _enrol(request: web.Request) -> web.Response:
     return json_response(view.to_dict(), status=201)
 
 
+@allow("tenant")
 async def _list(request: web.Request) -> web.Response:
     return json_response({"nodes": [v.to_dict() for v in request.app[_KEY].list()]})
 
 
+@allow("tenant")
 async def _get(request: web.Request) -> web.Response:
     return json_response(request.app[_KEY].get(request.match_info["uuid"]).to_dict())
 
 
+@allow("tenant")
 async def _delete(request: web.Request) -> web.Response:
     await request.app[_KEY].delete(request.match_info["uuid"])
     return web.Response(status=204)
 
 
+@allow("tenant")
 async def _revoke(request: web.Request) -> web.Response:
     data = await read_json(request) if request.can_read_body else {}
     detail = data.get("detail", "revoked by the tenant")
@@ -61,6 +75,7 @@ async def _revoke(request: web.Request) -> web.Response:
     return json_response(view.to_dict())
 
 
+@allow("tenant")
 async def _events(request: web.Request) -> web.Response:
     node = request.query.get("node")
     node = canonical_uuid(node) if node else None
@@ -71,9 +86,23 @@ async def _signing_key(request: web.Request) -> web.Response:
     return web.Response(text=request.app[_PEM], content_type="application/x-pem-file")
 
 
-def make_app(verifier: Verifier, signing_public_pem: str) -> web.Application:
-    """The verifier's aiohttp application."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024)
+def make_app(
+    verifier: Verifier,
+    signing_public_pem: str,
+    roles: Mapping[str, Collection[str]] | None = None,
+) -> web.Application:
+    """The verifier's aiohttp application.
+
+    Args:
+        verifier: the service.
+        signing_public_pem: the event-signing public key (served as is).
+        roles: role (``tenant``) -> client certificate common names; None
+            disables the check (tests without TLS).
+    """
+    middlewares = [error_middleware]
+    if roles is not None:
+        middlewares.append(authz_middleware(roles))
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = verifier
     app[_PEM] = signing_public_pem
     app.router.add_post("/v1/nodes", _enrol)

@@ -84,6 +84,7 @@ class _Live:
     quotes_verified: int = 0
     unreachable: int = 0
     failure_reason: str | None = None
+    v_released: bool = False
     dirty: bool = False
     task: asyncio.Task[None] | None = None
 
@@ -275,7 +276,7 @@ class Verifier:
         node = self._live(uuid)
         if node.state == NodeState.REVOKED:
             return node.view()
-        first = node.state in (NodeState.REGISTERED, NodeState.BOOTSTRAPPING)
+        first = not node.v_released
         nonce = os.urandom(20)
         params = {
             "nonce": nonce.hex(),
@@ -323,11 +324,12 @@ class Verifier:
         node.unreachable = 0
         node.dirty = True
         if node.state == NodeState.FAILED:
-            self._set_state(node, NodeState.ATTESTED, None)
+            back = NodeState.ATTESTED if node.v_released else NodeState.BOOTSTRAPPING
+            self._set_state(node, back, None)
         return nk, csr
 
     async def _release_v(self, node: _Live, nk: bytes, csr: bytes | None) -> None:
-        if node.state == NodeState.REGISTERED:
+        if node.state != NodeState.BOOTSTRAPPING:
             self._set_state(node, NodeState.BOOTSTRAPPING, None)
         cert = None
         if self._ca is not None and csr is not None:
@@ -349,7 +351,10 @@ class Verifier:
         except AgentUnreachableError as exc:
             LOG.warning("Could not deliver V to node %s yet: %s", node.uuid, exc)
             return
-        self._set_state(node, NodeState.ATTESTED, None, identity_cert=cert)
+        node.v_released = True
+        self._set_state(
+            node, NodeState.ATTESTED, None, identity_cert=cert, v_released=True
+        )
         LOG.info("Node %s attested; V released", node.uuid)
 
     def _unreachable(self, node: _Live, detail: str) -> None:

@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         db.upgrade(engine)
         registrar = Registrar(engine, anchors, group.require_ek_certificate)
         ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
-        await _service.serve(make_app(registrar), group.host, group.port, ctx)
+        roles = {
+            "agent": group.agent_clients,
+            "reader": group.reader_clients,
+            "admin": group.admin_clients,
+        }
+        app = make_app(registrar, roles)
+        await _service.serve(app, group.host, group.port, ctx)
 
     return _service.run(_main)

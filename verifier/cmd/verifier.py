@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         verifier, pem = build(conf)
         ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
         await _service.serve(
-            make_app(verifier, pem),
+            make_app(verifier, pem, {"tenant": group.tenant_clients}),
             group.host,
             group.port,
             ctx,

@@ -23,6 +23,21 @@ _OPTS = [
         "local CA, or TPM vendors' CAs). When set, an EK certificate sent at "
         "registration must chain to one of them and match the EK.",
     ),
+    cfg.ListOpt(
+        "agent_clients",
+        default=["agent"],
+        help="Client certificate common names allowed to register nodes.",
+    ),
+    cfg.ListOpt(
+        "reader_clients",
+        default=["verifier", "tenant"],
+        help="Client certificate common names allowed to read registrations.",
+    ),
+    cfg.ListOpt(
+        "admin_clients",
+        default=["admin"],
+        help="Client certificate common names allowed to delete registrations.",
+    ),
     cfg.BoolOpt(
         "require_ek_certificate",
         default=False,

@@ -19,6 +19,12 @@ _OPTS = [
     ),
     cfg.StrOpt("key_file", help="PEM private key of cert_file."),
     cfg.StrOpt("ca_file", help="PEM CA bundle for clients and the registrar."),
+    cfg.ListOpt(
+        "tenant_clients",
+        default=["tenant"],
+        help="Client certificate common names allowed to enrol, list, revoke "
+        "and delete nodes and to read revocation events.",
+    ),
     cfg.URIOpt(
         "registrar_url",
         default="https://127.0.0.1:8891",

@@ -48,6 +48,7 @@ class Node(Base):
     quotes_verified: Mapped[int] = mapped_column(Integer, default=0)
     failure_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     identity_cert: Mapped[str | None] = mapped_column(Text, nullable=True)
+    v_released: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
 

@@ -8,10 +8,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
 from verifier.api import (
+    allow,
+    authz_middleware,
     b64,
     b64_field,
     error_middleware,
@@ -38,6 +41,7 @@ def _record_dict(rec: AgentRecord) -> dict[str, object]:
     }
 
 
+@allow("agent")
 async def _register(request: web.Request) -> web.Response:
     data = await read_json(request)
     port = data.get("port")
@@ -62,6 +66,7 @@ async def _register(request: web.Request) -> web.Response:
     )
 
 
+@allow("agent")
 async def _activate(request: web.Request) -> web.Response:
     data = await read_json(request)
     credential = b64_field(data, "credential", max_len=64) or b""
@@ -71,11 +76,13 @@ async def _activate(request: web.Request) -> web.Response:
     return json_response({"uuid": request.match_info["uuid"], "activated": True})
 
 
+@allow("reader")
 async def _get(request: web.Request) -> web.Response:
     rec = request.app[_KEY].get(request.match_info["uuid"])
     return json_response(_record_dict(rec))
 
 
+@allow("reader")
 async def _list(request: web.Request) -> web.Response:
     records = request.app[_KEY].list()
     return json_response(
@@ -83,14 +90,26 @@ async def _list(request: web.Request) -> web.Response:
     )
 
 
+@allow("admin")
 async def _delete(request: web.Request) -> web.Response:
     request.app[_KEY].delete(request.match_info["uuid"])
     return web.Response(status=204)
 
 
-def make_app(registrar: Registrar) -> web.Application:
-    """The registrar's aiohttp application."""
-    app = web.Application(middlewares=[error_middleware], client_max_size=64 * 1024)
+def make_app(
+    registrar: Registrar, roles: Mapping[str, Collection[str]] | None = None
+) -> web.Application:
+    """The registrar's aiohttp application.
+
+    Args:
+        registrar: the service.
+        roles: role (``agent``, ``reader``, ``admin``) -> client certificate
+            common names; None disables the check (tests without TLS).
+    """
+    middlewares = [error_middleware]
+    if roles is not None:
+        middlewares.append(authz_middleware(roles))
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = registrar
     app.router.add_post("/v1/agents/{uuid}", _register)
     app.router.add_post("/v1/agents/{uuid}/activate", _activate)

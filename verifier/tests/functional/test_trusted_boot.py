@@ -187,7 +187,7 @@ class TrustedBootTest(testtools.TestCase):
                 "host": "127.0.0.1",
                 "port": handle.port,
             }
-            r = self.http.call(
+            r = Http(self.cluster, "agent").call(
                 "POST", f"{self.cluster.registrar_url}/v1/agents/{uuid}", json=body
             )
             self.assertEqual(200, r.status_code, r.text)
@@ -243,8 +243,9 @@ class TrustedBootTest(testtools.TestCase):
             "port": handle.port,
         }
         url = f"{self.cluster.registrar_url}/v1/agents/{uuid}"
-        self.assertEqual(200, self.http.call("POST", url, json=body).status_code)
-        r = self.http.call(
+        agent_client = Http(self.cluster, "agent")
+        self.assertEqual(200, agent_client.call("POST", url, json=body).status_code)
+        r = agent_client.call(
             "POST",
             url + "/activate",
             json={"credential": base64.b64encode(bytes(32)).decode()},
@@ -419,8 +420,26 @@ class TrustedBootTest(testtools.TestCase):
                 "unknown_node",
             ),
         ]
+        agent_client = Http(self.cluster, "agent")
         for method, url, kw, status, code in cases:
-            r = self.http.call(method, url, **kw)
+            client = agent_client if "/v1/agents" in url else self.http
+            r = client.call(method, url, **kw)
             self.assertEqual(status, r.status_code, f"{method} {url}: {r.text}")
             self.assertEqual(code, r.json()["error"]["code"], r.text)
         self.assertEqual(before, self.http.call("GET", f"{v}/v1/nodes").json())
+
+    def test_client_outside_the_role_is_forbidden(self) -> None:
+        node = self.cluster.nodes[0].uuid
+        agent_client = Http(self.cluster, "agent")
+        for method, url in (
+            ("GET", f"{self.cluster.verifier_url}/v1/nodes"),
+            ("DELETE", f"{self.cluster.verifier_url}/v1/nodes/{node}"),
+            ("POST", f"{self.cluster.verifier_url}/v1/nodes/{node}/revoke"),
+        ):
+            r = agent_client.call(method, url)
+            self.assertEqual(403, r.status_code, r.text)
+            self.assertEqual("forbidden", r.json()["error"]["code"])
+        r = self.http.call("DELETE", f"{self.cluster.registrar_url}/v1/agents/{node}")
+        self.assertEqual(403, r.status_code, r.text)
+        r = self.http.call("GET", f"{self.cluster.registrar_url}/v1/agents/{node}")
+        self.assertEqual(200, r.status_code)

@@ -43,6 +43,7 @@ def upgrade() -> None:
         sa.Column("quotes_verified", sa.Integer, nullable=False),
         sa.Column("failure_reason", sa.Text, nullable=True),
         sa.Column("identity_cert", sa.Text, nullable=True),
+        sa.Column("v_released", sa.Boolean, nullable=False),
         sa.Column("created_at", sa.Float, nullable=False),
         sa.Column("updated_at", sa.Float, nullable=False),
     )
