@@ -131,7 +131,7 @@ async def _run(args: argparse.Namespace) -> Any:
         if args.command == "status":
             return await tenant.status(args.uuid)
         if args.command == "list":
-            return {"nodes": await tenant.list()}
+            return {"nodes": await tenant.nodes()}
         if args.command == "revoke":
             return await tenant.revoke(args.uuid, args.detail)
         if args.command == "delete":

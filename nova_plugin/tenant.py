@@ -186,7 +186,7 @@ class Tenant:
         )
         return dict(data)
 
-    async def list(self) -> list[Mapping[str, Any]]:
+    async def nodes(self) -> list[Mapping[str, Any]]:
         _, data = await self._call("GET", f"{self._config.verifier_url}/v1/nodes")
         return list(data["nodes"])
 

@@ -37,7 +37,7 @@ def step(number: int, text: str) -> None:
 
 
 async def _node_states(tenant: Tenant) -> dict[str, dict[str, object]]:
-    return {n["uuid"]: dict(n) for n in await tenant.list()}
+    return {n["uuid"]: dict(n) for n in await tenant.nodes()}
 
 
 def states(tenant: Tenant) -> dict[str, dict[str, object]]:
@@ -47,8 +47,12 @@ def states(tenant: Tenant) -> dict[str, dict[str, object]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workdir", default=".demo")
-    parser.add_argument("--interval", type=float, default=1.0,
-                        help="seconds between integrity quotes (default 1)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        help="seconds between integrity quotes (default 1)",
+    )
     args = parser.parse_args()
     cluster = LocalCluster(args.workdir, nodes=3, interval=args.interval)
     loop = asyncio.new_event_loop()
@@ -76,16 +80,23 @@ def run(cluster: LocalCluster, interval: float) -> int:
     step(2, "Starting three nodes; each proves its TPM to the registrar")
     for node in cluster.nodes:
         cluster.start_agent(node)
-    tenant = Tenant(TenantConfig(cluster.registrar_url, cluster.verifier_url,
-                                 cluster.pki_file("tenant.pem"),
-                                 cluster.pki_file("tenant-key.pem"),
-                                 cluster.pki_file("ca.pem")))
+    tenant = Tenant(
+        TenantConfig(
+            cluster.registrar_url,
+            cluster.verifier_url,
+            cluster.pki_file("tenant.pem"),
+            cluster.pki_file("tenant-key.pem"),
+            cluster.pki_file("ca.pem"),
+        )
+    )
     for node in cluster.nodes:
         ok = wait_until(lambda n=node: _activated(loop, tenant, n.uuid), 30)
         if not ok:
             raise RuntimeError(f"node {node.index} did not register; see {node.log}")
-        say(f"   node {node.index} ({node.uuid}): EK certificate checked, "
-            "attestation key activated")
+        say(
+            f"   node {node.index} ({node.uuid}): EK certificate checked, "
+            "attestation key activated"
+        )
 
     step(3, "The tenant enrols one encrypted payload to all three nodes")
     policy = PcrPolicy.from_dict({"pcrs": {str(PCR): [cluster.good_pcr_hex()]}})
@@ -94,8 +105,10 @@ def run(cluster: LocalCluster, interval: float) -> int:
     say("   the node gets U, nobody but the tenant ever holds K.")
     for node in cluster.nodes:
         loop.run_until_complete(tenant.enrol(node.uuid, PAYLOAD, policy))
-        say(f"   node {node.index}: identity quote verified; U and the sealed "
-            "payload sent")
+        say(
+            f"   node {node.index}: identity quote verified; U and the sealed "
+            "payload sent"
+        )
 
     step(4, "The verifier checks each node and releases V; the payload runs")
     for node in cluster.nodes:
@@ -103,8 +116,10 @@ def run(cluster: LocalCluster, interval: float) -> int:
         if not status:
             raise RuntimeError(f"node {node.index} did not decrypt its payload")
         output = (node.payload_output() or "").strip().splitlines()
-        say(f"   node {node.index}: attested, payload decrypted and run "
-            f"(exit code {status['exit_code']}):")
+        say(
+            f"   node {node.index}: attested, payload decrypted and run "
+            f"(exit code {status['exit_code']}):"
+        )
         for line in output:
             say(f"      | {line}")
 
@@ -114,13 +129,16 @@ def run(cluster: LocalCluster, interval: float) -> int:
     tampered_at = time.monotonic()
     say(f"   PCR {PCR} on node 2 no longer matches the tenant's policy.")
     revoked = wait_until(
-        lambda: states(tenant)[victim.uuid]["state"] == "revoked", 4 * interval + 5)
+        lambda: states(tenant)[victim.uuid]["state"] == "revoked", 4 * interval + 5
+    )
     took = time.monotonic() - tampered_at
     if not revoked:
         raise RuntimeError("the verifier did not revoke node 2")
     node2 = states(tenant)[victim.uuid]
-    say(f"   The verifier revoked node 2 after {took:.1f} s "
-        f"({took / interval:.1f} quote intervals).")
+    say(
+        f"   The verifier revoked node 2 after {took:.1f} s "
+        f"({took / interval:.1f} quote intervals)."
+    )
     say(f"   reason: {node2['failure_reason']}")
 
     step(6, "The revocation hook fires")
@@ -131,16 +149,20 @@ def run(cluster: LocalCluster, interval: float) -> int:
         say(f"   hook '{rec['action']}' acted on signed event {rec['event_id']}:")
         say(f"      node {rec['node_uuid']} revoked ({rec['reason']})")
     events = loop.run_until_complete(tenant.events())
-    say(f"   {len(events)} signed revocation event(s) in the verifier's outbox, "
-        f"delivered: {all(e['delivered'] for e in events)}")
+    say(
+        f"   {len(events)} signed revocation event(s) in the verifier's outbox, "
+        f"delivered: {all(e['delivered'] for e in events)}"
+    )
 
     step(7, "The other nodes stay trusted")
     time.sleep(interval * 1.5)
     final = states(tenant)
     for node in cluster.nodes:
         st = final[node.uuid]
-        say(f"   node {node.index}: {st['state']:<9} "
-            f"({st['quotes_verified']} quotes verified)")
+        say(
+            f"   node {node.index}: {st['state']:<9} "
+            f"({st['quotes_verified']} quotes verified)"
+        )
     loop.run_until_complete(tenant.close())
     good = [final[n.uuid]["state"] for n in cluster.nodes if n is not victim]
     if good != ["attested", "attested"]:

@@ -30,9 +30,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
+from nova_plugin.exceptions import TenantError  # noqa: E402
 from nova_plugin.tenant import Tenant, TenantConfig  # noqa: E402
 from verifier.protocol import PcrPolicy  # noqa: E402
-from verifier.testing.cluster import PCR, LocalCluster, wait_until  # noqa: E402
+from verifier.testing.cluster import PCR, LocalCluster  # noqa: E402
 
 PAYLOAD = b"#!/bin/sh\necho ok\n"
 
@@ -63,20 +64,31 @@ async def enrol_all(cluster: LocalCluster, tenant: Tenant) -> list[float]:
 
 
 async def quotes_verified(tenant: Tenant) -> int:
-    return sum(int(n["quotes_verified"]) for n in await tenant.list())
+    return sum(int(n["quotes_verified"]) for n in await tenant.nodes())
 
 
 async def measure(cluster: LocalCluster, window: float) -> tuple[list[float], float]:
-    tenant = Tenant(TenantConfig(
-        cluster.registrar_url, cluster.verifier_url, cluster.pki_file("tenant.pem"),
-        cluster.pki_file("tenant-key.pem"), cluster.pki_file("ca.pem")))
+    tenant = Tenant(
+        TenantConfig(
+            cluster.registrar_url,
+            cluster.verifier_url,
+            cluster.pki_file("tenant.pem"),
+            cluster.pki_file("tenant-key.pem"),
+            cluster.pki_file("ca.pem"),
+        )
+    )
     try:
+        deadline = time.monotonic() + 180
         for node in cluster.nodes:
-            for _ in range(600):
+            while True:
                 try:
                     await tenant.identity(node.uuid)
                     break
-                except Exception:  # not registered yet
+                except TenantError:  # not registered yet
+                    if time.monotonic() > deadline:
+                        raise SystemExit(
+                            f"agent {node.index} did not register; see {node.log}"
+                        )
                     await asyncio.sleep(0.1)
         latencies = await enrol_all(cluster, tenant)
         pid = cluster.procs["verifier"].pid
@@ -93,25 +105,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--ak", choices=("ecc", "rsa"), default="ecc")
-    parser.add_argument("--interval", type=float, default=0.5,
-                        help="verifier quote interval during the CPU window")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.5,
+        help="verifier quote interval during the CPU window",
+    )
     parser.add_argument("--window", type=float, default=10.0)
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="bench-bootstrap-")
-    cluster = LocalCluster(workdir, nodes=args.nodes, interval=args.interval,
-                           ak_alg=args.ak, notifiers=("noop",), log_level="WARNING")
+    cluster = LocalCluster(
+        workdir,
+        nodes=args.nodes,
+        interval=args.interval,
+        ak_alg=args.ak,
+        notifiers=("noop",),
+        log_level="WARNING",
+    )
     try:
         cluster.start()
         latencies, cpu = asyncio.run(measure(cluster, args.window))
     finally:
         cluster.stop()
     ms = [x * 1000 for x in latencies]
-    print(f"bootstrap on swtpm, {args.nodes} nodes, {args.ak.upper()} AK, "
-          "enrolment start -> payload decrypted:")
-    print(f"  p50 {statistics.median(ms):.1f} ms   p99 {percentile(ms, 99):.1f} ms   "
-          f"min {min(ms):.1f} ms   max {max(ms):.1f} ms")
-    print(f"verifier CPU per quote check (whole process, HTTPS + verify + "
-          f"bookkeeping, {args.window:g} s window): {cpu * 1e6:.0f} us")
+    print(
+        f"bootstrap on swtpm, {args.nodes} nodes, {args.ak.upper()} AK, "
+        "enrolment start -> payload decrypted:"
+    )
+    print(
+        f"  p50 {statistics.median(ms):.1f} ms   p99 {percentile(ms, 99):.1f} ms   "
+        f"min {min(ms):.1f} ms   max {max(ms):.1f} ms"
+    )
+    print(
+        f"verifier CPU per quote check (whole process, HTTPS + verify + "
+        f"bookkeeping, {args.window:g} s window): {cpu * 1e6:.0f} us"
+    )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,13 @@ def bench(ak_alg: str, n: int, rounds: int, from_wire: bool) -> float:
         t0 = time.perf_counter()
         for _ in range(n):
             q = p.Quote.from_dict(wire) if from_wire else quote
-            p.verify_quote(q, ak=ak, qualifying_data=p.bind_nonce(nonce, nk),
-                           policy=policy, previous_clock=None)
+            p.verify_quote(
+                q,
+                ak=ak,
+                qualifying_data=p.bind_nonce(nonce, nk),
+                policy=policy,
+                previous_clock=None,
+            )
         results.append((time.perf_counter() - t0) / n * 1e6)
     return statistics.median(results)
 
@@ -49,14 +54,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--n", type=int, default=2000)
     args = parser.parse_args()
-    print("protocol-core quote verification, median of "
-          f"{args.rounds} rounds x {args.n} checks (one core)")
+    print(
+        "protocol-core quote verification, median of "
+        f"{args.rounds} rounds x {args.n} checks (one core)"
+    )
     for alg in ("ecc", "rsa"):
         wire = bench(alg, args.n, args.rounds, True)
         core = bench(alg, args.n, args.rounds, False)
-        print(f"  {alg.upper()} AK: {core:7.1f} us/check verify_quote, "
-              f"{wire:7.1f} us/check incl. JSON-dict decoding "
-              f"({1e6 / wire:,.0f} checks/s)")
+        print(
+            f"  {alg.upper()} AK: {core:7.1f} us/check verify_quote, "
+            f"{wire:7.1f} us/check incl. JSON-dict decoding "
+            f"({1e6 / wire:,.0f} checks/s)"
+        )
 
 
 if __name__ == "__main__":

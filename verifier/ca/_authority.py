@@ -156,7 +156,7 @@ class CertificateAuthority:
         eku = [ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]
         cert = (
             self._builder(common_name, days)
-            .public_key(csr.public_key())  # type: ignore[arg-type]
+            .public_key(csr.public_key())
             .add_extension(x509.ExtendedKeyUsage(eku), False)
             .sign(self._key, hashes.SHA256())
         )

@@ -6,7 +6,8 @@ import asyncio
 import signal
 import ssl
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 from oslo_config import cfg
@@ -62,7 +63,7 @@ async def serve(
     await runner.cleanup()
 
 
-def run(main: Callable[[], Awaitable[None]]) -> int:
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> int:
     """Run ``main``; configuration errors end the process with a message."""
     try:
         asyncio.run(main())

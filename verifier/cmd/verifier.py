@@ -37,12 +37,12 @@ def load_signing_key(path: str) -> ed25519.Ed25519PrivateKey:
         return key
     try:
         with open(path, "rb") as f:
-            key = serialization.load_pem_private_key(f.read(), None)
+            loaded = serialization.load_pem_private_key(f.read(), None)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"[verifier] signing_key {path}: {exc}")
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
+    if not isinstance(loaded, ed25519.Ed25519PrivateKey):
         raise ConfigError(f"[verifier] signing_key {path} is not an Ed25519 key")
-    return key
+    return loaded
 
 
 def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:

@@ -62,7 +62,7 @@ def load_notifiers(
         ConfigError: naming an unknown driver.
     """
     missing: list[str] = []
-    mgr = stevedore.NamedExtensionManager(
+    mgr: Any = stevedore.NamedExtensionManager(
         GROUP,
         list(names),
         invoke_on_load=True,
@@ -72,4 +72,5 @@ def load_notifiers(
     )
     if missing:
         raise ConfigError(f"unknown notifier driver(s): {', '.join(missing)}")
-    return [ext.obj for ext in mgr.extensions]
+    notifiers: list[Notifier] = [ext.obj for ext in mgr.extensions]
+    return notifiers

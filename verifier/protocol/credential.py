@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import hmac
 import os
+from collections.abc import Callable
 
 from cryptography.hazmat.decrepit.ciphers.modes import CFB
 from cryptography.hazmat.primitives import hashes
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 _EK_ATTRS = ATTR_FIXED_TPM | ATTR_FIXED_PARENT | ATTR_RESTRICTED | ATTR_DECRYPT
-_HASH_CLASSES = {
+_HASH_CLASSES: dict[str, Callable[[], hashes.HashAlgorithm]] = {
     "sha256": hashes.SHA256,
     "sha384": hashes.SHA384,
     "sha512": hashes.SHA512,

@@ -93,7 +93,7 @@ _CURVES: dict[int, type[ec.EllipticCurve]] = {
     ECC_NIST_P256: ec.SECP256R1,
     ECC_NIST_P384: ec.SECP384R1,
 }
-_CURVE_IDS = {cls.name: cid for cid, cls in _CURVES.items()}
+_CURVE_IDS = {"secp256r1": ECC_NIST_P256, "secp384r1": ECC_NIST_P384}
 _MAX_PCR = 24
 _HEAD = struct.Struct(">IHH")
 _U16 = struct.Struct(">H")
