@@ -115,6 +115,7 @@ class _Live:
             last_attested_at=row.last_attested_at,
             quotes_verified=row.quotes_verified,
             failure_reason=row.failure_reason,
+            v_released=bool(row.v_released),
         )
 
 
@@ -288,7 +289,10 @@ class Verifier:
                 "GET", node.base_url, node.tls_cert, "/v1/quote", params=params
             )
         except AgentUnreachableError as exc:
-            self._unreachable(node, str(exc))
+            if self._still_attesting(node):
+                self._unreachable(node, str(exc))
+            return node.view()
+        if not self._still_attesting(node):  # revoked or deleted meanwhile
             return node.view()
         try:
             nk, csr = self._check_answer(node, answer, nonce, first)
@@ -304,11 +308,16 @@ class Verifier:
             await self._release_v(node, nk, csr)
         return node.view()
 
+    def _still_attesting(self, node: _Live) -> bool:
+        return node.state != NodeState.REVOKED and self._nodes.get(node.uuid) is node
+
     def _check_answer(
         self, node: _Live, answer: Mapping[str, Any], nonce: bytes, first: bool
     ) -> tuple[bytes, bytes | None]:
         quote = Quote.from_dict(answer.get("quote"))
         nk = _b64(answer, "nk")
+        if len(nk) != 32:
+            raise MalformedError("agent answer", "'nk' is not a 32-byte X25519 key")
         csr = _b64(answer, "csr") if first else None
         bound = (nk, csr) if csr is not None else (nk,)
         verdict = verify_quote(
@@ -350,6 +359,8 @@ class Verifier:
             )
         except AgentUnreachableError as exc:
             LOG.warning("Could not deliver V to node %s yet: %s", node.uuid, exc)
+            return
+        if not self._still_attesting(node):  # revoked while V was in flight
             return
         node.v_released = True
         self._set_state(

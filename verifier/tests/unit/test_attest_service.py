@@ -28,7 +28,7 @@ from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 from sqlalchemy.orm import Session
 
-from verifier.attest.service import NodeState, Verifier
+from verifier.attest.service import Verifier
 from verifier.ca import CertificateAuthority
 from verifier.db import Node, OutboxEvent, make_engine, upgrade
 from verifier.exceptions import AgentUnreachableError, ConflictError, NotFoundError
@@ -230,7 +230,9 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         return hashlib.sha256(bytes(32) + MEASUREMENT).digest()
 
     def new_verifier(self, notifiers: list[Notifier] | None = None) -> Verifier:
-        outbox = Outbox(self.engine, [self.notifier] if notifiers is None else notifiers)
+        outbox = Outbox(
+            self.engine, [self.notifier] if notifiers is None else notifiers
+        )
         verifier = Verifier(
             self.engine,
             self.signing_key,
@@ -300,7 +302,7 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual([agent.uuid], [a.value for a in cns])
         self.assertEqual(self.ca.cert.subject, cert.issuer)
 
-    # -- enrolment ------------------------------------------------------------
+    # -- enrolment ----------------------------------------------------------
 
     async def test_enrol_not_activated_is_refused_and_nothing_stored(self) -> None:
         verifier = self.new_verifier()
@@ -343,7 +345,7 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         self.assertFalse(row.v_released)
         self.assertEqual([agent.uuid], [v.uuid for v in verifier.list()])
 
-    # -- V release --------------------------------------------------------------
+    # -- V release ----------------------------------------------------------
 
     async def test_first_valid_quote_releases_v_once(self) -> None:
         verifier = self.new_verifier()
@@ -411,7 +413,7 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(row.v_released)
         self.assertEqual("attested", row.state)
 
-    # -- unreachable --------------------------------------------------------------
+    # -- unreachable --------------------------------------------------------
 
     async def test_unreachable_never_revokes(self) -> None:
         verifier = self.new_verifier()
@@ -442,7 +444,7 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         self.assertIsNone(row.failure_reason)
         self.assertEqual([], self.outbox_rows())
 
-    # -- revocation -----------------------------------------------------------------
+    # -- revocation ---------------------------------------------------------
 
     async def test_pcr_mismatch_revokes_with_signed_event(self) -> None:
         verifier = self.new_verifier()
@@ -562,14 +564,14 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
 
         agent.before_answer = tenant_revokes
         view = await verifier.attest_once(agent.uuid)
-        self.assertEqual("revoked", view.state)
-        self.assertEqual([], agent.v_posts)
         row = self.row(agent.uuid)
         assert row is not None
-        self.assertEqual("revoked", row.state)
-        self.assertFalse(row.v_released)
+        self.assertEqual(
+            ("revoked", "revoked", False, 0),
+            (view.state, row.state, row.v_released, len(agent.v_posts)),
+        )
 
-    # -- outbox delivery ------------------------------------------------------------
+    # -- outbox delivery ----------------------------------------------------
 
     async def _revoked_node(self, verifier: Verifier) -> FakeAgent:
         agent = self.new_agent()
@@ -609,7 +611,7 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
     async def test_notifier_not_acking_leaves_event_undelivered(self) -> None:
         await self._failing_notifier_then_delivery("nack", "not acknowledged")
 
-    # -- tenant operations -------------------------------------------------------------
+    # -- tenant operations --------------------------------------------------
 
     async def test_tenant_revoke_writes_event(self) -> None:
         verifier = self.new_verifier()
@@ -651,7 +653,7 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         # And the node can be enrolled again.
         await self.enrol(verifier, agent)
 
-    # -- persistence and restart ---------------------------------------------------------
+    # -- persistence and restart --------------------------------------------
 
     async def _attested_and_flushed(self) -> tuple[Verifier, FakeAgent, bytes]:
         verifier = self.new_verifier()
@@ -710,8 +712,8 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         agent.reject_v = True
         restarted = await self._restarted()
         view = await restarted.attest_once(agent.uuid)
-        self.assertEqual("0", agent.quote_requests[-1]["csr"])
         self.assertEqual("attested", view.state)
+        self.assertEqual("0", agent.quote_requests[-1]["csr"])
         self.assertEqual(1, len(agent.v_posts))
         row = self.row(agent.uuid)
         assert row is not None
