@@ -25,7 +25,7 @@ import os
 import signal
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -70,9 +70,14 @@ _HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
 class _QuoteLike(Protocol):
-    attest: bytes
-    signature: bytes
-    pcr_values: Any
+    @property
+    def attest(self) -> bytes: ...
+
+    @property
+    def signature(self) -> bytes: ...
+
+    @property
+    def pcr_values(self) -> Mapping[int, bytes]: ...
 
 
 class TpmLike(Protocol):

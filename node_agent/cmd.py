@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Collection, Mapping
 
 from aiohttp import web
 from oslo_config import cfg
@@ -46,21 +47,27 @@ async def register_with_retry(
             await agent.register()
             break
         except RegistrationError as exc:
-            left = give_up - time.monotonic()
-            if not exc.retryable or left <= 0:
-                raise
-            LOG.warning(
-                "registration attempt %d failed (%s); retrying in %.0f s",
-                attempt,
-                exc,
-                min(delay, left),
-            )
-            await asyncio.sleep(min(delay, left))
-            delay = min(delay * 2, _BACKOFF_MAX)
+            failure = exc
+        # Logged outside the except block: oslo.log would append the
+        # exception a second time.
+        left = give_up - time.monotonic()
+        if not failure.retryable or left <= 0:
+            raise failure
+        wait = min(delay, left)
+        LOG.warning(
+            "registration attempt %d failed (%s); retrying in %.0f s",
+            attempt,
+            failure,
+            wait,
+        )
+        await asyncio.sleep(wait)
+        delay = min(delay * 2, _BACKOFF_MAX)
     LOG.info("registered and activated AK for node %s", agent.uuid)
 
 
-async def serve(agent: Agent, host: str) -> int:
+async def serve(
+    agent: Agent, host: str, roles: Mapping[str, Collection[str]] | None = None
+) -> int:
     """Serve the API, register, and wait for SIGTERM/SIGINT.
 
     Returns:
@@ -70,7 +77,7 @@ async def serve(agent: Agent, host: str) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(make_app(agent), access_log=None)
+    runner = web.AppRunner(make_app(agent, roles), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(
@@ -111,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         agent = Agent.from_conf(conf)
         os.makedirs(agent.work_dir, mode=0o700, exist_ok=True)
-        return asyncio.run(serve(agent, conf.agent.host))
+        roles = {
+            "tenant": conf.agent.tenant_clients,
+            "verifier": conf.agent.verifier_clients,
+        }
+        return asyncio.run(serve(agent, conf.agent.host, roles))
     except (NodeAgentError, MalformedError, OSError) as exc:
         kind = "TPM error" if isinstance(exc, TpmError) else "error"
         LOG.error("node agent failed: %s: %s", kind, exc)

@@ -10,11 +10,20 @@ Errors are JSON ``{"error": {"code", "message"}}`` (see :mod:`verifier.api`).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+
 from aiohttp import web
 
 from node_agent.agent import Agent
 from node_agent.exceptions import TpmError
-from verifier.api import b64_field, error_middleware, json_response, read_json
+from verifier.api import (
+    allow,
+    authz_middleware,
+    b64_field,
+    error_middleware,
+    json_response,
+    read_json,
+)
 from verifier.exceptions import RequestError
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
 
@@ -68,6 +77,7 @@ def _parse_flag(text: str | None, name: str) -> bool:
     raise RequestError(f"bad_{name}", f"'{name}' must be 0 or 1")
 
 
+@allow("tenant", "verifier")
 async def _quote(request: web.Request) -> web.Response:
     query = request.query
     nonce = _parse_nonce(query.get("nonce"))
@@ -80,6 +90,7 @@ async def _quote(request: web.Request) -> web.Response:
     return json_response(result)
 
 
+@allow("tenant")
 async def _keys_u(request: web.Request) -> web.Response:
     data = await read_json(request)
     u = b64_field(data, "u", max_len=_SHARE_MAX) or b""
@@ -89,6 +100,7 @@ async def _keys_u(request: web.Request) -> web.Response:
     return json_response({"accepted": "u", "bootstrapped": done})
 
 
+@allow("verifier")
 async def _keys_v(request: web.Request) -> web.Response:
     data = await read_json(request)
     v = b64_field(data, "v", max_len=_SHARE_MAX) or b""
@@ -100,15 +112,25 @@ async def _keys_v(request: web.Request) -> web.Response:
     return json_response({"accepted": "v", "bootstrapped": done})
 
 
+@allow("tenant", "verifier")
 async def _status(request: web.Request) -> web.Response:
     return json_response(request.app[_KEY].status())
 
 
-def make_app(agent: Agent) -> web.Application:
-    """The node agent's aiohttp application (TLS is up to the site)."""
-    app = web.Application(
-        middlewares=[error_middleware], client_max_size=_CLIENT_MAX_SIZE
-    )
+def make_app(
+    agent: Agent, roles: Mapping[str, Collection[str]] | None = None
+) -> web.Application:
+    """The node agent's aiohttp application (TLS is up to the site).
+
+    Args:
+        agent: the agent.
+        roles: role (``tenant``, ``verifier``) -> client certificate common
+            names; None disables the check (tests without TLS).
+    """
+    middlewares = [error_middleware]
+    if roles is not None:
+        middlewares.append(authz_middleware(roles))
+    app = web.Application(middlewares=middlewares, client_max_size=_CLIENT_MAX_SIZE)
     app[_KEY] = agent
     app.router.add_get("/v1/quote", _quote)
     app.router.add_post("/v1/keys/u", _keys_u)

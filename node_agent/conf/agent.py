@@ -66,6 +66,17 @@ _OPTS = [
         min=1.0,
         help="Seconds an executable payload may run before it is killed.",
     ),
+    cfg.ListOpt(
+        "tenant_clients",
+        default=["tenant"],
+        help="Client certificate common names allowed to send the tenant's "
+        "share U and the payload.",
+    ),
+    cfg.ListOpt(
+        "verifier_clients",
+        default=["verifier"],
+        help="Client certificate common names allowed to send the verifier's share V.",
+    ),
     cfg.BoolOpt(
         "tpm_shared",
         default=True,

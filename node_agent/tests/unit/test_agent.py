@@ -108,7 +108,6 @@ class TestBootstrap(AgentTestBase):
         agent = self.agent
         self.assertTrue(agent.bootstrapped)
         self.assertIsNotNone(agent.bootstrapped_at)
-        self.assertEqual(3, self.run_async(agent.wait_payload()))
         status = agent.status()
         self.assertEqual(
             {
@@ -145,6 +144,7 @@ class TestBootstrap(AgentTestBase):
             self.assertTrue(self.agent.status()["has_u"])
             self.assertFalse(self.agent.bootstrapped)
             self.assertTrue(await self.agent.receive_v(v_env, cert))
+            self.assertEqual(3, await self.agent.wait_payload())
 
         self.run_async(go())
         self._check_bootstrapped(cert)
@@ -157,6 +157,7 @@ class TestBootstrap(AgentTestBase):
             self.assertFalse(await self.agent.receive_v(v_env, cert))
             self.assertTrue(self.agent.status()["has_v"])
             self.assertTrue(await self.agent.receive_u(u_env, payload))
+            self.assertEqual(3, await self.agent.wait_payload())
 
         self.run_async(go())
         self._check_bootstrapped(cert)
@@ -391,3 +392,57 @@ class TestAgentApi(AgentTestBase):
         status = self.run_async(go())
         self.assertTrue(status["bootstrapped"])
         self.assertEqual(self.uuid, status["uuid"])
+
+
+class TestRegister(AgentTestBase):
+    """Registration against the real registrar app over plain HTTP."""
+
+    def _register(self, agent):
+        import verifier.db
+        import verifier.registrar
+
+        engine = verifier.db.make_engine(
+            f"sqlite:///{os.path.join(self.tmp.name, 'r.sqlite')}"
+        )
+        verifier.db.upgrade(engine)
+        self.addCleanup(engine.dispose)
+        registrar = verifier.registrar.Registrar(engine)
+
+        async def go():
+            server = TestServer(verifier.registrar.make_app(registrar))
+            await server.start_server()
+            try:
+                agent.registrar_url = str(server.make_url("")).rstrip("/")
+                await agent.register()
+            finally:
+                await server.close()
+
+        try:
+            self.run_async(go())
+        finally:
+            self.record = registrar.get(self.uuid) if registrar.list() else None
+
+    def test_register_and_activate(self):
+        self._register(self.agent)
+        self.assertTrue(self.record.activated)
+        self.assertEqual(self.tpm.ak_public(), self.record.ak_public)
+        self.assertEqual(self.agent.tls_cert_pem.decode(), self.record.tls_cert)
+
+    def test_wrong_credential_is_registration_error(self):
+        from node_agent.exceptions import RegistrationError
+
+        self.tpm.activate_credential = lambda blob, secret: b"\x00" * 32
+        exc = self.assertRaises(RegistrationError, self._register, self.agent)
+        self.assertIn("403", str(exc))
+        self.assertIn("activation_failed", str(exc))
+        self.assertFalse(exc.retryable)
+        self.assertFalse(self.record.activated)
+
+    def test_unreachable_registrar_is_retryable(self):
+        from node_agent.exceptions import RegistrationError
+
+        self.agent.registrar_url = "http://127.0.0.1:1"
+        exc = self.assertRaises(
+            RegistrationError, self.run_async, self.agent.register()
+        )
+        self.assertTrue(exc.retryable)

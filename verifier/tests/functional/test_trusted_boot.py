@@ -443,3 +443,15 @@ class TrustedBootTest(testtools.TestCase):
         self.assertEqual(403, r.status_code, r.text)
         r = self.http.call("GET", f"{self.cluster.registrar_url}/v1/agents/{node}")
         self.assertEqual(200, r.status_code)
+        # the agent takes V only from the verifier, U only from the tenant
+        record = r.json()
+        ctx = ssl.create_default_context(cadata=record["tls_cert"])
+        ctx.check_hostname = False
+        ctx.load_cert_chain(
+            self.cluster.pki_file("tenant.pem"), self.cluster.pki_file("tenant-key.pem")
+        )
+        status, body = self._post_agent(
+            record["port"], "/v1/keys/v", {"v": "AAAA", "identity_cert": None}, ctx
+        )
+        self.assertEqual(403, status)
+        self.assertEqual("forbidden", body["error"]["code"])
