@@ -17,7 +17,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nova_plugin.tenant import Tenant, TenantConfig  # noqa: E402
+from nova_plugin.tenant import Tenant  # noqa: E402
 from verifier.protocol import PcrPolicy  # noqa: E402
 from verifier.testing.cluster import PCR, LocalCluster, wait_until  # noqa: E402
 
@@ -80,15 +80,7 @@ def run(cluster: LocalCluster, interval: float) -> int:
     step(2, "Starting three nodes; each proves its TPM to the registrar")
     for node in cluster.nodes:
         cluster.start_agent(node)
-    tenant = Tenant(
-        TenantConfig(
-            cluster.registrar_url,
-            cluster.verifier_url,
-            cluster.pki_file("tenant.pem"),
-            cluster.pki_file("tenant-key.pem"),
-            cluster.pki_file("ca.pem"),
-        )
-    )
+    tenant = cluster.tenant()
     for node in cluster.nodes:
         ok = wait_until(lambda n=node: _activated(loop, tenant, n.uuid), 30)
         if not ok:

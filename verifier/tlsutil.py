@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import ssl
 
 from cryptography import x509
@@ -20,8 +21,12 @@ from cryptography.x509.oid import NameOID
 __all__ = [
     "client_context",
     "pinned_client_context",
+    "private_pem",
     "self_signed_certificate",
     "server_context",
+    "server_context_from_pem",
+    "subject_alt_names",
+    "write_private",
 ]
 
 
@@ -39,15 +44,11 @@ def server_context_from_pem(
 ) -> ssl.SSLContext:
     """Like :func:`server_context` for in-memory PEM (written to ``workdir``,
     since :mod:`ssl` loads chains only from files)."""
-    import os
-
     cert_file = os.path.join(workdir, "tls-cert.pem")
     key_file = os.path.join(workdir, "tls-key.pem")
     with open(cert_file, "wb") as f:
         f.write(cert_pem)
-    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key_pem)
+    write_private(key_file, key_pem)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=ca_pem)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
@@ -74,6 +75,33 @@ def pinned_client_context(
     return ctx
 
 
+def write_private(path: str, data: bytes) -> None:
+    """Write secret material to ``path``, readable by the owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    """PKCS#8 PEM of ``key`` (unencrypted: protect the file instead)."""
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def subject_alt_names(hosts: list[str]) -> x509.SubjectAlternativeName:
+    """IP addresses and DNS names as a subjectAltName extension."""
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return x509.SubjectAlternativeName(names)
+
+
 def self_signed_certificate(
     common_name: str, hosts: list[str], days: int = 365
 ) -> tuple[bytes, bytes]:
@@ -81,12 +109,6 @@ def self_signed_certificate(
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
-    sans: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            sans.append(x509.DNSName(host))
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -95,13 +117,8 @@ def self_signed_certificate(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(subject_alt_names(hosts), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .sign(key, hashes.SHA256())
     )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
+    return private_pem(key), cert.public_bytes(serialization.Encoding.PEM)

@@ -31,7 +31,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 from nova_plugin.exceptions import TenantError  # noqa: E402
-from nova_plugin.tenant import Tenant, TenantConfig  # noqa: E402
+from nova_plugin.tenant import Tenant  # noqa: E402
 from verifier.protocol import PcrPolicy  # noqa: E402
 from verifier.testing.cluster import PCR, LocalCluster  # noqa: E402
 
@@ -68,15 +68,7 @@ async def quotes_verified(tenant: Tenant) -> int:
 
 
 async def measure(cluster: LocalCluster, window: float) -> tuple[list[float], float]:
-    tenant = Tenant(
-        TenantConfig(
-            cluster.registrar_url,
-            cluster.verifier_url,
-            cluster.pki_file("tenant.pem"),
-            cluster.pki_file("tenant-key.pem"),
-            cluster.pki_file("ca.pem"),
-        )
-    )
+    tenant = cluster.tenant()
     try:
         deadline = time.monotonic() + 180
         for node in cluster.nodes:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import os
 
 from cryptography import x509
@@ -12,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from verifier.exceptions import VerifierError
+from verifier.tlsutil import private_pem, subject_alt_names, write_private
 
 _KEY = "ca-key.pem"
 _CERT = "ca.pem"
@@ -19,30 +19,6 @@ _CERT = "ca.pem"
 
 class CaError(VerifierError):
     """The CA cannot load, or refuses to sign."""
-
-
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _write_private(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-
-
-def _sans(hosts: list[str]) -> x509.SubjectAlternativeName:
-    names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    return x509.SubjectAlternativeName(names)
 
 
 class CertificateAuthority:
@@ -85,7 +61,7 @@ class CertificateAuthority:
             )
             .sign(key, hashes.SHA256())
         )
-        _write_private(os.path.join(directory, _KEY), _pem_key(key))
+        write_private(os.path.join(directory, _KEY), private_pem(key))
         with open(os.path.join(directory, _CERT), "wb") as f:
             f.write(cert.public_bytes(serialization.Encoding.PEM))
         return cls(key, cert)
@@ -135,9 +111,17 @@ class CertificateAuthority:
         builder = self._builder(common_name, days).public_key(key.public_key())
         builder = builder.add_extension(x509.ExtendedKeyUsage(eku), False)
         if hosts:
-            builder = builder.add_extension(_sans(hosts), False)
+            builder = builder.add_extension(subject_alt_names(hosts), False)
         cert = builder.sign(self._key, hashes.SHA256())
-        return _pem_key(key), cert.public_bytes(serialization.Encoding.PEM)
+        return private_pem(key), cert.public_bytes(serialization.Encoding.PEM)
+
+    def issue_to_files(self, directory: str, name: str, hosts: list[str]) -> None:
+        """:meth:`issue` a certificate for ``name`` and write ``<name>.pem``
+        and ``<name>-key.pem`` (mode 0600) in ``directory``."""
+        key_pem, cert_pem = self.issue(name, hosts)
+        write_private(os.path.join(directory, f"{name}-key.pem"), key_pem)
+        with open(os.path.join(directory, f"{name}.pem"), "wb") as f:
+            f.write(cert_pem)
 
     def sign_csr(self, csr_der: bytes, common_name: str, days: int = 30) -> bytes:
         """Issue a certificate for the key in ``csr_der`` with subject

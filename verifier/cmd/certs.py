@@ -40,12 +40,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     hosts = [h for h in args.hosts.split(",") if h]
     for name in args.names:
-        key_pem, cert_pem = ca.issue(name, hosts)
-        key_path = os.path.join(args.dir, f"{name}-key.pem")
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(key_pem)
-        with open(os.path.join(args.dir, f"{name}.pem"), "wb") as f:
-            f.write(cert_pem)
+        ca.issue_to_files(args.dir, name, hosts)
         print(f"wrote {name}.pem and {name}-key.pem in {args.dir}")
     return 0

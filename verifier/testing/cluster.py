@@ -8,6 +8,7 @@ own swtpm process. Everything started here is stopped by PID.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import json
@@ -24,6 +25,7 @@ from typing import Any
 
 from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair
 from node_agent.tpm import Tpm
+from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.ca import CertificateAuthority
 
 GOLDEN_MEASUREMENT = hashlib.sha256(b"trusted-cloud demo: golden boot image").digest()
@@ -176,19 +178,22 @@ class LocalCluster:
             "TRUSTED_CA": self.pki_file("ca.pem"),
         }
 
+    def tenant(self) -> Tenant:
+        """A tenant client with this deployment's tenant certificate."""
+        return Tenant(
+            TenantConfig(
+                self.registrar_url,
+                self.verifier_url,
+                self.pki_file("tenant.pem"),
+                self.pki_file("tenant-key.pem"),
+                self.pki_file("ca.pem"),
+            )
+        )
+
     def _make_pki(self) -> None:
         ca = CertificateAuthority.create(self.pki, "Demo operator CA")
         for name in ("registrar", "verifier", "tenant", "agent"):
-            key, cert = ca.issue(name, ["127.0.0.1", "localhost"])
-            fd = os.open(
-                self.pki_file(f"{name}-key.pem"),
-                os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                0o600,
-            )
-            with os.fdopen(fd, "wb") as f:
-                f.write(key)
-            with open(self.pki_file(f"{name}.pem"), "wb") as f:
-                f.write(cert)
+            ca.issue_to_files(self.pki, name, ["127.0.0.1", "localhost"])
         CertificateAuthority.create(
             os.path.join(self.workdir, "node-ca"), "Demo node identity CA"
         )
@@ -202,6 +207,7 @@ class LocalCluster:
         return proc
 
     def start_services(self) -> None:
+        atexit.register(self.stop)  # never leave processes behind
         if os.path.exists(self.workdir):
             shutil.rmtree(self.workdir)
         os.makedirs(self.workdir)
@@ -217,11 +223,11 @@ class LocalCluster:
         node_dir = os.path.join(self.workdir, f"node{i + 1}")
         os.makedirs(node_dir)
         swtpm = Swtpm(os.path.join(node_dir, "tpm"), free_port_pair(), self.localca)
+        node = NodeHandle(str(uuid_mod.uuid4()), i + 1, node_dir, swtpm, free_port())
+        self.nodes.append(node)  # so that stop() finds it whatever happens next
         swtpm.start()
         with Tpm(swtpm.tcti) as tpm:  # firmware measures the boot image
             tpm.pcr_extend(PCR, GOLDEN_MEASUREMENT)
-        node = NodeHandle(str(uuid_mod.uuid4()), i + 1, node_dir, swtpm, free_port())
-        self.nodes.append(node)
 
     def _common(self, name: str) -> dict[str, Any]:
         return {

@@ -20,7 +20,6 @@ import testtools
 from cryptography import x509
 
 from nova_plugin.exceptions import AttestationFailedError, ServiceError
-from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.protocol import PcrPolicy, generate_key, seal_payload, seal_share, split
 from verifier.testing.cluster import (
     GOLDEN_MEASUREMENT,
@@ -61,15 +60,7 @@ class TrustedBootTest(testtools.TestCase):
             raise
         cls.agents = AgentThread()
         cls.loop = asyncio.new_event_loop()
-        cls.tenant = Tenant(
-            TenantConfig(
-                cls.cluster.registrar_url,
-                cls.cluster.verifier_url,
-                cls.cluster.pki_file("tenant.pem"),
-                cls.cluster.pki_file("tenant-key.pem"),
-                cls.cluster.pki_file("ca.pem"),
-            )
-        )
+        cls.tenant = cls.cluster.tenant()
         cls.http = Http(cls.cluster)
         cls.policy = PcrPolicy.from_dict(
             {"pcrs": {str(PCR): [cls.cluster.good_pcr_hex()]}}
@@ -80,12 +71,14 @@ class TrustedBootTest(testtools.TestCase):
 
     @classmethod
     def tearDownClass(cls) -> None:
-        cls.loop.run_until_complete(cls.tenant.close())
-        cls.loop.close()
-        cls.agents.stop()
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        super().tearDownClass()
+        try:
+            cls.loop.run_until_complete(cls.tenant.close())
+            cls.loop.close()
+            cls.agents.stop()
+        finally:
+            cls.cluster.stop()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            super().tearDownClass()
 
     @classmethod
     def _registered(cls, uuid: str) -> bool:
