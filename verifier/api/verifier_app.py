@@ -76,6 +76,11 @@ async def _revoke(request: web.Request) -> web.Response:
 
 
 @allow("tenant")
+async def _stats(request: web.Request) -> web.Response:
+    return json_response(request.app[_KEY].stats())
+
+
+@allow("tenant")
 async def _events(request: web.Request) -> web.Response:
     node = request.query.get("node")
     node = canonical_uuid(node) if node else None
@@ -111,6 +116,7 @@ def make_app(
     app.router.add_delete("/v1/nodes/{uuid}", _delete)
     app.router.add_post("/v1/nodes/{uuid}/revoke", _revoke)
     app.router.add_get("/v1/events", _events)
+    app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)
     return app
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
 from verifier import tlsutil
+from verifier.attest._http import HttpError, KeepAliveClient
 from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
 
@@ -78,22 +81,15 @@ class RegistrarClient:
 
 
 class AgentClient:
-    """Talks to node agents with a pinned TLS context per agent certificate."""
+    """Talks to node agents with a pinned TLS context per agent certificate,
+    over one kept-alive connection per agent (see :mod:`._http`)."""
 
     def __init__(self, cert_file: str, key_file: str, timeout: float):
         self._cert = cert_file
         self._key = key_file
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._http = KeepAliveClient(timeout)
         self._contexts: dict[str, ssl.SSLContext] = {}
-        self._session: aiohttp.ClientSession | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
-            self._session = aiohttp.ClientSession(
-                timeout=self._timeout, connector=connector
-            )
-        return self._session
+        self._addresses: dict[str, tuple[str, int]] = {}
 
     def _ssl(self, agent_cert: str) -> ssl.SSLContext:
         ctx = self._contexts.get(agent_cert)
@@ -101,6 +97,15 @@ class AgentClient:
             ctx = tlsutil.pinned_client_context(self._cert, self._key, agent_cert)
             self._contexts[agent_cert] = ctx
         return ctx
+
+    def _address(self, base: str) -> tuple[str, int]:
+        address = self._addresses.get(base)
+        if address is None:
+            url = urlsplit(base)
+            if url.scheme != "https" or not url.hostname or not url.port:
+                raise AgentUnreachableError(f"not an https://host:port URL: {base}")
+            address = self._addresses[base] = (url.hostname, url.port)
+        return address
 
     async def request(
         self,
@@ -118,20 +123,24 @@ class AgentClient:
             AgentUnreachableError: transport failure or a non-2xx answer.
             MalformedError: a 2xx answer that is not a JSON object.
         """
-        url = base + path
+        host, port = self._address(base)
+        data = orjson.dumps(body) if body is not None else None
         try:
-            async with self._get_session().request(
-                method, url, params=params, json=body, ssl=self._ssl(agent_cert)
-            ) as resp:
-                if resp.status // 100 != 2:
-                    text = (await resp.text())[:300]
-                    raise AgentUnreachableError(
-                        f"agent answered {resp.status} to {path}: {text}"
-                    )
-                return await _json(resp, "agent answer")
-        except (TimeoutError, aiohttp.ClientError, ssl.SSLError) as exc:
-            raise AgentUnreachableError(f"agent {base} unreachable: {exc!r}")
+            status, payload = await self._http.request(
+                method, host, port, self._ssl(agent_cert), path, params, data
+            )
+        except HttpError as exc:
+            raise AgentUnreachableError(f"agent {base} unreachable: {exc}")
+        if status // 100 != 2:
+            text = payload[:300].decode(errors="replace")
+            raise AgentUnreachableError(f"agent answered {status} to {path}: {text}")
+        try:
+            answer = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise MalformedError("agent answer", "response is not JSON")
+        if not isinstance(answer, dict):
+            raise MalformedError("agent answer", "response is not a JSON object")
+        return answer
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._http.close()

@@ -131,6 +131,8 @@ class Verifier:
         ca: issues node identities (None: no identities).
         interval: seconds between quotes of one node.
         max_unreachable: unanswered rounds before a node is marked failed.
+        max_in_flight: at most this many quote rounds run at once, so a
+            large fleet or slow agents cannot exhaust sockets or memory.
         outbox_interval: seconds between outbox passes.
         clock: wall clock (seconds).
     """
@@ -145,6 +147,7 @@ class Verifier:
         ca: CertificateAuthority | None,
         interval: float,
         max_unreachable: int = 5,
+        max_in_flight: int = 512,
         outbox_interval: float = 0.5,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -155,6 +158,7 @@ class Verifier:
         self.outbox = outbox
         self._ca = ca
         self._interval = interval
+        self._in_flight = asyncio.Semaphore(max_in_flight)
         self._max_unreachable = max_unreachable
         self._outbox_interval = outbox_interval
         self._clock = clock
@@ -239,6 +243,16 @@ class Verifier:
         """Raises: NotFoundError."""
         return self._live(uuid).view()
 
+    def stats(self) -> dict[str, Any]:
+        """Counts for operators and benchmarks: nodes per state and quotes
+        verified since enrolment (as far as written or held in memory)."""
+        states: dict[str, int] = {s.value: 0 for s in NodeState}
+        quotes = 0
+        for node in self._nodes.values():
+            states[node.state.value] += 1
+            quotes += node.quotes_verified
+        return {"nodes": len(self._nodes), "states": states, "quotes_verified": quotes}
+
     def list(self) -> list[NodeView]:
         return [n.view() for n in sorted(self._nodes.values(), key=lambda n: n.uuid)]
 
@@ -265,7 +279,8 @@ class Verifier:
     async def _run(self, node: _Live) -> None:
         while node.state != NodeState.REVOKED:
             try:
-                await self.attest_once(node.uuid)
+                async with self._in_flight:
+                    await self.attest_once(node.uuid)
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep the loop alive whatever happens

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import uvloop
 from aiohttp import web
 from oslo_config import cfg
 from oslo_log import log as logging
@@ -66,7 +67,7 @@ async def serve(
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> int:
     """Run ``main``; configuration errors end the process with a message."""
     try:
-        asyncio.run(main())
+        uvloop.run(main())
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2

@@ -69,6 +69,7 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         ca,
         interval=group.quote_interval,
         max_unreachable=group.max_unreachable,
+        max_in_flight=group.max_in_flight,
         outbox_interval=group.outbox_interval,
     )
     return verifier, public_pem(signing_key.public_key())

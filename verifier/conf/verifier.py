@@ -49,6 +49,12 @@ _OPTS = [
         help="Consecutive unanswered quote requests before a node is "
         "marked failed (a transport failure never revokes).",
     ),
+    cfg.IntOpt(
+        "max_in_flight",
+        default=512,
+        min=1,
+        help="At most this many quote requests are in flight at once.",
+    ),
     cfg.StrOpt(
         "signing_key",
         help="Ed25519 private key (PEM) that signs "

@@ -141,6 +141,7 @@ class LocalCluster:
         ak_alg: str = "ecc",
         notifiers: tuple[str, ...] = ("inprocess",),
         log_level: str = "INFO",
+        verifier_options: dict[str, Any] | None = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
         self.n_nodes = nodes
@@ -148,6 +149,7 @@ class LocalCluster:
         self.ak_alg = ak_alg
         self.notifiers = list(notifiers)
         self.debug = log_level == "DEBUG"
+        self.verifier_options = dict(verifier_options or {})
         self.pki = os.path.join(self.workdir, "pki")
         self.localca = os.path.join(self.workdir, "swtpm-localca")
         self.nodes: list[NodeHandle] = []
@@ -214,8 +216,9 @@ class LocalCluster:
         self._make_pki()
         for i in range(self.n_nodes):
             self._prepare_node(i)
-        with open(os.path.join(self.workdir, "ek-ca.pem"), "wb") as f:
-            f.write(ek_ca_bundle(self.localca))
+        if self.nodes:  # swtpm's local CA exists once a TPM was set up
+            with open(os.path.join(self.workdir, "ek-ca.pem"), "wb") as f:
+                f.write(ek_ca_bundle(self.localca))
         self._start_registrar()
         self._start_verifier()
 
@@ -236,6 +239,14 @@ class LocalCluster:
             "use_stderr": False,
         }
 
+    def _ek_options(self) -> dict[str, Any]:
+        if not self.nodes:  # emulated fleets have no EK certificates
+            return {}
+        return {
+            "ek_ca_bundle": os.path.join(self.workdir, "ek-ca.pem"),
+            "require_ek_certificate": True,
+        }
+
     def _start_registrar(self) -> None:
         conf = os.path.join(self.workdir, "registrar.conf")
         _write_conf(
@@ -248,8 +259,7 @@ class LocalCluster:
                     "cert_file": self.pki_file("registrar.pem"),
                     "key_file": self.pki_file("registrar-key.pem"),
                     "ca_file": self.pki_file("ca.pem"),
-                    "ek_ca_bundle": os.path.join(self.workdir, "ek-ca.pem"),
-                    "require_ek_certificate": True,
+                    **self._ek_options(),
                 },
             },
         )
@@ -279,6 +289,7 @@ class LocalCluster:
                     "ca_dir": os.path.join(self.workdir, "node-ca"),
                     "notifiers": self.notifiers,
                     "outbox_interval": 0.1,
+                    **self.verifier_options,
                 },
                 "revocation_hooks": {"actions": ["log"], "retry_delay": 0.1},
                 "action_log": {"record_file": self.hook_record},

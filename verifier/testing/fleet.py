@@ -1,0 +1,249 @@
+"""Fleet emulator: many node agents in one process, on software TPMs.
+
+Each emulated agent has its own software TPM (ECC P-256 EK and AK), its own
+share-transport key (NK), registers and activates through the real
+registrar, and answers the real agent API with real TPM 2.0 quotes. All
+agents share one listening socket; each agent has its own loopback address
+(127.1.0.1, 127.1.0.2, ...) and is told apart by the address a connection
+was made to, so the verifier sees N distinct peers with N connections.
+
+Run as a process (the benchmark does)::
+
+    python -m verifier.testing.fleet --n 1000 --port 9400 \
+        --registrar https://127.0.0.1:8891 --pki DIR --ready-file F
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import ipaddress
+import json
+import os
+import signal
+import ssl
+import sys
+import uuid as uuid_mod
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import x25519
+
+from verifier import tlsutil
+from verifier.protocol import EnvelopeError, bind_nonce, open_share
+from verifier.testing.softtpm import SoftTpm
+
+_RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+FIRST_ADDRESS = ipaddress.IPv4Address("127.1.0.1")
+
+
+class EmulatedAgent:
+    """One node: a software TPM, an NK, counters."""
+
+    __slots__ = ("address", "nk", "nk_public", "quotes", "tpm", "uuid", "v_received")
+
+    def __init__(self, index: int) -> None:
+        self.uuid = str(uuid_mod.uuid4())
+        self.address = str(FIRST_ADDRESS + index)
+        self.tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
+        self.nk = x25519.X25519PrivateKey.generate()
+        self.nk_public = self.nk.public_key().public_bytes(*_RAW)
+        self.quotes = 0
+        self.v_received = False
+
+
+class Fleet:
+    """N emulated agents behind one HTTPS socket.
+
+    Args:
+        n: number of agents.
+        port: the port every agent listens on (on its own address).
+        ca_file: operator CA; clients must present a certificate from it.
+        workdir: where the shared TLS key is written.
+    """
+
+    def __init__(self, n: int, port: int, ca_file: str, workdir: str) -> None:
+        self.agents = [EmulatedAgent(i) for i in range(n)]
+        self._by_address = {a.address: a for a in self.agents}
+        self.port = port
+        self.ca_file = ca_file
+        self.workdir = workdir
+        self.tls_key, self.tls_cert = tlsutil.self_signed_certificate(
+            "fleet", ["127.0.0.1"]
+        )
+        self._csr_cache: bytes | None = None
+
+    def _agent(self, request: web.Request) -> EmulatedAgent:
+        transport = request.transport
+        if transport is None:
+            raise web.HTTPNotFound(text="connection closed")
+        peer = transport.get_extra_info("peername")
+        if not peer or not ipaddress.ip_address(peer[0]).is_loopback:
+            raise web.HTTPForbidden(text="the fleet emulator serves loopback only")
+        sockname = transport.get_extra_info("sockname")
+        agent = self._by_address.get(sockname[0]) if sockname else None
+        if agent is None:
+            raise web.HTTPNotFound(text="no agent at this address")
+        return agent
+
+    def _csr(self) -> bytes:
+        # One CSR for all: the emulator measures the verifier, not the CA.
+        if self._csr_cache is None:
+            from cryptography import x509
+            from cryptography.hazmat.primitives import hashes
+            from cryptography.hazmat.primitives.asymmetric import ec
+            from cryptography.x509.oid import NameOID
+
+            key = ec.generate_private_key(ec.SECP256R1())
+            name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleet")])
+            csr = x509.CertificateSigningRequestBuilder().subject_name(name)
+            self._csr_cache = csr.sign(key, hashes.SHA256()).public_bytes(
+                serialization.Encoding.DER
+            )
+        return self._csr_cache
+
+    async def _quote(self, request: web.Request) -> web.Response:
+        agent = self._agent(request)
+        query = request.query
+        nonce = bytes.fromhex(query["nonce"])
+        pcrs = tuple(int(p) for p in query["pcrs"].split(","))
+        with_csr = query.get("csr") == "1"
+        bound = (agent.nk_public, self._csr()) if with_csr else (agent.nk_public,)
+        quote = agent.tpm.quote(bind_nonce(nonce, *bound), pcrs)
+        agent.quotes += 1
+        body: dict[str, Any] = {
+            "quote": quote.to_dict(),
+            "nk": base64.b64encode(agent.nk_public).decode(),
+        }
+        if with_csr:
+            body["csr"] = base64.b64encode(self._csr()).decode()
+        return web.json_response(body)
+
+    async def _keys_v(self, request: web.Request) -> web.Response:
+        agent = self._agent(request)
+        data = await request.json()
+        try:
+            open_share(agent.nk, base64.b64decode(data["v"]), "V", agent.uuid)
+        except EnvelopeError as exc:
+            return web.json_response(
+                {"error": {"code": "envelope", "message": str(exc)}}, status=400
+            )
+        agent.v_received = True
+        return web.json_response({"accepted": "v", "bootstrapped": False})
+
+    async def _status(self, request: web.Request) -> web.Response:
+        agent = self._agent(request)
+        return web.json_response({"uuid": agent.uuid, "quotes": agent.quotes})
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v1/quote", self._quote)
+        app.router.add_post("/v1/keys/v", self._keys_v)
+        app.router.add_get("/v1/status", self._status)
+        return app
+
+    def server_context(self) -> ssl.SSLContext:
+        with open(self.ca_file, encoding="utf-8") as f:
+            ca_pem = f.read()
+        return tlsutil.server_context_from_pem(
+            self.tls_cert, self.tls_key, ca_pem, self.workdir
+        )
+
+    async def register_all(
+        self, registrar_url: str, cert_file: str, key_file: str, concurrency: int = 32
+    ) -> None:
+        """Register and activate every agent through the real registrar."""
+        ctx = tlsutil.client_context(cert_file, key_file, self.ca_file)
+        semaphore = asyncio.Semaphore(concurrency)
+        connector = aiohttp.TCPConnector(ssl=ctx, limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def one(agent: EmulatedAgent) -> None:
+                async with semaphore:
+                    await self._register(session, registrar_url, agent)
+
+            await asyncio.gather(*(one(a) for a in self.agents))
+
+    async def _register(
+        self, session: aiohttp.ClientSession, base: str, agent: EmulatedAgent
+    ) -> None:
+        url = f"{base}/v1/agents/{agent.uuid}"
+        body = {
+            "ek_public": base64.b64encode(agent.tpm.ek.to_bytes()).decode(),
+            "ek_certificate": None,
+            "ak_public": base64.b64encode(agent.tpm.ak.to_bytes()).decode(),
+            "tls_cert": self.tls_cert.decode(),
+            "host": agent.address,
+            "port": self.port,
+        }
+        async with session.post(url, json=body) as resp:
+            challenge = await resp.json()
+            if resp.status != 200:
+                raise RuntimeError(f"registration refused: {challenge}")
+        credential = agent.tpm.activate_credential(
+            base64.b64decode(challenge["credential_blob"]),
+            base64.b64decode(challenge["encrypted_secret"]),
+        )
+        async with session.post(
+            url + "/activate",
+            json={"credential": base64.b64encode(credential).decode()},
+        ) as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"activation refused: {await resp.text()}")
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    pki = args.pki
+    fleet = Fleet(args.n, args.port, os.path.join(pki, "ca.pem"), args.workdir)
+    runner = web.AppRunner(fleet.app(), access_log=None)
+    await runner.setup()
+    # One socket for all emulated addresses (127.1.x.y); only loopback
+    # clients ever connect: the verifier under test on this machine.
+    site = web.TCPSite(
+        runner,
+        "0.0.0.0",  # noqa: S104
+        args.port,
+        ssl_context=fleet.server_context(),
+        backlog=4096,
+    )
+    await site.start()
+    await fleet.register_all(
+        args.registrar,
+        os.path.join(pki, "agent.pem"),
+        os.path.join(pki, "agent-key.pem"),
+    )
+    pcr16 = fleet.agents[0].tpm.pcrs[16].hex() if fleet.agents else ""
+    with open(args.ready_file + ".tmp", "w", encoding="utf-8") as f:
+        json.dump({"uuids": [a.uuid for a in fleet.agents], "pcr16": pcr16}, f)
+    os.replace(args.ready_file + ".tmp", args.ready_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Emulate N node agents.")
+    parser.add_argument("--n", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--registrar", required=True)
+    parser.add_argument("--pki", required=True, help="dir with ca.pem, agent.pem")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--ready-file", required=True)
+    parser.add_argument("--uvloop", action="store_true")
+    args = parser.parse_args(argv)
+    if args.uvloop:
+        import uvloop
+
+        uvloop.install()
+    asyncio.run(_serve(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
