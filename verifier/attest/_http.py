@@ -42,7 +42,7 @@ async def _read_body(
     reader: asyncio.StreamReader, headers: dict[bytes, bytes]
 ) -> bytes:
     if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
-        chunks = []
+        chunks: list[bytes] = []
         total = 0
         while True:
             size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
