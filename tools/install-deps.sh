@@ -1,12 +1,13 @@
 #!/bin/bash
 # Installs what `make demo` and `make test` need on a fresh Debian machine:
 # Debian packages (swtpm, TSS headers, a C toolchain for wheels that build
-# from source) and a virtualenv in .venv with the project in develop mode.
+# from source, shellcheck for the DevStack plugin) and a virtualenv in .venv
+# with the project in develop mode, Sphinx (doc/requirements.txt) and reno.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PKGS="swtpm swtpm-tools libtss2-dev tpm2-tools pkg-config gcc python3-dev python3-venv"
+APT_PKGS="swtpm swtpm-tools libtss2-dev tpm2-tools pkg-config gcc python3-dev python3-venv shellcheck"
 missing=""
 for pkg in $APT_PKGS; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
@@ -22,9 +23,9 @@ fi
 
 PYTHON="${PYTHON:-python3}"
 stamp=".venv/.installed"
-inputs="requirements.txt test-requirements.txt setup.cfg"
+inputs="requirements.txt test-requirements.txt doc/requirements.txt setup.cfg"
 if [ -f "$stamp" ] && [ -z "$(find $inputs -newer "$stamp")" ] \
-        && .venv/bin/python -c "import verifier, tpm2_pytss" 2>/dev/null; then
+        && .venv/bin/python -c "import verifier, tpm2_pytss, sphinx, reno" 2>/dev/null; then
     exit 0
 fi
 if [ ! -x .venv/bin/python ]; then
@@ -33,6 +34,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing Python packages (tpm2-pytss may build from source once)"
 .venv/bin/pip install -q --upgrade pip wheel setuptools
-.venv/bin/pip install -q -r requirements.txt -r test-requirements.txt
+.venv/bin/pip install -q -r requirements.txt -r test-requirements.txt \
+    -r doc/requirements.txt
 .venv/bin/pip install -q --no-deps -e .
 touch "$stamp"

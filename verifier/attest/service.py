@@ -3,15 +3,17 @@
 Hot state (TPM clock, last attestation time, quote counters) lives in
 memory and is written behind every few seconds; state changes (attested,
 failed, revoked) are written at once, and a revocation is committed in the
-same transaction as its signed outbox event.
+same transaction as its signed outbox event, exactly once even when several
+verifier processes share the database (see :mod:`verifier.attest.store`).
+Which nodes this process attests is decided by an
+:class:`~verifier.attest.ownership.Ownership`; other nodes are served from
+the database.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
-import enum
 import json
 import logging
 import os
@@ -21,106 +23,36 @@ from typing import Any
 
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from sqlalchemy.orm import Session
 
 from verifier.attest.clients import AgentClient, RegistrarClient
+from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
+from verifier.attest.ownership import AllNodes, Ownership
+from verifier.attest.store import NodeStore
 from verifier.ca import CaError, CertificateAuthority
 from verifier.db import Node
 from verifier.exceptions import AgentUnreachableError, ConflictError, NotFoundError
 from verifier.notify import Outbox
-from verifier.notify.outbox import add_to_outbox, make_event
+from verifier.notify.outbox import make_event
 from verifier.protocol import (
-    AttestationKey,
-    ClockState,
     EvidenceError,
     MalformedError,
     PcrPolicy,
     Quote,
-    TpmPublic,
     bind_nonce,
     canonical_uuid,
     seal_share,
     verify_quote,
 )
 
+__all__ = ["NodeState", "NodeView", "Verifier"]
+
 LOG = logging.getLogger(__name__)
 _FLUSH_INTERVAL = 5.0
-
-
-class NodeState(enum.StrEnum):
-    REGISTERED = "registered"
-    BOOTSTRAPPING = "bootstrapping"
-    ATTESTED = "attested"
-    FAILED = "failed"
-    REVOKED = "revoked"
-
-
-@dataclasses.dataclass(frozen=True)
-class NodeView:
-    """A node's status as the API shows it (no key material)."""
-
-    uuid: str
-    state: str
-    policy: Mapping[str, Any]
-    failure_reason: str | None
-    last_attested_at: float | None
-    quotes_verified: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass
-class _Live:
-    uuid: str
-    state: NodeState
-    policy: PcrPolicy
-    ak: AttestationKey
-    base_url: str
-    tls_cert: str
-    v_share: bytes
-    clock: ClockState | None = None
-    last_attested_at: float | None = None
-    quotes_verified: int = 0
-    unreachable: int = 0
-    failure_reason: str | None = None
-    v_released: bool = False
-    dirty: bool = False
-    task: asyncio.Task[None] | None = None
-
-    def view(self) -> NodeView:
-        return NodeView(
-            self.uuid,
-            self.state.value,
-            self.policy.to_dict(),
-            self.failure_reason,
-            self.last_attested_at,
-            self.quotes_verified,
-        )
-
-    @classmethod
-    def from_row(cls, row: Node) -> _Live:
-        clock = None
-        if row.clock is not None:
-            clock = ClockState(row.reset_count or 0, row.restart_count or 0, row.clock)
-        return cls(
-            uuid=row.uuid,
-            state=NodeState(row.state),
-            policy=PcrPolicy.from_dict(json.loads(row.policy)),
-            ak=AttestationKey(TpmPublic.from_bytes(row.ak_public), activated=True),
-            base_url=f"https://{row.host}:{row.port}",
-            tls_cert=row.tls_cert,
-            v_share=row.v_share,
-            clock=clock,
-            last_attested_at=row.last_attested_at,
-            quotes_verified=row.quotes_verified,
-            failure_reason=row.failure_reason,
-            v_released=bool(row.v_released),
-        )
+_Live = LiveNode  # the name the tests and older code use
 
 
 class Verifier:
-    """Enrols nodes and attests them continuously.
+    """Enrols nodes and attests the ones it owns continuously.
 
     Args:
         engine: the verifier database (schema already upgraded).
@@ -130,11 +62,16 @@ class Verifier:
         outbox: delivers revocation events.
         ca: issues node identities (None: no identities).
         interval: seconds between quotes of one node.
-        max_unreachable: unanswered rounds before a node is marked failed.
+        max_unreachable: unanswered rounds before the unreachable action.
         max_in_flight: at most this many quote rounds run at once, so a
             large fleet or slow agents cannot exhaust sockets or memory.
         outbox_interval: seconds between outbox passes.
         clock: wall clock (seconds).
+        ownership: which nodes this process attests (default: all).
+        sync_interval: seconds between ownership/database syncs when
+            several verifiers share the database.
+        unreachable_action: ``fail`` (mark failed, keep polling) or
+            ``revoke`` once a node missed ``max_unreachable`` rounds.
     """
 
     def __init__(
@@ -150,8 +87,13 @@ class Verifier:
         max_in_flight: int = 512,
         outbox_interval: float = 0.5,
         clock: Callable[[], float] = time.time,
+        ownership: Ownership | None = None,
+        sync_interval: float = 1.0,
+        unreachable_action: str = "fail",
     ) -> None:
-        self._engine = engine
+        if unreachable_action not in ("fail", "revoke"):
+            raise ValueError("unreachable_action must be 'fail' or 'revoke'")
+        self.store = NodeStore(engine, clock)
         self._signing_key = signing_key
         self._registrar = registrar
         self._agents = agents
@@ -160,26 +102,27 @@ class Verifier:
         self._interval = interval
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._max_unreachable = max_unreachable
+        self._unreachable_action = unreachable_action
         self._outbox_interval = outbox_interval
         self._clock = clock
-        self._nodes: dict[str, _Live] = {}
+        self._ownership = ownership or AllNodes()
+        self._sync_interval = sync_interval
+        self._nodes: dict[str, LiveNode] = {}
         self._background: list[asyncio.Task[None]] = []
         self._outbox_wakeup = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------
 
     async def start(self) -> None:
-        """Load enrolled nodes and start their loops and the outbox."""
-        with Session(self._engine) as session:
-            for row in session.scalars(sa.select(Node)):
-                self._nodes[row.uuid] = _Live.from_row(row)
-        for node in self._nodes.values():
-            if node.state != NodeState.REVOKED:
-                node.task = asyncio.create_task(self._run(node))
+        """Join the ownership group, adopt owned nodes, start the loops."""
+        await self._ownership.start()
+        await self.sync()
         self._background = [
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
         ]
+        if not isinstance(self._ownership, AllNodes):
+            self._background.append(asyncio.create_task(self._sync_loop()))
         self._outbox_wakeup.set()
 
     async def stop(self) -> None:
@@ -188,8 +131,53 @@ class Verifier:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._flush()
+        await self._ownership.stop()
         await self._agents.close()
         await self._registrar.close()
+
+    def _adopt(self, node: LiveNode) -> None:
+        self._nodes[node.uuid] = node
+        if node.state != NodeState.REVOKED:
+            node.task = asyncio.create_task(self._run(node))
+
+    def _release(self, node: LiveNode) -> None:
+        if node.task is not None:
+            node.task.cancel()
+        self._nodes.pop(node.uuid, None)
+
+    async def sync(self) -> None:
+        """Reconcile with the database and the ownership: adopt nodes that
+        became ours, let go of nodes that did not stay ours, and stop nodes
+        that another verifier revoked or deleted."""
+        await self._ownership.refresh()
+        states = await asyncio.to_thread(self.store.states)
+        owns = self._ownership.owns
+        for uuid, node in list(self._nodes.items()):
+            db_state = states.get(uuid)
+            if db_state is None:
+                self._release(node)
+            elif db_state == NodeState.REVOKED and node.state != NodeState.REVOKED:
+                node.state = NodeState.REVOKED
+                self._release(node)
+            elif not owns(uuid):
+                await asyncio.to_thread(self.store.flush, [node])
+                self._release(node)
+                LOG.info("Node %s handed to another verifier", uuid)
+        for uuid, state in states.items():
+            if uuid in self._nodes or state == NodeState.REVOKED or not owns(uuid):
+                continue
+            row = await asyncio.to_thread(self.store.load, uuid)
+            if row is not None and row.state != NodeState.REVOKED:
+                self._adopt(LiveNode.from_row(row))
+                LOG.info("Attesting node %s (%s)", uuid, row.state)
+
+    async def _sync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._sync_interval)
+            try:
+                await self.sync()
+            except Exception:  # the database or coordinator may be away
+                LOG.exception("Sync with the database and the group failed")
 
     # -- API operations ----------------------------------------------------
 
@@ -210,30 +198,29 @@ class Verifier:
                 "ak_not_activated",
                 f"node {uuid} has not activated its attestation key at the registrar",
             )
-        ak_public = base64.b64decode(str(record["ak_public"]))
         now = self._clock()
         row = Node(
             uuid=uuid,
             state=NodeState.REGISTERED.value,
             policy=json.dumps(policy.to_dict()),
             v_share=v_share,
-            ak_public=ak_public,
+            ak_public=base64.b64decode(str(record["ak_public"])),
             tls_cert=str(record["tls_cert"]),
             host=str(record["host"]),
             port=int(record["port"]),
             quotes_verified=0,
+            v_released=False,
             created_at=now,
             updated_at=now,
         )
-        node = _Live.from_row(row)
-        with Session(self._engine) as session, session.begin():
-            session.add(row)
-        self._nodes[uuid] = node
-        node.task = asyncio.create_task(self._run(node))
+        node = LiveNode.from_row(row)
+        await asyncio.to_thread(self.store.insert, row)
+        if self._ownership.owns(uuid):
+            self._adopt(node)
         LOG.info("Enrolled node %s with PCRs %s", uuid, list(policy.pcrs))
         return node.view()
 
-    def _live(self, uuid: str) -> _Live:
+    def _live(self, uuid: str) -> LiveNode:
         node = self._nodes.get(canonical_uuid(uuid))
         if node is None:
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
@@ -241,42 +228,73 @@ class Verifier:
 
     def get(self, uuid: str) -> NodeView:
         """Raises: NotFoundError."""
-        return self._live(uuid).view()
+        uuid = canonical_uuid(uuid)
+        node = self._nodes.get(uuid)
+        if node is not None:
+            return node.view()
+        row = self.store.load(uuid)
+        if row is None:
+            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
+        return view_of_row(row)
 
     def stats(self) -> dict[str, Any]:
-        """Counts for operators and benchmarks: nodes per state and quotes
-        verified since enrolment (as far as written or held in memory)."""
+        """Counts for operators and benchmarks: nodes per state (this
+        process's view of its own nodes, the database's of the others) and
+        quotes verified."""
         states: dict[str, int] = {s.value: 0 for s in NodeState}
-        quotes = 0
-        for node in self._nodes.values():
-            states[node.state.value] += 1
-            quotes += node.quotes_verified
-        return {"nodes": len(self._nodes), "states": states, "quotes_verified": quotes}
+        db = self.store.states()
+        for uuid, state in db.items():
+            node = self._nodes.get(uuid)
+            states[node.state.value if node else state] += 1
+        local = sum(n.quotes_verified for n in self._nodes.values())
+        return {
+            "nodes": len(db),
+            "states": states,
+            "owned": len(self._nodes),
+            "member": self._ownership.member_id,
+            "quotes_verified": local,
+        }
 
     def list(self) -> list[NodeView]:
-        return [n.view() for n in sorted(self._nodes.values(), key=lambda n: n.uuid)]
+        views = []
+        for row in self.store.load_all():
+            node = self._nodes.get(row.uuid)
+            views.append(node.view() if node else view_of_row(row))
+        return views
 
     async def delete(self, uuid: str) -> None:
-        """Stop attesting and forget a node (its outbox events remain)."""
-        node = self._live(uuid)
-        if node.task is not None:
-            node.task.cancel()
-        del self._nodes[node.uuid]
-        with Session(self._engine) as session, session.begin():
-            row = session.get(Node, node.uuid)
-            if row is not None:
-                session.delete(row)
+        """Stop attesting and forget a node (its outbox events remain).
+
+        Raises: NotFoundError.
+        """
+        uuid = canonical_uuid(uuid)
+        node = self._nodes.get(uuid)
+        if node is not None:
+            self._release(node)
+        if not await asyncio.to_thread(self.store.delete, uuid) and node is None:
+            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
 
     async def revoke(self, uuid: str, reason: str, detail: str) -> NodeView:
-        """Revoke a node on request (e.g. by its tenant)."""
-        node = self._live(uuid)
-        if node.state != NodeState.REVOKED:
-            self._revoke(node, reason, detail)
-        return node.view()
+        """Revoke a node on request (e.g. by its tenant), whoever attests it.
+
+        Raises: NotFoundError.
+        """
+        uuid = canonical_uuid(uuid)
+        node = self._nodes.get(uuid)
+        if node is not None:
+            if node.state != NodeState.REVOKED:
+                self._revoke(node, reason, detail)
+            return node.view()
+        view = self.get(uuid)
+        if view.state != NodeState.REVOKED:
+            signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
+            if self.store.revoke(uuid, f"{reason}: {detail}", signed, None):
+                self._outbox_wakeup.set()
+        return self.get(uuid)
 
     # -- the attestation loop ---------------------------------------------
 
-    async def _run(self, node: _Live) -> None:
+    async def _run(self, node: LiveNode) -> None:
         while node.state != NodeState.REVOKED:
             try:
                 async with self._in_flight:
@@ -323,11 +341,11 @@ class Verifier:
             await self._release_v(node, nk, csr)
         return node.view()
 
-    def _still_attesting(self, node: _Live) -> bool:
+    def _still_attesting(self, node: LiveNode) -> bool:
         return node.state != NodeState.REVOKED and self._nodes.get(node.uuid) is node
 
     def _check_answer(
-        self, node: _Live, answer: Mapping[str, Any], nonce: bytes, first: bool
+        self, node: LiveNode, answer: Mapping[str, Any], nonce: bytes, first: bool
     ) -> tuple[bytes, bytes | None]:
         quote = Quote.from_dict(answer.get("quote"))
         nk = _b64(answer, "nk")
@@ -352,7 +370,7 @@ class Verifier:
             self._set_state(node, back, None)
         return nk, csr
 
-    async def _release_v(self, node: _Live, nk: bytes, csr: bytes | None) -> None:
+    async def _release_v(self, node: LiveNode, nk: bytes, csr: bytes | None) -> None:
         if node.state != NodeState.BOOTSTRAPPING:
             self._set_state(node, NodeState.BOOTSTRAPPING, None)
         cert = None
@@ -383,63 +401,39 @@ class Verifier:
         )
         LOG.info("Node %s attested; V released", node.uuid)
 
-    def _unreachable(self, node: _Live, detail: str) -> None:
+    def _unreachable(self, node: LiveNode, detail: str) -> None:
         node.unreachable += 1
         LOG.info("Node %s unreachable (%d): %s", node.uuid, node.unreachable, detail)
-        if node.unreachable >= self._max_unreachable and node.state != NodeState.FAILED:
+        if node.unreachable < self._max_unreachable or node.state == NodeState.FAILED:
+            return
+        if self._unreachable_action == "revoke":
+            self._revoke(node, "unreachable", detail)
+        else:
             self._set_state(node, NodeState.FAILED, f"unreachable: {detail}")
 
     # -- persistence -------------------------------------------------------
 
     def _set_state(
-        self, node: _Live, state: NodeState, reason: str | None, **extra: Any
+        self, node: LiveNode, state: NodeState, reason: str | None, **extra: Any
     ) -> None:
-        node.state = state
-        node.failure_reason = reason
-        with Session(self._engine) as session, session.begin():
-            row = session.get(Node, node.uuid)
-            if row is not None:
-                self._write_hot(row, node)
-                row.state, row.failure_reason = state.value, reason
-                for key, value in extra.items():
-                    setattr(row, key, value)
+        if self.store.update_state(node, state, reason, **extra):
+            node.state, node.failure_reason = state, reason
+        else:  # revoked (or deleted) by another verifier meanwhile
+            node.state = NodeState.REVOKED
 
-    def _revoke(self, node: _Live, reason: str, detail: str) -> None:
-        now = self._clock()
-        signed = make_event(self._signing_key, node.uuid, reason, detail, now)
-        with Session(self._engine) as session, session.begin():
-            row = session.get(Node, node.uuid)
-            if row is not None:
-                self._write_hot(row, node)
-                row.state = NodeState.REVOKED.value
-                row.failure_reason = f"{reason}: {detail}"
-            add_to_outbox(session, signed, now)
+    def _revoke(self, node: LiveNode, reason: str, detail: str) -> None:
+        signed = make_event(self._signing_key, node.uuid, reason, detail, self._clock())
+        first = self.store.revoke(node.uuid, f"{reason}: {detail}", signed, node)
         node.state = NodeState.REVOKED
         node.failure_reason = f"{reason}: {detail}"
-        LOG.warning(
-            "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
-        )
-        self._outbox_wakeup.set()
-
-    def _write_hot(self, row: Node, node: _Live) -> None:
-        if node.clock is not None:
-            row.reset_count = node.clock.reset_count
-            row.restart_count = node.clock.restart_count
-            row.clock = node.clock.clock
-        row.last_attested_at = node.last_attested_at
-        row.quotes_verified = node.quotes_verified
-        row.updated_at = self._clock()
-        node.dirty = False
+        if first:
+            LOG.warning(
+                "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
+            )
+            self._outbox_wakeup.set()
 
     def _flush(self) -> None:
-        dirty = [n for n in self._nodes.values() if n.dirty]
-        if not dirty:
-            return
-        with Session(self._engine) as session, session.begin():
-            for node in dirty:
-                row = session.get(Node, node.uuid)
-                if row is not None:
-                    self._write_hot(row, node)
+        self.store.flush(list(self._nodes.values()))
 
     async def _flush_loop(self) -> None:
         while True:
@@ -459,7 +453,9 @@ class Verifier:
                 pass
             self._outbox_wakeup.clear()
             try:
-                await asyncio.to_thread(self.outbox.dispatch_once)
+                await asyncio.to_thread(
+                    self.outbox.dispatch_once, 100, self._ownership.owns
+                )
             except Exception:  # keep delivering whatever a driver does
                 LOG.exception("Outbox delivery pass failed")
             await asyncio.sleep(self._outbox_interval)

@@ -65,16 +65,28 @@ class Outbox:
         self._notifiers = list(notifiers)
         self._clock = clock
 
-    def dispatch_once(self, limit: int = 100) -> int:
-        """One delivery pass. Returns the number of events delivered."""
+    def dispatch_once(
+        self, limit: int = 100, owns: Callable[[str], bool] | None = None
+    ) -> int:
+        """One delivery pass. Returns the number of events delivered.
+
+        Args:
+            limit: at most this many events.
+            owns: deliver only events of nodes for which this returns True
+                (several verifiers share one outbox; each delivers its own).
+        """
         with Session(self._engine) as session:
             rows = session.scalars(
                 sa.select(OutboxEvent)
                 .where(OutboxEvent.delivered_at.is_(None))
                 .order_by(OutboxEvent.created_at)
-                .limit(limit)
+                .limit(limit * 10 if owns else limit)
             ).all()
-            pending = [(row.id, row.body) for row in rows]
+            pending = [
+                (row.id, row.body)
+                for row in rows
+                if owns is None or owns(row.node_uuid)
+            ][:limit]
         delivered = 0
         for event_id, body in pending:
             error = self._deliver(json.loads(body))

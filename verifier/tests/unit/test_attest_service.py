@@ -739,7 +739,8 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         await verifier.revoke(agent.uuid, "tenant_revoked", "bye")
         restarted = self.new_verifier()
         await restarted.start()
-        self.assertIsNone(restarted._nodes[agent.uuid].task)
+        # a revoked node is not loaded for attestation at all
+        self.assertNotIn(agent.uuid, restarted._nodes)
         self.assertEqual("revoked", restarted.get(agent.uuid).state)
         await asyncio.sleep(0.05)
         self.assertEqual([], agent.quote_requests)

@@ -1,0 +1,139 @@
+"""The verifier's node table, written so that several verifier processes
+can share it: a revoked node is never written back to another state, and a
+revocation (with its outbox event) is committed exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from verifier.attest.node import LiveNode, NodeState
+from verifier.db import Node
+from verifier.exceptions import ConflictError
+from verifier.notify.outbox import add_to_outbox
+from verifier.protocol import SignedEvent
+
+_REVOKED = NodeState.REVOKED.value
+
+
+class NodeStore:
+    """Reads and conditional writes of ``verifier_nodes``.
+
+    Args:
+        engine: the shared database.
+        clock: wall clock (seconds).
+    """
+
+    def __init__(self, engine: sa.Engine, clock: Callable[[], float] = time.time):
+        self.engine = engine
+        self._clock = clock
+
+    def insert(self, row: Node) -> None:
+        """Raises: ConflictError if the node is already enrolled."""
+        try:
+            with Session(self.engine) as session, session.begin():
+                session.add(row)
+        except IntegrityError:
+            raise ConflictError(
+                "already_enrolled", f"node {row.uuid} is already enrolled"
+            )
+
+    def load(self, uuid: str) -> Node | None:
+        with Session(self.engine) as session:
+            row = session.get(Node, uuid)
+            if row is not None:
+                session.expunge(row)
+            return row
+
+    def load_all(self) -> list[Node]:
+        with Session(self.engine) as session:
+            rows = list(session.scalars(sa.select(Node).order_by(Node.uuid)))
+            session.expunge_all()
+            return rows
+
+    def states(self) -> dict[str, str]:
+        """uuid -> state of every enrolled node."""
+        with self.engine.connect() as conn:
+            result = conn.execute(sa.select(Node.uuid, Node.state))
+            return {uuid: state for uuid, state in result}
+
+    def _hot(self, node: LiveNode) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "last_attested_at": node.last_attested_at,
+            "quotes_verified": node.quotes_verified,
+            "updated_at": self._clock(),
+        }
+        if node.clock is not None:
+            values["reset_count"] = node.clock.reset_count
+            values["restart_count"] = node.clock.restart_count
+            values["clock"] = node.clock.clock
+        return values
+
+    def update_state(
+        self, node: LiveNode, state: NodeState, reason: str | None, **extra: Any
+    ) -> bool:
+        """Write ``state`` and the hot state unless the node was revoked.
+
+        Returns:
+            False if the row is revoked (or gone): the caller must stop.
+        """
+        values = self._hot(node) | {"state": state.value, "failure_reason": reason}
+        values.update(extra)
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                sa.update(Node)
+                .where(Node.uuid == node.uuid, Node.state != _REVOKED)
+                .values(**values)
+            )
+        node.dirty = False
+        return result.rowcount == 1
+
+    def revoke(
+        self, uuid: str, reason: str, signed: SignedEvent, hot: LiveNode | None
+    ) -> bool:
+        """Revoke ``uuid`` and stage ``signed`` in one transaction, once.
+
+        Returns:
+            True if this call revoked it (and the event was written); False if
+            it was already revoked or is not enrolled (nothing written).
+        """
+        values = (self._hot(hot) if hot is not None else {}) | {
+            "state": _REVOKED,
+            "failure_reason": reason,
+        }
+        now = self._clock()
+        with Session(self.engine) as session, session.begin():
+            result = session.execute(
+                sa.update(Node)
+                .where(Node.uuid == uuid, Node.state != _REVOKED)
+                .values(**values)
+            )
+            if result.rowcount != 1:  # type: ignore[attr-defined]
+                return False
+            add_to_outbox(session, signed, now)
+        return True
+
+    def flush(self, nodes: Iterable[LiveNode]) -> None:
+        """Write behind the hot state of ``nodes`` (never un-revokes)."""
+        dirty = [n for n in nodes if n.dirty]
+        if not dirty:
+            return
+        with self.engine.begin() as conn:
+            for node in dirty:
+                conn.execute(
+                    sa.update(Node)
+                    .where(Node.uuid == node.uuid)
+                    .values(**self._hot(node))
+                )
+                node.dirty = False
+
+    def delete(self, uuid: str) -> bool:
+        with self.engine.begin() as conn:
+            result = conn.execute(sa.delete(Node).where(Node.uuid == uuid))
+        return result.rowcount == 1
