@@ -13,7 +13,7 @@ verifier's resident memory per enrolled node.
 
 Not a test: nothing is asserted. Both processes share this machine's cores.
 
-    .venv/bin/python tools/bench/fleet.py [--n 1000] [--window 10] [--uvloop]
+    .venv/bin/python tools/bench/fleet.py [--n 100 1000] [--window 10] [--verifiers 2]
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,7 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 import aiohttp  # noqa: E402
 
 from verifier import tlsutil  # noqa: E402
-from verifier.testing.cluster import LocalCluster, free_port  # noqa: E402
+from verifier.testing import services  # noqa: E402
+from verifier.testing.cluster import LocalCluster  # noqa: E402
+from verifier.testing.fleet import FleetProcess  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -51,13 +51,13 @@ def rss_kib(pid: int) -> int:
 
 
 class Api:
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: LocalCluster, base: str) -> None:
         ctx = tlsutil.client_context(
             cluster.pki_file("tenant.pem"),
             cluster.pki_file("tenant-key.pem"),
             cluster.pki_file("ca.pem"),
         )
-        self.base = cluster.verifier_url
+        self.base = base
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=ctx, limit=32)
         )
@@ -87,99 +87,90 @@ class Api:
 
 
 async def measure(
-    cluster: LocalCluster,
-    fleet_pid: int,
-    ready: dict,  # type: ignore[type-arg]
-    window: float,
+    cluster: LocalCluster, fleet: FleetProcess, window: float
 ) -> dict[str, float]:
-    api = Api(cluster)
-    verifier_pid = cluster.procs["verifier"].pid
+    apis = [Api(cluster, url) for url in cluster.verifier_urls]
+    pids = [
+        cluster.procs[cluster.verifier_name(i)].pid
+        for i in range(len(cluster.verifier_urls))
+    ]
+    assert fleet.proc is not None
+    fleet_pid = fleet.proc.pid
+
+    async def quotes() -> int:
+        return sum([(await api.stats())["quotes_verified"] for api in apis])
+
+    def verifier_cpu() -> float:
+        return sum(cpu_seconds(pid) for pid in pids)
+
     try:
-        rss_before = rss_kib(verifier_pid)
+        rss_before = sum(rss_kib(pid) for pid in pids)
         t0 = time.monotonic()
-        await api.enrol(ready["uuids"], ready["pcr16"])
-        n = len(ready["uuids"])
-        while (await api.stats())["states"]["attested"] < n:
+        await apis[0].enrol(fleet.uuids, fleet.pcr16)
+        n = len(fleet.uuids)
+        while (await apis[0].stats())["states"]["attested"] < n:
             if time.monotonic() - t0 > 600:
-                raise RuntimeError(f"not all attested: {await api.stats()}")
+                raise RuntimeError(f"not all attested: {await apis[0].stats()}")
             await asyncio.sleep(0.5)
         enrol_s = time.monotonic() - t0
         await asyncio.sleep(2)  # steady state
-        q0, v0, f0 = (
-            (await api.stats())["quotes_verified"],
-            cpu_seconds(verifier_pid),
-            cpu_seconds(fleet_pid),
-        )
+        q0, v0, f0 = await quotes(), verifier_cpu(), cpu_seconds(fleet_pid)
         t1 = time.monotonic()
         await asyncio.sleep(window)
-        q1, v1, f1 = (
-            (await api.stats())["quotes_verified"],
-            cpu_seconds(verifier_pid),
-            cpu_seconds(fleet_pid),
-        )
+        q1, v1, f1 = await quotes(), verifier_cpu(), cpu_seconds(fleet_pid)
         elapsed = time.monotonic() - t1
-        stats = await api.stats()
+        stats = await apis[0].stats()
+        rss_after = sum(rss_kib(pid) for pid in pids)
         return {
             "rate": (q1 - q0) / elapsed,
             "verifier_cpu": (v1 - v0) / elapsed,
             "fleet_cpu": (f1 - f0) / elapsed,
             "enrol_s": enrol_s,
-            "rss_per_node": (rss_kib(verifier_pid) - rss_before) * 1024 / n,
-            "rss": rss_kib(verifier_pid) / 1024,
+            "rss_per_node": (rss_after - rss_before) * 1024 / n,
+            "rss": rss_after / 1024,
             "revoked": stats["states"]["revoked"],
             "failed": stats["states"]["failed"],
         }
     finally:
-        await api.session.close()
+        for api in apis:
+            await api.session.close()
 
 
-def run(n: int, window: float, use_uvloop: bool, in_flight: int) -> dict[str, float]:
+def run(
+    n: int, window: float, use_uvloop: bool, in_flight: int, verifiers: int = 1
+) -> dict[str, float]:
+    """One measurement; with ``verifiers`` > 1 they share a scratch
+    PostgreSQL database and split the fleet through tooz on Redis."""
     workdir = tempfile.mkdtemp(prefix="bench-fleet-")
+    options: dict[str, object] = {"max_in_flight": in_flight, "max_unreachable": 1000}
+    database_url, db_name = None, None
+    if verifiers > 1:
+        missing = services.missing_services()
+        if missing:
+            raise SystemExit("--verifiers > 1 needs: " + "; ".join(missing))
+        database_url, db_name = services.scratch_postgres()
+        options["coordination_url"] = services.redis_coordination_url(2)
+        options["sync_interval"] = 0.5
     cluster = LocalCluster(
         os.path.join(workdir, "cluster"),
         nodes=0,
         interval=0.0,
         notifiers=("noop",),
-        verifier_options={"max_in_flight": in_flight, "max_unreachable": 1000},
+        verifier_options=options,
+        verifiers=verifiers,
+        database_url=database_url,
     )
-    fleet = None
+    fleet = FleetProcess(n, cluster.registrar_url, cluster.pki, workdir, use_uvloop)
     try:
         cluster.start()
-        ready_file = os.path.join(workdir, "fleet-ready.json")
-        cmd = [
-            sys.executable,
-            "-m",
-            "verifier.testing.fleet",
-            "--n",
-            str(n),
-            "--port",
-            str(free_port()),
-            "--registrar",
-            cluster.registrar_url,
-            "--pki",
-            cluster.pki,
-            "--workdir",
-            workdir,
-            "--ready-file",
-            ready_file,
-        ]
-        if use_uvloop:
-            cmd.append("--uvloop")
-        with open(os.path.join(workdir, "fleet.log"), "wb") as log:
-            fleet = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 600
-        while not os.path.exists(ready_file):
-            if fleet.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"fleet emulator failed; see {workdir}/fleet.log")
-            time.sleep(0.2)
-        with open(ready_file, encoding="utf-8") as f:
-            ready = json.load(f)
-        return asyncio.run(measure(cluster, fleet.pid, ready, window))
+        fleet.registrar_url = cluster.registrar_url
+        fleet.start()
+        return asyncio.run(measure(cluster, fleet, window))
     finally:
-        if fleet is not None:
-            fleet.terminate()
-            fleet.wait(10)
+        fleet.stop()
         cluster.stop()
+        if db_name:
+            services.drop_postgres(db_name)
 
 
 def main() -> None:
@@ -188,19 +179,28 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--in-flight", type=int, default=512)
     parser.add_argument(
-        "--uvloop", action="store_true", help="run the emulator on uvloop"
+        "--verifiers",
+        type=int,
+        default=1,
+        help="verifier processes (>1: PostgreSQL + tooz/Redis)",
+    )
+    parser.add_argument(
+        "--no-uvloop",
+        action="store_true",
+        help="run the emulator on the default asyncio loop",
     )
     args = parser.parse_args()
     print(
         f"verifier vs emulated fleet, interval 0, {args.window:g} s window, "
-        f"{os.cpu_count()} cores shared by verifier and emulator"
+        f"{args.verifiers} verifier process(es), {os.cpu_count()} cores shared "
+        "by verifiers and emulator"
     )
     print(
         f"{'N':>7} {'checks/s':>9} {'verifier CPU':>13} {'emulator CPU':>13} "
         f"{'enrol+bootstrap':>16} {'RSS/node':>9}"
     )
     for n in args.n:
-        r = run(n, args.window, args.uvloop, args.in_flight)
+        r = run(n, args.window, not args.no_uvloop, args.in_flight, args.verifiers)
         print(
             f"{n:>7} {r['rate']:>9.0f} {r['verifier_cpu']:>12.2f}c "
             f"{r['fleet_cpu']:>12.2f}c {r['enrol_s']:>15.1f}s "

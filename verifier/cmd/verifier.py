@@ -11,6 +11,7 @@ from oslo_config import cfg
 from verifier import db, tlsutil
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
+from verifier.attest.ownership import make_ownership
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
 from verifier.exceptions import ConfigError
@@ -70,6 +71,9 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         interval=group.quote_interval,
         max_unreachable=group.max_unreachable,
         max_in_flight=group.max_in_flight,
+        ownership=make_ownership(group.coordination_url, group.member_id),
+        sync_interval=group.sync_interval,
+        unreachable_action=group.unreachable_action,
         outbox_interval=group.outbox_interval,
     )
     return verifier, public_pem(signing_key.public_key())

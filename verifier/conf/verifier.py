@@ -56,6 +56,35 @@ _OPTS = [
         help="At most this many quote requests are in flight at once.",
     ),
     cfg.StrOpt(
+        "coordination_url",
+        help="tooz backend URL (e.g. redis://127.0.0.1:6379?membership_timeout=2) "
+        "when several verifier processes share one database: the nodes are "
+        "split between the live members with a consistent hash ring, and a "
+        "dead member's nodes go to the others. Unset: this verifier attests "
+        "every node.",
+    ),
+    cfg.StrOpt(
+        "member_id",
+        help="This verifier's name in the coordination group (default: "
+        "host name and process id).",
+    ),
+    cfg.FloatOpt(
+        "sync_interval",
+        default=1.0,
+        min=0.05,
+        help="Seconds between syncs with the group and the shared database "
+        "(only with coordination_url).",
+    ),
+    cfg.StrOpt(
+        "unreachable_action",
+        default="fail",
+        choices=[
+            ("fail", "mark the node failed and keep polling it"),
+            ("revoke", "revoke the node and fire the revocation hooks"),
+        ],
+        help="What happens to a node that missed max_unreachable rounds.",
+    ),
+    cfg.StrOpt(
         "signing_key",
         help="Ed25519 private key (PEM) that signs "
         "revocation events; created on first start if missing.",

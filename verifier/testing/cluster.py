@@ -142,6 +142,8 @@ class LocalCluster:
         notifiers: tuple[str, ...] = ("inprocess",),
         log_level: str = "INFO",
         verifier_options: dict[str, Any] | None = None,
+        verifiers: int = 1,
+        database_url: str | None = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
         self.n_nodes = nodes
@@ -155,7 +157,9 @@ class LocalCluster:
         self.nodes: list[NodeHandle] = []
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.registrar_port = free_port()
-        self.verifier_port = free_port()
+        self.verifier_ports = [free_port() for _ in range(verifiers)]
+        self.verifier_port = self.verifier_ports[0]
+        self.database_url = database_url or f"sqlite:///{self.workdir}/verifier.sqlite"
         self.hook_record = os.path.join(self.workdir, "revocations.jsonl")
 
     # -- set-up -------------------------------------------------------------
@@ -170,6 +174,14 @@ class LocalCluster:
     @property
     def verifier_url(self) -> str:
         return f"https://127.0.0.1:{self.verifier_port}"
+
+    @property
+    def verifier_urls(self) -> list[str]:
+        return [f"https://127.0.0.1:{port}" for port in self.verifier_ports]
+
+    @staticmethod
+    def verifier_name(index: int) -> str:
+        return "verifier" if index == 0 else f"verifier{index + 1}"
 
     def tenant_env(self) -> dict[str, str]:
         return {
@@ -220,7 +232,8 @@ class LocalCluster:
             with open(os.path.join(self.workdir, "ek-ca.pem"), "wb") as f:
                 f.write(ek_ca_bundle(self.localca))
         self._start_registrar()
-        self._start_verifier()
+        for index in range(len(self.verifier_ports)):
+            self.start_verifier(index)
 
     def _prepare_node(self, i: int) -> None:
         node_dir = os.path.join(self.workdir, f"node{i + 1}")
@@ -271,15 +284,18 @@ class LocalCluster:
             self.registrar_port, proc, os.path.join(self.workdir, "registrar.log")
         )
 
-    def _start_verifier(self) -> None:
-        conf = os.path.join(self.workdir, "verifier.conf")
+    def start_verifier(self, index: int = 0) -> None:
+        """Start (or restart) verifier process ``index``."""
+        name = self.verifier_name(index)
+        conf = os.path.join(self.workdir, f"{name}.conf")
         _write_conf(
             conf,
             {
-                "DEFAULT": self._common("verifier"),
+                "DEFAULT": self._common(name),
                 "verifier": {
-                    "port": self.verifier_port,
-                    "database_connection": f"sqlite:///{self.workdir}/verifier.sqlite",
+                    "port": self.verifier_ports[index],
+                    "database_connection": self.database_url,
+                    "member_id": name,
                     "cert_file": self.pki_file("verifier.pem"),
                     "key_file": self.pki_file("verifier-key.pem"),
                     "ca_file": self.pki_file("ca.pem"),
@@ -295,11 +311,19 @@ class LocalCluster:
                 "action_log": {"record_file": self.hook_record},
             },
         )
-        log = os.path.join(self.workdir, "verifier.out")
+        log = os.path.join(self.workdir, f"{name}.out")
         proc = self._spawn(
-            "verifier", [_script("trusted-verifier"), "--config-file", conf], log
+            name, [_script("trusted-verifier"), "--config-file", conf], log
         )
-        wait_port(self.verifier_port, proc, os.path.join(self.workdir, "verifier.log"))
+        wait_port(
+            self.verifier_ports[index], proc, os.path.join(self.workdir, f"{name}.log")
+        )
+
+    def kill_verifier(self, index: int) -> None:
+        """SIGKILL verifier ``index``: no clean shutdown, no group leave."""
+        proc = self.procs[self.verifier_name(index)]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
     def start_agent(self, node: NodeHandle) -> None:
         conf = os.path.join(node.dir, "agent.conf")

@@ -22,8 +22,11 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import ssl
+import subprocess
 import sys
+import time
 import uuid as uuid_mod
 from typing import Any
 
@@ -138,8 +141,22 @@ class Fleet:
         agent = self._agent(request)
         return web.json_response({"uuid": agent.uuid, "quotes": agent.quotes})
 
+    async def _counters(self, request: web.Request) -> web.Response:
+        return web.json_response({a.uuid: a.quotes for a in self.agents})
+
+    async def _tamper(self, request: web.Request) -> web.Response:
+        uuid = (await request.json())["uuid"]
+        for agent in self.agents:
+            if agent.uuid == uuid:
+                agent.tpm.extend(16, b"\x66" * 32)
+                return web.json_response({"tampered": uuid})
+        raise web.HTTPNotFound(text="unknown agent")
+
     def app(self) -> web.Application:
         app = web.Application()
+        # control endpoints for tests and benchmarks (on 127.0.0.1)
+        app.router.add_get("/_fleet/counters", self._counters)
+        app.router.add_post("/_fleet/tamper", self._tamper)
         app.router.add_get("/v1/quote", self._quote)
         app.router.add_post("/v1/keys/v", self._keys_v)
         app.router.add_get("/v1/status", self._status)
@@ -193,6 +210,110 @@ class Fleet:
         ) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"activation refused: {await resp.text()}")
+
+
+class FleetProcess:
+    """The emulator as a child process, with its control endpoints.
+
+    Args:
+        n: number of agents.
+        registrar_url: the real registrar they register with.
+        pki: directory with ca.pem, agent.pem/-key.pem and tenant.pem/-key.pem.
+        workdir: scratch directory.
+        use_uvloop: run the emulator on uvloop.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        registrar_url: str,
+        pki: str,
+        workdir: str,
+        use_uvloop: bool = True,
+    ) -> None:
+        self.n = n
+        self.registrar_url = registrar_url
+        self.pki = pki
+        self.workdir = workdir
+        self.use_uvloop = use_uvloop
+        self.port = _free_port()
+        self.ready_file = os.path.join(workdir, "fleet-ready.json")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.uuids: list[str] = []
+        self.pcr16 = ""
+
+    def start(self, timeout: float = 600) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "verifier.testing.fleet",
+            "--n",
+            str(self.n),
+            "--port",
+            str(self.port),
+            "--registrar",
+            self.registrar_url,
+            "--pki",
+            self.pki,
+            "--workdir",
+            self.workdir,
+            "--ready-file",
+            self.ready_file,
+        ]
+        if self.use_uvloop:
+            cmd.append("--uvloop")
+        with open(os.path.join(self.workdir, "fleet.log"), "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(self.ready_file):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"fleet emulator failed; see {self.workdir}/fleet.log"
+                )
+            time.sleep(0.1)
+        with open(self.ready_file, encoding="utf-8") as f:
+            ready = json.load(f)
+        self.uuids, self.pcr16 = ready["uuids"], ready["pcr16"]
+
+    def _control(self, method: str, path: str, body: Any = None) -> Any:
+        import requests
+
+        session = requests.Session()
+        session.trust_env = False
+        session.cert = (
+            os.path.join(self.pki, "tenant.pem"),
+            os.path.join(self.pki, "tenant-key.pem"),
+        )
+        # the emulator's one self-signed certificate, written at its start
+        session.verify = os.path.join(self.workdir, "tls-cert.pem")
+        resp = session.request(
+            method, f"https://127.0.0.1:{self.port}{path}", json=body, timeout=10
+        )
+        resp.raise_for_status()
+        return resp.json()
+
+    def counters(self) -> dict[str, int]:
+        """Quotes answered per agent UUID."""
+        return dict(self._control("GET", "/_fleet/counters"))
+
+    def tamper(self, uuid: str) -> None:
+        """Extend PCR 16 of one agent: its next quote fails the policy."""
+        self._control("POST", "/_fleet/tamper", {"uuid": uuid})
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 async def _serve(args: argparse.Namespace) -> None:

@@ -309,13 +309,17 @@ class KeylimeServices:
         deadline = time.monotonic() + 120
         while True:
             if self.procs[name].poll() is not None:
-                raise RuntimeError(f"keylime {name} exited; see {self.workdir}/{name}.log")
+                raise RuntimeError(
+                    f"keylime {name} exited; see {self.workdir}/{name}.log"
+                )
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1):
                     return
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"keylime {name} did not listen on {port}") from None
+                    raise RuntimeError(
+                        f"keylime {name} did not listen on {port}"
+                    ) from None
                 time.sleep(0.3)
 
     def start(self) -> None:

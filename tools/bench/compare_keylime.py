@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Our verifier against keylime 7.14.3's, same emulated fleet size, same machine.
+
+For each N: first keylime (tools/bench/keylime/bench.py: keylime installed
+from PyPI into its own venv under ~/.cache, its registrar and verifier with
+SQLite and mTLS, quote_interval 0, against N emulated agents speaking
+keylime's agent API v2.2 on software TPMs), then ours (tools/bench/fleet.py,
+interval 0, same N). Prints both rates, each side's verifier and emulator
+CPU, and the ratio ours/keylime. Nothing is asserted; both sides share this
+machine's cores with their emulators (and with whatever else is running).
+
+    .venv/bin/python tools/bench/compare_keylime.py [--n 100 ...] [--window 20] [--plot]
+
+``--plot`` writes doc/source/perf/rate_vs_n.png (rate against N, both
+systems; needs matplotlib in this venv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(HERE, "keylime"))
+sys.path.insert(0, HERE)
+
+import bench as keylime_bench  # noqa: E402  (tools/bench/keylime/bench.py)
+import fleet as ours_bench  # noqa: E402  (tools/bench/fleet.py)
+
+
+def plot(rows: list[dict], path: str) -> None:  # type: ignore[type-arg]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ns, [r["ours"]["rate"] for r in rows], "o-", label="ours")
+    ax.plot(ns, [r["keylime"]["rate_passed"] for r in rows], "s-", label="keylime 7.14.3")
+    ax.set_xlabel("emulated nodes (N)")
+    ax.set_ylabel("full checks per second")
+    ax.set_yscale("log")
+    ax.set_title(f"quote interval 0, {os.cpu_count()} cores shared with the emulator")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[100])
+    parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument("--in-flight", type=int, default=512, help="ours: max_in_flight")
+    parser.add_argument("--uvloop", action="store_true", help="ours: emulator on uvloop")
+    parser.add_argument("--plot", action="store_true")
+    parser.add_argument("--json", help="also write the raw results here")
+    args = parser.parse_args()
+    print(
+        f"{datetime.date.today()}: keylime {keylime_bench.env.KEYLIME_VERSION} vs ours, "
+        f"interval 0, {args.window:g} s window, {os.cpu_count()} cores"
+    )
+    print(
+        f"{'N':>5} | {'keylime q/s':>11} {'passed/s':>9} {'ver CPU':>8} {'emu CPU':>8} | "
+        f"{'ours chk/s':>10} {'ver CPU':>8} {'emu CPU':>8} | {'ours/keylime':>12}"
+    )
+    rows = []
+    for n in args.n:
+        k = keylime_bench.run(n, args.window)
+        o = ours_bench.run(n, args.window, args.uvloop, args.in_flight)
+        ratio = o["rate"] / k["rate_passed"] if k["rate_passed"] else float("inf")
+        rows.append({"n": n, "keylime": k, "ours": o, "ratio": ratio})
+        notes = []
+        if k["failed"] or k["get_quote"] != n:
+            notes.append(f"keylime states {k['states']}")
+        if o.get("failed") or o.get("revoked"):
+            notes.append(f"ours failed {o.get('failed')} revoked {o.get('revoked')}")
+        print(
+            f"{n:>5} | {k['rate']:>11.1f} {k['rate_passed']:>9.1f} "
+            f"{k['verifier_cpu']:>7.2f}c {k['fleet_cpu']:>7.2f}c | "
+            f"{o['rate']:>10.0f} {o['verifier_cpu']:>7.2f}c {o['fleet_cpu']:>7.2f}c | "
+            f"{ratio:>11.0f}x" + ("  " + "; ".join(notes) if notes else ""),
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1, default=str)
+    if args.plot:
+        plot(rows, os.path.join(ROOT, "doc", "source", "perf", "rate_vs_n.png"))
+
+
+if __name__ == "__main__":
+    main()

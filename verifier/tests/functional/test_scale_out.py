@@ -1,0 +1,180 @@
+"""Scale-out: three verifier processes share PostgreSQL and split an
+emulated fleet with tooz on Redis. Killing one hands its nodes to the
+others within two quote intervals; a revocation is never duplicated.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import tempfile
+import time
+
+import requests
+import testtools
+
+from verifier.testing import services
+from verifier.testing.cluster import LocalCluster, wait_until
+from verifier.testing.fleet import FleetProcess
+
+INTERVAL = 2.0
+MEMBERSHIP_TIMEOUT = 1.0
+NODES = 30
+
+
+class ScaleOutTest(testtools.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        missing = services.missing_services()
+        if missing:
+            raise cls.skipException(
+                "scale-out needs " + "; ".join(missing) + " -- not running here"
+            )
+        cls.tmp = tempfile.mkdtemp(prefix="scale-out-")
+        cls.db_url, cls.db_name = services.scratch_postgres()
+        cls.cluster = LocalCluster(
+            os.path.join(cls.tmp, "cluster"),
+            nodes=0,
+            interval=INTERVAL,
+            verifiers=3,
+            database_url=cls.db_url,
+            verifier_options={
+                "coordination_url": services.redis_coordination_url(MEMBERSHIP_TIMEOUT),
+                "sync_interval": 0.2,
+            },
+        )
+        cls.fleet = FleetProcess(NODES, "", cls.cluster.pki, cls.tmp)
+        try:
+            cls.cluster.start()
+            cls.fleet.registrar_url = cls.cluster.registrar_url
+            cls.fleet.start()
+            cls._enrol_all()
+        except Exception:
+            cls._cleanup()
+            raise
+
+    @classmethod
+    def _cleanup(cls) -> None:
+        try:
+            cls.fleet.stop()
+            cls.cluster.stop()
+        finally:
+            services.drop_postgres(cls.db_name)
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls._cleanup()
+        super().tearDownClass()
+
+    @classmethod
+    def _session(cls) -> requests.Session:
+        session = requests.Session()
+        session.trust_env = False
+        session.cert = (
+            cls.cluster.pki_file("tenant.pem"),
+            cls.cluster.pki_file("tenant-key.pem"),
+        )
+        session.verify = cls.cluster.pki_file("ca.pem")
+        return session
+
+    @classmethod
+    def _enrol_all(cls) -> None:
+        session = cls._session()
+        policy = {"pcrs": {"16": [cls.fleet.pcr16]}}
+        for i, uuid in enumerate(cls.fleet.uuids):
+            url = cls.cluster.verifier_urls[i % 3]  # any verifier may enrol
+            body = {
+                "uuid": uuid,
+                "v": base64.b64encode(os.urandom(32)).decode(),
+                "policy": policy,
+            }
+            resp = session.post(f"{url}/v1/nodes", json=body, timeout=10)
+            assert resp.status_code == 201, resp.text
+
+    def stats(self, index: int) -> dict:  # type: ignore[type-arg]
+        url = self.cluster.verifier_urls[index]
+        return dict(self._session().get(f"{url}/v1/stats", timeout=10).json())
+
+    def node(self, uuid: str, index: int = 0) -> dict:  # type: ignore[type-arg]
+        url = self.cluster.verifier_urls[index]
+        return dict(self._session().get(f"{url}/v1/nodes/{uuid}", timeout=10).json())
+
+    def events(self, uuid: str, index: int = 0) -> list:  # type: ignore[type-arg]
+        url = self.cluster.verifier_urls[index]
+        resp = self._session().get(
+            f"{url}/v1/events", params={"node": uuid}, timeout=10
+        )
+        return list(resp.json()["events"])
+
+    def test_1_nodes_are_split_and_all_attested(self) -> None:
+        attested = wait_until(
+            lambda: self.stats(0)["states"]["attested"] == NODES, 60, step=0.5
+        )
+        self.assertTrue(attested, self.stats(0))
+        owned = [self.stats(i)["owned"] for i in range(3)]
+        self.assertEqual(NODES, sum(owned), owned)
+        self.assertTrue(all(o > 0 for o in owned), owned)
+        # every node is being quoted, by exactly one verifier at a time
+        before = self.fleet.counters()
+        time.sleep(INTERVAL * 1.5)
+        after = self.fleet.counters()
+        for uuid in self.fleet.uuids:
+            self.assertIn(after[uuid] - before[uuid], (1, 2), uuid)
+
+    def test_2_killed_verifier_hands_over_within_two_intervals(self) -> None:
+        wait_until(lambda: self.stats(0)["states"]["attested"] == NODES, 60, step=0.5)
+        self.cluster.kill_verifier(1)
+        killed = time.monotonic()
+        base = self.fleet.counters()
+        fresh: dict[str, float] = {}
+        while len(fresh) < NODES and time.monotonic() - killed < 4 * INTERVAL:
+            counts = self.fleet.counters()
+            now = time.monotonic()
+            for uuid in self.fleet.uuids:
+                if uuid not in fresh and counts[uuid] > base[uuid]:
+                    fresh[uuid] = now - killed
+            time.sleep(0.1)
+        self.assertEqual(NODES, len(fresh), "some nodes were never quoted again")
+        worst = max(fresh.values())
+        self.assertLessEqual(worst, 2 * INTERVAL, f"worst gap {worst:.2f} s")
+        owned = [self.stats(i)["owned"] for i in (0, 2)]
+        self.assertEqual(NODES, sum(owned), owned)
+
+    def test_3_revocation_happens_once_whoever_sees_it(self) -> None:
+        wait_until(lambda: self.stats(0)["states"]["attested"] >= NODES - 1, 60)
+        victim = self.fleet.uuids[0]
+        self.fleet.tamper(victim)
+        revoked = wait_until(
+            lambda: self.node(victim)["state"] == "revoked", 3 * INTERVAL, step=0.2
+        )
+        self.assertTrue(revoked, self.node(victim))
+        self.assertTrue(self.node(victim)["failure_reason"].startswith("pcr_policy"))
+        time.sleep(2 * INTERVAL)  # let every verifier have its chance
+        self.assertEqual(1, len(self.events(victim)))
+        delivered = wait_until(
+            lambda: all(e["delivered"] for e in self.events(victim)), 10
+        )
+        self.assertTrue(delivered)
+
+    def test_4_tenant_revoke_through_a_non_owner_stops_the_owner(self) -> None:
+        victim = self.fleet.uuids[1]
+        owners = [i for i in (0, 2) if self.node(victim, i)["state"] != "revoked"]
+        self.assertTrue(owners)
+        url = self.cluster.verifier_urls[0]
+        session = self._session()
+        for _ in range(2):  # twice, through whichever verifier: one event
+            resp = session.post(f"{url}/v1/nodes/{victim}/revoke", json={}, timeout=10)
+            self.assertEqual(200, resp.status_code, resp.text)
+        # every verifier sees it within a sync interval (0.2 s)
+        for index in (0, 2):
+            seen = wait_until(
+                lambda i=index: self.node(victim, i)["state"] == "revoked", 2
+            )
+            self.assertTrue(seen, index)
+        before = self.fleet.counters()[victim]
+        time.sleep(2 * INTERVAL)
+        self.assertEqual(before, self.fleet.counters()[victim])
+        self.assertEqual(1, len(self.events(victim)))
