@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 import time
 
@@ -44,7 +45,14 @@ def states(tenant: Tenant) -> dict[str, dict[str, object]]:
     return asyncio.get_event_loop().run_until_complete(_node_states(tenant))
 
 
+def _exit_on_sigterm() -> None:
+    # turn SIGTERM (e.g. from timeout) into SystemExit, so that the
+    # clean-up in finally blocks and atexit stops every process started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def main() -> int:
+    _exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workdir", default=".demo")
     parser.add_argument(

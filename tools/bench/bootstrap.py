@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -93,7 +94,14 @@ async def measure(cluster: LocalCluster, window: float) -> tuple[list[float], fl
         await tenant.close()
 
 
+def _exit_on_sigterm() -> None:
+    # turn SIGTERM (e.g. from timeout) into SystemExit, so that the
+    # clean-up in finally blocks and atexit stops every process started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def main() -> None:
+    _exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=20)
     parser.add_argument("--ak", choices=("ecc", "rsa"), default="ecc")

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import base64
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -173,7 +174,14 @@ def run(
             services.drop_postgres(db_name)
 
 
+def _exit_on_sigterm() -> None:
+    # turn SIGTERM (e.g. from timeout) into SystemExit, so that the
+    # clean-up in finally blocks and atexit stops every process started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def main() -> None:
+    _exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1000])
     parser.add_argument("--window", type=float, default=10.0)

@@ -48,6 +48,7 @@ __all__ = ["NodeState", "NodeView", "Verifier"]
 
 LOG = logging.getLogger(__name__)
 _FLUSH_INTERVAL = 5.0
+_MAX_BACKOFF = 30.0
 _Live = LiveNode  # the name the tests and older code use
 
 
@@ -303,7 +304,15 @@ class Verifier:
                 raise
             except Exception:  # keep the loop alive whatever happens
                 LOG.exception("Unexpected error attesting node %s", node.uuid)
-            await asyncio.sleep(self._interval)
+            await asyncio.sleep(self._delay(node))
+
+    def _delay(self, node: LiveNode) -> float:
+        """The quote interval, backed off exponentially (up to 30 s) while a
+        node does not answer, so that dead agents cost next to nothing."""
+        if node.unreachable == 0:
+            return self._interval
+        backoff: float = min(_MAX_BACKOFF, 0.25 * 2.0 ** min(node.unreachable - 1, 10))
+        return max(self._interval, backoff)
 
     async def attest_once(self, uuid: str) -> NodeView:
         """Ask the node for one quote and act on the verdict."""
@@ -403,9 +412,10 @@ class Verifier:
 
     def _unreachable(self, node: LiveNode, detail: str) -> None:
         node.unreachable += 1
-        LOG.info("Node %s unreachable (%d): %s", node.uuid, node.unreachable, detail)
+        LOG.debug("Node %s unreachable (%d): %s", node.uuid, node.unreachable, detail)
         if node.unreachable < self._max_unreachable or node.state == NodeState.FAILED:
             return
+        LOG.warning("Node %s missed %d rounds: %s", node.uuid, node.unreachable, detail)
         if self._unreachable_action == "revoke":
             self._revoke(node, "unreachable", detail)
         else:

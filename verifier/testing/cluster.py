@@ -9,6 +9,7 @@ own swtpm process. Everything started here is stopped by PID.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import dataclasses
 import hashlib
 import json
@@ -31,6 +32,7 @@ from verifier.ca import CertificateAuthority
 GOLDEN_MEASUREMENT = hashlib.sha256(b"trusted-cloud demo: golden boot image").digest()
 ROOTKIT_MEASUREMENT = hashlib.sha256(b"unexpected kernel module").digest()
 PCR = 16
+_PR_SET_PDEATHSIG = 1
 
 
 def expected_pcr(*measurements: bytes) -> bytes:
@@ -39,6 +41,13 @@ def expected_pcr(*measurements: bytes) -> bytes:
     for m in measurements:
         value = hashlib.sha256(value + m).digest()
     return value
+
+
+def die_with_parent() -> None:
+    """In a child before exec: get SIGTERM when the parent dies, however it
+    dies, so a killed test run or benchmark leaves no service behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -215,7 +224,11 @@ class LocalCluster:
     def _spawn(self, name: str, argv: list[str], log: str) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent,  # noqa: PLW1509
             )
         self.procs[name] = proc
         return proc

@@ -27,16 +27,20 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid as uuid_mod
 from typing import Any
 
 import aiohttp
-from aiohttp import web
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import x25519
+import orjson
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, x25519
+from cryptography.x509.oid import NameOID
 
 from verifier import tlsutil
 from verifier.protocol import EnvelopeError, bind_nonce, open_share
+from verifier.testing.cluster import die_with_parent
 from verifier.testing.softtpm import SoftTpm
 
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
@@ -46,7 +50,16 @@ FIRST_ADDRESS = ipaddress.IPv4Address("127.1.0.1")
 class EmulatedAgent:
     """One node: a software TPM, an NK, counters."""
 
-    __slots__ = ("address", "nk", "nk_public", "quotes", "tpm", "uuid", "v_received")
+    __slots__ = (
+        "address",
+        "nk",
+        "nk_b64",
+        "nk_public",
+        "quotes",
+        "tpm",
+        "uuid",
+        "v_received",
+    )
 
     def __init__(self, index: int) -> None:
         self.uuid = str(uuid_mod.uuid4())
@@ -54,6 +67,7 @@ class EmulatedAgent:
         self.tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
         self.nk = x25519.X25519PrivateKey.generate()
         self.nk_public = self.nk.public_key().public_bytes(*_RAW)
+        self.nk_b64 = base64.b64encode(self.nk_public).decode()
         self.quotes = 0
         self.v_received = False
 
@@ -79,27 +93,64 @@ class Fleet:
         )
         self._csr_cache: bytes | None = None
 
-    def _agent(self, request: web.Request) -> EmulatedAgent:
-        transport = request.transport
-        if transport is None:
-            raise web.HTTPNotFound(text="connection closed")
-        peer = transport.get_extra_info("peername")
-        if not peer or not ipaddress.ip_address(peer[0]).is_loopback:
-            raise web.HTTPForbidden(text="the fleet emulator serves loopback only")
-        sockname = transport.get_extra_info("sockname")
-        agent = self._by_address.get(sockname[0]) if sockname else None
+    def handle(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        body: bytes,
+        local: str,
+        peer: str,
+    ) -> tuple[int, Any]:
+        """Answer one request; returns (status, JSON-able body)."""
+        if not ipaddress.ip_address(peer).is_loopback:
+            return 403, {"error": "the fleet emulator serves loopback only"}
+        if path.startswith("/_fleet/"):
+            return self._control(method, path, body)
+        agent = self._by_address.get(local)
         if agent is None:
-            raise web.HTTPNotFound(text="no agent at this address")
-        return agent
+            return 404, {"error": "no agent at this address"}
+        if method == "GET" and path == "/v1/quote":
+            return 200, self._quote(agent, query)
+        if method == "POST" and path == "/v1/keys/v":
+            data = json.loads(body)
+            try:
+                open_share(agent.nk, base64.b64decode(data["v"]), "V", agent.uuid)
+            except EnvelopeError as exc:
+                return 400, {"error": {"code": "envelope", "message": str(exc)}}
+            agent.v_received = True
+            return 200, {"accepted": "v", "bootstrapped": False}
+        if method == "GET" and path == "/v1/status":
+            return 200, {"uuid": agent.uuid, "quotes": agent.quotes}
+        return 404, {"error": "not found"}
+
+    def _quote(self, agent: EmulatedAgent, query: dict[str, str]) -> dict[str, Any]:
+        nonce = bytes.fromhex(query["nonce"])
+        pcrs = tuple(int(p) for p in query["pcrs"].split(","))
+        with_csr = query.get("csr") == "1"
+        bound = (agent.nk_public, self._csr()) if with_csr else (agent.nk_public,)
+        quote = agent.tpm.quote(bind_nonce(nonce, *bound), pcrs)
+        agent.quotes += 1
+        answer: dict[str, Any] = {"quote": quote.to_dict(), "nk": agent.nk_b64}
+        if with_csr:
+            answer["csr"] = base64.b64encode(self._csr()).decode()
+        return answer
+
+    def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        if method == "GET" and path == "/_fleet/counters":
+            return 200, {a.uuid: a.quotes for a in self.agents}
+        if method == "POST" and path == "/_fleet/tamper":
+            uuid = json.loads(body)["uuid"]
+            for agent in self.agents:
+                if agent.uuid == uuid:
+                    agent.tpm.extend(16, b"\x66" * 32)
+                    return 200, {"tampered": uuid}
+            return 404, {"error": "unknown agent"}
+        return 404, {"error": "not found"}
 
     def _csr(self) -> bytes:
         # One CSR for all: the emulator measures the verifier, not the CA.
         if self._csr_cache is None:
-            from cryptography import x509
-            from cryptography.hazmat.primitives import hashes
-            from cryptography.hazmat.primitives.asymmetric import ec
-            from cryptography.x509.oid import NameOID
-
             key = ec.generate_private_key(ec.SECP256R1())
             name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleet")])
             csr = x509.CertificateSigningRequestBuilder().subject_name(name)
@@ -107,60 +158,6 @@ class Fleet:
                 serialization.Encoding.DER
             )
         return self._csr_cache
-
-    async def _quote(self, request: web.Request) -> web.Response:
-        agent = self._agent(request)
-        query = request.query
-        nonce = bytes.fromhex(query["nonce"])
-        pcrs = tuple(int(p) for p in query["pcrs"].split(","))
-        with_csr = query.get("csr") == "1"
-        bound = (agent.nk_public, self._csr()) if with_csr else (agent.nk_public,)
-        quote = agent.tpm.quote(bind_nonce(nonce, *bound), pcrs)
-        agent.quotes += 1
-        body: dict[str, Any] = {
-            "quote": quote.to_dict(),
-            "nk": base64.b64encode(agent.nk_public).decode(),
-        }
-        if with_csr:
-            body["csr"] = base64.b64encode(self._csr()).decode()
-        return web.json_response(body)
-
-    async def _keys_v(self, request: web.Request) -> web.Response:
-        agent = self._agent(request)
-        data = await request.json()
-        try:
-            open_share(agent.nk, base64.b64decode(data["v"]), "V", agent.uuid)
-        except EnvelopeError as exc:
-            return web.json_response(
-                {"error": {"code": "envelope", "message": str(exc)}}, status=400
-            )
-        agent.v_received = True
-        return web.json_response({"accepted": "v", "bootstrapped": False})
-
-    async def _status(self, request: web.Request) -> web.Response:
-        agent = self._agent(request)
-        return web.json_response({"uuid": agent.uuid, "quotes": agent.quotes})
-
-    async def _counters(self, request: web.Request) -> web.Response:
-        return web.json_response({a.uuid: a.quotes for a in self.agents})
-
-    async def _tamper(self, request: web.Request) -> web.Response:
-        uuid = (await request.json())["uuid"]
-        for agent in self.agents:
-            if agent.uuid == uuid:
-                agent.tpm.extend(16, b"\x66" * 32)
-                return web.json_response({"tampered": uuid})
-        raise web.HTTPNotFound(text="unknown agent")
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        # control endpoints for tests and benchmarks (on 127.0.0.1)
-        app.router.add_get("/_fleet/counters", self._counters)
-        app.router.add_post("/_fleet/tamper", self._tamper)
-        app.router.add_get("/v1/quote", self._quote)
-        app.router.add_post("/v1/keys/v", self._keys_v)
-        app.router.add_get("/v1/status", self._status)
-        return app
 
     def server_context(self) -> ssl.SSLContext:
         with open(self.ca_file, encoding="utf-8") as f:
@@ -263,7 +260,12 @@ class FleetProcess:
         if self.use_uvloop:
             cmd.append("--uvloop")
         with open(os.path.join(self.workdir, "fleet.log"), "wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent,  # noqa: PLW1509
+            )
         deadline = time.monotonic() + timeout
         while not os.path.exists(self.ready_file):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -316,21 +318,75 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _HttpProtocol(asyncio.Protocol):
+    """A minimal HTTP/1.1 keep-alive server protocol for the emulator.
+
+    A general server costs more CPU per request than the software TPM's
+    signature; the emulator shares the machine with the verifier under test,
+    so it answers with as little work as it can.
+    """
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+        self.local = ""
+        self.peer = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.local = transport.get_extra_info("sockname")[0]
+        self.peer = transport.get_extra_info("peername")[0]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].decode("latin-1").split("\r\n")
+            length = 0
+            for line in head[1:]:
+                key, _, value = line.partition(":")
+                if key.strip().lower() == "content-length":
+                    length = int(value)
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4 : end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length :]
+            self._answer(head[0], body)
+
+    def _answer(self, request_line: str, body: bytes) -> None:
+        assert self.transport is not None
+        try:
+            method, target, _ = request_line.split(" ", 2)
+            path, _, qs = target.partition("?")
+            query = dict(urllib.parse.parse_qsl(qs))
+            status, answer = self.fleet.handle(
+                method, path, query, body, self.local, self.peer
+            )
+        except Exception as exc:  # the emulator must answer, not die
+            status, answer = 500, {"error": repr(exc)}
+        payload = orjson.dumps(answer)
+        self.transport.write(
+            b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (status, len(payload), payload)
+        )
+
+
 async def _serve(args: argparse.Namespace) -> None:
     pki = args.pki
     fleet = Fleet(args.n, args.port, os.path.join(pki, "ca.pem"), args.workdir)
-    runner = web.AppRunner(fleet.app(), access_log=None)
-    await runner.setup()
+    loop = asyncio.get_running_loop()
     # One socket for all emulated addresses (127.1.x.y); only loopback
-    # clients ever connect: the verifier under test on this machine.
-    site = web.TCPSite(
-        runner,
+    # clients are answered: the verifier under test on this machine.
+    server = await loop.create_server(
+        lambda: _HttpProtocol(fleet),
         "0.0.0.0",  # noqa: S104
         args.port,
-        ssl_context=fleet.server_context(),
+        ssl=fleet.server_context(),
         backlog=4096,
     )
-    await site.start()
     await fleet.register_all(
         args.registrar,
         os.path.join(pki, "agent.pem"),
@@ -341,11 +397,10 @@ async def _serve(args: argparse.Namespace) -> None:
         json.dump({"uuids": [a.uuid for a in fleet.agents], "pcr16": pcr16}, f)
     os.replace(args.ready_file + ".tmp", args.ready_file)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await runner.cleanup()
+    server.close()
 
 
 def main(argv: list[str] | None = None) -> int:
