@@ -21,15 +21,24 @@ import argparse
 import datetime
 import json
 import os
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(HERE, "keylime"))
-sys.path.insert(0, HERE)
 
-import bench as keylime_bench  # noqa: E402  (tools/bench/keylime/bench.py)
-import fleet as ours_bench  # noqa: E402  (tools/bench/fleet.py)
+
+def _load(name: str, path: str):  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Loaded by path: both directories hold a fleet.py.
+ours_bench = _load("ours_fleet_bench", os.path.join(HERE, "fleet.py"))
+keylime_bench = _load("keylime_bench", os.path.join(HERE, "keylime", "bench.py"))
 
 
 def plot(rows: list[dict], path: str) -> None:  # type: ignore[type-arg]
@@ -41,7 +50,9 @@ def plot(rows: list[dict], path: str) -> None:  # type: ignore[type-arg]
     ns = [r["n"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(ns, [r["ours"]["rate"] for r in rows], "o-", label="ours")
-    ax.plot(ns, [r["keylime"]["rate_passed"] for r in rows], "s-", label="keylime 7.14.3")
+    ax.plot(
+        ns, [r["keylime"]["rate_passed"] for r in rows], "s-", label="keylime 7.14.3"
+    )
     ax.set_xlabel("emulated nodes (N)")
     ax.set_ylabel("full checks per second")
     ax.set_yscale("log")
@@ -58,17 +69,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[100])
     parser.add_argument("--window", type=float, default=20.0)
-    parser.add_argument("--in-flight", type=int, default=512, help="ours: max_in_flight")
-    parser.add_argument("--uvloop", action="store_true", help="ours: emulator on uvloop")
+    parser.add_argument(
+        "--in-flight", type=int, default=512, help="ours: max_in_flight"
+    )
+    parser.add_argument(
+        "--uvloop", action="store_true", help="ours: emulator on uvloop"
+    )
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args()
     print(
-        f"{datetime.date.today()}: keylime {keylime_bench.env.KEYLIME_VERSION} vs ours, "
+        f"{datetime.date.today()}: keylime {keylime_bench.env.KEYLIME_VERSION} "
+        "vs ours, "
         f"interval 0, {args.window:g} s window, {os.cpu_count()} cores"
     )
     print(
-        f"{'N':>5} | {'keylime q/s':>11} {'passed/s':>9} {'ver CPU':>8} {'emu CPU':>8} | "
+        f"{'N':>5} | {'keylime q/s':>11} {'passed/s':>9} "
+        f"{'ver CPU':>8} {'emu CPU':>8} | "
         f"{'ours chk/s':>10} {'ver CPU':>8} {'emu CPU':>8} | {'ours/keylime':>12}"
     )
     rows = []

@@ -71,10 +71,17 @@ class KeepAliveClient:
         self._timeout = timeout
         self._connections: dict[tuple[str, int], _Connection] = {}
 
-    async def _connect(self, host: str, port: int, ctx: ssl.SSLContext) -> _Connection:
+    async def _connect(
+        self, host: str, port: int, ctx: ssl.SSLContext, pin: bytes | None
+    ) -> _Connection:
         conn = self._connections.get((host, port))
         if conn is None or conn.writer.is_closing():
             reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
+            if pin is not None:
+                peer = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+                if peer != pin:
+                    writer.close()
+                    raise HttpError("server certificate is not the pinned one")
             conn = _Connection(reader, writer)
             self._connections[(host, port)] = conn
         return conn
@@ -88,8 +95,14 @@ class KeepAliveClient:
         path: str,
         params: Mapping[str, str] | None = None,
         body: bytes | None = None,
+        pin: bytes | None = None,
     ) -> tuple[int, bytes]:
         """One exchange; returns (status, body).
+
+        Args:
+            pin: DER of the only server certificate to accept (checked when
+                the connection is made; use with a context that does not
+                verify certificates itself).
 
         Raises:
             HttpError: on any failure (the connection is dropped).
@@ -101,7 +114,7 @@ class KeepAliveClient:
         data = (head + "\r\n").encode() + (body or b"")
         try:
             async with asyncio.timeout(self._timeout):
-                conn = await self._connect(host, port, ctx)
+                conn = await self._connect(host, port, ctx, pin)
                 async with conn.lock:
                     return await self._exchange(conn, data)
         except (

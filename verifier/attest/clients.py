@@ -88,15 +88,23 @@ class AgentClient:
         self._cert = cert_file
         self._key = key_file
         self._http = KeepAliveClient(timeout)
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._ctx: ssl.SSLContext | None = None
+        self._pins: dict[str, bytes] = {}
         self._addresses: dict[str, tuple[str, int]] = {}
 
-    def _ssl(self, agent_cert: str) -> ssl.SSLContext:
-        ctx = self._contexts.get(agent_cert)
-        if ctx is None:
-            ctx = tlsutil.pinned_client_context(self._cert, self._key, agent_cert)
-            self._contexts[agent_cert] = ctx
-        return ctx
+    def _context(self) -> ssl.SSLContext:
+        if self._ctx is None:
+            self._ctx = tlsutil.pinning_client_context(self._cert, self._key)
+        return self._ctx
+
+    def _pin(self, agent_cert: str) -> bytes:
+        pin = self._pins.get(agent_cert)
+        if pin is None:
+            try:
+                pin = self._pins[agent_cert] = tlsutil.pinned_der(agent_cert)
+            except ValueError:
+                raise AgentUnreachableError("the agent's registered certificate is bad")
+        return pin
 
     def _address(self, base: str) -> tuple[str, int]:
         address = self._addresses.get(base)
@@ -127,7 +135,14 @@ class AgentClient:
         data = orjson.dumps(body) if body is not None else None
         try:
             status, payload = await self._http.request(
-                method, host, port, self._ssl(agent_cert), path, params, data
+                method,
+                host,
+                port,
+                self._context(),
+                path,
+                params,
+                data,
+                self._pin(agent_cert),
             )
         except HttpError as exc:
             raise AgentUnreachableError(f"agent {base} unreachable: {exc}")

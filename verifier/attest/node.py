@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import enum
 import json
@@ -50,7 +49,21 @@ def view_of_row(row: Node) -> NodeView:
     )
 
 
-@dataclasses.dataclass
+_POLICIES: dict[str, PcrPolicy] = {}
+
+
+def shared_policy(text: str) -> PcrPolicy:
+    """Parse a stored policy once per distinct text: thousands of nodes of
+    one tenant share one policy object."""
+    policy = _POLICIES.get(text)
+    if policy is None:
+        if len(_POLICIES) > 10000:
+            _POLICIES.clear()
+        policy = _POLICIES[text] = PcrPolicy.from_dict(json.loads(text))
+    return policy
+
+
+@dataclasses.dataclass(slots=True)
 class LiveNode:
     """A node this process attests: its policy, AK and hot state."""
 
@@ -68,7 +81,6 @@ class LiveNode:
     failure_reason: str | None = None
     v_released: bool = False
     dirty: bool = False
-    task: asyncio.Task[None] | None = None
 
     def view(self) -> NodeView:
         return NodeView(
@@ -88,7 +100,7 @@ class LiveNode:
         return cls(
             uuid=row.uuid,
             state=NodeState(row.state),
-            policy=PcrPolicy.from_dict(json.loads(row.policy)),
+            policy=shared_policy(row.policy),
             ak=AttestationKey(TpmPublic.from_bytes(row.ak_public), activated=True),
             base_url=f"https://{row.host}:{row.port}",
             tls_cert=row.tls_cert,

@@ -73,8 +73,9 @@ class ToozOwnership(Ownership):
         from tooz import coordination
 
         coordinator = coordination.get_coordinator(self.url, self.member_id.encode())
-        coordinator.start(start_heart=False)
-        coordinator.heartbeat()
+        # tooz's own thread heartbeats, so a busy event loop never lets our
+        # membership lapse
+        coordinator.start(start_heart=True)
         try:
             coordinator.create_group(self.group).get()
         except coordination.GroupAlreadyExist:
@@ -89,7 +90,6 @@ class ToozOwnership(Ownership):
     def _refresh(self) -> None:
         if self._coordinator is None:
             return
-        self._coordinator.heartbeat()
         self._coordinator.run_watchers()
 
     def owns(self, uuid: str) -> bool:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -101,7 +103,12 @@ class Verifier:
         self.outbox = outbox
         self._ca = ca
         self._interval = interval
-        self._in_flight = asyncio.Semaphore(max_in_flight)
+        self._max_in_flight = max_in_flight
+        self._due: list[tuple[float, int, LiveNode]] = []  # heap of next quotes
+        self._seq = itertools.count()
+        self._ready: asyncio.Queue[LiveNode] = asyncio.Queue()
+        self._due_changed = asyncio.Event()
+        self._quoting: list[asyncio.Task[None]] = []
         self._max_unreachable = max_unreachable
         self._unreachable_action = unreachable_action
         self._outbox_interval = outbox_interval
@@ -122,12 +129,16 @@ class Verifier:
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
         ]
+        self._quoting = [asyncio.create_task(self._scheduler())] + [
+            asyncio.create_task(self._quote_worker())
+            for _ in range(self._max_in_flight)
+        ]
         if not isinstance(self._ownership, AllNodes):
             self._background.append(asyncio.create_task(self._sync_loop()))
         self._outbox_wakeup.set()
 
     async def stop(self) -> None:
-        tasks = self._background + [n.task for n in self._nodes.values() if n.task]
+        tasks = self._background + self._quoting
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -139,12 +150,18 @@ class Verifier:
     def _adopt(self, node: LiveNode) -> None:
         self._nodes[node.uuid] = node
         if node.state != NodeState.REVOKED:
-            node.task = asyncio.create_task(self._run(node))
+            self._schedule(node, 0.0)
 
     def _release(self, node: LiveNode) -> None:
-        if node.task is not None:
-            node.task.cancel()
+        # a released node's pending heap entry is skipped when it comes due
         self._nodes.pop(node.uuid, None)
+
+    def pause_attestation(self) -> None:
+        """Stop scheduling quotes (tests and maintenance drive
+        :meth:`attest_once` themselves); the API keeps working."""
+        for task in self._quoting:
+            task.cancel()
+        self._quoting = []
 
     async def sync(self) -> None:
         """Reconcile with the database and the ownership: adopt nodes that
@@ -164,13 +181,18 @@ class Verifier:
                 await asyncio.to_thread(self.store.flush, [node])
                 self._release(node)
                 LOG.info("Node %s handed to another verifier", uuid)
-        for uuid, state in states.items():
-            if uuid in self._nodes or state == NodeState.REVOKED or not owns(uuid):
-                continue
-            row = await asyncio.to_thread(self.store.load, uuid)
-            if row is not None and row.state != NodeState.REVOKED:
+        wanted = [
+            uuid
+            for uuid, state in states.items()
+            if uuid not in self._nodes and state != NodeState.REVOKED and owns(uuid)
+        ]
+        for row in await asyncio.to_thread(self.store.load_many, wanted):
+            if row.state != NodeState.REVOKED and row.uuid not in self._nodes:
                 self._adopt(LiveNode.from_row(row))
-                LOG.info("Attesting node %s (%s)", uuid, row.state)
+        if wanted:
+            LOG.info(
+                "Attesting %d more node(s); %d in all", len(wanted), len(self._nodes)
+            )
 
     async def _sync_loop(self) -> None:
         while True:
@@ -295,16 +317,43 @@ class Verifier:
 
     # -- the attestation loop ---------------------------------------------
 
-    async def _run(self, node: LiveNode) -> None:
-        while node.state != NodeState.REVOKED:
+    def _schedule(self, node: LiveNode, delay: float) -> None:
+        due = asyncio.get_running_loop().time() + delay
+        if not self._due or due < self._due[0][0]:
+            self._due_changed.set()
+        heapq.heappush(self._due, (due, next(self._seq), node))
+
+    async def _scheduler(self) -> None:
+        """Hand nodes whose next quote is due to the quote workers. One
+        heap and a fixed pool of workers, not a task per node: a sleeping
+        node costs a heap entry."""
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            while self._due and self._due[0][0] <= now:
+                _, _, node = heapq.heappop(self._due)
+                if self._nodes.get(node.uuid) is node:
+                    self._ready.put_nowait(node)
+            self._due_changed.clear()
+            timeout = self._due[0][0] - now if self._due else None
+            await _wait_event(self._due_changed, timeout)
+
+    async def _quote_worker(self) -> None:
+        while True:
+            node = await self._ready.get()
+            if (
+                node.state == NodeState.REVOKED
+                or self._nodes.get(node.uuid) is not node
+            ):
+                continue
             try:
-                async with self._in_flight:
-                    await self.attest_once(node.uuid)
+                await self.attest_once(node.uuid)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # keep the loop alive whatever happens
+            except Exception:  # keep attesting whatever happens
                 LOG.exception("Unexpected error attesting node %s", node.uuid)
-            await asyncio.sleep(self._delay(node))
+            if self._still_attesting(node):
+                self._schedule(node, self._delay(node))
 
     def _delay(self, node: LiveNode) -> float:
         """The quote interval, backed off exponentially (up to 30 s) while a
@@ -455,12 +504,7 @@ class Verifier:
 
     async def _outbox_loop(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(
-                    self._outbox_wakeup.wait(), self._outbox_interval * 4
-                )
-            except TimeoutError:
-                pass
+            await _wait_event(self._outbox_wakeup, self._outbox_interval * 4)
             self._outbox_wakeup.clear()
             try:
                 await asyncio.to_thread(
@@ -469,6 +513,18 @@ class Verifier:
             except Exception:  # keep delivering whatever a driver does
                 LOG.exception("Outbox delivery pass failed")
             await asyncio.sleep(self._outbox_interval)
+
+
+async def _wait_event(event: asyncio.Event, timeout: float | None) -> None:
+    """Wait for ``event`` at most ``timeout`` seconds (None: forever).
+
+    (Not ``asyncio.wait_for``: on Python 3.11 a cancellation racing its
+    timeout can leave the waiting task stuck in "cancelling".)"""
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        pass
 
 
 def _b64(answer: Mapping[str, Any], field: str) -> bytes:

@@ -51,6 +51,16 @@ class NodeStore:
                 session.expunge(row)
             return row
 
+    def load_many(self, uuids: list[str], chunk: int = 500) -> list[Node]:
+        """The rows of ``uuids`` (those that still exist)."""
+        rows: list[Node] = []
+        with Session(self.engine) as session:
+            for i in range(0, len(uuids), chunk):
+                part = uuids[i : i + chunk]
+                rows.extend(session.scalars(sa.select(Node).where(Node.uuid.in_(part))))
+            session.expunge_all()
+        return rows
+
     def load_all(self) -> list[Node]:
         with Session(self.engine) as session:
             rows = list(session.scalars(sa.select(Node).order_by(Node.uuid)))

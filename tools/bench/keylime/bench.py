@@ -27,6 +27,7 @@ import asyncio
 import base64
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import sys
@@ -37,7 +38,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import aiohttp  # noqa: E402
-
 import env  # noqa: E402
 
 API = "2.2"
@@ -130,7 +130,10 @@ async def _stats(control: str) -> dict:  # type: ignore[type-arg]
 
 
 async def measure(
-    services: env.KeylimeServices, fleet_pid: int, ready: dict, window: float  # type: ignore[type-arg]
+    services: env.KeylimeServices,
+    fleet_pid: int,
+    ready: dict,
+    window: float,  # type: ignore[type-arg]
 ) -> dict[str, float]:
     api = VerifierApi(services)
     uuids = [a["uuid"] for a in ready["agents"]]
@@ -162,7 +165,9 @@ async def measure(
             "verifier_cpu": (c1 - c0) / elapsed,
             "fleet_cpu": (f1 - f0) / elapsed,
             "enrol_s": enrol_s,
-            "get_quote": sum(states.get(s, 0) for s in (GET_QUOTE, GET_QUOTE_RETRY, PROVIDE_V)),
+            "get_quote": sum(
+                states.get(s, 0) for s in (GET_QUOTE, GET_QUOTE_RETRY, PROVIDE_V)
+            ),
             "failed": sum(v for k, v in states.items() if k in FAILED_STATES),
             "states": states,  # type: ignore[dict-item]
         }
@@ -197,20 +202,29 @@ def run(n: int, window: float, keep: bool = False) -> dict[str, float]:
         deadline = time.monotonic() + 600
         while not os.path.exists(ready_file):
             if fleet.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"keylime fleet emulator failed; see {workdir}/fleet.log")
+                raise RuntimeError(
+                    f"keylime fleet emulator failed; see {workdir}/fleet.log"
+                )
             time.sleep(0.2)
         with open(ready_file, encoding="utf-8") as f:
             ready = json.load(f)
         result = asyncio.run(measure(services, fleet.pid, ready, window))
-        result["workdir"] = workdir  # type: ignore[assignment]
+        if keep:
+            result["workdir"] = workdir  # type: ignore[assignment]
         return result
     finally:
-        if fleet is not None:
-            fleet.terminate()
-            fleet.wait(10)
-        services.stop()
-        if not keep:
-            services.cleanup()
+        try:
+            if fleet is not None:
+                fleet.terminate()
+                try:
+                    fleet.wait(10)
+                except subprocess.TimeoutExpired:
+                    fleet.kill()
+                    fleet.wait(5)
+        finally:
+            services.stop()
+            if not keep:
+                shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> None:

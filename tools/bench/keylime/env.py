@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -74,6 +75,13 @@ def ensure_venv() -> str:
     return PYTHON
 
 
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -113,7 +121,8 @@ request_timeout = 60.0
 measured_boot_policy_name = accept-all
 measured_boot_imports = []
 measured_boot_evaluate = once
-severity_labels = ["info", "notice", "warning", "error", "critical", "alert", "emergency"]
+severity_labels = ["info", "notice", "warning", "error", "critical", "alert",
+    "emergency"]
 severity_policy = [{{"event_id": ".*", "severity_label": "emergency"}}]
 ignore_tomtou_errors = False
 durable_attestation_import =
@@ -305,6 +314,9 @@ class KeylimeServices:
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            # keylime forks workers and a shared-memory manager that outlive
+            # a terminated parent: give them a process group to stop as one.
+            start_new_session=True,
         )
         deadline = time.monotonic() + 120
         while True:
@@ -328,15 +340,17 @@ class KeylimeServices:
         self._start("registrar", "keylime.cmd.registrar", self.registrar_port)
 
     def stop(self) -> None:
-        for proc in reversed(list(self.procs.values())):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
+        procs = list(reversed(list(self.procs.values())))
+        for proc in procs:
+            _killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
             try:
-                proc.wait(20)
+                proc.wait(15)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+                pass
+            # Workers left behind by the parent, if any.
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -81,7 +81,9 @@ def pcr_blob(values: dict[int, bytes]) -> bytes:
     out = [struct.pack("<I", 1)]  # TPML_PCR_SELECTION.count
     for slot in range(16):  # TPMS_PCR_SELECTION pcrSelections[16]
         if slot == 0:
-            out.append(struct.pack("<HB", TPM_ALG_SHA256, 3) + select.to_bytes(3, "little"))
+            out.append(
+                struct.pack("<HB", TPM_ALG_SHA256, 3) + select.to_bytes(3, "little")
+            )
         else:
             out.append(bytes(6))
         out.append(bytes(2))  # alignment
@@ -173,12 +175,16 @@ class KeylimeFleet:
         agent = self._agent(request)
         body = await request.json()
         if not body.get("encrypted_key"):
-            return web.json_response({"code": 400, "status": "no key", "results": {}}, status=400)
+            return web.json_response(
+                {"code": 400, "status": "no key", "results": {}}, status=400
+            )
         agent.vkeys += 1
         return _ok({})
 
     async def _version(self, request: web.Request) -> web.Response:
-        return _ok({"supported_version": API_VERSION, "supported_versions": [API_VERSION]})
+        return _ok(
+            {"supported_version": API_VERSION, "supported_versions": [API_VERSION]}
+        )
 
     async def _stats(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -266,7 +272,9 @@ async def _serve(args: argparse.Namespace) -> None:
     await runner.setup()
     ctx = fleet.server_context()
     for port in ports:
-        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=ctx, backlog=256).start()
+        await web.TCPSite(
+            runner, "127.0.0.1", port, ssl_context=ctx, backlog=256
+        ).start()
     control = web.Application()
     control.router.add_get("/stats", fleet._stats)
     control_runner = web.AppRunner(control, access_log=None)
@@ -278,7 +286,9 @@ async def _serve(args: argparse.Namespace) -> None:
         "control": f"http://127.0.0.1:{control_port}",
         "mtls_cert": fleet.tls_cert.decode(),
         "policy_pcr": POLICY_PCR,
-        "policy_value": fleet.agents[0].tpm.pcrs[POLICY_PCR].hex() if fleet.agents else "",
+        "policy_value": fleet.agents[0].tpm.pcrs[POLICY_PCR].hex()
+        if fleet.agents
+        else "",
         "agents": [
             {
                 "uuid": a.uuid,
@@ -304,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Emulate N keylime agents.")
     parser.add_argument("--n", type=int, required=True)
     parser.add_argument("--registrar", required=True, help="http://127.0.0.1:PORT")
-    parser.add_argument("--ca", required=True, help="keylime verifier's CA (cacert.crt)")
+    parser.add_argument(
+        "--ca", required=True, help="keylime verifier's CA (cacert.crt)"
+    )
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--ready-file", required=True)
     args = parser.parse_args(argv)

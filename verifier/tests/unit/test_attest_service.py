@@ -256,9 +256,7 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
     def quiesce(verifier: Verifier) -> None:
         """Cancel the loop tasks (before they ever ran): tests drive
         ``attest_once`` themselves."""
-        for node in verifier._nodes.values():
-            if node.task is not None:
-                node.task.cancel()
+        verifier.pause_attestation()
 
     async def enrol(
         self, verifier: Verifier, agent: FakeAgent, v_share: bytes | None = None

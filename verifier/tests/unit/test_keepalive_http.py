@@ -146,3 +146,32 @@ class KeepAliveClientTest(testtools.TestCase):
             return await client.request("GET", "127.0.0.1", 1, self.client_ctx, "/q")
 
         self.assertRaises(HttpError, self.run_async, body)
+
+    def _pinning(self):  # type: ignore[no-untyped-def]
+        return tlsutil.pinning_client_context(
+            os.path.join(self.dir, "client.pem"),
+            os.path.join(self.dir, "client-key.pem"),
+        )
+
+    def test_pinned_certificate_by_der_is_accepted(self) -> None:
+        ctx, pin = self._pinning(), tlsutil.pinned_der(self.server_cert.decode())
+
+        async def body(client, port):  # type: ignore[no-untyped-def]
+            return await client.request(
+                "GET", "127.0.0.1", port, ctx, "/q", {"i": "1"}, None, pin
+            )
+
+        self.assertEqual((200, b'{"i": "1"}'), self.run_async(body))
+
+    def test_other_certificate_than_the_pin_is_refused(self) -> None:
+        _, other = tlsutil.self_signed_certificate("other", ["127.0.0.1"])
+        ctx, pin = self._pinning(), tlsutil.pinned_der(other.decode())
+
+        async def body(client, port):  # type: ignore[no-untyped-def]
+            return await client.request(
+                "GET", "127.0.0.1", port, ctx, "/q", None, None, pin
+            )
+
+        e = self.assertRaises(HttpError, self.run_async, body)
+        self.assertIn("pinned", str(e))
+        self.assertEqual([], self.peers)  # no request was sent
