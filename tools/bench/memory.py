@@ -113,7 +113,7 @@ async def measure(url: str, n: int) -> float:
     await verifier.start()
     await asyncio.sleep(1)
     for node in verifier._nodes.values():
-        node.ak.key  # noqa: B018 (steady state: every AK was used once)
+        node.ak.key  # noqa: B018 (what a verification builds)
     gc.collect()
     after = rss_kib()
     assert len(verifier._nodes) == n, len(verifier._nodes)

@@ -742,3 +742,40 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual("revoked", restarted.get(agent.uuid).state)
         await asyncio.sleep(0.05)
         self.assertEqual([], agent.quote_requests)
+
+    # -- database outage: never revoke the healthy, never lose a revocation
+
+    def _break_database(self, verifier: Verifier) -> sa.Engine:
+        good = verifier.store.engine
+        verifier.store.engine = sa.create_engine("sqlite:////nonexistent/dir/db")
+        return good
+
+    async def test_healthy_node_stays_attested_while_the_database_is_down(self) -> None:
+        verifier = self.new_verifier()
+        agent = self.new_agent()
+        await self.enrol(verifier, agent)
+        await verifier.attest_once(agent.uuid)
+        good = self._break_database(verifier)
+        for _ in range(3):
+            view = await verifier.attest_once(agent.uuid)
+            self.assertEqual("attested", view.state)
+        self.assertRaises(sa.exc.OperationalError, verifier._flush)
+        verifier.store.engine = good
+        verifier._flush()
+        self.assertEqual([], self.outbox_rows())
+
+    async def test_revocation_during_outage_is_committed_once_when_back(self) -> None:
+        verifier = self.new_verifier()
+        agent = self.new_agent()
+        await self.enrol(verifier, agent)
+        await verifier.attest_once(agent.uuid)
+        agent.tpm.extend(16, hashlib.sha256(b"rootkit").digest())
+        good = self._break_database(verifier)
+        with self.assertRaises(sa.exc.OperationalError):
+            await verifier.attest_once(agent.uuid)
+        self.assertNotEqual("revoked", verifier._nodes[agent.uuid].state)
+        verifier.store.engine = good
+        view = await verifier.attest_once(agent.uuid)
+        self.assertEqual("revoked", view.state)
+        (event_row,) = self.outbox_rows()
+        self.assert_signed_event(event_row, agent.uuid, "pcr_policy")
