@@ -31,15 +31,8 @@ from verifier import db  # noqa: E402
 from verifier.attest.service import Verifier  # noqa: E402
 from verifier.notify import Outbox  # noqa: E402
 from verifier.protocol import tpm as t  # noqa: E402
+from verifier.testing.softtpm import AK_ATTRIBUTES  # noqa: E402
 
-_AK_ATTRS = (
-    t.ATTR_FIXED_TPM
-    | t.ATTR_FIXED_PARENT
-    | t.ATTR_SENSITIVE_DATA_ORIGIN
-    | t.ATTR_USER_WITH_AUTH
-    | t.ATTR_RESTRICTED
-    | t.ATTR_SIGN
-)
 _CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 
@@ -72,7 +65,7 @@ def fill(url: str, n: int) -> None:
     rows = []
     for i in range(n):
         key = ec.generate_private_key(ec.SECP256R1()).public_key()
-        ak = t.make_public(key, _AK_ATTRS, (t.ALG_ECDSA, t.ALG_SHA256))
+        ak = t.make_public(key, AK_ATTRIBUTES, (t.ALG_ECDSA, t.ALG_SHA256))
         rows.append(
             {
                 "uuid": f"00000000-0000-4000-8000-{i:012d}",

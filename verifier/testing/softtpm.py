@@ -23,7 +23,7 @@ from verifier.protocol.credential import kdfa, kdfe
 from verifier.protocol.errors import EvidenceError
 from verifier.protocol.quote import Quote, selection_for
 
-_AK_ATTRS = (
+AK_ATTRIBUTES = (
     t.ATTR_FIXED_TPM
     | t.ATTR_FIXED_PARENT
     | t.ATTR_SENSITIVE_DATA_ORIGIN
@@ -65,7 +65,7 @@ class SoftTpm:
             scheme = (t.ALG_RSASSA, t.ALG_SHA256)
         else:
             scheme = (t.ALG_ECDSA, t.ALG_SHA256)
-        self.ak = t.make_public(self.ak_key.public_key(), _AK_ATTRS, scheme)
+        self.ak = t.make_public(self.ak_key.public_key(), AK_ATTRIBUTES, scheme)
         self.ek = t.make_public(
             self.ek_key.public_key(),
             _EK_ATTRS,
