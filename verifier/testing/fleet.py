@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import functools
 import ipaddress
 import json
 import os
@@ -103,7 +104,7 @@ class Fleet:
         peer: str,
     ) -> tuple[int, Any]:
         """Answer one request; returns (status, JSON-able body)."""
-        if not ipaddress.ip_address(peer).is_loopback:
+        if not _is_loopback(peer):
             return 403, {"error": "the fleet emulator serves loopback only"}
         if path.startswith("/_fleet/"):
             return self._control(method, path, body)
@@ -316,6 +317,11 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
 
 
 class _HttpProtocol(asyncio.Protocol):
