@@ -25,9 +25,8 @@ import os
 import signal
 import ssl
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import aiohttp
 from cryptography import x509
@@ -38,6 +37,7 @@ from oslo_config import cfg
 
 from node_agent.exceptions import NodeAgentError, RegistrationError
 from node_agent.tpm import Tpm
+from node_agent.tpm_access import TpmAccess, TpmLike
 from verifier.api import b64
 from verifier.exceptions import RequestError
 from verifier.protocol import (
@@ -58,7 +58,6 @@ from verifier.tlsutil import (
 __all__ = ["Agent", "TpmAccess", "TpmLike"]
 
 LOG = logging.getLogger(__name__)
-T = TypeVar("T")
 
 PAYLOAD = "payload"
 PAYLOAD_OUT = "payload.out"
@@ -67,81 +66,6 @@ IDENTITY_CERT = "identity.pem"
 IDENTITY_KEY = "identity-key.pem"
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 _HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
-
-
-class _QuoteLike(Protocol):
-    @property
-    def attest(self) -> bytes: ...
-
-    @property
-    def signature(self) -> bytes: ...
-
-    @property
-    def pcr_values(self) -> Mapping[int, bytes]: ...
-
-
-class TpmLike(Protocol):
-    """What the agent needs from a TPM (:class:`node_agent.tpm.Tpm`)."""
-
-    def ek_public(self) -> bytes: ...
-
-    def ek_certificate(self) -> bytes | None: ...
-
-    def ak_public(self) -> bytes: ...
-
-    def activate_credential(
-        self, credential_blob: bytes, encrypted_secret: bytes
-    ) -> bytes: ...
-
-    def quote(self, qualifying_data: bytes, pcrs: list[int]) -> _QuoteLike: ...
-
-    def close(self) -> None: ...
-
-
-class TpmAccess:
-    """Serialised access to the TPM from the event loop.
-
-    Calls run one at a time (an asyncio lock) in a worker thread. When
-    ``shared`` the TPM is opened for each operation and closed after it,
-    so that other local TPM users can get in between; otherwise one
-    connection is kept until :meth:`close`.
-
-    Args:
-        factory: opens the TPM (e.g. ``lambda: Tpm(tcti, "rsa", "ecc")``).
-        shared: open and close the TPM around each operation.
-    """
-
-    def __init__(self, factory: Callable[[], TpmLike], shared: bool = True) -> None:
-        self._factory = factory
-        self._shared = shared
-        self._tpm: TpmLike | None = None
-        self._lock = asyncio.Lock()
-
-    def _call(self, operation: Callable[[TpmLike], T]) -> T:
-        if self._shared:
-            tpm = self._factory()
-            try:
-                return operation(tpm)
-            finally:
-                tpm.close()
-        if self._tpm is None:
-            self._tpm = self._factory()
-        return operation(self._tpm)
-
-    async def run(self, operation: Callable[[TpmLike], T]) -> T:
-        """Run ``operation(tpm)`` in a thread, alone.
-
-        Raises:
-            TpmError: whatever the TPM raises.
-        """
-        async with self._lock:
-            return await asyncio.to_thread(self._call, operation)
-
-    def close(self) -> None:
-        """Close the kept connection, if any."""
-        tpm, self._tpm = self._tpm, None
-        if tpm is not None:
-            tpm.close()
 
 
 @dataclass

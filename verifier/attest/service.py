@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import heapq
-import itertools
 import json
 import logging
 import os
@@ -29,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from verifier.attest.clients import AgentClient, RegistrarClient
 from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
 from verifier.attest.ownership import AllNodes, Ownership
+from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
 from verifier.ca import CaError, CertificateAuthority
 from verifier.db import Node
@@ -50,7 +49,6 @@ __all__ = ["NodeState", "NodeView", "Verifier"]
 
 LOG = logging.getLogger(__name__)
 _FLUSH_INTERVAL = 5.0
-_MAX_BACKOFF = 30.0
 _Live = LiveNode  # the name the tests and older code use
 
 
@@ -103,12 +101,12 @@ class Verifier:
         self.outbox = outbox
         self._ca = ca
         self._interval = interval
-        self._max_in_flight = max_in_flight
-        self._due: list[tuple[float, int, LiveNode]] = []  # heap of next quotes
-        self._seq = itertools.count()
-        self._ready: asyncio.Queue[LiveNode] = asyncio.Queue()
-        self._due_changed = asyncio.Event()
-        self._quoting: list[asyncio.Task[None]] = []
+        self._scheduler = QuoteScheduler(
+            lambda node: self.attest_once(node.uuid),
+            self._still_attesting,
+            lambda node: next_delay(node, self._interval),
+            max_in_flight,
+        )
         self._max_unreachable = max_unreachable
         self._unreachable_action = unreachable_action
         self._outbox_interval = outbox_interval
@@ -129,16 +127,13 @@ class Verifier:
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
         ]
-        self._quoting = [asyncio.create_task(self._scheduler())] + [
-            asyncio.create_task(self._quote_worker())
-            for _ in range(self._max_in_flight)
-        ]
+        self._scheduler.start()
         if not isinstance(self._ownership, AllNodes):
             self._background.append(asyncio.create_task(self._sync_loop()))
         self._outbox_wakeup.set()
 
     async def stop(self) -> None:
-        tasks = self._background + self._quoting
+        tasks = self._background + self._scheduler.stop()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -150,7 +145,7 @@ class Verifier:
     def _adopt(self, node: LiveNode) -> None:
         self._nodes[node.uuid] = node
         if node.state != NodeState.REVOKED:
-            self._schedule(node, 0.0)
+            self._scheduler.schedule(node, 0.0)
 
     def _release(self, node: LiveNode) -> None:
         # a released node's pending heap entry is skipped when it comes due
@@ -159,9 +154,7 @@ class Verifier:
     def pause_attestation(self) -> None:
         """Stop scheduling quotes (tests and maintenance drive
         :meth:`attest_once` themselves); the API keeps working."""
-        for task in self._quoting:
-            task.cancel()
-        self._quoting = []
+        self._scheduler.stop()
 
     async def sync(self) -> None:
         """Reconcile with the database and the ownership: adopt nodes that
@@ -317,52 +310,6 @@ class Verifier:
 
     # -- the attestation loop ---------------------------------------------
 
-    def _schedule(self, node: LiveNode, delay: float) -> None:
-        due = asyncio.get_running_loop().time() + delay
-        if not self._due or due < self._due[0][0]:
-            self._due_changed.set()
-        heapq.heappush(self._due, (due, next(self._seq), node))
-
-    async def _scheduler(self) -> None:
-        """Hand nodes whose next quote is due to the quote workers. One
-        heap and a fixed pool of workers, not a task per node: a sleeping
-        node costs a heap entry."""
-        loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            while self._due and self._due[0][0] <= now:
-                _, _, node = heapq.heappop(self._due)
-                if self._nodes.get(node.uuid) is node:
-                    self._ready.put_nowait(node)
-            self._due_changed.clear()
-            timeout = self._due[0][0] - now if self._due else None
-            await _wait_event(self._due_changed, timeout)
-
-    async def _quote_worker(self) -> None:
-        while True:
-            node = await self._ready.get()
-            if (
-                node.state == NodeState.REVOKED
-                or self._nodes.get(node.uuid) is not node
-            ):
-                continue
-            try:
-                await self.attest_once(node.uuid)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # keep attesting whatever happens
-                LOG.exception("Unexpected error attesting node %s", node.uuid)
-            if self._still_attesting(node):
-                self._schedule(node, self._delay(node))
-
-    def _delay(self, node: LiveNode) -> float:
-        """The quote interval, backed off exponentially (up to 30 s) while a
-        node does not answer, so that dead agents cost next to nothing."""
-        if node.unreachable == 0:
-            return self._interval
-        backoff: float = min(_MAX_BACKOFF, 0.25 * 2.0 ** min(node.unreachable - 1, 10))
-        return max(self._interval, backoff)
-
     async def attest_once(self, uuid: str) -> NodeView:
         """Ask the node for one quote and act on the verdict."""
         node = self._live(uuid)
@@ -504,7 +451,7 @@ class Verifier:
 
     async def _outbox_loop(self) -> None:
         while True:
-            await _wait_event(self._outbox_wakeup, self._outbox_interval * 4)
+            await wait_event(self._outbox_wakeup, self._outbox_interval * 4)
             self._outbox_wakeup.clear()
             try:
                 await asyncio.to_thread(
@@ -513,18 +460,6 @@ class Verifier:
             except Exception:  # keep delivering whatever a driver does
                 LOG.exception("Outbox delivery pass failed")
             await asyncio.sleep(self._outbox_interval)
-
-
-async def _wait_event(event: asyncio.Event, timeout: float | None) -> None:
-    """Wait for ``event`` at most ``timeout`` seconds (None: forever).
-
-    (Not ``asyncio.wait_for``: on Python 3.11 a cancellation racing its
-    timeout can leave the waiting task stuck in "cancelling".)"""
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        pass
 
 
 def _b64(answer: Mapping[str, Any], field: str) -> bytes:
