@@ -50,6 +50,9 @@ class _Silent:
     async def request(self, *args: Any, **kwargs: Any) -> Any:
         await asyncio.Event().wait()
 
+    def forget(self, base: str, agent_cert: str) -> None:
+        pass
+
     async def get_agent(self, uuid: str) -> Any:
         raise AssertionError("not used")
 

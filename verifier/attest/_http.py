@@ -126,7 +126,7 @@ class KeepAliveClient:
             ValueError,
             HttpError,
         ) as exc:
-            self._drop(host, port)
+            self.drop(host, port)
             if isinstance(exc, HttpError):
                 raise
             raise HttpError(f"{type(exc).__name__}: {exc}") from exc
@@ -150,7 +150,8 @@ class KeepAliveClient:
             conn.close()
         return int(status_line[1]), payload
 
-    def _drop(self, host: str, port: int) -> None:
+    def drop(self, host: str, port: int) -> None:
+        """Close and forget the connection to (host, port), if any."""
         conn = self._connections.pop((host, port), None)
         if conn is not None:
             conn.close()

@@ -157,5 +157,12 @@ class AgentClient:
             raise MalformedError("agent answer", "response is not a JSON object")
         return answer
 
+    def forget(self, base: str, agent_cert: str) -> None:
+        """Close the kept-alive connection to an agent we stop attesting."""
+        address = self._addresses.pop(base, None)
+        if address is not None:
+            self._http.drop(*address)
+        self._pins.pop(agent_cert, None)
+
     async def close(self) -> None:
         await self._http.close()

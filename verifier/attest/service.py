@@ -150,6 +150,7 @@ class Verifier:
     def _release(self, node: LiveNode) -> None:
         # a released node's pending heap entry is skipped when it comes due
         self._nodes.pop(node.uuid, None)
+        self._agents.forget(node.base_url, node.tls_cert)  # its connection
 
     def pause_attestation(self) -> None:
         """Stop scheduling quotes (tests and maintenance drive

@@ -128,6 +128,7 @@ class FakeAgents:
     def __init__(self, *agents: FakeAgent) -> None:
         self.agents = {a.base_url: a for a in agents}
         self.closed = False
+        self.forgotten: list[str] = []
 
     def add(self, agent: FakeAgent) -> None:
         self.agents[agent.base_url] = agent
@@ -157,6 +158,9 @@ class FakeAgents:
             agent.v_posts.append(dict(body))
             return {"bootstrapped": False}
         raise AgentUnreachableError(f"agent answered 404 to {path}")
+
+    def forget(self, base: str, agent_cert: str) -> None:
+        self.forgotten.append(base)
 
     async def close(self) -> None:
         self.closed = True
@@ -639,6 +643,7 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         await verifier.revoke(agent.uuid, "tenant_revoked", "bye")
         await verifier.delete(agent.uuid)
         self.assertIsNone(self.row(agent.uuid))
+        self.assertEqual([agent.base_url], self.agents.forgotten)  # connection closed
         with self.assertRaises(NotFoundError):
             verifier.get(agent.uuid)
         with self.assertRaises(NotFoundError):
