@@ -1,0 +1,497 @@
+"""IMA runtime policies and their evaluation against a measurement list.
+
+A :class:`RuntimePolicy` is named and versioned, immutable and compared and
+hashed by the SHA-256 of its canonical JSON (:attr:`RuntimePolicy.digest`),
+so one object can be shared by every node that uses it. It holds:
+
+* an allowlist: path -> allowed ``(algorithm, digest)`` pairs (any number of
+  algorithms per path);
+* excludes: regular expressions (matched with :func:`re.match`, i.e.
+  anchored at the start of the path) whose paths are not checked;
+* IMA keys: public keys (RSA or ECDSA) that may sign files (``ima-sig``
+  signatures, format v2 of ``signature_v2_hdr`` in
+  ``security/integrity/integrity.h``: type 0x03, version 0x02, hash
+  algorithm, big-endian 4-byte key id, big-endian u16 size, signature over
+  the file digest);
+* ``ima-buf`` allowances: event name -> allowed buffer digests.
+
+JSON form::
+
+    {"name": "web", "version": 3,
+     "digests": {"/usr/bin/true": ["sha256:<hex>", "sha1:<hex>"]},
+     "excludes": ["/tmp/.*"],
+     "keys": [{"public_key": "<base64 DER SubjectPublicKeyInfo>",
+               "keyid": "<8 hex, optional>"}],
+     "ima_buf": {"kexec-cmdline": ["sha256:<hex>"]}}
+
+Tenants' regular expressions are trusted to be reasonable (Python's engine
+backtracks); the verifier should accept policies only from tenants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+
+from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.ima.keys import ImaKey, verify_ima_signature
+from verifier.protocol.ima.log import DIGEST_SIZES, ImaEntry
+from verifier.protocol.ima.replay import BOOT_AGGREGATE
+
+__all__ = [
+    "DEFAULT_MAX_ENTRIES",
+    "Failure",
+    "ImaKey",
+    "RuntimePolicy",
+    "check",
+    "evaluate",
+    "sign",
+    "verify",
+    "verify_ima_signature",
+]
+
+DEFAULT_MAX_ENTRIES = 5_000_000
+_STRUCT = "IMA runtime policy"
+_TAGS = {name: bytes([i + 1]) for i, name in enumerate(sorted(DIGEST_SIZES))}
+_NAMES = {tag[0]: name for name, tag in _TAGS.items()}
+_ZERO20 = bytes(20)
+
+
+def _bad(detail: str) -> MalformedError:
+    return MalformedError(_STRUCT, detail)
+
+
+def _parse_digest(value: Any, where: str) -> bytes:
+    """``"alg:hex"`` -> tag byte || digest."""
+    if not isinstance(value, str):
+        raise _bad(f"{where}: digest must be a string")
+    algo, _, hexdigest = value.partition(":")
+    tag = _TAGS.get(algo)
+    try:
+        digest = bytes.fromhex(hexdigest)
+    except ValueError:
+        raise _bad(f"{where}: digest is not hex") from None
+    if tag is None or DIGEST_SIZES[algo] != len(digest):
+        raise _bad(f"{where}: bad digest {value[:80]!r}")
+    return tag + digest
+
+
+def _show_digest(tagged: bytes) -> str:
+    return f"{_NAMES[tagged[0]]}:{tagged[1:].hex()}"
+
+
+def _pack(tags: Iterable[bytes]) -> bytes | tuple[bytes, ...]:
+    unique = tuple(sorted(set(tags)))
+    return unique[0] if len(unique) == 1 else unique
+
+
+def _contains(value: bytes | tuple[bytes, ...], tag: bytes) -> bool:
+    return value == tag or (type(value) is tuple and tag in value)
+
+
+def _as_tuple(value: bytes | tuple[bytes, ...]) -> tuple[bytes, ...]:
+    return value if isinstance(value, tuple) else (value,)
+
+
+class RuntimePolicy:
+    """An immutable IMA runtime policy; see the module doc.
+
+    Args:
+        name: the policy's name.
+        version: its version (a non-negative integer).
+        allowlist: path -> allowed ``(algorithm, digest)`` pairs.
+        excludes: regular expressions of paths not checked.
+        keys: keys whose file signatures are accepted.
+        ima_buf: ``ima-buf`` event name -> allowed ``(algorithm, digest)``
+            of the buffer.
+
+    Raises:
+        MalformedError: an invalid regular expression (naming it), an
+            unknown algorithm or a digest of the wrong size.
+    """
+
+    __slots__ = (
+        "_allow",
+        "_buf",
+        "_digest",
+        "_excl",
+        "_excl_src",
+        "_keys",
+        "name",
+        "version",
+    )
+
+    name: str
+    version: int
+    _allow: dict[str, bytes | tuple[bytes, ...]]
+    _buf: dict[str, bytes | tuple[bytes, ...]]
+    _keys: tuple[ImaKey, ...]
+    _excl_src: tuple[str, ...]
+    _excl: re.Pattern[str] | tuple[re.Pattern[str], ...] | None
+    _digest: bytes | None
+
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        allowlist: Mapping[str, Iterable[tuple[str, bytes]]] | None = None,
+        excludes: Sequence[str] = (),
+        keys: Sequence[ImaKey] = (),
+        ima_buf: Mapping[str, Iterable[tuple[str, bytes]]] | None = None,
+    ) -> None:
+        def tags(pairs: Iterable[tuple[str, bytes]], where: str) -> Any:
+            out = []
+            for algo, digest in pairs:
+                if DIGEST_SIZES.get(algo) != len(digest):
+                    raise _bad(f"{where}: bad {algo!r} digest")
+                out.append(_TAGS[algo] + digest)
+            if not out:
+                raise _bad(f"{where}: no digests")
+            return _pack(out)
+
+        allow = {p: tags(v, p) for p, v in (allowlist or {}).items()}
+        buf = {p: tags(v, p) for p, v in (ima_buf or {}).items()}
+        self._init(name, version, allow, excludes, tuple(keys), buf)
+
+    def _init(
+        self,
+        name: str,
+        version: int,
+        allow: dict[str, bytes | tuple[bytes, ...]],
+        excludes: Sequence[str],
+        keys: tuple[ImaKey, ...],
+        buf: dict[str, bytes | tuple[bytes, ...]],
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise _bad("name must be a non-empty string")
+        if type(version) is not int or version < 0:
+            raise _bad("version must be a non-negative integer")
+        compiled = []
+        for pattern in excludes:
+            if not isinstance(pattern, str):
+                raise _bad("excludes must be strings")
+            try:
+                compiled.append(re.compile(pattern))
+            except re.error as exc:
+                raise _bad(f"invalid exclude regex {pattern!r}: {exc}") from None
+        excl: re.Pattern[str] | None = None
+        if compiled:
+            try:
+                excl = re.compile("|".join(f"(?:{p})" for p in excludes))
+            except re.error:  # e.g. the same group name in two patterns
+                excl = None
+        excl_any: re.Pattern[str] | tuple[re.Pattern[str], ...] | None = (
+            excl if excl is not None or not compiled else tuple(compiled)
+        )
+        for attr, value in (
+            ("name", name),
+            ("version", version),
+            ("_allow", allow),
+            ("_buf", buf),
+            ("_keys", keys),
+            ("_excl_src", tuple(excludes)),
+            ("_excl", excl_any),
+            ("_digest", None),
+        ):
+            object.__setattr__(self, attr, value)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise AttributeError("RuntimePolicy is immutable")
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, max_entries: int = DEFAULT_MAX_ENTRIES
+    ) -> RuntimePolicy:
+        """Build a policy from its (already parsed) JSON form.
+
+        Args:
+            data: the JSON object (see the module doc).
+            max_entries: refuse a policy with more digests, excludes, keys
+                and ima-buf digests than this in total; the caller should
+                also bound the JSON document's size before parsing it.
+
+        Raises:
+            MalformedError: on any deviation from the JSON form or a policy
+                over ``max_entries``.
+        """
+        if not isinstance(data, dict):
+            raise _bad("policy must be an object")
+        unknown = set(data) - {
+            "name",
+            "version",
+            "digests",
+            "excludes",
+            "keys",
+            "ima_buf",
+        }
+        if unknown:
+            raise _bad(f"unknown fields {sorted(unknown)}")
+        digests = data.get("digests", {})
+        excludes = data.get("excludes", [])
+        keys = data.get("keys", [])
+        buf = data.get("ima_buf", {})
+        if not (isinstance(digests, dict) and isinstance(buf, dict)):
+            raise _bad("digests and ima_buf must be objects")
+        if not (isinstance(excludes, list) and isinstance(keys, list)):
+            raise _bad("excludes and keys must be lists")
+        total = len(excludes) + len(keys)
+        for mapping in (digests, buf):
+            for values in mapping.values():
+                total += len(values) if isinstance(values, list) else 1
+        if total > max_entries:
+            raise _bad(f"{total} entries, more than the limit of {max_entries}")
+
+        def load(mapping: dict[Any, Any]) -> dict[str, bytes | tuple[bytes, ...]]:
+            out: dict[str, bytes | tuple[bytes, ...]] = {}
+            for path, values in mapping.items():
+                if not isinstance(values, list) or not values:
+                    raise _bad(f"{path}: expected a non-empty list of digests")
+                out[path] = _pack(_parse_digest(v, path) for v in values)
+            return out
+
+        policy = cls.__new__(cls)
+        policy._init(
+            data.get("name"),  # type: ignore[arg-type]
+            data.get("version"),  # type: ignore[arg-type]
+            load(digests),
+            excludes,
+            tuple(ImaKey.from_dict(k) for k in keys),
+            load(buf),
+        )
+        return policy
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (digest lists sorted)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "digests": {
+                p: [_show_digest(t) for t in _as_tuple(v)]
+                for p, v in self._allow.items()
+            },
+            "excludes": list(self._excl_src),
+            "keys": [k.to_dict() for k in self._keys],
+            "ima_buf": {
+                p: [_show_digest(t) for t in _as_tuple(v)] for p, v in self._buf.items()
+            },
+        }
+
+    def canonical_json(self) -> bytes:
+        """The signed form: JSON with sorted keys, no spaces, ASCII only."""
+        return json.dumps(
+            self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+        ).encode("ascii")
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 of :meth:`canonical_json` (computed once, on demand)."""
+        if self._digest is None:
+            object.__setattr__(
+                self, "_digest", hashlib.sha256(self.canonical_json()).digest()
+            )
+        assert self._digest is not None
+        return self._digest
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RuntimePolicy):
+            return NotImplemented
+        return self is other or self.digest == other.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __len__(self) -> int:
+        return len(self._allow)
+
+    def __repr__(self) -> str:
+        return (
+            f"RuntimePolicy({self.name!r}, version={self.version}, {len(self)} paths)"
+        )
+
+    @property
+    def keys(self) -> tuple[ImaKey, ...]:
+        """The keys whose file signatures are accepted."""
+        return self._keys
+
+    @property
+    def excludes(self) -> tuple[str, ...]:
+        """The exclude patterns, as given."""
+        return self._excl_src
+
+    def allowed(self, path: str) -> frozenset[tuple[str, bytes]]:
+        """The ``(algorithm, digest)`` pairs allowed for ``path``."""
+        value = self._allow.get(path)
+        if value is None:
+            return frozenset()
+        return frozenset((_NAMES[t[0]], t[1:]) for t in _as_tuple(value))
+
+    def is_excluded(self, path: str) -> bool:
+        """Whether an exclude pattern matches ``path`` (at its start)."""
+        excl = self._excl
+        if excl is None:
+            return False
+        if isinstance(excl, tuple):
+            return any(p.match(path) for p in excl)
+        return excl.match(path) is not None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failure:
+    """An entry the policy does not allow.
+
+    Attributes:
+        index: the entry's index in the measurement list.
+        path: its path (or ima-buf event name).
+        reason: ``unknown_file``, ``digest_mismatch``, ``bad_signature``,
+            ``buffer_not_allowed``, ``buffer_digest_mismatch`` or
+            ``violation``.
+        detail: a human-readable explanation.
+    """
+
+    index: int
+    path: str
+    reason: str
+    detail: str
+
+
+def _judge(policy: RuntimePolicy, entry: ImaEntry, index: int) -> Failure | None:
+    path = entry.path
+    if entry.buffer is not None:
+        return _judge_buffer(policy, entry, index)
+    tag = _TAGS.get(entry.digest_algorithm)
+    value = policy._allow.get(path)
+    if value is not None and tag is not None and _contains(value, tag + entry.digest):
+        return None
+    if entry.template_hash == _ZERO20:
+        if index == 0 or policy.is_excluded(path):
+            return None
+        return Failure(index, path, "violation", "measurement violation logged")
+    if index == 0 and path == BOOT_AGGREGATE:
+        return None
+    sig = entry.signature
+    if (
+        sig
+        and policy._keys
+        and verify_ima_signature(
+            sig, entry.digest_algorithm, entry.digest, policy._keys
+        )
+    ):
+        return None
+    if policy.is_excluded(path):
+        return None
+    shown = f"{entry.digest_algorithm}:{entry.digest.hex()}"
+    if sig and policy._keys:
+        return Failure(index, path, "bad_signature", f"{shown} signature not valid")
+    if value is not None:
+        return Failure(index, path, "digest_mismatch", f"{shown} not allowed")
+    return Failure(index, path, "unknown_file", f"{shown} not in the policy")
+
+
+def _judge_buffer(policy: RuntimePolicy, entry: ImaEntry, index: int) -> Failure | None:
+    buffer = entry.buffer
+    assert buffer is not None
+    path = entry.path
+    if hashlib.new(entry.digest_algorithm, buffer).digest() != entry.digest:
+        return Failure(
+            index, path, "buffer_digest_mismatch", "digest is not that of the buffer"
+        )
+    value = policy._buf.get(path)
+    if value is not None:
+        for tag in _as_tuple(value):
+            if hashlib.new(_NAMES[tag[0]], buffer).digest() == tag[1:]:
+                return None
+    if policy.is_excluded(path):
+        return None
+    return Failure(index, path, "buffer_not_allowed", "buffer not in the policy")
+
+
+def evaluate(
+    policy: RuntimePolicy, entries: Iterable[ImaEntry], first_index: int = 0
+) -> list[Failure]:
+    """Every entry of ``entries`` the policy does not allow.
+
+    Args:
+        policy: the runtime policy.
+        entries: consecutive entries of the list.
+        first_index: index of the first of ``entries`` in the list (entry 0,
+            the boot aggregate, is checked by
+            :func:`~verifier.protocol.ima.replay.check_boot_aggregate`).
+
+    Returns:
+        The failures, in list order (empty when all are allowed).
+    """
+    failures = []
+    allow = policy._allow
+    tags = _TAGS
+    index = first_index
+    for entry in entries:
+        value = allow.get(entry.path)
+        if value is not None and entry.buffer is None:
+            tag = tags.get(entry.digest_algorithm, b"")
+            if value == tag + entry.digest:  # the common case, fast
+                index += 1
+                continue
+        failure = _judge(policy, entry, index)
+        if failure is not None:
+            failures.append(failure)
+        index += 1
+    return failures
+
+
+def check(
+    policy: RuntimePolicy, entries: Iterable[ImaEntry], first_index: int = 0
+) -> None:
+    """Like :func:`evaluate` but raise on the first failure.
+
+    Raises:
+        EvidenceError: ``ima_policy`` naming the entry index, path and why.
+    """
+    failures = evaluate(policy, entries, first_index)
+    if failures:
+        f = failures[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise EvidenceError(
+            "ima_policy", f"entry {f.index} {f.path!r}: {f.reason}: {f.detail}{more}"
+        )
+
+
+SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
+VerifyingKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
+
+
+def sign(policy: RuntimePolicy, key: SigningKey) -> bytes:
+    """A detached signature over :meth:`RuntimePolicy.canonical_json`.
+
+    Ed25519, or ECDSA with SHA-256 (DER signature).
+    """
+    data = policy.canonical_json()
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return key.sign(data)
+    return key.sign(data, ec.ECDSA(hashes.SHA256()))
+
+
+def verify(policy: RuntimePolicy, signature: bytes, public_key: VerifyingKey) -> None:
+    """Check a detached signature made by :func:`sign`.
+
+    Raises:
+        EvidenceError: ``ima_policy_signature`` if it does not verify.
+    """
+    data = policy.canonical_json()
+    try:
+        if isinstance(public_key, ed25519.Ed25519PublicKey):
+            public_key.verify(signature, data)
+        else:
+            public_key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        raise EvidenceError(
+            "ima_policy_signature",
+            f"signature over policy {policy.name!r} v{policy.version} is not valid",
+        ) from None
