@@ -22,7 +22,6 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import ssl
 import time
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 
 from node_agent.exceptions import NodeAgentError, RegistrationError
+from node_agent.payload import run_payload
 from node_agent.tpm import Tpm
 from node_agent.tpm_access import TpmAccess, TpmLike
 from verifier.api import b64
@@ -425,38 +425,24 @@ class Agent:
         if with_identity:
             env["TRUSTED_IDENTITY_CERT"] = self._path(IDENTITY_CERT)
             env["TRUSTED_IDENTITY_KEY"] = self._path(IDENTITY_KEY)
-        status: dict[str, Any]
-        with open(self._path(PAYLOAD_OUT), "wb") as out:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    self._path(PAYLOAD),
-                    cwd=self.work_dir,
-                    env=env,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                LOG.error("payload of node %s could not start: %s", self.uuid, exc)
-                status = {"exit_code": None, "error": str(exc)}
-                await asyncio.to_thread(self._write_status, status)
-                return None
-            try:
-                code = await asyncio.wait_for(proc.wait(), self.payload_timeout)
-                status = {"exit_code": code}
-            except asyncio.CancelledError:  # agent shutting down
-                _kill_group(proc.pid)
-                raise
-            except TimeoutError:
-                _kill_group(proc.pid)
-                code = await proc.wait()
-                status = {"exit_code": code, "timed_out": True}
-                LOG.error(
-                    "payload of node %s killed after %.1f s",
-                    self.uuid,
-                    self.payload_timeout,
-                )
+        status = await run_payload(
+            self._path(PAYLOAD),
+            self.work_dir,
+            self._path(PAYLOAD_OUT),
+            env,
+            self.payload_timeout,
+        )
+        code: int | None = status["exit_code"]
+        if "error" in status:
+            LOG.error(
+                "payload of node %s could not start: %s", self.uuid, status["error"]
+            )
+        elif status.get("timed_out"):
+            LOG.error(
+                "payload of node %s killed after %.1f s",
+                self.uuid,
+                self.payload_timeout,
+            )
         self.payload_exit_code = code
         await asyncio.to_thread(self._write_status, status)
         LOG.info("payload of node %s exited with code %s", self.uuid, code)
@@ -498,9 +484,3 @@ def _unb64(value: object) -> bytes:
     if not isinstance(value, str):
         raise TypeError("not a string")
     return base64.b64decode(value, validate=True)
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the payload and whatever it started (its own session)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)

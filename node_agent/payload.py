@@ -1,0 +1,57 @@
+"""Running the tenant's decrypted payload (trusted-cloud-init).
+
+A payload that starts with ``#!`` is executed in its own session, with its
+output in ``payload.out`` and its exit status in ``payload.status``; it is
+killed (with everything it started) after a timeout or when the agent
+stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["run_payload"]
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the payload and whatever it started (its own session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def run_payload(
+    program: str, work_dir: str, output: str, env: Mapping[str, str], timeout: float
+) -> dict[str, Any]:
+    """Run ``program`` in ``work_dir`` with stdout+stderr to ``output``.
+
+    Returns:
+        The status to record: ``{"exit_code": n}``, plus ``"timed_out":
+        True`` when it was killed after ``timeout`` seconds, or
+        ``{"exit_code": None, "error": ...}`` when it could not start.
+    """
+    with open(output, "wb") as out:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                program,
+                cwd=work_dir,
+                env=dict(env),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return {"exit_code": None, "error": str(exc)}
+        try:
+            return {"exit_code": await asyncio.wait_for(proc.wait(), timeout)}
+        except asyncio.CancelledError:  # the agent is shutting down
+            _kill_group(proc.pid)
+            raise
+        except TimeoutError:
+            _kill_group(proc.pid)
+            return {"exit_code": await proc.wait(), "timed_out": True}
