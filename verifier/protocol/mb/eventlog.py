@@ -1,0 +1,341 @@
+"""The TCG crypto-agile boot event log (measured boot).
+
+Parses the binary log the kernel exposes as
+``/sys/kernel/security/tpm0/binary_bios_measurements`` (TCG PC Client
+Platform Firmware Profile, section 10): a legacy SHA-1 ``TCG_PCR_EVENT``
+carrying the ``Spec ID Event03`` header (``TCG_EfiSpecIDEvent``), then
+``TCG_PCR_EVENT2`` entries with one digest per PCR bank. All integers are
+little-endian.
+
+Pure and I/O-free like the rest of :mod:`verifier.protocol`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import uuid
+
+from verifier.protocol.errors import MalformedError
+
+__all__ = [
+    "ALGORITHMS",
+    "EVENT_TYPES",
+    "EV_EFI_ACTION",
+    "EV_EFI_BOOT_SERVICES_APPLICATION",
+    "EV_EFI_BOOT_SERVICES_DRIVER",
+    "EV_EFI_GPT_EVENT",
+    "EV_EFI_HANDOFF_TABLES",
+    "EV_EFI_PLATFORM_FIRMWARE_BLOB",
+    "EV_EFI_PLATFORM_FIRMWARE_BLOB2",
+    "EV_EFI_VARIABLE_AUTHORITY",
+    "EV_EFI_VARIABLE_BOOT",
+    "EV_EFI_VARIABLE_DRIVER_CONFIG",
+    "EV_NO_ACTION",
+    "EV_SEPARATOR",
+    "EV_S_CRTM_VERSION",
+    "EfiVariable",
+    "Event",
+    "EventLog",
+    "SpecIdEvent",
+    "event_type_name",
+    "parse",
+    "parse_efi_variable",
+]
+
+EV_PREBOOT_CERT = 0x0
+EV_POST_CODE = 0x1
+EV_UNUSED = 0x2
+EV_NO_ACTION = 0x3
+EV_SEPARATOR = 0x4
+EV_ACTION = 0x5
+EV_EVENT_TAG = 0x6
+EV_S_CRTM_CONTENTS = 0x7
+EV_S_CRTM_VERSION = 0x8
+EV_CPU_MICROCODE = 0x9
+EV_PLATFORM_CONFIG_FLAGS = 0xA
+EV_TABLE_OF_DEVICES = 0xB
+EV_COMPACT_HASH = 0xC
+EV_IPL = 0xD
+EV_IPL_PARTITION_DATA = 0xE
+EV_NONHOST_CODE = 0xF
+EV_NONHOST_CONFIG = 0x10
+EV_NONHOST_INFO = 0x11
+EV_OMIT_BOOT_DEVICE_EVENTS = 0x12
+EV_EFI_VARIABLE_DRIVER_CONFIG = 0x80000001
+EV_EFI_VARIABLE_BOOT = 0x80000002
+EV_EFI_BOOT_SERVICES_APPLICATION = 0x80000003
+EV_EFI_BOOT_SERVICES_DRIVER = 0x80000004
+EV_EFI_RUNTIME_SERVICES_DRIVER = 0x80000005
+EV_EFI_GPT_EVENT = 0x80000006
+EV_EFI_ACTION = 0x80000007
+EV_EFI_PLATFORM_FIRMWARE_BLOB = 0x80000008
+EV_EFI_HANDOFF_TABLES = 0x80000009
+EV_EFI_PLATFORM_FIRMWARE_BLOB2 = 0x8000000A
+EV_EFI_HANDOFF_TABLES2 = 0x8000000B
+EV_EFI_VARIABLE_BOOT2 = 0x8000000C
+EV_EFI_HCRTM_EVENT = 0x80000010
+EV_EFI_VARIABLE_AUTHORITY = 0x800000E0
+EV_EFI_SPDM_FIRMWARE_BLOB = 0x800000E1
+EV_EFI_SPDM_FIRMWARE_CONFIG = 0x800000E2
+
+EVENT_TYPES: dict[int, str] = {
+    value: name
+    for name, value in sorted(globals().items())
+    if name.startswith("EV_") and isinstance(value, int)
+}
+
+#: TPM_ALG_ID -> (name, digest size).
+ALGORITHMS: dict[int, tuple[str, int]] = {
+    0x0004: ("sha1", 20),
+    0x000B: ("sha256", 32),
+    0x000C: ("sha384", 48),
+    0x000D: ("sha512", 64),
+    0x0012: ("sm3_256", 32),
+}
+
+#: EFI variable events whose data is a ``UEFI_VARIABLE_DATA``.
+VARIABLE_EVENTS = frozenset(
+    {
+        EV_EFI_VARIABLE_DRIVER_CONFIG,
+        EV_EFI_VARIABLE_BOOT,
+        EV_EFI_VARIABLE_BOOT2,
+        EV_EFI_VARIABLE_AUTHORITY,
+    }
+)
+
+SPEC_ID_SIGNATURE = b"Spec ID Event03\x00"
+_STRUCT = "TCG event log"
+_MAX_EVENT_SIZE = 16 * 1024 * 1024
+_MAX_DIGESTS = 16
+_LEGACY_HEADER = struct.Struct("<II20sI")
+
+
+def event_type_name(event_type: int) -> str:
+    """``EV_*`` name of ``event_type``, or ``EV_UNKNOWN_0x...``."""
+    return EVENT_TYPES.get(event_type, f"EV_UNKNOWN_{event_type:#x}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EfiVariable:
+    """A ``UEFI_VARIABLE_DATA`` structure.
+
+    Attributes:
+        guid: the vendor GUID (``VariableName``).
+        name: the variable's Unicode name (e.g. ``SecureBoot``).
+        data: the variable's value.
+    """
+
+    guid: uuid.UUID
+    name: str
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SpecIdEvent:
+    """The ``TCG_EfiSpecIDEvent`` header of a crypto-agile log.
+
+    Attributes:
+        platform_class: ``platformClass`` (0 client, 1 server).
+        spec_version: ``(major, minor, errata)``.
+        uintn_size: ``uintnSize`` (1 for 32-bit UINTN, 2 for 64-bit).
+        digest_sizes: TPM_ALG_ID -> digest size, in log order.
+        vendor_info: ``vendorInfo`` bytes.
+    """
+
+    platform_class: int
+    spec_version: tuple[int, int, int]
+    uintn_size: int
+    digest_sizes: dict[int, int]
+    vendor_info: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """One event of the log.
+
+    Attributes:
+        index: position in the log (0 is the Spec ID event).
+        pcr: the PCR index extended.
+        event_type: the raw ``EV_*`` value.
+        digests: bank name (``sha1``, ``sha256``...) -> logged digest.
+        data: the event data.
+    """
+
+    index: int
+    pcr: int
+    event_type: int
+    digests: dict[str, bytes]
+    data: bytes
+
+    @property
+    def type_name(self) -> str:
+        """The ``EV_*`` name of :attr:`event_type`."""
+        return event_type_name(self.event_type)
+
+    @property
+    def variable(self) -> EfiVariable | None:
+        """The parsed ``UEFI_VARIABLE_DATA`` of an EFI variable event.
+
+        Raises:
+            MalformedError: the data of a variable event does not parse.
+        """
+        if self.event_type not in VARIABLE_EVENTS:
+            return None
+        return parse_efi_variable(self.data, where=f"event {self.index}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EventLog:
+    """A parsed log.
+
+    Attributes:
+        spec_id: the header.
+        events: every event, the header event included (index 0).
+    """
+
+    spec_id: SpecIdEvent
+    events: tuple[Event, ...]
+
+    @property
+    def banks(self) -> tuple[str, ...]:
+        """Names of the banks the log declares (known algorithms only)."""
+        return tuple(
+            ALGORITHMS[alg][0] for alg in self.spec_id.digest_sizes if alg in ALGORITHMS
+        )
+
+
+def parse_efi_variable(data: bytes, where: str = "event") -> EfiVariable:
+    """Parse a ``UEFI_VARIABLE_DATA``.
+
+    Raises:
+        MalformedError: truncated, trailing bytes or a bad name.
+    """
+    structure = "UEFI_VARIABLE_DATA"
+    if len(data) < 32:
+        raise MalformedError(structure, f"{where}: truncated header")
+    name_len, data_len = struct.unpack_from("<QQ", data, 16)
+    end = 32 + 2 * name_len + data_len
+    if end != len(data):
+        raise MalformedError(
+            structure, f"{where}: sizes give {end} bytes, have {len(data)}"
+        )
+    try:
+        name = data[32 : 32 + 2 * name_len].decode("utf-16-le")
+    except UnicodeDecodeError:
+        raise MalformedError(structure, f"{where}: name is not UTF-16") from None
+    return EfiVariable(
+        uuid.UUID(bytes_le=bytes(data[:16])), name, bytes(data[32 + 2 * name_len :])
+    )
+
+
+def _parse_spec_id(data: bytes) -> SpecIdEvent:
+    def bad(detail: str) -> MalformedError:
+        return MalformedError(_STRUCT, f"event 0 (Spec ID): {detail}")
+
+    if len(data) < 28 or data[:16] != SPEC_ID_SIGNATURE:
+        raise bad("not a Spec ID Event03 (not a crypto-agile log)")
+    platform_class, minor, major, errata, uintn, count = struct.unpack_from(
+        "<IBBBBI", data, 16
+    )
+    if not 1 <= count <= _MAX_DIGESTS:
+        raise bad(f"bad numberOfAlgorithms {count}")
+    off = 28
+    sizes: dict[int, int] = {}
+    for _ in range(count):
+        if off + 4 > len(data):
+            raise bad("truncated algorithm list")
+        alg, size = struct.unpack_from("<HH", data, off)
+        off += 4
+        known = ALGORITHMS.get(alg)
+        if alg in sizes or size == 0 or (known is not None and known[1] != size):
+            raise bad(f"bad algorithm {alg:#06x} of size {size}")
+        sizes[alg] = size
+    if off + 1 > len(data):
+        raise bad("truncated vendorInfoSize")
+    vendor_len = data[off]
+    if off + 1 + vendor_len != len(data):
+        raise bad("vendorInfoSize does not match the event size")
+    return SpecIdEvent(
+        platform_class,
+        (major, minor, errata),
+        uintn,
+        sizes,
+        bytes(data[off + 1 :]),
+    )
+
+
+def parse(raw: bytes) -> EventLog:
+    """Parse a binary crypto-agile event log.
+
+    Args:
+        raw: the log bytes. Trailing zero padding (some firmwares pad the
+            log area) is ignored.
+
+    Returns:
+        The parsed log.
+
+    Raises:
+        MalformedError: a truncated or inconsistent event (naming its
+            index), or a log that is not crypto-agile.
+    """
+    view = memoryview(raw)
+    if len(view) < _LEGACY_HEADER.size:
+        raise MalformedError(_STRUCT, "event 0: truncated header")
+    pcr, etype, sha1, size = _LEGACY_HEADER.unpack_from(view, 0)
+    off = _LEGACY_HEADER.size
+    if pcr != 0 or etype != EV_NO_ACTION or size > len(view) - off:
+        raise MalformedError(_STRUCT, "event 0: not a Spec ID event")
+    first = bytes(view[off : off + size])
+    off += size
+    spec_id = _parse_spec_id(first)
+    events = [Event(0, 0, EV_NO_ACTION, {"sha1": sha1}, first)]
+    sizes = spec_id.digest_sizes
+    while off < len(view):
+        index = len(events)
+        if not any(view[off:]):
+            break  # zero padding after the last event
+        event, off = _parse_event2(view, off, index, sizes)
+        events.append(event)
+    return EventLog(spec_id, tuple(events))
+
+
+def _parse_event2(
+    view: memoryview, off: int, index: int, sizes: dict[int, int]
+) -> tuple[Event, int]:
+    def bad(detail: str) -> MalformedError:
+        return MalformedError(_STRUCT, f"event {index}: {detail}")
+
+    end = len(view)
+    if off + 12 > end:
+        raise bad("truncated header")
+    pcr, etype, count = struct.unpack_from("<III", view, off)
+    off += 12
+    if count > _MAX_DIGESTS:
+        raise bad(f"too many digests ({count})")
+    digests: dict[str, bytes] = {}
+    for _ in range(count):
+        if off + 2 > end:
+            raise bad("truncated digest list")
+        (alg,) = struct.unpack_from("<H", view, off)
+        off += 2
+        size = sizes.get(alg)
+        if size is None:
+            raise bad(f"algorithm {alg:#06x} not declared by the Spec ID event")
+        if off + size > end:
+            raise bad("truncated digest")
+        name = ALGORITHMS.get(alg, (f"alg_{alg:#06x}", size))[0]
+        if name in digests:
+            raise bad(f"duplicate {name} digest")
+        digests[name] = bytes(view[off : off + size])
+        off += size
+    if off + 4 > end:
+        raise bad("truncated eventSize")
+    (size,) = struct.unpack_from("<I", view, off)
+    off += 4
+    if size > _MAX_EVENT_SIZE or off + size > end:
+        raise bad(f"eventSize {size} exceeds the log")
+    if pcr > 31:
+        raise bad(f"bad PCR index {pcr}")
+    data = bytes(view[off : off + size])
+    return Event(index, pcr, etype, digests, data), off + size

@@ -1,0 +1,233 @@
+"""Measured-boot policies and their evaluation against a boot event log.
+
+A :class:`MeasuredBootPolicy` holds, each optional (``null`` or absent =
+not checked):
+
+* ``boot_applications``: allowed SHA-256 digests of
+  ``EV_EFI_BOOT_SERVICES_APPLICATION`` events (shim, boot loader, kernel);
+* ``firmware``: allowed SHA-256 digests of ``EV_S_CRTM_VERSION``,
+  ``EV_EFI_PLATFORM_FIRMWARE_BLOB`` and ``EV_EFI_PLATFORM_FIRMWARE_BLOB2``
+  events;
+* ``secure_boot``: the required Secure Boot state, read from the
+  ``EV_EFI_VARIABLE_DRIVER_CONFIG`` event of the EFI global variable
+  ``SecureBoot`` (data ``01`` = enabled). ``true`` requires it enabled;
+  ``false`` requires it absent or disabled.
+
+JSON form::
+
+    {"boot_applications": ["<sha256 hex>", ...],
+     "firmware": ["<sha256 hex>", ...],
+     "secure_boot": true}
+
+The digests compared are the logged sha256-bank digests; replay the log
+against quoted PCRs first (:mod:`verifier.protocol.mb.replay`) so they can
+be trusted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.mb.eventlog import (
+    EV_EFI_BOOT_SERVICES_APPLICATION,
+    EV_EFI_PLATFORM_FIRMWARE_BLOB,
+    EV_EFI_PLATFORM_FIRMWARE_BLOB2,
+    EV_EFI_VARIABLE_DRIVER_CONFIG,
+    EV_S_CRTM_VERSION,
+    Event,
+)
+
+__all__ = [
+    "EFI_GLOBAL_VARIABLE",
+    "Failure",
+    "MeasuredBootPolicy",
+    "check",
+    "evaluate",
+    "secure_boot_state",
+]
+
+#: ``EFI_GLOBAL_VARIABLE`` vendor GUID (``SecureBoot``, ``PK``, ``KEK``...).
+EFI_GLOBAL_VARIABLE = uuid.UUID("8be4df61-93ca-11d2-aa0d-00e098032b8c")
+_STRUCT = "measured-boot policy"
+_FIRMWARE_EVENTS = frozenset(
+    {EV_S_CRTM_VERSION, EV_EFI_PLATFORM_FIRMWARE_BLOB, EV_EFI_PLATFORM_FIRMWARE_BLOB2}
+)
+_KEYS = frozenset({"boot_applications", "firmware", "secure_boot"})
+
+
+def _bad(detail: str) -> MalformedError:
+    return MalformedError(_STRUCT, detail)
+
+
+def _digests(value: Any, where: str) -> frozenset[bytes] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _bad(f"{where} must be a list of sha256 hex digests or null")
+    out = set()
+    for item in value:
+        if not isinstance(item, str):
+            raise _bad(f"{where}: digest must be a string")
+        try:
+            digest = bytes.fromhex(item)
+        except ValueError:
+            raise _bad(f"{where}: {item[:80]!r} is not hex") from None
+        if len(digest) != 32:
+            raise _bad(f"{where}: {item[:80]!r} is not a sha256 digest")
+        out.add(digest)
+    return frozenset(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Failure:
+    """One policy violation.
+
+    Attributes:
+        index: index of the offending event, or ``None`` if the failure is
+            about a missing event.
+        event_type: the ``EV_*`` name of the event (or of the missing one).
+        reason: what is wrong.
+    """
+
+    index: int | None
+    event_type: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = "log" if self.index is None else f"event {self.index}"
+        return f"{where} ({self.event_type}): {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MeasuredBootPolicy:
+    """A measured-boot policy; see the module doc.
+
+    Attributes:
+        boot_applications: allowed sha256 digests of boot applications, or
+            ``None`` to allow any.
+        firmware: allowed sha256 digests of firmware events, or ``None``.
+        secure_boot: the required Secure Boot state, or ``None``.
+    """
+
+    boot_applications: frozenset[bytes] | None = None
+    firmware: frozenset[bytes] | None = None
+    secure_boot: bool | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MeasuredBootPolicy:
+        """Build from the JSON form.
+
+        Raises:
+            MalformedError: unknown keys, wrong types or bad digests.
+        """
+        if not isinstance(data, Mapping):
+            raise _bad("must be a JSON object")
+        unknown = sorted(set(data) - _KEYS)
+        if unknown:
+            raise _bad(f"unknown keys {unknown}")
+        secure_boot = data.get("secure_boot")
+        if secure_boot is not None and not isinstance(secure_boot, bool):
+            raise _bad("secure_boot must be true, false or null")
+        return cls(
+            _digests(data.get("boot_applications"), "boot_applications"),
+            _digests(data.get("firmware"), "firmware"),
+            secure_boot,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (digests sorted)."""
+
+        def show(digests: frozenset[bytes] | None) -> list[str] | None:
+            return None if digests is None else sorted(d.hex() for d in digests)
+
+        return {
+            "boot_applications": show(self.boot_applications),
+            "firmware": show(self.firmware),
+            "secure_boot": self.secure_boot,
+        }
+
+
+def secure_boot_state(events: Iterable[Event]) -> tuple[Event, bool] | None:
+    """The ``SecureBoot`` variable event and whether it says enabled.
+
+    Returns:
+        ``(event, enabled)`` for the first ``EV_EFI_VARIABLE_DRIVER_CONFIG``
+        event of the global ``SecureBoot`` variable, else ``None``.
+
+    Raises:
+        MalformedError: a variable event whose data does not parse.
+    """
+    for event in events:
+        if event.event_type != EV_EFI_VARIABLE_DRIVER_CONFIG:
+            continue
+        var = event.variable
+        if var is not None and var.guid == EFI_GLOBAL_VARIABLE:
+            if var.name == "SecureBoot":
+                return event, var.data == b"\x01"
+    return None
+
+
+def _check_digest(
+    event: Event, allowed: frozenset[bytes] | None, what: str
+) -> Failure | None:
+    if allowed is None:
+        return None
+    digest = event.digests.get("sha256")
+    if digest is None:
+        return Failure(event.index, event.type_name, "no sha256 digest")
+    if digest not in allowed:
+        return Failure(
+            event.index, event.type_name, f"{what} digest {digest.hex()} not allowed"
+        )
+    return None
+
+
+def evaluate(policy: MeasuredBootPolicy, events: Iterable[Event]) -> list[Failure]:
+    """Every violation of ``policy`` by ``events`` (empty when it passes).
+
+    Raises:
+        MalformedError: the SecureBoot variable event does not parse.
+    """
+    events = tuple(events)
+    failures: list[Failure] = []
+    for event in events:
+        failure: Failure | None = None
+        if event.event_type == EV_EFI_BOOT_SERVICES_APPLICATION:
+            failure = _check_digest(event, policy.boot_applications, "boot application")
+        elif event.event_type in _FIRMWARE_EVENTS:
+            failure = _check_digest(event, policy.firmware, "firmware")
+        if failure is not None:
+            failures.append(failure)
+    if policy.secure_boot is not None:
+        state = secure_boot_state(events)
+        name = "EV_EFI_VARIABLE_DRIVER_CONFIG"
+        if state is None:
+            if policy.secure_boot:
+                failures.append(Failure(None, name, "SecureBoot variable not measured"))
+        elif state[1] != policy.secure_boot:
+            want = "enabled" if policy.secure_boot else "disabled"
+            have = "enabled" if state[1] else "disabled"
+            failures.append(
+                Failure(
+                    state[0].index, name, f"Secure Boot is {have}, policy wants {want}"
+                )
+            )
+    return failures
+
+
+def check(policy: MeasuredBootPolicy, events: Iterable[Event]) -> None:
+    """Raise unless ``events`` satisfy ``policy``.
+
+    Raises:
+        EvidenceError: ``mb_policy`` listing the first failures.
+        MalformedError: the SecureBoot variable event does not parse.
+    """
+    failures = evaluate(policy, events)
+    if failures:
+        shown = "; ".join(str(f) for f in failures[:5])
+        more = f" (+{len(failures) - 5} more)" if len(failures) > 5 else ""
+        raise EvidenceError("mb_policy", shown + more)
