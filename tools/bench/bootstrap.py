@@ -35,6 +35,7 @@ from nova_plugin.exceptions import TenantError  # noqa: E402
 from nova_plugin.tenant import Tenant  # noqa: E402
 from verifier.protocol import PcrPolicy  # noqa: E402
 from verifier.testing.cluster import PCR, LocalCluster  # noqa: E402
+from verifier.testing.procstat import cpu_seconds  # noqa: E402
 
 PAYLOAD = b"#!/bin/sh\necho ok\n"
 
@@ -43,12 +44,6 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def enrol_all(cluster: LocalCluster, tenant: Tenant) -> list[float]:

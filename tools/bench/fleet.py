@@ -35,20 +35,7 @@ from verifier import tlsutil  # noqa: E402
 from verifier.testing import services  # noqa: E402
 from verifier.testing.cluster import LocalCluster  # noqa: E402
 from verifier.testing.fleet import FleetProcess  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+from verifier.testing.procstat import cpu_seconds, rss_kib  # noqa: E402
 
 
 class Api:

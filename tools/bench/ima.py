@@ -41,14 +41,7 @@ from verifier.protocol.ima.testing import (  # noqa: E402
     pcr_values,
     to_binary,
 )
-
-
-def rss_kib() -> int:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+from verifier.testing.procstat import rss_kib  # noqa: E402
 
 
 def verify_chunk(state: ReplayState, data: bytes, policy: RuntimePolicy) -> ReplayState:

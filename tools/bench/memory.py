@@ -31,17 +31,10 @@ from verifier import db  # noqa: E402
 from verifier.attest.service import Verifier  # noqa: E402
 from verifier.notify import Outbox  # noqa: E402
 from verifier.protocol import tpm as t  # noqa: E402
+from verifier.testing.procstat import rss_kib  # noqa: E402
 from verifier.testing.softtpm import AK_ATTRIBUTES  # noqa: E402
 
 _CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-
-
-def rss_kib() -> int:
-    with open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class _Silent:

@@ -1,0 +1,21 @@
+"""Process CPU time and resident memory from /proc, for the benchmarks."""
+
+from __future__ import annotations
+
+import os
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """User plus system CPU time of a process, in seconds."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    """Resident set size of a process, in KiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
