@@ -27,7 +27,6 @@ from tpm2_pytss import (
     ESYS_TR,
     TPM2_ALG,
     TPM2_CAP,
-    TPM2_ECC,
     TPM2_HC,
     TPM2_SE,
     TPM2B_DATA,
@@ -36,29 +35,21 @@ from tpm2_pytss import (
     TPM2B_PUBLIC,
     TPMA_OBJECT,
     TPML_DIGEST_VALUES,
-    TPML_PCR_SELECTION,
-    TPMS_ECC_PARMS,
-    TPMS_ECC_POINT,
-    TPMS_PCR_SELECTION,
-    TPMS_RSA_PARMS,
-    TPMS_SCHEME_HASH,
-    TPMT_ECC_SCHEME,
     TPMT_HA,
-    TPMT_KDF_SCHEME,
-    TPMT_PUBLIC,
-    TPMT_RSA_SCHEME,
     TPMT_SIG_SCHEME,
     TPMT_SYM_DEF,
-    TPMT_SYM_DEF_OBJECT,
-    TPMU_ASYM_SCHEME,
     TPMU_HA,
-    TPMU_PUBLIC_ID,
-    TPMU_PUBLIC_PARMS,
     TSS2_Exception,
 )
 from tpm2_pytss.utils import NoSuchIndex, NVReadEK, create_ek_template
 
 from node_agent.exceptions import TpmError
+from node_agent.tpm_templates import (
+    ak_template,
+    der_length,
+    same_public,
+    sha256_selection,
+)
 
 #: EK types tried per algorithm, in order: (template name, NV cert index,
 #: persistent handle where the TCG profile / swtpm_setup store that EK).
@@ -70,14 +61,6 @@ _EK_PROFILES: dict[str, tuple[tuple[str, int, int], ...]] = {
         ("EK-HIGH-ECC384", 0x01C00016, 0x81010016),
     ),
 }
-_AK_ATTRIBUTES = (
-    TPMA_OBJECT.FIXEDTPM
-    | TPMA_OBJECT.FIXEDPARENT
-    | TPMA_OBJECT.SENSITIVEDATAORIGIN
-    | TPMA_OBJECT.USERWITHAUTH
-    | TPMA_OBJECT.RESTRICTED
-    | TPMA_OBJECT.SIGN_ENCRYPT
-)
 _PCR_READ_MAX = 8
 _QUOTE_ATTEMPTS = 3
 #: Use the AK's own signing scheme.
@@ -106,93 +89,6 @@ def _tss(operation: str) -> Iterator[None]:
         yield
     except TSS2_Exception as exc:
         raise TpmError(f"{operation} failed: {exc}") from exc
-
-
-def ak_template(ak_alg: str) -> TPM2B_PUBLIC:
-    """Build the restricted signing AK template.
-
-    Args:
-        ak_alg: ``"ecc"`` (NIST P-256, ECDSA-SHA256) or ``"rsa"`` (RSA 2048,
-            RSASSA-SHA256).
-
-    Returns:
-        The TPM2B_PUBLIC template.
-
-    Raises:
-        TpmError: If ``ak_alg`` is not supported.
-    """
-    if ak_alg == "ecc":
-        scheme = TPMT_ECC_SCHEME(
-            scheme=TPM2_ALG.ECDSA,
-            details=TPMU_ASYM_SCHEME(ecdsa=TPMS_SCHEME_HASH(hashAlg=TPM2_ALG.SHA256)),
-        )
-        parms = TPMU_PUBLIC_PARMS(
-            eccDetail=TPMS_ECC_PARMS(
-                symmetric=TPMT_SYM_DEF_OBJECT(algorithm=TPM2_ALG.NULL),
-                scheme=scheme,
-                curveID=TPM2_ECC.NIST_P256,
-                kdf=TPMT_KDF_SCHEME(scheme=TPM2_ALG.NULL),
-            )
-        )
-        alg, unique = TPM2_ALG.ECC, TPMU_PUBLIC_ID(ecc=TPMS_ECC_POINT())
-    elif ak_alg == "rsa":
-        parms = TPMU_PUBLIC_PARMS(
-            rsaDetail=TPMS_RSA_PARMS(
-                symmetric=TPMT_SYM_DEF_OBJECT(algorithm=TPM2_ALG.NULL),
-                scheme=TPMT_RSA_SCHEME(
-                    scheme=TPM2_ALG.RSASSA,
-                    details=TPMU_ASYM_SCHEME(
-                        rsassa=TPMS_SCHEME_HASH(hashAlg=TPM2_ALG.SHA256)
-                    ),
-                ),
-                keyBits=2048,
-                exponent=0,
-            )
-        )
-        alg, unique = TPM2_ALG.RSA, TPMU_PUBLIC_ID()
-    else:
-        raise TpmError(f"unsupported AK algorithm {ak_alg!r}")
-    return TPM2B_PUBLIC(
-        publicArea=TPMT_PUBLIC(
-            type=alg,
-            nameAlg=TPM2_ALG.SHA256,
-            objectAttributes=_AK_ATTRIBUTES,
-            parameters=parms,
-            unique=unique,
-        )
-    )
-
-
-def _sha256_selection(indices: Iterable[int]) -> TPML_PCR_SELECTION:
-    """Build a SHA-256 bank PCR selection for the given PCR indices."""
-    pcrs = sorted(set(indices))
-    if not pcrs or not all(0 <= index < 24 for index in pcrs):
-        raise TpmError(f"invalid PCR selection {pcrs}")
-    sel = TPMS_PCR_SELECTION(hash=TPM2_ALG.SHA256, pcrs=pcrs)
-    return TPML_PCR_SELECTION(pcrSelections=[sel])
-
-
-def _same_public(a: TPMT_PUBLIC, b: TPMT_PUBLIC) -> bool:
-    """Compare two public areas, ignoring the unique field."""
-    return bool(
-        a.type == b.type
-        and a.nameAlg == b.nameAlg
-        and a.objectAttributes == b.objectAttributes
-        and bytes(a.authPolicy) == bytes(b.authPolicy)
-        and a.parameters.marshal(a.type) == b.parameters.marshal(b.type)
-    )
-
-
-def _der_length(data: bytes) -> int:
-    """Return the length of the DER element at the start of ``data``.
-
-    NV indices may be larger than the certificate they hold; this allows
-    trailing padding to be dropped.
-    """
-    if len(data) < 2 or data[1] < 0x80:
-        return min(len(data), 2 + (data[1] if len(data) > 1 else 0))
-    count = data[1] & 0x7F
-    return min(len(data), 2 + count + int.from_bytes(data[2 : 2 + count], "big"))
 
 
 class Tpm:
@@ -324,7 +220,7 @@ class Tpm:
             if persistent in self._handles(TPM2_HC.PERSISTENT_FIRST):
                 handle = self.ctx.tr_from_tpmpublic(persistent)
                 pub, _, _ = self.ctx.read_public(handle)
-                if _same_public(pub.publicArea, template.publicArea):
+                if same_public(pub.publicArea, template.publicArea):
                     self._ek, self._ek_pub = handle, pub
                     return handle
                 self.ctx.tr_close(handle)
@@ -357,7 +253,7 @@ class Tpm:
                 data = self._nv_reader()(self._ek_cert_index)
             except NoSuchIndex:
                 return None
-        return data[: _der_length(data)]
+        return data[: der_length(data)]
 
     # -- attestation key -----------------------------------------------------
 
@@ -449,7 +345,7 @@ class Tpm:
         values: dict[int, bytes] = {}
         for start in range(0, len(wanted), _PCR_READ_MAX):
             chunk = wanted[start : start + _PCR_READ_MAX]
-            counter, _, digests = self.ctx.pcr_read(_sha256_selection(chunk))
+            counter, _, digests = self.ctx.pcr_read(sha256_selection(chunk))
             if len(digests) != len(chunk):
                 raise TpmError(f"PCR read returned {len(digests)} of {len(chunk)}")
             counters.add(int(counter))
@@ -504,7 +400,7 @@ class Tpm:
             TpmError: On TSS failure or if the PCRs keep changing.
         """
         pcrs = sorted(set(pcrs))
-        selection = _sha256_selection(pcrs)
+        selection = sha256_selection(pcrs)
         ak = self._load_ak()
         with _tss("quote"):
             for _ in range(_QUOTE_ATTEMPTS):

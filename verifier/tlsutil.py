@@ -24,6 +24,7 @@ __all__ = [
     "pinned_der",
     "pinning_client_context",
     "private_pem",
+    "self_signed_builder",
     "self_signed_certificate",
     "server_context",
     "server_context_from_pem",
@@ -129,14 +130,15 @@ def pinned_der(cert_pem: str) -> bytes:
     )
 
 
-def self_signed_certificate(
-    common_name: str, hosts: list[str], days: int = 365
-) -> tuple[bytes, bytes]:
-    """A fresh P-256 key and self-signed certificate (PEM key, PEM cert)."""
-    key = ec.generate_private_key(ec.SECP256R1())
+def self_signed_builder(
+    key: ec.EllipticCurvePrivateKey, common_name: str, days: int
+) -> x509.CertificateBuilder:
+    """A builder for a self-signed certificate of ``key`` valid ``days``
+    (from five minutes ago), marked as a CA that signs no intermediates;
+    callers add their own extensions and sign with ``key``."""
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
@@ -144,8 +146,18 @@ def self_signed_certificate(
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(subject_alt_names(hosts), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+    )
+
+
+def self_signed_certificate(
+    common_name: str, hosts: list[str], days: int = 365
+) -> tuple[bytes, bytes]:
+    """A fresh P-256 key and self-signed certificate (PEM key, PEM cert)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        self_signed_builder(key, common_name, days)
+        .add_extension(subject_alt_names(hosts), critical=False)
         .sign(key, hashes.SHA256())
     )
     return private_pem(key), cert.public_bytes(serialization.Encoding.PEM)

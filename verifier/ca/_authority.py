@@ -11,7 +11,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from verifier.exceptions import VerifierError
-from verifier.tlsutil import private_pem, subject_alt_names, write_private
+from verifier.tlsutil import (
+    private_pem,
+    self_signed_builder,
+    subject_alt_names,
+    write_private,
+)
 
 _KEY = "ca-key.pem"
 _CERT = "ca.pem"
@@ -42,17 +47,8 @@ class CertificateAuthority:
         """Make a new CA in ``directory`` (ca-key.pem mode 0600, ca.pem)."""
         os.makedirs(directory, exist_ok=True)
         key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-        now = datetime.datetime.now(datetime.UTC)
         cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            self_signed_builder(key, common_name, days=3650)
             .add_extension(
                 x509.KeyUsage(
                     False, False, False, False, False, True, True, False, False

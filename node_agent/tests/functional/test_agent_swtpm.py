@@ -3,21 +3,19 @@
 import asyncio
 import base64
 import os
-import shutil
 import ssl
 import subprocess
 import tempfile
 import uuid as uuid_mod
 
 import aiohttp
-import testtools
 from aiohttp import web
 
 import verifier.db
 import verifier.registrar
 from node_agent.agent import Agent, TpmAccess
 from node_agent.server import make_app
-from node_agent.swtpm import Swtpm, free_port_pair
+from node_agent.tests.functional._swtpm import SwtpmTestCase
 from node_agent.tpm import Tpm
 from verifier.ca import CertificateAuthority
 from verifier.protocol import (
@@ -38,27 +36,8 @@ def _write(path, data, mode=0o600):
     return path
 
 
-class TestAgentOnSwtpm(testtools.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="test-agent-swtpm-")
-        cls.swtpm = Swtpm(
-            os.path.join(cls.tmp, "state"),
-            free_port_pair(),
-            os.path.join(cls.tmp, "localca"),
-        )
-        try:
-            cls.swtpm.start()
-        except Exception:
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.swtpm.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        super().tearDownClass()
+class TestAgentOnSwtpm(SwtpmTestCase):
+    prefix = "test-agent-swtpm-"
 
     def setUp(self):
         super().setUp()

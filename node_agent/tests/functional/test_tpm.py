@@ -2,8 +2,6 @@
 
 import hashlib
 import os
-import shutil
-import tempfile
 
 import fixtures
 import testtools
@@ -26,6 +24,7 @@ from tpm2_pytss.utils import make_credential
 
 from node_agent.exceptions import TpmError
 from node_agent.swtpm import Swtpm, free_port_pair
+from node_agent.tests.functional._swtpm import SwtpmTestCase
 from node_agent.tpm import Tpm
 
 TPM_GENERATED_VALUE = 0xFF544347
@@ -70,26 +69,10 @@ def _verify_chain(cert: x509.Certificate, bundle: bytes) -> None:
     assert steps >= 1
 
 
-class TestTpmOnSwtpm(testtools.TestCase):
+class TestTpmOnSwtpm(SwtpmTestCase):
     """Exercise the TPM layer against one swtpm shared by the class."""
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="test-tpm-")
-        cls.ca_dir = os.path.join(cls.tmp, "localca")
-        cls.swtpm = Swtpm(os.path.join(cls.tmp, "state"), free_port_pair(), cls.ca_dir)
-        try:
-            cls.swtpm.start()
-        except Exception:
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.swtpm.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        super().tearDownClass()
+    prefix = "test-tpm-"
 
     def _tpm(self, **kwargs):
         tpm = Tpm(self.swtpm.tcti, **kwargs)
