@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PKGS="swtpm swtpm-tools libtss2-dev tpm2-tools pkg-config gcc python3-dev python3-venv shellcheck"
+APT_PKGS=$(sed -e 's/#.*//' tools/apt-packages.txt | xargs)
 missing=""
 for pkg in $APT_PKGS; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
@@ -17,13 +17,16 @@ if [ -n "$missing" ]; then
     echo "==> installing Debian packages:$missing"
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+    # Another installer may hold the dpkg lock: wait for it rather than fail.
+    apt_opts="-oDPkg::Lock::Timeout=900"
+    $SUDO apt-get "$apt_opts" update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get "$apt_opts" install -y -qq \
+        $missing >/dev/null
 fi
 
 PYTHON="${PYTHON:-python3}"
 stamp=".venv/.installed"
-inputs="requirements.txt test-requirements.txt doc/requirements.txt setup.cfg"
+inputs="requirements.txt test-requirements.txt doc/requirements.txt setup.cfg tools/apt-packages.txt"
 if [ -f "$stamp" ] && [ -z "$(find $inputs -newer "$stamp")" ] \
         && .venv/bin/python -c "import verifier, tpm2_pytss, sphinx, reno" 2>/dev/null; then
     exit 0
