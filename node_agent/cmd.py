@@ -21,6 +21,7 @@ from oslo_log import log
 
 from node_agent import conf as agent_conf
 from node_agent.agent import Agent
+from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import NodeAgentError, RegistrationError, TpmError
 from node_agent.server import make_app
 from verifier.protocol import MalformedError
@@ -66,7 +67,10 @@ async def register_with_retry(
 
 
 async def serve(
-    agent: Agent, host: str, roles: Mapping[str, Collection[str]] | None = None
+    agent: Agent,
+    host: str,
+    roles: Mapping[str, Collection[str]] | None = None,
+    evidence: EvidenceReader | None = None,
 ) -> int:
     """Serve the API, register, and wait for SIGTERM/SIGINT.
 
@@ -77,7 +81,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(make_app(agent, roles), access_log=None)
+    runner = web.AppRunner(make_app(agent, roles, evidence), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(
@@ -122,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
             "tenant": conf.agent.tenant_clients,
             "verifier": conf.agent.verifier_clients,
         }
-        return asyncio.run(serve(agent, conf.agent.host, roles))
+        evidence = EvidenceReader(
+            conf.agent.ima_log_path or None,
+            conf.agent.mb_log_path or None,
+            conf.agent.ima_max_bytes,
+        )
+        return asyncio.run(serve(agent, conf.agent.host, roles, evidence))
     except (NodeAgentError, MalformedError, OSError) as exc:
         kind = "TPM error" if isinstance(exc, TpmError) else "error"
         LOG.error("node agent failed: %s: %s", kind, exc)

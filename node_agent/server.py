@@ -1,6 +1,7 @@
 """The node agent's REST API (aiohttp, served over HTTPS with client certs).
 
 ``GET  /v1/quote?nonce=<hex>&pcrs=16,17&csr=0|1``   a quote bound to NK (+CSR)
+     ``&ima_from=N&mb=0|1``  plus IMA entries from N / the firmware log
 ``POST /v1/keys/u``  ``{"u": b64, "payload": b64}``  the tenant's share
 ``POST /v1/keys/v``  ``{"v": b64, "identity_cert": PEM|null}``  the verifier's
 ``GET  /v1/status``  bootstrap state
@@ -10,11 +11,13 @@ Errors are JSON ``{"error": {"code", "message"}}`` (see :mod:`verifier.api`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
 from node_agent.agent import Agent
+from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import TpmError
 from verifier.api import (
     allow,
@@ -30,6 +33,7 @@ from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
 __all__ = ["make_app"]
 
 _KEY = web.AppKey("agent", Agent)
+_EVIDENCE = web.AppKey("evidence", EvidenceReader)
 _NONCE_MIN, _NONCE_MAX = 8, 32
 _MAX_PCRS = 24
 #: A payload envelope is the payload plus 32 bytes; base64 grows it by 4/3.
@@ -83,11 +87,24 @@ async def _quote(request: web.Request) -> web.Response:
     nonce = _parse_nonce(query.get("nonce"))
     pcrs = _parse_pcrs(query.get("pcrs"))
     with_csr = _parse_flag(query.get("csr"), "csr")
+    ima_from = _parse_index(query.get("ima_from"))
+    with_mb = _parse_flag(query.get("mb"), "mb")
     try:
         result = await request.app[_KEY].quote(nonce, pcrs, with_csr)
     except TpmError as exc:
         raise RequestError("tpm_error", str(exc), 503)
+    if ima_from is not None or with_mb:  # read after the quote: a superset
+        reader = request.app[_EVIDENCE]
+        await asyncio.to_thread(reader.add_to, result, ima_from, with_mb)
     return json_response(result)
+
+
+def _parse_index(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text) > 12:
+        raise RequestError("bad_ima_from", "'ima_from' must be an entry index")
+    return int(text)
 
 
 @allow("tenant")
@@ -118,7 +135,9 @@ async def _status(request: web.Request) -> web.Response:
 
 
 def make_app(
-    agent: Agent, roles: Mapping[str, Collection[str]] | None = None
+    agent: Agent,
+    roles: Mapping[str, Collection[str]] | None = None,
+    evidence: EvidenceReader | None = None,
 ) -> web.Application:
     """The node agent's aiohttp application (TLS is up to the site).
 
@@ -126,12 +145,15 @@ def make_app(
         agent: the agent.
         roles: role (``tenant``, ``verifier``) -> client certificate common
             names; None disables the check (tests without TLS).
+        evidence: where IMA and firmware logs are read (default: the
+            kernel's securityfs files).
     """
     middlewares = [error_middleware]
     if roles is not None:
         middlewares.append(authz_middleware(roles))
     app = web.Application(middlewares=middlewares, client_max_size=_CLIENT_MAX_SIZE)
     app[_KEY] = agent
+    app[_EVIDENCE] = evidence or EvidenceReader()
     app.router.add_get("/v1/quote", _quote)
     app.router.add_post("/v1/keys/u", _keys_u)
     app.router.add_post("/v1/keys/v", _keys_v)

@@ -57,6 +57,46 @@ def _parser() -> argparse.ArgumentParser:
     enrol.add_argument(
         "--policy", help='JSON PCR policy file ({"pcrs": {"16": ["<hex>"]}})'
     )
+    enrol.add_argument(
+        "--runtime-policy",
+        metavar="NAME",
+        help="IMA runtime policy stored at the verifier ('trusted-tenant policy "
+        "add'): NAME, NAME@VERSION or its digest; PCR 10 is then quoted and "
+        "the IMA log replayed and judged on every quote",
+    )
+    enrol.add_argument(
+        "--mb-policy",
+        metavar="NAME",
+        help="measured-boot policy stored at the verifier; PCRs 0-9 are then "
+        "quoted and the firmware event log replayed and judged once per boot",
+    )
+    pol = sub.add_parser(
+        "policy", help="store, list, show and delete runtime/measured-boot policies"
+    )
+    pol_sub = pol.add_subparsers(dest="policy_command", required=True)
+    add = pol_sub.add_parser("add", help="store a policy file at the verifier")
+    add.add_argument("file", help="the policy (JSON)")
+    add.add_argument(
+        "--name", help="the policy's name (required for measured-boot policies)"
+    )
+    add.add_argument(
+        "--signature", metavar="FILE", help="detached signature (raw bytes)"
+    )
+    for name, text in (
+        ("list", "list stored policies"),
+        ("show", "show one policy"),
+        ("delete", "delete a policy no node uses"),
+    ):
+        cmd = pol_sub.add_parser(name, help=text)
+        if name != "list":
+            cmd.add_argument("ref", help="NAME, NAME@VERSION or digest")
+    for cmd in pol_sub.choices.values():
+        cmd.add_argument(
+            "--kind",
+            choices=("runtime", "measured-boot"),
+            default="runtime",
+            help="policy kind (default: runtime)",
+        )
     for name, text in (
         ("status", "show a node's attestation state"),
         ("delete", "stop attesting a node and forget it"),
@@ -82,7 +122,11 @@ def _policy(args: argparse.Namespace) -> PcrPolicy:
             raise TenantError(f"--pcr {item!r}: expected N=HEX")
         pcrs.setdefault(index, []).append(value)
     if not pcrs:
-        raise TenantError("give --pcr N=HEX or --policy FILE")
+        if args.runtime_policy or args.mb_policy:
+            return PcrPolicy({})
+        raise TenantError(
+            "give --pcr N=HEX, --policy FILE, --runtime-policy or --mb-policy"
+        )
     return PcrPolicy.from_dict({"pcrs": pcrs})
 
 
@@ -96,6 +140,8 @@ def _describe(node: Mapping[str, Any]) -> str:
         "revoked": "REVOKED",
     }.get(state, state)
     line = f"{node['uuid']}: {words} ({node['quotes_verified']} quotes verified)"
+    if node.get("ima_entries") is not None:
+        line += f"\n    IMA entries verified: {node['ima_entries']}"
     if node.get("failure_reason"):
         line += f"\n    reason: {node['failure_reason']}"
     return line
@@ -120,7 +166,13 @@ async def _run(args: argparse.Namespace) -> Any:
         if args.command == "enrol":
             with open(args.payload, "rb") as f:
                 payload = f.read()
-            result = await tenant.enrol(args.uuid, payload, _policy(args))
+            result = await tenant.enrol(
+                args.uuid,
+                payload,
+                _policy(args),
+                runtime_policy=args.runtime_policy,
+                mb_policy=args.mb_policy,
+            )
             return {
                 "uuid": result.uuid,
                 "state": result.state,
@@ -128,6 +180,8 @@ async def _run(args: argparse.Namespace) -> Any:
                 "verifier holds V and releases it after the first integrity "
                 "quote; the node holds U and the sealed payload",
             }
+        if args.command == "policy":
+            return await _policy_command(tenant, args)
         if args.command == "status":
             return await tenant.status(args.uuid)
         if args.command == "list":
@@ -140,6 +194,37 @@ async def _run(args: argparse.Namespace) -> Any:
         return {"events": await tenant.events(args.uuid)}
     finally:
         await tenant.close()
+
+
+async def _policy_command(tenant: Tenant, args: argparse.Namespace) -> Any:
+    kind, command = args.kind, args.policy_command
+    if command == "add":
+        with open(args.file, encoding="utf-8") as f:
+            try:
+                document = json.load(f)
+            except ValueError as exc:
+                raise TenantError(f"{args.file} is not JSON: {exc}")
+        signature = None
+        if args.signature:
+            with open(args.signature, "rb") as f:
+                signature = f.read()
+        meta = await tenant.add_policy(kind, document, args.name, signature)
+        return {
+            "message": f"{kind} policy {meta['name']!r} version {meta['version']} "
+            f"stored ({meta['entries']} entries, digest {meta['digest'][:16]}...)"
+        }
+    if command == "list":
+        rows = await tenant.policies(kind)
+        lines = [
+            f"{r['name']}@{r['version']}  {r['entries']} entries  "
+            f"{'signed' if r['signed'] else 'unsigned'}  {r['digest'][:16]}..."
+            for r in rows
+        ]
+        return {"message": "\n".join(lines) or f"no {kind} policies"}
+    if command == "show":
+        return {"message": json.dumps(await tenant.policy(kind, args.ref), indent=2)}
+    await tenant.delete_policy(kind, args.ref)
+    return {"message": f"{kind} policy {args.ref!r} deleted"}
 
 
 def _print(result: Any, as_json: bool) -> None:

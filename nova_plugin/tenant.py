@@ -16,6 +16,7 @@ import os
 import ssl
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -115,7 +116,8 @@ class Tenant:
         """Verify a fresh identity quote; return the node's transport key."""
         nonce = os.urandom(20)
         base = f"https://{record['host']}:{record['port']}"
-        params = {"nonce": nonce.hex(), "pcrs": ",".join(map(str, policy.pcrs))}
+        pcrs = policy.pcrs or (10,)  # a runtime-policy-only enrolment
+        params = {"nonce": nonce.hex(), "pcrs": ",".join(map(str, pcrs))}
         try:
             answer = await self._agents.request(
                 "GET", base, record["tls_cert"], "/v1/quote", params=params
@@ -138,8 +140,20 @@ class Tenant:
             )
         return nk
 
-    async def enrol(self, uuid: str, payload: bytes, policy: PcrPolicy) -> EnrolResult:
-        """Enrol ``uuid``: verifier gets V and the policy, the node gets U."""
+    async def enrol(
+        self,
+        uuid: str,
+        payload: bytes,
+        policy: PcrPolicy,
+        *,
+        runtime_policy: str | None = None,
+        mb_policy: str | None = None,
+    ) -> EnrolResult:
+        """Enrol ``uuid``: verifier gets V and the policies, the node gets U.
+
+        ``runtime_policy`` and ``mb_policy`` name policies stored at the
+        verifier (:meth:`add_policy`); ``policy`` may then be empty.
+        """
         uuid = canonical_uuid(uuid)
         if len(payload) > MAX_PAYLOAD_BYTES:
             raise ServiceError(
@@ -154,7 +168,13 @@ class Tenant:
         _, view = await self._call(
             "POST",
             f"{self._config.verifier_url}/v1/nodes",
-            {"uuid": uuid, "v": _b64(v_share), "policy": policy.to_dict()},
+            {
+                "uuid": uuid,
+                "v": _b64(v_share),
+                "policy": policy.to_dict(),
+                "runtime_policy": runtime_policy,
+                "mb_policy": mb_policy,
+            },
         )
         base = f"https://{record['host']}:{record['port']}"
         body = {"u": _b64(seal_share(nk, u_share, "U", uuid)), "payload": _b64(sealed)}
@@ -209,3 +229,37 @@ class Tenant:
             url += f"?node={canonical_uuid(uuid)}"
         _, data = await self._call("GET", url)
         return list(data["events"])
+
+    # -- stored policies (kind: "runtime" or "measured-boot") -----------------
+
+    def _policies_url(self, kind: str, ref: str | None = None) -> str:
+        url = f"{self._config.verifier_url}/v1/policies/{quote(kind, safe='')}"
+        return url if ref is None else f"{url}/{quote(ref, safe='@')}"
+
+    async def add_policy(
+        self,
+        kind: str,
+        document: Mapping[str, Any],
+        name: str | None = None,
+        signature: bytes | None = None,
+    ) -> Mapping[str, Any]:
+        """Store a policy at the verifier; returns its metadata (name,
+        version, digest)."""
+        body: dict[str, Any] = {"policy": document}
+        if name is not None:
+            body["name"] = name
+        if signature is not None:
+            body["signature"] = _b64(signature)
+        _, data = await self._call("POST", self._policies_url(kind), body)
+        return dict(data)
+
+    async def policies(self, kind: str) -> list[Mapping[str, Any]]:
+        _, data = await self._call("GET", self._policies_url(kind))
+        return list(data["policies"])
+
+    async def policy(self, kind: str, ref: str) -> Mapping[str, Any]:
+        _, data = await self._call("GET", self._policies_url(kind, ref))
+        return dict(data)
+
+    async def delete_policy(self, kind: str, ref: str) -> None:
+        await self._call("DELETE", self._policies_url(kind, ref))

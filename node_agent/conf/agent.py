@@ -84,6 +84,26 @@ _OPTS = [
         "so other local TPM users (e.g. tpm2-tools on a swtpm, which serves "
         "one client at a time) can use the TPM between operations.",
     ),
+    cfg.StrOpt(
+        "ima_log_path",
+        default="/sys/kernel/security/ima/ascii_runtime_measurements",
+        help="The IMA runtime measurement list sent to the verifier when its "
+        "runtime policy asks (a name containing 'binary' selects the binary "
+        "form). Empty: none.",
+    ),
+    cfg.IntOpt(
+        "ima_max_bytes",
+        default=4 << 20,
+        min=4096,
+        help="The most IMA list bytes sent with one quote; a longer list goes "
+        "in parts over several quotes.",
+    ),
+    cfg.StrOpt(
+        "mb_log_path",
+        default="/sys/kernel/security/tpm0/binary_bios_measurements",
+        help="The firmware (UEFI) event log sent to the verifier when its "
+        "measured-boot policy asks. Empty: none.",
+    ),
 ]
 
 

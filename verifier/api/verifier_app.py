@@ -1,11 +1,14 @@
 """The verifier's REST API (aiohttp, served over mTLS).
 
-``POST /v1/nodes``                 enrol ``{uuid, v (b64), policy}``
+``POST /v1/nodes``                 enrol ``{uuid, v (b64), policy,
+                                   runtime_policy?, mb_policy?}``
 ``GET /v1/nodes``                  list
 ``GET|DELETE /v1/nodes/{uuid}``    status / stop attesting
 ``POST /v1/nodes/{uuid}/revoke``   revoke on the tenant's request
 ``GET /v1/events``                 the revocation outbox
 ``GET /v1/signing-key``            the event-signing public key (PEM)
+``/v1/policies/...``               runtime and measured-boot policies
+                                   (:mod:`verifier.api.policies_app`)
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from verifier.api import (
     json_response,
     read_json,
 )
+from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.attest import Verifier
 from verifier.exceptions import RequestError
 from verifier.protocol import PcrPolicy, canonical_uuid
@@ -42,9 +46,20 @@ async def _enrol(request: web.Request) -> web.Response:
     v_share = b64_field(data, "v", max_len=KEY_BYTES) or b""
     if len(v_share) != KEY_BYTES:
         raise RequestError("bad_field", f"'v' must be {KEY_BYTES} bytes")
-    policy = PcrPolicy.from_dict(data.get("policy"))
-    view = await request.app[_KEY].enrol(uuid, v_share, policy)
+    refs = [_policy_ref(data, f) for f in ("runtime_policy", "mb_policy")]
+    if data.get("policy") is None and any(refs):
+        policy = PcrPolicy({})
+    else:
+        policy = PcrPolicy.from_dict(data.get("policy"), allow_empty=any(refs))
+    view = await request.app[_KEY].enrol(uuid, v_share, policy, *refs)
     return json_response(view.to_dict(), status=201)
+
+
+def _policy_ref(data: Mapping[str, object], field: str) -> str | None:
+    value = data.get(field)
+    if value is not None and (not isinstance(value, str) or not 0 < len(value) < 300):
+        raise RequestError("bad_field", f"'{field}' must be a policy name")
+    return value
 
 
 @allow("tenant")
@@ -95,6 +110,7 @@ def make_app(
     verifier: Verifier,
     signing_public_pem: str,
     roles: Mapping[str, Collection[str]] | None = None,
+    policy_max_bytes: int = 64 << 20,
 ) -> web.Application:
     """The verifier's aiohttp application.
 
@@ -103,6 +119,7 @@ def make_app(
         signing_public_pem: the event-signing public key (served as is).
         roles: role (``tenant``) -> client certificate common names; None
             disables the check (tests without TLS).
+        policy_max_bytes: the largest policy upload accepted.
     """
     middlewares = [error_middleware]
     if roles is not None:
@@ -118,6 +135,7 @@ def make_app(
     app.router.add_get("/v1/events", _events)
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)
+    add_policy_routes(app, verifier.policies, policy_max_bytes)
     return app
 
 

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 __all__ = ["HttpError", "KeepAliveClient"]
 
 _MAX_HEADER = 16 * 1024
-_MAX_BODY = 1024 * 1024
+_MAX_BODY = 8 * 1024 * 1024  # an IMA list part (4 MiB) and a firmware log
 
 
 class HttpError(Exception):

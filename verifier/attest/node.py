@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from verifier.db import Node
 from verifier.protocol import AttestationKey, ClockState, PcrPolicy, TpmPublic
+from verifier.protocol.evidence import BOOT_PCRS
+from verifier.protocol.ima import ReplayState, RuntimePolicy
+from verifier.protocol.ima.log import IMA_PCR
+from verifier.protocol.mb import MeasuredBootPolicy
 
 __all__ = ["LiveNode", "NodeState", "NodeView", "view_of_row"]
 
@@ -32,6 +36,9 @@ class NodeView:
     failure_reason: str | None
     last_attested_at: float | None
     quotes_verified: int
+    runtime_policy: str | None = None
+    mb_policy: str | None = None
+    ima_entries: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -46,6 +53,9 @@ def view_of_row(row: Node) -> NodeView:
         row.failure_reason,
         row.last_attested_at,
         row.quotes_verified,
+        row.runtime_policy,
+        row.mb_policy,
+        row.ima_count,
     )
 
 
@@ -59,8 +69,17 @@ def shared_policy(text: str) -> PcrPolicy:
     if policy is None:
         if len(_POLICIES) > 10000:
             _POLICIES.clear()
-        policy = _POLICIES[text] = PcrPolicy.from_dict(json.loads(text))
+        policy = _POLICIES[text] = PcrPolicy.from_dict(
+            json.loads(text), allow_empty=True
+        )
     return policy
+
+
+def _ima_state(row: Node) -> ReplayState:
+    pcr = row.ima_pcr
+    if row.ima_count is None or pcr is None or len(pcr) != 52:
+        return ReplayState()
+    return ReplayState(row.ima_count, pcr[:20], pcr[20:])
 
 
 @dataclasses.dataclass(slots=True)
@@ -81,6 +100,21 @@ class LiveNode:
     failure_reason: str | None = None
     v_released: bool = False
     dirty: bool = False
+    runtime_ref: str | None = None
+    runtime: RuntimePolicy | None = None
+    mb_ref: str | None = None
+    mb: MeasuredBootPolicy | None = None
+    ima: ReplayState = ReplayState()
+    mb_boot: int | None = None  # reset count of the boot whose log passed
+    quoted_pcrs: str = ""
+
+    def __post_init__(self) -> None:
+        pcrs = set(self.policy.pcrs)
+        if self.runtime is not None:
+            pcrs.add(IMA_PCR)
+        if self.mb is not None:
+            pcrs.update(BOOT_PCRS)
+        self.quoted_pcrs = ",".join(map(str, sorted(pcrs)))
 
     def view(self) -> NodeView:
         return NodeView(
@@ -90,10 +124,27 @@ class LiveNode:
             self.failure_reason,
             self.last_attested_at,
             self.quotes_verified,
+            self.runtime_ref,
+            self.mb_ref,
+            self.ima.count if self.runtime is not None else None,
         )
 
     @classmethod
-    def from_row(cls, row: Node) -> LiveNode:
+    def from_row(
+        cls, row: Node, policies: Callable[[str], object] | None = None
+    ) -> LiveNode:
+        """The live node of ``row``; ``policies`` maps a stored policy's
+        digest to its (already loaded, shared) parsed object."""
+        runtime: RuntimePolicy | None = None
+        mb: MeasuredBootPolicy | None = None
+        if row.runtime_policy is not None and policies is not None:
+            loaded = policies(row.runtime_policy)
+            assert isinstance(loaded, RuntimePolicy)
+            runtime = loaded
+        if row.mb_policy is not None and policies is not None:
+            loaded = policies(row.mb_policy)
+            assert isinstance(loaded, MeasuredBootPolicy)
+            mb = loaded
         clock = None
         if row.clock is not None:
             clock = ClockState(row.reset_count or 0, row.restart_count or 0, row.clock)
@@ -110,4 +161,9 @@ class LiveNode:
             quotes_verified=row.quotes_verified,
             failure_reason=row.failure_reason,
             v_released=bool(row.v_released),
+            runtime_ref=row.runtime_policy,
+            runtime=runtime,
+            mb_ref=row.mb_policy,
+            mb=mb,
+            ima=_ima_state(row),
         )

@@ -27,29 +27,34 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from verifier.attest.clients import AgentClient, RegistrarClient
 from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
 from verifier.attest.ownership import AllNodes, Ownership
+from verifier.attest.policies import PolicyStore
+from verifier.attest.runtime import check_answer, quote_params
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
 from verifier.ca import CaError, CertificateAuthority
 from verifier.db import Node
-from verifier.exceptions import AgentUnreachableError, ConflictError, NotFoundError
+from verifier.exceptions import (
+    AgentUnreachableError,
+    ConflictError,
+    NotFoundError,
+    RequestError,
+)
 from verifier.notify import Outbox
 from verifier.notify.outbox import make_event
 from verifier.protocol import (
     EvidenceError,
     MalformedError,
     PcrPolicy,
-    Quote,
-    bind_nonce,
     canonical_uuid,
     seal_share,
-    verify_quote,
 )
 
 __all__ = ["NodeState", "NodeView", "Verifier"]
 
 LOG = logging.getLogger(__name__)
 _FLUSH_INTERVAL = 5.0
-_Live = LiveNode  # the name the tests and older code use
+#: Quote rounds one attestation may take (a long IMA list comes in parts).
+_MAX_ROUNDS = 64
 
 
 class Verifier:
@@ -73,6 +78,8 @@ class Verifier:
             several verifiers share the database.
         unreachable_action: ``fail`` (mark failed, keep polling) or
             ``revoke`` once a node missed ``max_unreachable`` rounds.
+        policies: stored runtime and measured-boot policies (default: a
+            store on ``engine`` accepting unsigned policies).
     """
 
     def __init__(
@@ -91,10 +98,12 @@ class Verifier:
         ownership: Ownership | None = None,
         sync_interval: float = 1.0,
         unreachable_action: str = "fail",
+        policies: PolicyStore | None = None,
     ) -> None:
         if unreachable_action not in ("fail", "revoke"):
             raise ValueError("unreachable_action must be 'fail' or 'revoke'")
         self.store = NodeStore(engine, clock)
+        self.policies = policies or PolicyStore(engine, clock=clock)
         self._signing_key = signing_key
         self._registrar = registrar
         self._agents = agents
@@ -180,9 +189,11 @@ class Verifier:
             for uuid, state in states.items()
             if uuid not in self._nodes and state != NodeState.REVOKED and owns(uuid)
         ]
-        for row in await asyncio.to_thread(self.store.load_many, wanted):
+        rows = await asyncio.to_thread(self.store.load_many, wanted)
+        await asyncio.to_thread(self.policies.preload, rows)
+        for row in rows:
             if row.state != NodeState.REVOKED and row.uuid not in self._nodes:
-                self._adopt(LiveNode.from_row(row))
+                self._adopt(LiveNode.from_row(row, self.policies.cached))
         if wanted:
             LOG.info(
                 "Attesting %d more node(s); %d in all", len(wanted), len(self._nodes)
@@ -198,17 +209,42 @@ class Verifier:
 
     # -- API operations ----------------------------------------------------
 
-    async def enrol(self, uuid: str, v_share: bytes, policy: PcrPolicy) -> NodeView:
-        """Start attesting ``uuid`` with ``policy``; V is released to the node
-        after its first valid quote.
+    async def enrol(
+        self,
+        uuid: str,
+        v_share: bytes,
+        policy: PcrPolicy,
+        runtime_policy: str | None = None,
+        mb_policy: str | None = None,
+    ) -> NodeView:
+        """Start attesting ``uuid``; V is released to the node after its
+        first valid quote (and runtime evidence).
+
+        Args:
+            uuid: the node.
+            v_share: the tenant's share V.
+            policy: allowed PCR values (may be empty when a runtime or
+                measured-boot policy is given).
+            runtime_policy: a stored IMA runtime policy (``name``,
+                ``name@version`` or digest), or None.
+            mb_policy: a stored measured-boot policy, or None.
 
         Raises:
             ConflictError: already enrolled, or the AK is not activated.
-            NotFoundError: the registrar does not know the node.
+            NotFoundError: the registrar does not know the node, or a
+                named policy does not exist.
+            RequestError: ``no_policy`` when nothing would be checked.
         """
         uuid = canonical_uuid(uuid)
+        if not policy.pcrs and runtime_policy is None and mb_policy is None:
+            raise RequestError(
+                "no_policy", "give a PCR, runtime or measured-boot policy"
+            )
         if uuid in self._nodes:
             raise ConflictError("already_enrolled", f"node {uuid} is already enrolled")
+        refs = await asyncio.to_thread(
+            self.policies.resolve_pair, runtime_policy, mb_policy
+        )
         record = await self._registrar.get_agent(uuid)
         if record.get("activated") is not True:
             raise ConflictError(
@@ -229,8 +265,10 @@ class Verifier:
             v_released=False,
             created_at=now,
             updated_at=now,
+            runtime_policy=refs[0],
+            mb_policy=refs[1],
         )
-        node = LiveNode.from_row(row)
+        node = LiveNode.from_row(row, self.policies.cached)
         await asyncio.to_thread(self.store.insert, row)
         if self._ownership.owns(uuid):
             self._adopt(node)
@@ -312,17 +350,25 @@ class Verifier:
     # -- the attestation loop ---------------------------------------------
 
     async def attest_once(self, uuid: str) -> NodeView:
-        """Ask the node for one quote and act on the verdict."""
+        """Ask the node for one quote (more when its runtime evidence needs
+        another round) and act on the verdict."""
         node = self._live(uuid)
-        if node.state == NodeState.REVOKED:
-            return node.view()
+        for _ in range(_MAX_ROUNDS):
+            if node.state == NodeState.REVOKED or not await self._round(node):
+                return node.view()
+        if self._still_attesting(node):
+            self._revoke(
+                node,
+                "evidence_incomplete",
+                f"runtime evidence still incomplete after {_MAX_ROUNDS} quotes",
+            )
+        return node.view()
+
+    async def _round(self, node: LiveNode) -> bool:
+        """One quote round; True if another is needed at once."""
         first = not node.v_released
         nonce = os.urandom(20)
-        params = {
-            "nonce": nonce.hex(),
-            "pcrs": ",".join(map(str, node.policy.pcrs)),
-            "csr": "1" if first else "0",
-        }
+        params = quote_params(node, nonce, first)
         try:
             answer = await self._agents.request(
                 "GET", node.base_url, node.tls_cert, "/v1/quote", params=params
@@ -330,11 +376,11 @@ class Verifier:
         except AgentUnreachableError as exc:
             if self._still_attesting(node):
                 self._unreachable(node, str(exc))
-            return node.view()
+            return False
         if not self._still_attesting(node):  # revoked or deleted meanwhile
-            return node.view()
+            return False
         try:
-            nk, csr = self._check_answer(node, answer, nonce, first)
+            nk, csr, complete = self._check_answer(node, answer, nonce, first)
         except (EvidenceError, MalformedError) as exc:
             if isinstance(exc, EvidenceError):
                 reason, detail = exc.reason, exc.detail
@@ -342,39 +388,30 @@ class Verifier:
                 reason, detail = "malformed", str(exc)
             LOG.warning("Node %s failed attestation: %s", node.uuid, exc)
             self._revoke(node, reason, detail)
-            return node.view()
+            return False
+        if not complete:
+            return True
         if first:
             await self._release_v(node, nk, csr)
-        return node.view()
+        return False
 
     def _still_attesting(self, node: LiveNode) -> bool:
         return node.state != NodeState.REVOKED and self._nodes.get(node.uuid) is node
 
     def _check_answer(
         self, node: LiveNode, answer: Mapping[str, Any], nonce: bytes, first: bool
-    ) -> tuple[bytes, bytes | None]:
-        quote = Quote.from_dict(answer.get("quote"))
-        nk = _b64(answer, "nk")
-        if len(nk) != 32:
-            raise MalformedError("agent answer", "'nk' is not a 32-byte X25519 key")
-        csr = _b64(answer, "csr") if first else None
-        bound = (nk, csr) if csr is not None else (nk,)
-        verdict = verify_quote(
-            quote,
-            ak=node.ak,
-            qualifying_data=bind_nonce(nonce, *bound),
-            policy=node.policy,
-            previous_clock=node.clock,
-        )
-        node.clock = verdict.clock
-        node.last_attested_at = self._clock()
-        node.quotes_verified += 1
-        node.unreachable = 0
-        node.dirty = True
-        if node.state == NodeState.FAILED:
-            back = NodeState.ATTESTED if node.v_released else NodeState.BOOTSTRAPPING
-            self._set_state(node, back, None)
-        return nk, csr
+    ) -> tuple[bytes, bytes | None, bool]:
+        nk, csr, complete = check_answer(node, answer, nonce, first)
+        if complete:
+            node.last_attested_at = self._clock()
+            node.quotes_verified += 1
+            node.unreachable = 0
+            if node.state == NodeState.FAILED:
+                back = NodeState.BOOTSTRAPPING
+                if node.v_released:
+                    back = NodeState.ATTESTED
+                self._set_state(node, back, None)
+        return nk, csr, complete
 
     async def _release_v(self, node: LiveNode, nk: bytes, csr: bytes | None) -> None:
         if node.state != NodeState.BOOTSTRAPPING:
@@ -461,13 +498,3 @@ class Verifier:
             except Exception:  # keep delivering whatever a driver does
                 LOG.exception("Outbox delivery pass failed")
             await asyncio.sleep(self._outbox_interval)
-
-
-def _b64(answer: Mapping[str, Any], field: str) -> bytes:
-    value = answer.get(field)
-    if not isinstance(value, str):
-        raise MalformedError("agent answer", f"'{field}' missing")
-    try:
-        return base64.b64decode(value, validate=True)
-    except ValueError:
-        raise MalformedError("agent answer", f"'{field}' is not base64")

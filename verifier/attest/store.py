@@ -79,6 +79,9 @@ class NodeStore:
             "quotes_verified": node.quotes_verified,
             "updated_at": self._clock(),
         }
+        if node.runtime is not None:
+            values["ima_count"] = node.ima.count
+            values["ima_pcr"] = node.ima.sha1 + node.ima.sha256
         if node.clock is not None:
             values["reset_count"] = node.clock.reset_count
             values["restart_count"] = node.clock.restart_count

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from oslo_config import cfg
 
 from verifier import db, tlsutil
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
 from verifier.attest.ownership import make_ownership
+from verifier.attest.policies import PolicyStore, VerifyingKey
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
 from verifier.exceptions import ConfigError
@@ -46,6 +47,17 @@ def load_signing_key(path: str) -> ed25519.Ed25519PrivateKey:
     return loaded
 
 
+def _load_public_key(path: str) -> VerifyingKey:
+    try:
+        with open(path, "rb") as f:
+            key = serialization.load_pem_public_key(f.read())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"[verifier] policy_signing_keys {path}: {exc}")
+    if not isinstance(key, ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey):
+        raise ConfigError(f"[verifier] policy_signing_keys {path}: not Ed25519/ECDSA")
+    return key
+
+
 def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     """The verifier and its signing key's public PEM, from configuration."""
     group = conf.verifier
@@ -75,6 +87,11 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         sync_interval=group.sync_interval,
         unreachable_action=group.unreachable_action,
         outbox_interval=group.outbox_interval,
+        policies=PolicyStore(
+            engine,
+            [_load_public_key(p) for p in group.policy_signing_keys],
+            group.policy_max_entries,
+        ),
     )
     return verifier, public_pem(signing_key.public_key())
 
@@ -87,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         verifier, pem = build(conf)
         ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
         await _service.serve(
-            make_app(verifier, pem, {"tenant": group.tenant_clients}),
+            make_app(
+                verifier,
+                pem,
+                {"tenant": group.tenant_clients},
+                group.policy_max_bytes,
+            ),
             group.host,
             group.port,
             ctx,

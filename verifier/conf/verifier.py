@@ -106,6 +106,27 @@ _OPTS = [
         min=0.05,
         help="Seconds between outbox delivery passes.",
     ),
+    cfg.IntOpt(
+        "policy_max_bytes",
+        default=64 << 20,
+        min=1024,
+        help="Largest runtime or measured-boot policy upload accepted "
+        "(bytes of JSON); larger uploads are refused with 413.",
+    ),
+    cfg.IntOpt(
+        "policy_max_entries",
+        default=5_000_000,
+        min=1,
+        help="Largest runtime policy accepted (digests, excludes and keys).",
+    ),
+    cfg.ListOpt(
+        "policy_signing_keys",
+        default=[],
+        help="PEM public keys (Ed25519 or ECDSA P-256) trusted to sign "
+        "policies. When set, every policy upload must carry a detached "
+        "signature over its canonical JSON by one of them "
+        "(trusted-ima-policy --sign-key makes one).",
+    ),
 ]
 
 

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Float, Integer, LargeBinary, String, Text
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: Policies can be tens of MiB: MySQL/MariaDB's BLOB stops at 64 KiB.
+BIG_BINARY = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
 
 
 class Base(DeclarativeBase):
@@ -51,6 +63,11 @@ class Node(Base):
     v_released: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+    # runtime evidence (0002): policy digests, and the IMA replay so far
+    runtime_policy: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    mb_policy: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    ima_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    ima_pcr: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
 
 
 class OutboxEvent(Base):
@@ -65,3 +82,20 @@ class OutboxEvent(Base):
     delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class StoredPolicy(Base):
+    """A runtime (IMA) or measured-boot policy, stored once by content
+    digest and referenced by any number of nodes."""
+
+    __tablename__ = "verifier_policies"
+    __table_args__ = (UniqueConstraint("kind", "name", "version"),)
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(255))
+    version: Mapped[int] = mapped_column(Integer)
+    body: Mapped[bytes] = mapped_column(BIG_BINARY)
+    signature: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    entries: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)

@@ -57,8 +57,13 @@ class PcrPolicy:
         return tuple(sorted(self.allowed))
 
     @classmethod
-    def from_dict(cls, data: object) -> PcrPolicy:
+    def from_dict(cls, data: object, allow_empty: bool = False) -> PcrPolicy:
         """Parse the JSON form.
+
+        Args:
+            data: the JSON object.
+            allow_empty: accept a policy that constrains no PCR (only when
+                other evidence, such as an IMA runtime policy, is checked).
 
         Raises:
             MalformedError: naming the offending field.
@@ -71,7 +76,7 @@ class PcrPolicy:
         pcrs = data.get("pcrs")
         if not isinstance(pcrs, Mapping):
             raise MalformedError("PCR policy", "'pcrs' must be an object")
-        if not pcrs:
+        if not pcrs and not allow_empty:
             raise MalformedError("PCR policy", "must constrain at least one PCR")
         allowed: dict[int, frozenset[bytes]] = {}
         for key, digests in pcrs.items():

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_TEMPLATE_DATA",
     "TEMPLATES",
     "ImaEntry",
+    "iter_binary_spans",
     "parse_ascii",
     "parse_binary",
 ]
@@ -209,7 +210,8 @@ def _ima_entry(pcr: int, template_hash: bytes, data: bytes, index: int) -> ImaEn
     )
 
 
-def _iter_binary(data: bytes, first_index: int) -> Iterator[ImaEntry]:
+def _walk(data: bytes, first_index: int) -> Iterator[tuple[int, bytes, str, int, int]]:
+    """(pcr, template hash, template name, data start, data end) per entry."""
     pos = 0
     end = len(data)
     index = first_index
@@ -242,9 +244,42 @@ def _iter_binary(data: bytes, first_index: int) -> Iterator[ImaEntry]:
             raise MalformedError(_STRUCT, f"entry {index}: template data too large")
         if pos + dlen > end:
             raise MalformedError(_STRUCT, f"entry {index}: truncated template data")
-        yield ImaEntry.from_template(pcr, name, thash, data[pos : pos + dlen], index)
+        yield pcr, thash, name, pos, pos + dlen
         pos += dlen
         index += 1
+
+
+def _iter_binary(data: bytes, first_index: int) -> Iterator[ImaEntry]:
+    index = first_index
+    for pcr, thash, name, start, stop in _walk(data, first_index):
+        yield ImaEntry.from_template(pcr, name, thash, data[start:stop], index)
+        index += 1
+
+
+def iter_binary_spans(data: bytes, partial: bool = False) -> Iterator[int]:
+    """The end offset of each entry of a binary list, without parsing the
+    template data (for readers that skip or cut a list at entry bounds).
+
+    Args:
+        data: the list, or a part starting at an entry.
+        partial: stop quietly at a truncated last entry (a cut buffer)
+            instead of raising.
+
+    Raises:
+        MalformedError: as :func:`parse_binary` (not for the truncation
+            of the last entry when ``partial``).
+    """
+    walk = _walk(data, 0)
+    while True:
+        try:
+            item = next(walk)
+        except StopIteration:
+            return
+        except MalformedError as exc:
+            if partial and "truncated" in exc.detail:
+                return
+            raise
+        yield item[4]
 
 
 def parse_binary(data: bytes, first_index: int = 0) -> list[ImaEntry]:

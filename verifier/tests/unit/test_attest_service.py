@@ -207,7 +207,9 @@ class RecordingNotifier(Notifier):
 # -- the test case -------------------------------------------------------------
 
 
-class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
+class VerifierServiceBase(unittest.IsolatedAsyncioTestCase):
+    """Fakes and helpers, no tests (other modules build on it)."""
+
     def setUp(self) -> None:
         tmp = tempfile.TemporaryDirectory()
         self.addCleanup(tmp.cleanup)
@@ -304,6 +306,8 @@ class VerifierServiceTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual([agent.uuid], [a.value for a in cns])
         self.assertEqual(self.ca.cert.subject, cert.issuer)
 
+
+class VerifierServiceTest(VerifierServiceBase):
     # -- enrolment ----------------------------------------------------------
 
     async def test_enrol_not_activated_is_refused_and_nothing_stored(self) -> None:

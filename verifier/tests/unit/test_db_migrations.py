@@ -7,11 +7,22 @@ import tempfile
 
 import sqlalchemy as sa
 import testtools
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
-from verifier.db import make_engine, upgrade
+from verifier.db import _MIGRATIONS, make_engine, upgrade
 from verifier.db.models import Base
+
+
+def _head() -> str:
+    cfg = Config()
+    cfg.set_main_option("script_location", _MIGRATIONS)
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None
+    return head
 
 
 class MigrationTest(testtools.TestCase):
@@ -57,7 +68,29 @@ class MigrationTest(testtools.TestCase):
         self.assert_schema_matches_models()
         with self.engine.connect() as conn:
             version = conn.execute(sa.text("SELECT version_num FROM alembic_version"))
-            self.assertEqual(["0001"], [r[0] for r in version])
+            self.assertEqual([_head()], [r[0] for r in version])
+
+    def test_upgrade_from_0001_keeps_nodes(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", _MIGRATIONS)
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "0001")
+            connection.execute(
+                sa.text(
+                    "INSERT INTO verifier_nodes (uuid, state, policy, v_share,"
+                    " ak_public, tls_cert, host, port, quotes_verified, v_released,"
+                    " created_at, updated_at) VALUES ('n', 'attested', '{}', x'00',"
+                    " x'00', 'c', 'h', 1, 3, 1, 1.0, 1.0)"
+                )
+            )
+        upgrade(self.engine)
+        self.assert_schema_matches_models()
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.text("SELECT state, quotes_verified, ima_count FROM verifier_nodes")
+            ).one()
+        self.assertEqual(("attested", 3, None), tuple(row))
 
     def test_upgrade_twice_is_harmless(self) -> None:
         upgrade(self.engine)

@@ -1,0 +1,313 @@
+"""Runtime (IMA) and measured-boot policies: stored once, shared by nodes.
+
+A policy is stored by the SHA-256 of its canonical JSON and named
+``name`` at a ``version``; nodes reference it by digest, so a million-path
+allowlist used by a thousand nodes exists once in the database and once in
+memory (:meth:`PolicyStore.load` keeps one parsed object per digest).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from verifier.db import Node, StoredPolicy
+from verifier.exceptions import ConflictError, NotFoundError, RequestError
+from verifier.protocol import MalformedError
+from verifier.protocol.ima import RuntimePolicy
+from verifier.protocol.mb import MeasuredBootPolicy
+
+__all__ = ["KINDS", "PolicyStore", "VerifyingKey", "canonical"]
+
+RUNTIME = "runtime"
+MEASURED_BOOT = "measured-boot"
+KINDS = (RUNTIME, MEASURED_BOOT)
+_COLUMN = {RUNTIME: Node.runtime_policy, MEASURED_BOOT: Node.mb_policy}
+Parsed = RuntimePolicy | MeasuredBootPolicy
+VerifyingKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
+
+
+def canonical(document: Mapping[str, Any]) -> bytes:
+    """Sorted keys, no spaces, ASCII: the form digests and signatures cover."""
+    return json.dumps(
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=True
+    ).encode("ascii")
+
+
+def _parse(kind: str, document: object, max_entries: int) -> tuple[Parsed, int]:
+    if not isinstance(document, dict):
+        raise RequestError("bad_policy", "'policy' must be a JSON object")
+    try:
+        if kind == RUNTIME:
+            runtime = RuntimePolicy.from_dict(document, max_entries)
+            return runtime, len(runtime)
+        mb = MeasuredBootPolicy.from_dict(document)
+        digests = (mb.boot_applications or frozenset()) | (mb.firmware or frozenset())
+        return mb, len(digests)
+    except MalformedError as exc:
+        raise RequestError("bad_policy", exc.detail) from None
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise NotFoundError(
+            "unknown_policy_kind", f"policy kind must be one of {', '.join(KINDS)}"
+        )
+
+
+def _meta(row: StoredPolicy) -> dict[str, Any]:
+    return {
+        "kind": row.kind,
+        "name": row.name,
+        "version": row.version,
+        "digest": row.digest,
+        "entries": row.entries,
+        "signed": row.signature is not None,
+        "created_at": row.created_at,
+    }
+
+
+class PolicyStore:
+    """Add, list, resolve and load stored policies.
+
+    Args:
+        engine: the verifier database.
+        signing_keys: when not empty, every upload must carry a detached
+            signature (Ed25519, or ECDSA P-256/SHA-256) by one of them over
+            the policy's canonical JSON.
+        max_entries: refuse runtime policies with more entries.
+        clock: wall clock.
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        signing_keys: Sequence[VerifyingKey] = (),
+        max_entries: int = 5_000_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.engine = engine
+        self._keys = tuple(signing_keys)
+        self._max_entries = max_entries
+        self._clock = clock
+        self._cache: dict[str, Parsed] = {}
+        self._lock = threading.Lock()
+
+    # -- API operations ----------------------------------------------------
+
+    def add(
+        self,
+        kind: str,
+        document: object,
+        name: str | None = None,
+        signature: bytes | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Store a policy (idempotent for identical content).
+
+        Returns:
+            (its metadata, True if it was new).
+
+        Raises:
+            RequestError: ``bad_policy`` (naming the problem),
+                ``policy_signature`` (missing or not valid).
+            ConflictError: ``policy_exists``: that name and version hold
+                other content.
+        """
+        _check_kind(kind)
+        parsed, entries = _parse(kind, document, self._max_entries)
+        if isinstance(parsed, RuntimePolicy):
+            if name is not None and name != parsed.name:
+                raise RequestError(
+                    "bad_policy", f"'name' {name!r} differs from the policy's name"
+                )
+            name, body = parsed.name, parsed.canonical_json()
+            version: int | None = parsed.version
+        else:
+            if not isinstance(name, str) or not 0 < len(name) <= 255:
+                raise RequestError(
+                    "bad_field", "'name' must be a string of 1-255 characters"
+                )
+            body, version = canonical(parsed.to_dict()), None
+        self._check_signature(body, signature)
+        digest = hashlib.sha256(body).hexdigest()
+        with Session(self.engine) as session, session.begin():
+            old = session.get(StoredPolicy, digest)
+            if old is not None and old.kind == kind and old.name == name:
+                return _meta(old), False
+            if version is None:
+                top = session.scalar(
+                    sa.select(sa.func.max(StoredPolicy.version)).where(
+                        StoredPolicy.kind == kind, StoredPolicy.name == name
+                    )
+                )
+                version = (top or 0) + 1
+            row = StoredPolicy(
+                digest=digest,
+                kind=kind,
+                name=name,
+                version=version,
+                body=body,
+                signature=signature,
+                entries=entries,
+                created_at=self._clock(),
+            )
+            session.add(row)
+            try:
+                session.flush()
+            except IntegrityError:
+                raise ConflictError(
+                    "policy_exists",
+                    f"{kind} policy {name!r} version {version} already exists "
+                    "with other content (or this content under another name)",
+                )
+            meta = _meta(row)
+        with self._lock:
+            self._cache[digest] = parsed
+        return meta, True
+
+    def _check_signature(self, body: bytes, signature: bytes | None) -> None:
+        if not self._keys:
+            return
+        if signature is None:
+            raise RequestError(
+                "policy_signature", "this verifier accepts signed policies only"
+            )
+        for key in self._keys:
+            try:
+                if isinstance(key, ed25519.Ed25519PublicKey):
+                    key.verify(signature, body)
+                else:
+                    key.verify(signature, body, ec.ECDSA(hashes.SHA256()))
+                return
+            except InvalidSignature:
+                continue
+        raise RequestError(
+            "policy_signature", "the signature is not valid for any trusted key"
+        )
+
+    def list(self, kind: str) -> list[dict[str, Any]]:
+        _check_kind(kind)
+        with Session(self.engine) as session:
+            rows = session.scalars(
+                sa.select(StoredPolicy)
+                .where(StoredPolicy.kind == kind)
+                .order_by(StoredPolicy.name, StoredPolicy.version)
+            )
+            return [_meta(r) for r in rows]
+
+    def _row(self, session: Session, kind: str, ref: str) -> StoredPolicy:
+        """``ref`` is ``name`` (newest version), ``name@version`` or a digest."""
+        query = sa.select(StoredPolicy).where(StoredPolicy.kind == kind)
+        name, at, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
+        if at:
+            if not version.isdigit():
+                raise RequestError("bad_field", f"bad policy version in {ref!r}")
+            query = query.where(
+                StoredPolicy.name == name, StoredPolicy.version == int(version)
+            )
+        elif len(ref) == 64 and all(c in "0123456789abcdef" for c in ref):
+            query = query.where(StoredPolicy.digest == ref)
+        else:
+            query = query.where(StoredPolicy.name == ref).order_by(
+                StoredPolicy.version.desc()
+            )
+        row = session.scalars(query.limit(1)).first()
+        if row is None:
+            raise NotFoundError("unknown_policy", f"no {kind} policy {ref!r}")
+        return row
+
+    def get(self, kind: str, ref: str) -> dict[str, Any]:
+        """Metadata plus the policy document.
+
+        Raises: NotFoundError.
+        """
+        _check_kind(kind)
+        with Session(self.engine) as session:
+            row = self._row(session, kind, ref)
+            meta = _meta(row)
+            meta["policy"] = json.loads(row.body)
+            if row.signature is not None:
+                meta["signature"] = base64.b64encode(row.signature).decode()
+            return meta
+
+    def resolve(self, kind: str, ref: str) -> str:
+        """The digest ``ref`` names (see :meth:`get`). Raises: NotFoundError."""
+        _check_kind(kind)
+        with Session(self.engine) as session:
+            return self._row(session, kind, ref).digest
+
+    def delete(self, kind: str, ref: str) -> None:
+        """Raises: NotFoundError; ConflictError ``policy_in_use``."""
+        _check_kind(kind)
+        with Session(self.engine) as session, session.begin():
+            row = self._row(session, kind, ref)
+            users = session.scalar(
+                sa.select(sa.func.count())
+                .select_from(Node)
+                .where(_COLUMN[kind] == row.digest)
+            )
+            if users:
+                raise ConflictError(
+                    "policy_in_use",
+                    f"{kind} policy {row.name!r} version {row.version} is used "
+                    f"by {users} node(s)",
+                )
+            session.delete(row)
+        with self._lock:
+            self._cache.pop(row.digest, None)
+
+    # -- the attestation side -------------------------------------------------
+
+    def load(self, digest: str) -> Parsed:
+        """The parsed policy, one shared object per digest (blocking: call
+        from a thread when it may not be cached yet).
+
+        Raises: NotFoundError (deleted meanwhile).
+        """
+        parsed = self._cache.get(digest)
+        if parsed is not None:
+            return parsed
+        with Session(self.engine) as session:
+            row = session.get(StoredPolicy, digest)
+            if row is None:
+                raise NotFoundError("unknown_policy", f"no policy {digest}")
+            kind, body = row.kind, row.body
+        parsed, _ = _parse(kind, json.loads(body), self._max_entries)
+        with self._lock:
+            return self._cache.setdefault(digest, parsed)
+
+    def resolve_pair(
+        self, runtime: str | None, mb: str | None
+    ) -> tuple[str | None, str | None]:
+        """Resolve and load an enrolment's runtime and measured-boot policy
+        references (either may be None). Raises: NotFoundError."""
+        out: list[str | None] = []
+        for kind, ref in ((RUNTIME, runtime), (MEASURED_BOOT, mb)):
+            digest = None if ref is None else self.resolve(kind, ref)
+            if digest is not None:
+                self.load(digest)
+            out.append(digest)
+        return out[0], out[1]
+
+    def preload(self, rows: Iterable[Node]) -> None:
+        """Load the policies ``rows`` reference (blocking)."""
+        for row in rows:
+            for digest in (row.runtime_policy, row.mb_policy):
+                if digest is not None:
+                    self.load(digest)
+
+    def cached(self, digest: str) -> Parsed:
+        """The parsed policy, which :meth:`load` must have loaded."""
+        return self._cache[digest]

@@ -1,0 +1,212 @@
+"""Runtime evidence that comes with a quote: the IMA measurement list and
+the UEFI (measured-boot) event log, checked against the quoted PCRs.
+
+A node answers a quote request with, besides the quote, the IMA entries
+from the index the verifier asked for (``ima``) and, when asked, its whole
+firmware event log (``mb_log``). The wire forms::
+
+    "ima": {"from": 120, "format": "ascii" | "binary", "entries": "<text|b64>"}
+    "mb_log": "<b64 of binary_bios_measurements>"
+
+The checks here are pure: the caller keeps the per-node
+:class:`~verifier.protocol.ima.ReplayState` between quotes and the shared
+policy objects, and acts on the :class:`EvidenceError` raised (its
+``reason`` and ``detail`` name the failed entry or event).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+
+from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.ima import (
+    ImaEntry,
+    ReplayState,
+    RuntimePolicy,
+    check_boot_aggregate,
+    parse_ascii,
+    parse_binary,
+    replay,
+    replay_to_pcr,
+)
+from verifier.protocol.ima import check as check_runtime_policy
+from verifier.protocol.ima.log import IMA_PCR
+from verifier.protocol.mb import MeasuredBootPolicy, check_against_pcrs, parse
+from verifier.protocol.mb import check as check_mb_policy
+from verifier.protocol.mb import replay as replay_boot
+
+__all__ = [
+    "BOOT_PCRS",
+    "MAX_IMA_BYTES",
+    "MAX_MB_LOG_BYTES",
+    "ImaEvidence",
+    "check_ima",
+    "check_measured_boot",
+    "extend_ima",
+    "parse_ima_evidence",
+    "parse_mb_log",
+]
+
+#: The PCRs a measured-boot log replays into (and boot_aggregate covers).
+BOOT_PCRS = tuple(range(10))
+#: The most IMA list one answer may carry (encoded); the agent sends less
+#: and the verifier asks for the rest on the next round.
+MAX_IMA_BYTES = 32 << 20
+#: The largest firmware event log accepted (real ones are 20-100 KiB).
+MAX_MB_LOG_BYTES = 1 << 20
+_STRUCT = "runtime evidence"
+
+
+class ImaEvidence:
+    """IMA entries a node sent, starting at list index :attr:`first`;
+    :attr:`more` when the node stopped early (the rest comes next)."""
+
+    __slots__ = ("entries", "first", "more")
+
+    def __init__(
+        self, first: int, entries: Sequence[ImaEntry], more: bool = False
+    ) -> None:
+        self.first = first
+        self.entries = entries
+        self.more = more
+
+
+def parse_ima_evidence(data: object) -> ImaEvidence:
+    """Parse the ``ima`` object of a quote answer.
+
+    Raises:
+        MalformedError: naming the bad field, or the entry that does not
+            parse (truncated, unknown template, ...).
+    """
+    if not isinstance(data, Mapping):
+        raise MalformedError(_STRUCT, "'ima' must be an object")
+    first = data.get("from")
+    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+        raise MalformedError(_STRUCT, "'ima.from' must be a non-negative integer")
+    form = data.get("format")
+    text = data.get("entries")
+    if not isinstance(text, str):
+        raise MalformedError(_STRUCT, "'ima.entries' must be a string")
+    if len(text) > MAX_IMA_BYTES:
+        raise MalformedError(_STRUCT, f"'ima.entries' exceeds {MAX_IMA_BYTES} bytes")
+    more = data.get("more", False)
+    if not isinstance(more, bool):
+        raise MalformedError(_STRUCT, "'ima.more' must be true or false")
+    if form == "ascii":
+        return ImaEvidence(first, parse_ascii(text, first), more)
+    if form == "binary":
+        entries = parse_binary(_b64(text, "ima.entries"), first)
+        return ImaEvidence(first, entries, more)
+    raise MalformedError(_STRUCT, "'ima.format' must be 'ascii' or 'binary'")
+
+
+def parse_mb_log(text: object) -> bytes:
+    """Decode the ``mb_log`` field of a quote answer.
+
+    Raises:
+        MalformedError: not base64 or too large.
+    """
+    if not isinstance(text, str):
+        raise MalformedError(_STRUCT, "'mb_log' must be a base64 string")
+    if len(text) > MAX_MB_LOG_BYTES * 4 // 3 + 4:
+        raise MalformedError(_STRUCT, f"'mb_log' exceeds {MAX_MB_LOG_BYTES} bytes")
+    return _b64(text, "mb_log")
+
+
+def _b64(text: str, field: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise MalformedError(_STRUCT, f"'{field}' is not base64") from None
+
+
+def _check_start(state: ReplayState, evidence: ImaEvidence) -> None:
+    if evidence.first != state.count:
+        raise EvidenceError(
+            "ima_log_gap",
+            f"entries start at {evidence.first}, expected {state.count}",
+        )
+
+
+def extend_ima(
+    state: ReplayState, evidence: ImaEvidence, policy: RuntimePolicy | None
+) -> ReplayState:
+    """Consume a part of a long list that the node sent in pieces
+    (``more``): replay and judge it; the quote that comes with the last
+    piece must match the replay of all of them (:func:`check_ima`), so
+    nothing is accepted on these entries' word alone.
+
+    Raises:
+        EvidenceError: as :func:`check_ima` (but no PCR comparison).
+    """
+    _check_start(state, evidence)
+    new = replay(state, evidence.entries)
+    if policy is not None and evidence.entries:
+        check_runtime_policy(policy, evidence.entries, state.count)
+    return new
+
+
+def check_ima(
+    state: ReplayState,
+    evidence: ImaEvidence,
+    pcr_values: Mapping[int, bytes],
+    policy: RuntimePolicy | None,
+) -> ReplayState:
+    """Replay the new IMA entries up to the quoted PCR 10 and judge them.
+
+    Only the entries the quote covers are consumed (the list is read after
+    the quote, so it may run ahead); the rest come again next round. When
+    entry 0 is consumed and PCRs 0-9 were quoted, ``boot_aggregate`` must
+    match them.
+
+    Args:
+        state: what earlier quotes of this boot verified.
+        evidence: the entries the node sent.
+        pcr_values: the verified, quoted sha256 PCR values (must hold 10).
+        policy: the runtime policy, or None to check the log only.
+
+    Returns:
+        The new state to keep for the next quote.
+
+    Raises:
+        EvidenceError: ``ima_log_gap`` (entries do not start where the last
+            quote ended), ``ima_pcr_mismatch`` (no prefix replays to the
+            quoted PCR 10), ``ima_template_hash``, ``ima_boot_aggregate``,
+            or ``ima_policy`` naming the first refused entry.
+    """
+    _check_start(state, evidence)
+    quoted = pcr_values.get(IMA_PCR)
+    if quoted is None:
+        raise EvidenceError("pcr_selection", "PCR 10 was not quoted")
+    new = replay_to_pcr(state, evidence.entries, quoted)
+    covered = evidence.entries[: new.count - state.count]
+    if state.count == 0 and covered and all(i in pcr_values for i in BOOT_PCRS):
+        check_boot_aggregate(covered[0], [pcr_values[i] for i in BOOT_PCRS])
+    if policy is not None and covered:
+        check_runtime_policy(policy, covered, state.count)
+    return new
+
+
+def check_measured_boot(
+    log: bytes, pcr_values: Mapping[int, bytes], policy: MeasuredBootPolicy | None
+) -> None:
+    """Replay the firmware event log into PCRs 0-9 and judge it.
+
+    Every quoted PCR among 0-9 must equal the log's replay (sha256 bank).
+
+    Raises:
+        MalformedError: the log does not parse (naming the event).
+        EvidenceError: ``mb_pcr_mismatch`` naming the PCR,
+            ``mb_missing_digest``, or ``mb_policy`` naming the events the
+            policy refuses.
+    """
+    events = parse(log).events
+    quoted = {i: v for i, v in pcr_values.items() if i in BOOT_PCRS}
+    if not quoted:
+        raise EvidenceError("pcr_selection", "no PCR among 0-9 was quoted")
+    replayed = replay_boot(events, ("sha256",), BOOT_PCRS)["sha256"]
+    check_against_pcrs(replayed, quoted)
+    if policy is not None:
+        check_mb_policy(policy, events)
