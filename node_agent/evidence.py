@@ -74,10 +74,15 @@ class ImaLogReader:
     def _seek(self, f: BinaryIO, index: int) -> int | None:
         """Position ``f`` at entry ``index``; None if the list is shorter."""
         mark_index, mark_offset = self._mark
+        if mark_offset:  # still there? (a reboot restarts the list shorter)
+            f.seek(mark_offset - 1)
+            if not f.read(1):
+                mark_index, mark_offset = self._mark = (0, 0)
         if index >= mark_index:
             f.seek(mark_offset)
             skip = index - mark_index
         else:
+            f.seek(0)
             skip = index
         if self.binary:
             return index if self._skip_binary(f, skip) else None

@@ -21,13 +21,14 @@ import subprocess
 import sys
 import time
 import uuid as uuid_mod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair
 from node_agent.tpm import Tpm
 from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.ca import CertificateAuthority
+from verifier.testing.softkernel import SoftKernel
 
 GOLDEN_MEASUREMENT = hashlib.sha256(b"trusted-cloud demo: golden boot image").digest()
 ROOTKIT_MEASUREMENT = hashlib.sha256(b"unexpected kernel module").digest()
@@ -103,6 +104,7 @@ class NodeHandle:
     swtpm: Swtpm
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    kernel: SoftKernel | None = None
 
     @property
     def work_dir(self) -> str:
@@ -140,6 +142,9 @@ class LocalCluster:
         interval: the verifier's quote interval (seconds).
         ak_alg: the agents' AK algorithm.
         notifiers: the verifier's notifier drivers.
+        evidence: each node gets a soft firmware and kernel
+            (:class:`SoftKernel`) writing a UEFI event log and an IMA list
+            that its agent sends when the verifier asks.
     """
 
     def __init__(
@@ -153,6 +158,7 @@ class LocalCluster:
         verifier_options: dict[str, Any] | None = None,
         verifiers: int = 1,
         database_url: str | None = None,
+        evidence: bool = False,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
         self.n_nodes = nodes
@@ -170,6 +176,7 @@ class LocalCluster:
         self.verifier_port = self.verifier_ports[0]
         self.database_url = database_url or f"sqlite:///{self.workdir}/verifier.sqlite"
         self.hook_record = os.path.join(self.workdir, "revocations.jsonl")
+        self.evidence = evidence
 
     # -- set-up -------------------------------------------------------------
 
@@ -257,6 +264,9 @@ class LocalCluster:
         swtpm.start()
         with Tpm(swtpm.tcti) as tpm:  # firmware measures the boot image
             tpm.pcr_extend(PCR, GOLDEN_MEASUREMENT)
+        if self.evidence:
+            node.kernel = _soft_kernel(swtpm.tcti, node_dir)
+            node.kernel.boot()
 
     def _common(self, name: str) -> dict[str, Any]:
         return {
@@ -359,6 +369,8 @@ class LocalCluster:
                     "key_file": self.pki_file("agent-key.pem"),
                     "work_dir": node.work_dir,
                     "tpm_shared": True,
+                    "ima_log_path": node.kernel.ima_path if node.kernel else "",
+                    "mb_log_path": node.kernel.mb_path if node.kernel else "",
                 },
             },
         )
@@ -410,6 +422,18 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _soft_kernel(tcti: str, directory: str) -> SoftKernel:
+    def extend(index: int, digest: bytes) -> None:
+        with Tpm(tcti) as tpm:
+            tpm.pcr_extend(index, digest)
+
+    def read(pcrs: Sequence[int]) -> Mapping[int, bytes]:
+        with Tpm(tcti) as tpm:
+            return tpm.pcr_read(pcrs)
+
+    return SoftKernel(extend, read, directory)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:

@@ -1,0 +1,110 @@
+"""node_agent.evidence: reading the IMA list from an index (both forms),
+in parts, across a reboot, and the firmware log."""
+
+from __future__ import annotations
+
+import base64
+import os
+import tempfile
+
+import testtools
+
+from node_agent.evidence import EvidenceReader, ImaLogReader
+from verifier.protocol.evidence import parse_ima_evidence
+from verifier.protocol.ima.testing import make_entry, to_ascii, to_binary
+
+
+class ImaLogReaderTest(testtools.TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.dir = tmp.name
+        self.entries = [make_entry(f"/bin/f{i}", bytes([i]) * 9) for i in range(50)]
+
+    def write(self, name: str, entries: list, append: bool = False) -> str:  # type: ignore[type-arg]
+        path = os.path.join(self.dir, name)
+        binary = "binary" in name
+        data = to_binary(entries) if binary else to_ascii(entries).encode()
+        with open(path, "ab" if append else "wb") as f:
+            f.write(data)
+        return path
+
+    def paths(self, entries: list, answer: dict) -> list[str]:  # type: ignore[type-arg]
+        return [e.path for e in parse_ima_evidence(answer).entries]
+
+    def test_reads_from_an_index_in_both_forms(self) -> None:
+        for name in ("ascii_runtime_measurements", "binary_runtime_measurements"):
+            reader = ImaLogReader(self.write(name, self.entries))
+            answer = reader.read_from(0)
+            self.assertEqual(50, len(parse_ima_evidence(answer).entries))
+            answer = reader.read_from(47)
+            self.assertEqual(47, answer["from"])
+            self.assertFalse(answer["more"])
+            self.assertEqual(
+                ["/bin/f47", "/bin/f48", "/bin/f49"], self.paths([], answer)
+            )
+
+    def test_continues_from_where_the_last_read_started(self) -> None:
+        for name in ("ascii_runtime_measurements", "binary_runtime_measurements"):
+            path = self.write(name, self.entries[:10])
+            reader = ImaLogReader(path)
+            reader.read_from(4)
+            self.write(name, self.entries[10:12], append=True)
+            answer = reader.read_from(10)
+            self.assertEqual(["/bin/f10", "/bin/f11"], self.paths([], answer))
+            answer = reader.read_from(2)  # backwards: from the start again
+            self.assertEqual(10, len(parse_ima_evidence(answer).entries))
+
+    def test_long_list_is_sent_in_whole_entries(self) -> None:
+        for name in ("ascii_runtime_measurements", "binary_runtime_measurements"):
+            reader = ImaLogReader(self.write(name, self.entries), max_bytes=4096)
+            seen: list[str] = []
+            index = 0
+            while True:
+                answer = reader.read_from(index)
+                got = self.paths([], answer)
+                self.assertTrue(got, name)
+                seen += got
+                index += len(got)
+                if not answer["more"]:
+                    break
+            self.assertEqual([e.path for e in self.entries], seen)
+
+    def test_a_shorter_list_after_a_reboot_is_sent_from_zero(self) -> None:
+        path = self.write("ascii_runtime_measurements", self.entries)
+        reader = ImaLogReader(path)
+        reader.read_from(40)
+        self.write("ascii_runtime_measurements", self.entries[:5])
+        answer = reader.read_from(40)
+        self.assertEqual(0, answer["from"])
+        self.assertEqual(5, len(parse_ima_evidence(answer).entries))
+
+    def test_a_line_being_written_is_left_for_next_time(self) -> None:
+        path = self.write("ascii_runtime_measurements", self.entries[:3])
+        with open(path, "a") as f:
+            f.write("10 abcd ima-ng sha256:00")
+        answer = ImaLogReader(path).read_from(0)
+        self.assertEqual(3, len(parse_ima_evidence(answer).entries))
+
+
+class EvidenceReaderTest(testtools.TestCase):
+    def test_missing_sources_are_reported_not_raised(self) -> None:
+        reader = EvidenceReader("/nonexistent/ima", "/nonexistent/bios")
+        answer: dict[str, object] = {}
+        reader.add_to(answer, 0, True)
+        self.assertIn("No such file", str(answer["ima_error"]))
+        self.assertIn("No such file", str(answer["mb_error"]))
+        answer = {}
+        EvidenceReader(None, None).add_to(answer, 0, True)
+        self.assertIn("no IMA log configured", str(answer["ima_error"]))
+        self.assertIn("no firmware event log", str(answer["mb_error"]))
+
+    def test_firmware_log_is_sent_as_is(self) -> None:
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b"\x00log bytes")
+            f.flush()
+            answer: dict[str, object] = {}
+            EvidenceReader(None, f.name).add_to(answer, None, True)
+        self.assertEqual(b"\x00log bytes", base64.b64decode(str(answer["mb_log"])))
+        self.assertNotIn("ima", answer)
