@@ -3,8 +3,11 @@
 
 Three nodes, each with its own software TPM, register with the registrar.
 The tenant enrols one payload to all three; each node proves its boot state
-and receives the key to decrypt it. Then one node is tampered with, the
-verifier revokes it, and the revocation hook fires.
+and receives the key to decrypt it; the verifier keeps checking their boot
+chain (firmware event log) and every program they run (the kernel's IMA
+list) against the tenant's policies. Then someone runs an unknown program
+on one node: the verifier revokes it, naming the file, and the revocation
+hook fires.
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nova_plugin.tenant import Tenant  # noqa: E402
 from verifier.protocol import PcrPolicy  # noqa: E402
+from verifier.protocol.ima import parse_ascii, policy_from_log  # noqa: E402
 from verifier.testing.cluster import PCR, LocalCluster, wait_until  # noqa: E402
+from verifier.testing.softkernel import SoftKernel  # noqa: E402
+
+GOLDEN_PROGRAMS = (
+    ("/usr/bin/python3.11", b"python interpreter"),
+    ("/usr/sbin/nginx", b"web server"),
+)
 
 PAYLOAD = b"""#!/bin/sh
 echo "Hello from the tenant's secret payload on node $TRUSTED_NODE_UUID."
@@ -62,7 +72,7 @@ def main() -> int:
         help="seconds between integrity quotes (default 1)",
     )
     args = parser.parse_args()
-    cluster = LocalCluster(args.workdir, nodes=3, interval=args.interval)
+    cluster = LocalCluster(args.workdir, nodes=3, interval=args.interval, evidence=True)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -83,10 +93,13 @@ def run(cluster: LocalCluster, interval: float) -> int:
     say(f"   registrar  {cluster.registrar_url}   (knows each node's TPM)")
     say(f"   verifier   {cluster.verifier_url}   (checks quotes every {interval:g} s)")
     say("   Each node has its own TPM (swtpm) with a manufacturer certificate;")
-    say("   its firmware measured the golden boot image into PCR 16.")
+    say("   its firmware measured the golden boot image into PCR 16 and logged")
+    say("   the boot chain; its kernel measures every program it runs (IMA).")
 
     step(2, "Starting three nodes; each proves its TPM to the registrar")
     for node in cluster.nodes:
+        for path, content in GOLDEN_PROGRAMS:
+            _kernel(node).measure(path, content)
         cluster.start_agent(node)
     tenant = cluster.tenant()
     for node in cluster.nodes:
@@ -100,11 +113,27 @@ def run(cluster: LocalCluster, interval: float) -> int:
 
     step(3, "The tenant enrols one encrypted payload to all three nodes")
     policy = PcrPolicy.from_dict({"pcrs": {str(PCR): [cluster.good_pcr_hex()]}})
-    say(f"   policy: PCR {PCR} must equal {cluster.good_pcr_hex()[:16]}...")
+    say(f"   PCR policy: PCR {PCR} must equal {cluster.good_pcr_hex()[:16]}...")
+    with open(_kernel(cluster.nodes[0]).ima_path, encoding="utf-8") as f:
+        golden = policy_from_log(parse_ascii(f.read()), "web-tier", 1)
+    loop.run_until_complete(tenant.add_policy("runtime", golden.to_dict()))
+    loop.run_until_complete(
+        tenant.add_policy("measured-boot", SoftKernel.golden_mb_policy(), name="fw")
+    )
+    say(
+        f"   runtime policy 'web-tier': the {len(golden)} programs of a known-good "
+        "node;"
+    )
+    say("   measured-boot policy 'fw': Secure Boot on, the golden boot loader")
+    say("   and kernel. Both are stored once at the verifier, shared by all nodes.")
     say("   The tenant keeps the payload key K = U xor V: the verifier gets V,")
     say("   the node gets U, nobody but the tenant ever holds K.")
     for node in cluster.nodes:
-        loop.run_until_complete(tenant.enrol(node.uuid, PAYLOAD, policy))
+        loop.run_until_complete(
+            tenant.enrol(
+                node.uuid, PAYLOAD, policy, runtime_policy="web-tier", mb_policy="fw"
+            )
+        )
         say(
             f"   node {node.index}: identity quote verified; U and the sealed "
             "payload sent"
@@ -123,11 +152,12 @@ def run(cluster: LocalCluster, interval: float) -> int:
         for line in output:
             say(f"      | {line}")
 
-    step(5, "Someone tampers with node 2: an unexpected module is measured")
+    step(5, "Someone runs an unknown program on node 2")
     victim = cluster.nodes[1]
-    cluster.tamper(victim)
+    _kernel(victim).measure("/tmp/.cache/cryptominer", b"not the tenant's code")
     tampered_at = time.monotonic()
-    say(f"   PCR {PCR} on node 2 no longer matches the tenant's policy.")
+    say("   Node 2's kernel measured /tmp/.cache/cryptominer into PCR 10 and its")
+    say("   IMA list; the file is not in the tenant's runtime policy.")
     revoked = wait_until(
         lambda: states(tenant)[victim.uuid]["state"] == "revoked", 4 * interval + 5
     )
@@ -148,6 +178,10 @@ def run(cluster: LocalCluster, interval: float) -> int:
     for rec in records:
         say(f"   hook '{rec['action']}' acted on signed event {rec['event_id']}:")
         say(f"      node {rec['node_uuid']} revoked ({rec['reason']})")
+    wait_until(
+        lambda: all(e["delivered"] for e in loop.run_until_complete(tenant.events())),
+        10,
+    )
     events = loop.run_until_complete(tenant.events())
     say(
         f"   {len(events)} signed revocation event(s) in the verifier's outbox, "
@@ -170,6 +204,12 @@ def run(cluster: LocalCluster, interval: float) -> int:
     say("\nDemo complete: the payload reached only nodes that proved their state,")
     say("and the tampered node was cut off.")
     return 0
+
+
+def _kernel(node: object) -> SoftKernel:
+    kernel = getattr(node, "kernel", None)
+    assert isinstance(kernel, SoftKernel)
+    return kernel
 
 
 def _activated(loop: asyncio.AbstractEventLoop, tenant: Tenant, uuid: str) -> bool:
