@@ -13,6 +13,7 @@ directory (configs and charon logs) for debugging.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -25,7 +26,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import vici
+from cryptography import x509
 
+from ipsec_puppet_vault_hooks._ipsec.peers import render_swanctl
+from verifier.ca import CertificateAuthority
 from verifier.testing.cluster import die_with_parent
 
 CHARON = "/usr/lib/ipsec/charon"
@@ -258,9 +262,18 @@ class Lab:
         return result.returncode == 0
 
     def swanctl(self, name: str, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run swanctl against charon ``name``'s vici socket."""
-        uri = f"unix://{self.charons[name].vici_socket}"
-        return run("swanctl", *args, "--uri", uri)
+        """Run swanctl against charon ``name``'s vici socket, with its
+        ``swanctl`` directory (``<workdir>/swanctl``) as SWANCTL_DIR."""
+        charon = self.charons[name]
+        argv = ["swanctl", *args, "--uri", f"unix://{charon.vici_socket}"]
+        env = {**os.environ, "SWANCTL_DIR": os.path.join(charon.workdir, "swanctl")}
+        result = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(argv)} failed: "
+                f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
+            )
+        return result
 
     def close(self) -> None:
         """Stop every charon, delete every namespace and the work dir."""
@@ -271,3 +284,121 @@ class Lab:
         self._created.clear()
         if not os.environ.get("TC_IPSEC_KEEP"):
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class Site:
+    """What provisioning sets up around a :class:`Lab`: a CA (our software
+    CA) issuing the hub's certificate and each node's (CN = node UUID),
+    the hub's swanctl directory (credentials, ``x509crl/`` and
+    ``conf.d/trusted-peers.conf`` rendered from the peer mappings), the
+    peer mappings in ``peers_dir``, and each node's connection to the hub
+    (loaded over vici).
+    """
+
+    CONF_NAME = "trusted-peers.conf"
+    CRL_NAME = "trusted-cloud.crl"
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.pki = os.path.join(lab.workdir, "pki")
+        self.peers_dir = os.path.join(lab.workdir, "peers")
+        self.swanctl_dir = os.path.join(lab.charons["hub"].workdir, "swanctl")
+        for sub in ("x509", "x509ca", "x509crl", "pkcs8", "conf.d"):
+            os.makedirs(os.path.join(self.swanctl_dir, sub))
+        os.makedirs(self.peers_dir)
+        with open(os.path.join(self.swanctl_dir, "swanctl.conf"), "w") as f:
+            f.write("include conf.d/*.conf\n")
+        self.ca = CertificateAuthority.create(self.pki, "Trusted Cloud IPsec test CA")
+        self._write("x509ca/ca.pem", self.ca.cert_pem)
+        key, cert = self.ca.issue("hub", [])
+        self._write("x509/hub.pem", cert)
+        self._write("pkcs8/hub.pem", key)
+        self.uuids: dict[int, str] = {}
+        self.serials: dict[int, int] = {}
+        self.hub_conns: dict[int, dict[str, Any]] = {}
+        for i in range(1, len(lab.netns)):
+            self._add_node(i)
+        # Outside conf.d (so --load-all skips it), but in the swanctl
+        # directory: swanctl resolves certificate names relative to it.
+        self.initial_conf = os.path.join(self.swanctl_dir, "initial.conf")
+        with open(self.initial_conf, "w") as f:
+            f.write(render_swanctl(self.hub_conns_named()))
+        shutil.copy(self.initial_conf, self.swanctl_conf)
+
+    @property
+    def crl_file(self) -> str:
+        return os.path.join(self.swanctl_dir, "x509crl", self.CRL_NAME)
+
+    @property
+    def swanctl_conf(self) -> str:
+        return os.path.join(self.swanctl_dir, "conf.d", self.CONF_NAME)
+
+    def _write(self, name: str, data: bytes) -> None:
+        with open(os.path.join(self.swanctl_dir, name), "wb") as f:
+            f.write(data)
+
+    def hub_conns_named(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(f"node{i}", conn) for i, conn in self.hub_conns.items()]
+
+    def _add_node(self, i: int) -> None:
+        lab = self.lab
+        node_uuid = self.uuids[i] = str(uuid.uuid4())
+        key, cert = self.ca.issue(node_uuid, [])
+        self.serials[i] = x509.load_pem_x509_certificate(cert).serial_number
+        with open(os.path.join(self.peers_dir, f"{node_uuid}.pem"), "wb") as f:
+            f.write(cert)
+        self.hub_conns[i] = {
+            "version": 2,
+            "local_addrs": lab.hub_outer(i),
+            "remote_addrs": lab.node_outer(i),
+            "encap": True,
+            "local": {"auth": "pubkey", "certs": "hub.pem", "id": "CN=hub"},
+            "remote": {"auth": "pubkey", "id": f"CN={node_uuid}"},
+            "children": {
+                f"node{i}": {
+                    "local_ts": f"{lab.HUB_INNER}/32",
+                    "remote_ts": f"{lab.node_inner(i)}/32",
+                }
+            },
+        }
+        mapping = {
+            "connection": f"node{i}",
+            "certificate": f"{node_uuid}.pem",
+            "swanctl": self.hub_conns[i],
+        }
+        with open(os.path.join(self.peers_dir, f"{node_uuid}.json"), "w") as f:
+            json.dump(mapping, f)
+        node = lab.charons[f"node{i}"]
+        node.load_identity(self.ca.cert_pem, cert, key)
+        conn = {
+            "version": "2",
+            "local_addrs": [lab.node_outer(i)],
+            "remote_addrs": [lab.hub_outer(i)],
+            "encap": "yes",
+            "local": {"auth": "pubkey", "certs": [cert], "id": f"CN={node_uuid}"},
+            "remote": {"auth": "pubkey", "id": "CN=hub"},
+            "children": {
+                "hub": {
+                    "local_ts": [f"{lab.node_inner(i)}/32"],
+                    "remote_ts": [f"{lab.HUB_INNER}/32"],
+                }
+            },
+        }
+        with node.session() as s:
+            s.load_conn({"hub": conn})
+
+    def load_hub(self) -> None:
+        """``swanctl --load-all`` on the hub, as at boot."""
+        self.lab.swanctl("hub", "--load-all")
+
+    def action_settings(self) -> dict[str, Any]:
+        """``[action_ipsec]`` options for the hub."""
+        return {
+            "vici_socket": self.lab.charons["hub"].vici_socket,
+            "peers_dir": self.peers_dir,
+            "ca_cert": os.path.join(self.pki, "ca.pem"),
+            "ca_key": os.path.join(self.pki, "ca-key.pem"),
+            "crl_file": self.crl_file,
+            "swanctl_conf": self.swanctl_conf,
+            "terminate_timeout": 3000,
+        }

@@ -1,30 +1,30 @@
 """The ``ipsec`` action against real strongSwan charons.
 
-A hub and two nodes, each a charon in its own network namespace (userspace
-ESP through kernel-libipsec), certificates from our software CA with
-CN = node UUID. Both nodes' tunnels are up and carry pings; the action
-revokes node 1; node 1 is cut off and cannot come back even when its old
-connection is restored on the hub, while node 2's tunnel is untouched.
+A hub and one or two nodes, each a charon in its own network namespace
+(userspace ESP through kernel-libipsec); certificates from our software CA
+with CN = node UUID; the hub provisioned from a swanctl directory with
+``swanctl --load-all``, as an operator would.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-import time
 import uuid
 from typing import Any
 
+import fixtures
 import vici.exception
-from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 from oslotest import base
 
+from ipsec_puppet_vault_hooks import Consumer
+from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks._ipsec import crl as crl_mod
-from ipsec_puppet_vault_hooks._ipsec.peers import render_swanctl
 from ipsec_puppet_vault_hooks.actions.ipsec import IpsecAction
-from ipsec_puppet_vault_hooks.tests.functional._strongswan import Lab
-from verifier.ca import CertificateAuthority
+from ipsec_puppet_vault_hooks.tests.functional._strongswan import Lab, Site
 from verifier.protocol import RevocationEvent
 
 
@@ -38,119 +38,66 @@ def _event(node_uuid: str) -> RevocationEvent:
     )
 
 
-class StrongswanRevocationTest(base.BaseTestCase):
-    """One lab (three charons) for the class; see the module docstring."""
-
+class _LabTest(base.BaseTestCase):
+    spokes = 1
     lab: Lab
-    uuids: dict[int, str]
-    serials: dict[int, int]
-    pki: str
-    peers_dir: str
+    site: Site
 
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
-        cls.lab = Lab(spokes=2)
+        cls.lab = Lab(spokes=cls.spokes)
         cls.addClassCleanup(cls.lab.close)
         cls.lab.start()
-        cls.pki = os.path.join(cls.lab.workdir, "pki")
-        cls.peers_dir = os.path.join(cls.lab.workdir, "peers")
-        os.makedirs(cls.peers_dir)
-        ca = CertificateAuthority.create(cls.pki, "Trusted Cloud IPsec test CA")
-        key, cert = ca.issue("hub", [])
-        hub_cert = os.path.join(cls.pki, "hub.pem")
-        with open(hub_cert, "wb") as f:
-            f.write(cert)
-        cls.lab.charons["hub"].load_identity(ca.cert_pem, cert, key)
-        cls.uuids, cls.serials, initial = {}, {}, []
-        for i in (1, 2):
-            node_uuid = cls.uuids[i] = str(uuid.uuid4())
-            key, cert = ca.issue(node_uuid, [])
-            cls.serials[i] = x509.load_pem_x509_certificate(cert).serial_number
-            with open(os.path.join(cls.peers_dir, f"{node_uuid}.pem"), "wb") as f:
-                f.write(cert)
-            cls.lab.charons[f"node{i}"].load_identity(ca.cert_pem, cert, key)
-            cls._load_node_conn(i, cert)
-            mapping = {
-                "connection": f"node{i}",
-                "certificate": f"{node_uuid}.pem",
-                "swanctl": cls._hub_conn(i, hub_cert),
-            }
-            with open(os.path.join(cls.peers_dir, f"{node_uuid}.json"), "w") as f:
-                json.dump(mapping, f)
-            initial.append((f"node{i}", mapping["swanctl"]))
-        # The hub's configuration, as provisioning would write it (the
-        # same renderer the action regenerates it with), loaded by swanctl.
-        cls.initial_conf = os.path.join(cls.lab.workdir, "initial.conf")
-        with open(cls.initial_conf, "w") as f:
-            f.write(render_swanctl(initial))
-        cls.lab.swanctl("hub", "--load-conns", "--file", cls.initial_conf)
+        cls.site = Site(cls.lab)
+        cls.site.load_hub()
 
-    @classmethod
-    def _hub_conn(cls, i: int, hub_cert: str) -> dict[str, Any]:
-        return {
-            "version": 2,
-            "local_addrs": cls.lab.hub_outer(i),
-            "remote_addrs": cls.lab.node_outer(i),
-            "encap": True,
-            "local": {"auth": "pubkey", "certs": hub_cert, "id": "CN=hub"},
-            "remote": {"auth": "pubkey", "id": f"CN={cls.uuids[i]}"},
-            "children": {
-                f"node{i}": {
-                    "local_ts": f"{cls.lab.HUB_INNER}/32",
-                    "remote_ts": f"{cls.lab.node_inner(i)}/32",
-                }
-            },
-        }
-
-    @classmethod
-    def _load_node_conn(cls, i: int, cert: bytes) -> None:
-        conn = {
-            "version": "2",
-            "local_addrs": [cls.lab.node_outer(i)],
-            "remote_addrs": [cls.lab.hub_outer(i)],
-            "encap": "yes",
-            "local": {"auth": "pubkey", "certs": [cert], "id": f"CN={cls.uuids[i]}"},
-            "remote": {"auth": "pubkey", "id": "CN=hub"},
-            "children": {
-                "hub": {
-                    "local_ts": [f"{cls.lab.node_inner(i)}/32"],
-                    "remote_ts": [f"{cls.lab.HUB_INNER}/32"],
-                }
-            },
-        }
-        with cls.lab.charons[f"node{i}"].session() as s:
-            s.load_conn({"hub": conn})
-
-    def _action(self, **overrides: Any) -> IpsecAction:
+    def _conf(self, **overrides: Any) -> cfg.ConfigOpts:
         conf = cfg.ConfigOpts()
-        action = IpsecAction(conf)
-        settings = {
-            "vici_socket": self.lab.charons["hub"].vici_socket,
-            "peers_dir": self.peers_dir,
-            "ca_cert": os.path.join(self.pki, "ca.pem"),
-            "ca_key": os.path.join(self.pki, "ca-key.pem"),
-            "crl_file": os.path.join(self.lab.workdir, "revoked.crl"),
-            "swanctl_conf": os.path.join(self.lab.workdir, "trusted-peers.conf"),
-            "terminate_timeout": 3000,
-        }
-        settings.update(overrides)
-        for name, value in settings.items():
+        IpsecAction(conf)  # registers [action_ipsec]
+        for name, value in {**self.site.action_settings(), **overrides}.items():
             conf.set_override(name, value, group="action_ipsec")
-        conf([])
-        return action
+        return conf
 
-    def _child_bytes(self, charon: str, ike: str) -> int:
-        sas = self.lab.charons[charon].ike_sas(ike)
+    def _up(self, i: int) -> None:
+        if not self.lab.charons[f"node{i}"].ike_sas("hub"):
+            self.lab.charons[f"node{i}"].initiate("hub")
+
+    def _esp_bytes(self, i: int) -> int:
+        sas = self.lab.charons["hub"].ike_sas(f"node{i}")
         return sum(
             int(child["bytes-in"])
             for sa in sas.values()
             for child in sa.get("child-sas", {}).values()
         )
 
-    def _up(self, i: int) -> None:
-        if not self.lab.charons[f"node{i}"].ike_sas("hub"):
-            self.lab.charons[f"node{i}"].initiate("hub")
+    def assert_tunnel_works(self, i: int) -> None:
+        self._up(i)
+        before = self._esp_bytes(i)
+        self.assertTrue(self.lab.ping(i), f"node{i} cannot ping the hub")
+        self.assertGreater(self._esp_bytes(i), before, "the ping bypassed ESP")
+
+    def assert_refused_as_revoked(self, i: int) -> None:
+        hub = self.lab.charons["hub"]
+        self.assertRaises(
+            vici.exception.CommandException,
+            self.lab.charons[f"node{i}"].initiate,
+            "hub",
+        )
+        self.assertIn("certificate was revoked", hub.log_text())
+        self.assertEqual({}, hub.ike_sas(f"node{i}"))
+        self.assertFalse(self.lab.ping(i))
+
+
+class StrongswanRevocationTest(_LabTest):
+    """Hub and two nodes; node 1 is revoked, node 2 must not notice."""
+
+    spokes = 2
+
+    def _action(self, **overrides: Any) -> IpsecAction:
+        conf = self._conf(**overrides)
+        conf([])
+        return IpsecAction(conf)
 
     def test_unknown_node_changes_nothing(self) -> None:
         hub = self.lab.charons["hub"]
@@ -161,62 +108,99 @@ class StrongswanRevocationTest(base.BaseTestCase):
         self.assertEqual(before, hub.conns())
 
     def test_revocation_cuts_off_only_the_revoked_node(self) -> None:
-        hub = self.lab.charons["hub"]
-        # Before: both tunnels up, pings cross them (ESP byte counters grow).
+        hub, site = self.lab.charons["hub"], self.site
         for i in (1, 2):
-            self._up(i)
-            self.assertTrue(self.lab.ping(i), f"node{i} cannot ping the hub")
-            self.assertGreater(self._child_bytes("hub", f"node{i}"), 0)
+            self.assert_tunnel_works(i)
         node2_sa = set(hub.ike_sas("node2"))
         self.assertEqual(1, len(node2_sa))
 
-        started = time.monotonic()
-        self._action().handle(_event(self.uuids[1]))
-        self.elapsed = time.monotonic() - started
+        self._action().handle(_event(site.uuids[1]))
 
         # Node 1 is cut off on both ends and its tunnel carries nothing.
         self.assertEqual({}, hub.ike_sas("node1"))
         self.assertEqual({}, self.lab.charons["node1"].ike_sas("hub"))
         self.assertNotIn("node1", hub.conns())
         self.assertFalse(self.lab.ping(1))
-        # Node 2 keeps the very same SA and its pings still cross.
+        # Node 2 keeps the very same SA and its pings still cross it.
         self.assertEqual(node2_sa, set(hub.ike_sas("node2")))
-        self.assertTrue(self.lab.ping(2))
+        self.assert_tunnel_works(2)
         # The CRL lists node 1's serial only, and charon holds it.
-        crl = crl_mod.load_crl(os.path.join(self.lab.workdir, "revoked.crl"))
+        crl = crl_mod.load_crl(site.crl_file)
         assert crl is not None
-        self.assertEqual([self.serials[1]], [r.serial_number for r in crl])
+        self.assertEqual([site.serials[1]], [r.serial_number for r in crl])
         with hub.session() as s:
-            crls = list(s.list_certs({"type": "x509crl"}))
-        self.assertEqual(1, len(crls))
+            self.assertEqual(1, len(list(s.list_certs({"type": "x509crl"}))))
 
-        # The regenerated configuration keeps node 2 only; swanctl loads it.
-        conf_path = os.path.join(self.lab.workdir, "trusted-peers.conf")
-        self.lab.swanctl("hub", "--load-conns", "--file", conf_path)
+        # What a reboot does: swanctl --load-all loads the regenerated
+        # configuration (node 2 only) and the CRL; node 2's SA survives.
+        site.load_hub()
         self.assertEqual({"node2"}, hub.conns())
         self.assertEqual(node2_sa, set(hub.ike_sas("node2")))
 
-        # Even with its old connection restored on the hub, node 1 cannot
-        # come back: the hub rejects its certificate as revoked.
-        self.lab.swanctl("hub", "--load-conns", "--file", self.initial_conf)
+        # Even with its old connection restored, node 1 cannot come back.
+        self.lab.swanctl("hub", "--load-conns", "--file", site.initial_conf)
         self.assertEqual({"node1", "node2"}, hub.conns())
-        self.assertRaises(
-            vici.exception.CommandException,
-            self.lab.charons["node1"].initiate,
-            "hub",
-        )
-        self.assertIn("certificate was revoked", hub.log_text())
-        self.assertEqual({}, hub.ike_sas("node1"))
-        self.assertFalse(self.lab.ping(1))
+        self.assert_refused_as_revoked(1)
 
         # A second delivery changes nothing and succeeds (it unloads the
         # restored connection again, as the first one did).
-        crl_file = os.path.join(self.lab.workdir, "revoked.crl")
-        with open(crl_file, "rb") as f:
+        with open(site.crl_file, "rb") as f:
             crl_bytes = f.read()
-        self._action().handle(_event(self.uuids[1]))
-        with open(crl_file, "rb") as f:
+        self._action().handle(_event(site.uuids[1]))
+        with open(site.crl_file, "rb") as f:
             self.assertEqual(crl_bytes, f.read())
         self.assertEqual({"node2"}, hub.conns())
         self.assertEqual(node2_sa, set(hub.ike_sas("node2")))
-        self.assertTrue(self.lab.ping(2))
+        self.assert_tunnel_works(2)
+
+
+class StrongswanCharonDownTest(_LabTest):
+    """The revocation arrives through the real consumer while the hub's
+    charon is down; the consumer retries and nothing is lost."""
+
+    def test_charon_down_is_retried_until_it_is_back(self) -> None:
+        hub, site = self.lab.charons["hub"], self.site
+        self.assert_tunnel_works(1)
+        logger = self.useFixture(fixtures.FakeLogger(level=logging.WARNING))
+        key = ed25519.Ed25519PrivateKey.generate()
+        pub = os.path.join(self.lab.workdir, "verifier-pub.pem")
+        with open(pub, "wb") as f:
+            f.write(
+                key.public_key().public_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PublicFormat.SubjectPublicKeyInfo,
+                )
+            )
+        conf = self._conf()
+        hooks_conf.register_opts(conf)
+        conf.set_override("actions", ["ipsec"], group="revocation_hooks")
+        conf.set_override("verifier_public_key", pub, group="revocation_hooks")
+        conf.set_override("max_attempts", 3, group="revocation_hooks")
+        conf([])
+        hub.stop()
+        sleeps: list[float] = []
+
+        def charon_comes_back(delay: float) -> None:
+            # Between the consumer's first and second attempt: charon
+            # restarts and loads its configuration as at boot. The CRL the
+            # failed attempt wrote is already in x509crl/, so node 1 is
+            # refused even before the retry runs.
+            sleeps.append(delay)
+            if len(sleeps) == 1:
+                hub.start()
+                site.load_hub()
+                self.assertIn("node1", hub.conns())
+                self.assert_refused_as_revoked(1)
+
+        consumer = Consumer.from_conf(conf, sleep=charon_comes_back)
+        result = consumer.consume(_event(site.uuids[1]).sign(key).to_dict())
+
+        self.assertTrue(result.acked)
+        self.assertEqual((), result.dead_lettered)
+        self.assertEqual(1, len(sleeps))
+        self.assertIn("cannot reach charon at", logger.output)
+        self.assertEqual(set(), hub.conns())
+        self.assertEqual({}, hub.ike_sas())
+        with open(site.swanctl_conf) as f:
+            self.assertNotIn("node1", f.read())
+        self.assert_refused_as_revoked(1)
