@@ -252,12 +252,14 @@ class Lab:
             self.charons[name] = Charon(netns, workdir)
             self.charons[name].start()
 
-    def ping(self, i: int) -> bool:
-        """Whether node ``i`` gets an answer from the hub's inner address,
-        sent from its own inner address (so only through the tunnel)."""
+    def ping(self, i: int, wait: int = 3) -> bool:
+        """Whether node ``i`` gets an answer from the hub's inner address
+        within ``wait`` seconds, sent from its own inner address (so only
+        through the tunnel)."""
         result = run(
             "ip", "netns", "exec", self.netns[f"node{i}"], "ping", "-c", "1",
-            "-W", "2", "-I", self.node_inner(i), self.HUB_INNER, check=False,
+            "-W", str(wait), "-I", self.node_inner(i), self.HUB_INNER,
+            check=False,
         )  # fmt: skip
         return result.returncode == 0
 

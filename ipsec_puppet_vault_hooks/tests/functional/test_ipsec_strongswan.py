@@ -86,7 +86,7 @@ class _LabTest(base.BaseTestCase):
         )
         self.assertIn("certificate was revoked", hub.log_text())
         self.assertEqual({}, hub.ike_sas(f"node{i}"))
-        self.assertFalse(self.lab.ping(i))
+        self.assertFalse(self.lab.ping(i, wait=1))
 
 
 class StrongswanRevocationTest(_LabTest):
@@ -120,7 +120,7 @@ class StrongswanRevocationTest(_LabTest):
         self.assertEqual({}, hub.ike_sas("node1"))
         self.assertEqual({}, self.lab.charons["node1"].ike_sas("hub"))
         self.assertNotIn("node1", hub.conns())
-        self.assertFalse(self.lab.ping(1))
+        self.assertFalse(self.lab.ping(1, wait=1))
         # Node 2 keeps the very same SA and its pings still cross it.
         self.assertEqual(node2_sa, set(hub.ike_sas("node2")))
         self.assert_tunnel_works(2)
@@ -204,3 +204,20 @@ class StrongswanCharonDownTest(_LabTest):
         with open(site.swanctl_conf) as f:
             self.assertNotIn("node1", f.read())
         self.assert_refused_as_revoked(1)
+
+
+class StrongswanSilentNodeTest(_LabTest):
+    """A compromised node may never answer the hub's DELETE."""
+
+    def test_node_that_ignores_delete_is_still_cut_off(self) -> None:
+        hub, node = self.lab.charons["hub"], self.lab.charons["node1"]
+        self.assert_tunnel_works(1)
+        assert node.proc is not None
+        node.proc.kill()  # gone without a word: no DELETE answered
+        node.proc.wait(timeout=10)
+        self.assertEqual(1, len(hub.ike_sas("node1")))
+        conf = self._conf(terminate_timeout=500)
+        conf([])
+        IpsecAction(conf).handle(_event(self.site.uuids[1]))
+        self.assertEqual({}, hub.ike_sas("node1"))
+        self.assertEqual(set(), hub.conns())
