@@ -145,7 +145,14 @@ class IpsecAction(Action):
                 # a failure after the timeout, yet the forced SA is gone:
                 # what counts is whether any SA is left, checked below.
                 errors.append(f"IKE SA {ike_id}: {exc}")
-            LOG.warning("Terminated IKE SA %s of %s", ike_id, peer.connection)
+                LOG.warning(
+                    "IKE SA %s of %s: no answer to DELETE, dropped (%s)",
+                    ike_id,
+                    peer.connection,
+                    exc,
+                )
+            else:
+                LOG.warning("Terminated IKE SA %s of %s", ike_id, peer.connection)
         left = [
             sa
             for entry in session.list_sas({"ike": peer.connection})
