@@ -98,7 +98,7 @@ class IpsecAction(Action):
                 opts.crl_file,
             )
         with self._session(event) as session:
-            self._apply(session, peer, crl_pem)
+            self._apply(session, event, peer, crl_pem)
         if opts.swanctl_conf:
             self._regenerate(event)
 
@@ -118,7 +118,13 @@ class IpsecAction(Action):
         finally:
             sock.close()
 
-    def _apply(self, session: vici.Session, peer: peers_mod.Peer, crl: bytes) -> None:
+    def _apply(
+        self,
+        session: vici.Session,
+        event: RevocationEvent,
+        peer: peers_mod.Peer,
+        crl: bytes,
+    ) -> None:
         session.load_cert({"type": "x509crl", "flag": "none", "data": crl})
         session.flush_certs({"type": "x509crl"})
         loaded = {_text(n) for n in session.get_conns().get("conns", [])}
@@ -159,9 +165,10 @@ class IpsecAction(Action):
             for sa in entry.values()
         ]
         if left:
-            raise RuntimeError(
+            raise self._fail(
+                event,
                 f"{len(left)} IKE SA(s) of {peer.connection} left after "
-                f"terminate: {'; '.join(errors) or 'no error reported'}"
+                f"terminate: {'; '.join(errors) or 'no error reported'}",
             )
 
     def _regenerate(self, event: RevocationEvent) -> None:
