@@ -32,6 +32,17 @@ class OptsTestCase(base.BaseTestCase):
                     "state_dir",
                 },
                 "action_log": {"record_file"},
+                "action_ipsec": {
+                    "vici_socket",
+                    "vici_timeout",
+                    "terminate_timeout",
+                    "peers_dir",
+                    "ca_cert",
+                    "ca_key",
+                    "crl_file",
+                    "crl_lifetime",
+                    "swanctl_conf",
+                },
             },
             groups,
         )
