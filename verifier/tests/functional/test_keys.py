@@ -12,6 +12,7 @@ is locked out everywhere and the others carry on.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import shutil
@@ -25,10 +26,11 @@ import requests
 import testtools
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from node_agent.keyclient import KeyClient, KeyServiceError
 from verifier.protocol import PcrPolicy
-from verifier.protocol.lkh import LkhError, LkhMember, RekeyMessage, Welcome
+from verifier.protocol.lkh import LkhError
 from verifier.protocol.merkle import BlockVerifier, seal
-from verifier.protocol.regression import ReaderState, RegressionError
+from verifier.protocol.regression import RegressionError
 from verifier.testing.cluster import PCR, LocalCluster, free_port, wait_until
 from verifier.testing.keyservice import capability_sections, start_keyservice
 from verifier.tests.functional._fixtures import Http
@@ -112,8 +114,6 @@ class KeysEndToEndTest(testtools.TestCase):
 
     @classmethod
     def _enrol_all(cls) -> None:
-        import asyncio
-
         tenant = cls.cluster.tenant()
         policy = PcrPolicy.from_dict({"pcrs": {str(PCR): [cls.cluster.good_pcr_hex()]}})
         http = Http(cls.cluster)
@@ -297,41 +297,28 @@ class KeysEndToEndTest(testtools.TestCase):
 
     # -- group keys and filegroups ----------------------------------------------
 
-    def _join(self, node: Any, gid: str) -> LkhMember:
-        r = self.as_node(
-            node,
-            "POST",
-            f"/v1/groups/{gid}/join",
-            self.token(node, f"group:{gid}", "j"),
+    def client(self, node: Any) -> KeyClient:
+        return KeyClient(
+            node.uuid,
+            self.cluster.verifier_url,
+            self.ks_url,
+            (
+                self.cluster.pki_file("agent.pem"),
+                self.cluster.pki_file("agent-key.pem"),
+            ),
+            (
+                os.path.join(node.work_dir, "identity.pem"),
+                os.path.join(node.work_dir, "identity-key.pem"),
+            ),
+            self.cluster.pki_file("ca.pem"),
         )
-        self.assertEqual(200, r.status_code, r.text)
-        pem = self.tenant_ks("GET", "/v1/signing-key").text.encode()
-        from cryptography.hazmat.primitives import serialization
 
-        controller = serialization.load_pem_public_key(pem)
-        assert isinstance(controller, ed25519.Ed25519PublicKey)
-        return LkhMember(Welcome.from_dict(r.json()), controller)
-
-    def _catch_up(self, node: Any, member: LkhMember) -> bytes:
-        r = self.as_node(
-            node, "GET", f"/v1/groups/{member.group}/rekey?since={member.epoch}", None
-        )
-        self.assertEqual(200, r.status_code, r.text)
-        for raw in r.json()["messages"]:
-            member.apply(RekeyMessage.from_bytes(base64.b64decode(raw)))
-        return member.group_key()
-
-    def _filegroup_state(self, node: Any, fg: str) -> ReaderState:
-        token = self.token(node, f"filegroup:{fg}", "r")
-        r = self.as_node(node, "GET", f"/v1/filegroups/{fg}/state", token)
-        self.assertEqual(200, r.status_code, r.text)
-        d = r.json()
-        return ReaderState(
-            d["group"],
-            d["version"],
-            base64.b64decode(d["state"]),
-            base64.b64decode(d["check"]),
-        )
+    def arun(self, coro):  # type: ignore[no-untyped-def]
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(coro)
+        finally:
+            loop.close()
 
     def test_revocation_rekeys_group_and_rotates_filegroup(self) -> None:
         a, b, victim = (
@@ -339,30 +326,37 @@ class KeysEndToEndTest(testtools.TestCase):
             self.cluster.nodes[1],
             self.cluster.nodes[2],
         )
-        members = {n.uuid: self._join(n, "web") for n in (a, b, victim)}
-        keys = {
-            u: self._catch_up(n, members[u])
-            for u, n in ((a.uuid, a), (b.uuid, b), (victim.uuid, victim))
-        }
+        clients = {n.uuid: self.client(n) for n in (a, b, victim)}
+        groups = {u: self.arun(c.join("web")) for u, c in clients.items()}
+        keys = {u: self.arun(clients[u].follow(g)) for u, g in groups.items()}
         self.assertEqual(
             1, len(set(keys.values())), "members disagree on the group key"
         )
         writer = ed25519.Ed25519PrivateKey.generate()
-        states = {n.uuid: self._filegroup_state(n, "docs") for n in (a, victim)}
+        states = {
+            n.uuid: self.arun(clients[n.uuid].filegroup_state("docs"))
+            for n in (a, victim)
+        }
         old = seal("report", os.urandom(3 * 4096 + 7), 0, states[a.uuid].key(0), writer)
 
-        latency = self.revoke(victim)
-        self.assertLess(latency, 15)
-        new_a = self._catch_up(a, members[a.uuid])
-        new_b = self._catch_up(b, members[b.uuid])
+        self.revoke(victim)
+        new_a = self.arun(clients[a.uuid].follow(groups[a.uuid]))
+        new_b = self.arun(clients[b.uuid].follow(groups[b.uuid]))
         self.assertEqual(new_a, new_b)
         self.assertNotEqual(keys[a.uuid], new_a)
-        err = self.assertRaises(LkhError, self._catch_up, victim, members[victim.uuid])
+        err = self.assertRaises(
+            LkhError, self.arun, clients[victim.uuid].follow(groups[victim.uuid])
+        )
         self.assertEqual("evicted", err.reason)
-        join = self.capability(victim, "group:web", "j")
-        self.assertEqual(409, join.status_code, join.text)
+        self.assertEqual(
+            keys[victim.uuid], groups[victim.uuid].key
+        )  # stuck on the old key
+        refused = self.assertRaises(
+            KeyServiceError, self.arun, clients[victim.uuid].join("web")
+        )
+        self.assertEqual("not_attested", refused.code)
 
-        fresh = self._filegroup_state(a, "docs")
+        fresh = self.arun(clients[a.uuid].filegroup_state("docs"))
         self.assertEqual(1, fresh.version)
         new = seal("minutes", b"written after the revocation", 1, fresh.key(1), writer)
         verifier = BlockVerifier(writer.public_key())
@@ -374,6 +368,12 @@ class KeysEndToEndTest(testtools.TestCase):
                 )  # fmt: skip
         revoked = states[victim.uuid]
         self.assertRaises(RegressionError, revoked.key, new.header.version)
-        self.assertEqual(
-            409, self.capability(victim, "filegroup:docs", "r").status_code
+        refused = self.assertRaises(
+            KeyServiceError, self.arun, clients[victim.uuid].filegroup_state("docs")
         )
+        self.assertEqual(409, refused.status)
+
+    def test_node_key_client_fetches_a_secret(self) -> None:
+        node = self.cluster.nodes[1]
+        self.put_secret("for-client", b"hello")
+        self.assertEqual(b"hello", self.arun(self.client(node).secret("for-client")))
