@@ -111,6 +111,18 @@ class KeyServiceTest(testtools.TestCase):
         again = self._service()  # the seed and version are durable
         self.assertEqual(1, again._filegroups["fg"].version)
 
+    def test_member_too_far_behind_is_told_to_resync(self) -> None:
+        welcome = self.svc.join("g", _token(self.a, "group:g", "j"), None)
+        for _ in range(1030):  # more changes than the service keeps
+            node = str(uuid.uuid4())
+            self.svc.join("g", _token(node, "group:g", "j"), None)
+        err = self.assertRaises(
+            RequestError, self.svc.rekey_messages, "g", welcome.epoch
+        )
+        self.assertEqual(("resync", 409), (err.code, err.status))
+        again = self.svc.join("g", _token(self.a, "group:g", "j"), None)
+        self.assertEqual(self.svc.group_epoch("g"), again.epoch)
+
     def test_join_needs_the_join_right(self) -> None:
         err = self.assertRaises(
             RequestError, self.svc.join, "g", _token(self.a, "group:g", "r"), None
