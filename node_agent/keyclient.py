@@ -15,8 +15,9 @@ import ssl
 from typing import Any
 
 import aiohttp
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from node_agent.exceptions import NodeAgentError
 from verifier.protocol.lkh import LkhError, LkhMember, RekeyMessage, Welcome
@@ -53,6 +54,13 @@ class GroupKey:
     @property
     def key(self) -> bytes:
         return self.member.group_key()
+
+    def derive(self, purpose: str, length: int = 32) -> bytes:
+        """A key for one use of the group key (e.g. ``ipsec-psk`` for a
+        tenant-wide IPsec pre-shared key), bound to the group and epoch so
+        it changes with every rekey."""
+        info = f"tc-lkh|{self.group}|{self.member.epoch}|{purpose}".encode()
+        return HKDF(hashes.SHA256(), length, None, info).derive(self.key)
 
 
 class KeyClient:

@@ -344,6 +344,9 @@ class KeysEndToEndTest(testtools.TestCase):
         new_b = self.arun(clients[b.uuid].follow(groups[b.uuid]))
         self.assertEqual(new_a, new_b)
         self.assertNotEqual(keys[a.uuid], new_a)
+        psk = groups[a.uuid].derive("ipsec-psk")  # e.g. a tenant-wide IPsec PSK
+        self.assertEqual(psk, groups[b.uuid].derive("ipsec-psk"))
+        self.assertNotEqual(psk, groups[victim.uuid].derive("ipsec-psk"))
         err = self.assertRaises(
             LkhError, self.arun, clients[victim.uuid].follow(groups[victim.uuid])
         )
