@@ -134,7 +134,8 @@ class KeyService:
                 "event_signature", "revocation event not signed by a trusted key", 403
             )
         node = event.node_uuid
-        if event.id in self._handled:
+        if event.id in self._handled:  # write again: a failed write is retried
+            self._save()
             return {"node": node, "epoch": self.checker.epoch(node), "duplicate": True}
         epoch = self.checker.bump(node)
         groups = [g for g, tree in self._groups.items() if node in tree]

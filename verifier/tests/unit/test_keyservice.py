@@ -53,6 +53,18 @@ class KeyServiceTest(testtools.TestCase):
         self.assertTrue(self.svc.revoke(event)["duplicate"])
         self.assertEqual(1, self.svc.checker.epoch(self.a))
 
+    def test_redelivery_after_a_failed_state_write_persists_the_epoch(self) -> None:
+        event = _event(self.a)
+        real_file, self.svc._state_file = (
+            self.svc._state_file,
+            "/nonexistent/dir/ks.json",
+        )
+        self.assertRaises(OSError, self.svc.revoke, event)
+        self.assertEqual(1, self.svc.checker.epoch(self.a))  # effective at once
+        self.svc._state_file = real_file
+        self.assertTrue(self.svc.revoke(event)["duplicate"])
+        self.assertEqual(1, self._service().checker.epoch(self.a))
+
     def test_event_from_an_unknown_key_is_rejected(self) -> None:
         rogue = RevocationEvent(str(uuid.uuid4()), self.a, "x", "y", "z")
         signed = rogue.sign(ed25519.Ed25519PrivateKey.generate()).to_dict()
