@@ -9,14 +9,19 @@ the cluster, so :meth:`LocalCluster.stop` stops it too.
 from __future__ import annotations
 
 import os
+from typing import Any
 
+from verifier.api.verifier_app import public_pem
 from verifier.ca import CertificateAuthority
+from verifier.cmd.verifier import load_signing_key
 from verifier.testing.cluster import LocalCluster, _script, _write_conf, wait_port
 
 __all__ = ["capability_sections", "start_keyservice"]
 
 
-def capability_sections(cluster_dir: str, keyservice_port: int) -> dict[str, dict]:  # type: ignore[type-arg]
+def capability_sections(
+    cluster_dir: str, keyservice_port: int
+) -> dict[str, dict[str, Any]]:
     """The verifier's ``[capabilities]`` section for a key service on
     ``keyservice_port`` (pass as ``LocalCluster(verifier_sections=...)``)."""
     return {
@@ -42,9 +47,6 @@ def start_keyservice(cluster: LocalCluster, port: int) -> str:
         ):
             with open(path, "rb") as f:
                 out.write(f.read())
-    from verifier.api.verifier_app import public_pem
-    from verifier.cmd.verifier import load_signing_key
-
     event_key = load_signing_key(os.path.join(cluster.workdir, "event-signing-key.pem"))
     event_pub = os.path.join(cluster.workdir, "event-signing-public.pem")
     with open(event_pub, "w", encoding="utf-8") as f:
