@@ -17,6 +17,9 @@ lint: deps
 bench: deps
 	.venv/bin/python tools/bench/quote_verify.py
 	.venv/bin/python tools/bench/bootstrap.py
+	.venv/bin/python tools/bench/rekey.py
+	.venv/bin/python tools/bench/blocks.py
+	.venv/bin/python tools/bench/capability.py
 
 clean:
 	rm -rf .demo .stestr

@@ -9,6 +9,8 @@
 ``GET /v1/signing-key``            the event-signing public key (PEM)
 ``/v1/policies/...``               runtime and measured-boot policies
                                    (:mod:`verifier.api.policies_app`)
+``POST /v1/nodes/{uuid}/capabilities``  a capability ``{object, rights}`` for
+                                   an attested node (see verifier.attest.grants)
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from verifier.api import (
 )
 from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.attest import Verifier
+from verifier.attest.grants import CapabilityIssuer
 from verifier.exceptions import RequestError
 from verifier.protocol import PcrPolicy, canonical_uuid
 from verifier.protocol.shares import KEY_BYTES
 
 _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
+_ISSUER = web.AppKey("issuer", CapabilityIssuer)
 
 
 @allow("tenant")
@@ -102,6 +106,22 @@ async def _events(request: web.Request) -> web.Response:
     return json_response({"events": request.app[_KEY].outbox.list(node)})
 
 
+@allow("tenant", "capability")
+async def _capability(request: web.Request) -> web.Response:
+    issuer = request.app.get(_ISSUER)
+    if issuer is None:
+        raise RequestError(
+            "not_configured", "capabilities are off ([capabilities] key_file)", 501
+        )
+    data = await read_json(request)
+    obj, rights = data.get("object"), data.get("rights")
+    if not isinstance(obj, str) or not isinstance(rights, str):
+        raise RequestError("bad_field", "'object' and 'rights' must be strings")
+    cap = issuer.issue(request.match_info["uuid"], obj, rights)
+    body = {"token": cap.to_token(), "expiry": cap.expiry, "epoch": cap.epoch}
+    return json_response(body, status=201)
+
+
 async def _signing_key(request: web.Request) -> web.Response:
     return web.Response(text=request.app[_PEM], content_type="application/x-pem-file")
 
@@ -111,6 +131,7 @@ def make_app(
     signing_public_pem: str,
     roles: Mapping[str, Collection[str]] | None = None,
     policy_max_bytes: int = 64 << 20,
+    issuer: CapabilityIssuer | None = None,
 ) -> web.Application:
     """The verifier's aiohttp application.
 
@@ -120,6 +141,7 @@ def make_app(
         roles: role (``tenant``) -> client certificate common names; None
             disables the check (tests without TLS).
         policy_max_bytes: the largest policy upload accepted.
+        issuer: issues capabilities to attested nodes (None: off).
     """
     middlewares = [error_middleware]
     if roles is not None:
@@ -127,11 +149,14 @@ def make_app(
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = verifier
     app[_PEM] = signing_public_pem
+    if issuer is not None:
+        app[_ISSUER] = issuer
     app.router.add_post("/v1/nodes", _enrol)
     app.router.add_get("/v1/nodes", _list)
     app.router.add_get("/v1/nodes/{uuid}", _get)
     app.router.add_delete("/v1/nodes/{uuid}", _delete)
     app.router.add_post("/v1/nodes/{uuid}/revoke", _revoke)
+    app.router.add_post("/v1/nodes/{uuid}/capabilities", _capability)
     app.router.add_get("/v1/events", _events)
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)

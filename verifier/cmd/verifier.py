@@ -11,11 +11,13 @@ from oslo_config import cfg
 from verifier import db, tlsutil
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
+from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.ownership import make_ownership
 from verifier.attest.policies import PolicyStore, VerifyingKey
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
 from verifier.exceptions import ConfigError
+from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
 
 
@@ -103,12 +105,18 @@ def main(argv: list[str] | None = None) -> int:
     async def _main() -> None:
         verifier, pem = build(conf)
         ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
+        caps = conf.capabilities
+        issuer = None
+        if caps.key_file:
+            issuer = CapabilityIssuer(verifier, load_mac_key(caps.key_file), caps.ttl)
+        roles = {"tenant": group.tenant_clients, "capability": caps.clients}
         await _service.serve(
             make_app(
                 verifier,
                 pem,
-                {"tenant": group.tenant_clients},
-                group.policy_max_bytes,
+                roles,
+                issuer=issuer,
+                policy_max_bytes=group.policy_max_bytes,
             ),
             group.host,
             group.port,

@@ -145,6 +145,8 @@ class LocalCluster:
         evidence: each node gets a soft firmware and kernel
             (:class:`SoftKernel`) writing a UEFI event log and an IMA list
             that its agent sends when the verifier asks.
+        verifier_sections: more sections of the verifier's configuration
+            (e.g. ``capabilities``).
     """
 
     def __init__(
@@ -159,6 +161,7 @@ class LocalCluster:
         verifiers: int = 1,
         database_url: str | None = None,
         evidence: bool = False,
+        verifier_sections: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
         self.n_nodes = nodes
@@ -167,6 +170,7 @@ class LocalCluster:
         self.notifiers = list(notifiers)
         self.debug = log_level == "DEBUG"
         self.verifier_options = dict(verifier_options or {})
+        self.verifier_sections = dict(verifier_sections or {})
         self.pki = os.path.join(self.workdir, "pki")
         self.localca = os.path.join(self.workdir, "swtpm-localca")
         self.nodes: list[NodeHandle] = []
@@ -332,6 +336,7 @@ class LocalCluster:
                 },
                 "revocation_hooks": {"actions": ["log"], "retry_delay": 0.1},
                 "action_log": {"record_file": self.hook_record},
+                **self.verifier_sections,
             },
         )
         log = os.path.join(self.workdir, f"{name}.out")

@@ -1,0 +1,61 @@
+"""Capabilities for attested nodes (the verifier's side of Snapdragon).
+
+The verifier MACs a short-lived capability for a node only while that node
+is attested. Its epoch is the number of revocation events the verifier has
+emitted for the node, which is exactly how many times the key service has
+bumped the node's epoch once those events were delivered, so a capability
+issued after a re-attestation is honoured and every older one is not.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from verifier.attest.node import NodeState
+from verifier.attest.service import Verifier
+from verifier.exceptions import ConflictError
+from verifier.protocol.capability import Capability, issue
+
+__all__ = ["CapabilityIssuer"]
+
+
+class CapabilityIssuer:
+    """Issues capabilities to attested nodes.
+
+    Args:
+        verifier: whose node states and revocation events count.
+        key: the MAC key shared with the key service.
+        ttl: seconds a capability stays valid.
+        clock: wall clock (seconds).
+    """
+
+    def __init__(
+        self,
+        verifier: Verifier,
+        key: bytes,
+        ttl: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._verifier = verifier
+        self._key = key
+        self._ttl = ttl
+        self._clock = clock
+
+    def issue(self, uuid: str, obj: str, rights: str) -> Capability:
+        """A capability for ``uuid`` to use ``obj`` with ``rights``.
+
+        Raises:
+            NotFoundError: unknown node.
+            ConflictError: ``not_attested`` unless the node is attested now.
+            MalformedError: bad object or rights.
+        """
+        view = self._verifier.get(uuid)
+        if view.state != NodeState.ATTESTED:
+            raise ConflictError(
+                "not_attested", f"node {view.uuid} is {view.state}, not attested"
+            )
+        epoch = len(self._verifier.outbox.list(view.uuid))
+        expiry = int(self._clock()) + self._ttl
+        return issue(self._key, view.uuid, obj, rights, expiry, epoch, os.urandom(16))

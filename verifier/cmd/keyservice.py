@@ -1,0 +1,42 @@
+"""``trusted-keyservice``: secrets, group keys and filegroup keys behind
+capabilities issued by the verifier; revoked by the verifier's signed
+events."""
+
+from __future__ import annotations
+
+from verifier import tlsutil
+from verifier.api.verifier_app import public_pem
+from verifier.cmd import _service
+from verifier.cmd.verifier import load_signing_key
+from verifier.keyservice import KeyService, make_app
+from verifier.keyservice.keys import load_mac_key, load_public_key
+
+
+def main(argv: list[str] | None = None) -> int:
+    conf = _service.setup(argv, "trusted-keyservice")
+    group = conf.keyservice
+
+    async def _main() -> None:
+        _service.require(
+            group,
+            "cert_file",
+            "key_file",
+            "ca_file",
+            "capability_key_file",
+            "event_public_key_file",
+            "signing_key",
+        )
+        signing_key = load_signing_key(group.signing_key)
+        service = KeyService(
+            load_mac_key(group.capability_key_file),
+            [load_public_key(group.event_public_key_file)],
+            signing_key,
+            state_file=group.state_file,
+            degree=group.lkh_degree,
+        )
+        ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
+        roles = {"tenant": group.tenant_clients, "verifier": group.verifier_clients}
+        app = make_app(service, public_pem(signing_key.public_key()), roles)
+        await _service.serve(app, group.host, group.port, ctx)
+
+    return _service.run(_main)

@@ -1,0 +1,175 @@
+"""The key service's REST API (aiohttp, mTLS).
+
+Capabilities travel in ``Authorization: Capability <token>``; node requests
+must come with the node's identity certificate (CN = node UUID).
+
+``PUT  /v1/secrets/{name}``             tenant stores ``{secret (b64)}``
+``GET  /v1/secrets/{name}``             node, capability ``r`` on ``secret:{name}``
+``POST /v1/groups/{gid}/join``          node, capability ``j`` on ``group:{gid}``
+``GET  /v1/groups/{gid}/rekey?since=N`` node: signed rekey messages after N
+``GET  /v1/filegroups/{fg}/state``      node, capability ``r`` on ``filegroup:{fg}``
+``POST /v1/revocations``                verifier: one signed revocation event
+``GET  /v1/signing-key``                the rekey-message signing key (PEM)
+``GET  /v1/stats``                      counters (accepted/rejected by reason)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+
+from aiohttp import web
+
+from verifier.api import (
+    allow,
+    authz_middleware,
+    b64,
+    b64_field,
+    error_middleware,
+    json_response,
+    peer_common_name,
+    read_json,
+)
+from verifier.exceptions import RequestError
+from verifier.keyservice.service import KeyService
+
+__all__ = ["make_app"]
+
+_KEY = web.AppKey("keyservice", KeyService)
+_PEM = web.AppKey("signing_pem", str)
+_CHECK_PEER = web.AppKey("check_peer", bool)
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+def _name(request: web.Request, field: str) -> str:
+    value = request.match_info[field]
+    if not _NAME.match(value):
+        raise RequestError("bad_name", f"{field} must match [A-Za-z0-9._-]{{1,128}}")
+    return value
+
+
+def _token(request: web.Request) -> str:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme != "Capability" or not token:
+        raise RequestError(
+            "capability_missing", "send 'Authorization: Capability <token>'", 401
+        )
+    return token
+
+
+def _peer(request: web.Request) -> str | None:
+    return peer_common_name(request) if request.app[_CHECK_PEER] else None
+
+
+@allow("tenant")
+async def _put_secret(request: web.Request) -> web.Response:
+    data = await read_json(request)
+    secret = b64_field(data, "secret", max_len=4096) or b""
+    request.app[_KEY].put_secret(_name(request, "name"), secret)
+    return web.Response(status=204)
+
+
+@allow("node")
+async def _get_secret(request: web.Request) -> web.Response:
+    svc = request.app[_KEY]
+    secret = svc.get_secret(_name(request, "name"), _token(request), _peer(request))
+    return json_response({"secret": b64(secret)})
+
+
+@allow("node")
+async def _join(request: web.Request) -> web.Response:
+    svc = request.app[_KEY]
+    welcome = svc.join(_name(request, "gid"), _token(request), _peer(request))
+    return json_response(welcome.to_dict())
+
+
+@allow("node")
+async def _rekey(request: web.Request) -> web.Response:
+    try:
+        since = int(request.query.get("since", "0"))
+    except ValueError:
+        raise RequestError("bad_field", "'since' must be an integer")
+    svc = request.app[_KEY]
+    gid = _name(request, "gid")
+    messages = svc.rekey_messages(gid, since)
+    return json_response(
+        {"epoch": svc.group_epoch(gid), "messages": [b64(m) for m in messages]}
+    )
+
+
+@allow("node")
+async def _filegroup(request: web.Request) -> web.Response:
+    svc = request.app[_KEY]
+    state = svc.filegroup_state(_name(request, "fg"), _token(request), _peer(request))
+    return json_response(
+        {
+            "group": state.group,
+            "version": state.version,
+            "state": b64(state.state),
+            "check": b64(state.check),
+        }
+    )
+
+
+@allow("verifier")
+async def _revocation(request: web.Request) -> web.Response:
+    return json_response(request.app[_KEY].revoke(await read_json(request)))
+
+
+async def _signing_key(request: web.Request) -> web.Response:
+    return web.Response(text=request.app[_PEM], content_type="application/x-pem-file")
+
+
+@allow("tenant", "verifier")
+async def _stats(request: web.Request) -> web.Response:
+    return json_response(request.app[_KEY].stats())
+
+
+def make_app(
+    service: KeyService,
+    signing_public_pem: str,
+    roles: Mapping[str, Collection[str]] | None = None,
+) -> web.Application:
+    """The key service's aiohttp application.
+
+    Args:
+        service: the state and rules.
+        signing_public_pem: the rekey-message signing key (served as is).
+        roles: ``tenant`` / ``verifier`` -> certificate CNs; None disables
+            role checks and peer binding (tests without TLS). Node routes
+            are open to any authenticated client: the capability, bound to
+            the client certificate's CN, decides.
+    """
+    middlewares = [error_middleware]
+    if roles is not None:
+        members = dict(roles)
+        members["node"] = _AnyName()
+        middlewares.append(authz_middleware(members))
+    app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
+    app[_KEY] = service
+    app[_PEM] = signing_public_pem
+    app[_CHECK_PEER] = roles is not None
+    app.router.add_put("/v1/secrets/{name}", _put_secret)
+    app.router.add_get("/v1/secrets/{name}", _get_secret)
+    app.router.add_post("/v1/groups/{gid}/join", _join)
+    app.router.add_get("/v1/groups/{gid}/rekey", _rekey)
+    app.router.add_get("/v1/filegroups/{fg}/state", _filegroup)
+    app.router.add_post("/v1/revocations", _revocation)
+    app.router.add_get("/v1/signing-key", _signing_key)
+    app.router.add_get("/v1/stats", _stats)
+    return app
+
+
+class _AnyName(Collection[str]):
+    """Every authenticated client may try node routes: the capability and
+    its binding to the client certificate's CN decide."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
