@@ -68,6 +68,12 @@ _OPTS = [
         help="This verifier's name in the coordination group (default: "
         "host name and process id).",
     ),
+    cfg.StrOpt(
+        "coordination_group",
+        default="trusted-verifiers",
+        help="The coordination group the verifiers sharing one database join "
+        "(two deployments sharing one coordination backend need two names).",
+    ),
     cfg.FloatOpt(
         "sync_interval",
         default=1.0,

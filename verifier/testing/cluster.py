@@ -181,6 +181,7 @@ class LocalCluster:
         self.database_url = database_url or f"sqlite:///{self.workdir}/verifier.sqlite"
         self.hook_record = os.path.join(self.workdir, "revocations.jsonl")
         self.evidence = evidence
+        self.coordination_group = f"trusted-verifiers-{uuid_mod.uuid4().hex[:12]}"
 
     # -- set-up -------------------------------------------------------------
 
@@ -323,6 +324,8 @@ class LocalCluster:
                     "port": self.verifier_ports[index],
                     "database_connection": self.database_url,
                     "member_id": name,
+                    # its own group: other clusters may share the backend
+                    "coordination_group": self.coordination_group,
                     "cert_file": self.pki_file("verifier.pem"),
                     "key_file": self.pki_file("verifier-key.pem"),
                     "ca_file": self.pki_file("ca.pem"),
