@@ -106,6 +106,19 @@ _OPTS = [
         min=0.05,
         help="Seconds between outbox delivery passes.",
     ),
+    cfg.FloatOpt(
+        "outbox_retry_delay",
+        default=1.0,
+        min=0.0,
+        help="Seconds before an event that a notifier failed to deliver is "
+        "tried again; doubled after each further failure.",
+    ),
+    cfg.FloatOpt(
+        "outbox_max_retry_delay",
+        default=60.0,
+        min=0.0,
+        help="Upper bound of the outbox retry back-off (seconds).",
+    ),
 ]
 
 
