@@ -154,6 +154,11 @@ class Outbox:
             return "; ".join(errors)
         return None
 
+    def close(self) -> None:
+        """Close every notifier's connections."""
+        for notifier in self._notifiers:
+            notifier.close()
+
     def list(self, node_uuid: str | None = None) -> list[dict[str, object]]:
         """Outbox entries (newest last) with their delivery state."""
         with Session(self._engine) as session:
