@@ -98,6 +98,11 @@ class PrivateRabbit:
         self.kill()
         raise RuntimeError(f"rabbitmq did not start in {timeout} s; see {self.log}")
 
+    @property
+    def running(self) -> bool:
+        """Whether the node process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
     def kill(self) -> None:
         """SIGKILL the node's process group (a crash, not a clean stop)."""
         if self._proc is not None and self._proc.poll() is None:

@@ -81,7 +81,9 @@ class Pipeline:
         return os.path.join(self.pki, name)
 
     # -- verifier side ------------------------------------------------------
-    def verifier_conf(self, notifiers: Sequence[str]) -> cfg.ConfigOpts:
+    def verifier_conf(
+        self, notifiers: Sequence[str], durable: bool = True
+    ) -> cfg.ConfigOpts:
         path = os.path.join(self.workdir, "verifier.conf")
         sections: dict[str, dict[str, Any]] = {
             "verifier": {
@@ -93,7 +95,9 @@ class Pipeline:
                 "urls": f"https://127.0.0.1:{self.webhook_port}/v1/events",
                 "timeout": 30,
             },
-            "oslo_messaging_rabbit": RABBIT_FAST_RECONNECT,
+            "oslo_messaging_rabbit": dict(
+                RABBIT_FAST_RECONNECT, amqp_durable_queues=str(durable).lower()
+            ),
         }
         if self.transport_url:
             sections["notifier_messaging"] = {
