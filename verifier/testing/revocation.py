@@ -135,7 +135,10 @@ class Pipeline:
 
     # -- listener side ------------------------------------------------------
     def start_listener(
-        self, transports: Sequence[str], actions: Sequence[str] = ("log",)
+        self,
+        transports: Sequence[str],
+        actions: Sequence[str] = ("log",),
+        extra: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         path = os.path.join(self.workdir, "listener.conf")
         sections: dict[str, dict[str, Any]] = {
@@ -160,6 +163,7 @@ class Pipeline:
                 **({"transport_url": self.transport_url} if self.transport_url else {}),
             },
             "oslo_messaging_rabbit": RABBIT_FAST_RECONNECT,
+            **(extra or {}),
         }
         _write_conf(path, sections)
         out = os.path.join(self.workdir, "listener.out")
