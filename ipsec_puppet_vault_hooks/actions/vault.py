@@ -81,6 +81,10 @@ class VaultAction(Action):
         self._group = group
         self._memory: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        # A token's metadata and a certificate's names never change, so
+        # each accessor and serial is looked up once, not once per event.
+        self._accessor_node: dict[str, str | None] = {}
+        self._serial_names: dict[str, tuple[set[str], set[str]]] = {}
 
     # -- per-event progress ----------------------------------------------
     def _records(self, event_id: str) -> list[dict[str, Any]]:
@@ -130,14 +134,20 @@ class VaultAction(Action):
             listed = self.client.auth.token.list_accessors()
         except hvac.exceptions.InvalidPath:
             return []
+        live = listed["data"]["keys"]
+        known = self._accessor_node
+        for accessor in set(known) - set(live):
+            del known[accessor]  # revoked or expired
         found = []
-        for accessor in listed["data"]["keys"]:
-            try:
-                info = self.client.auth.token.lookup_accessor(accessor)
-            except (hvac.exceptions.InvalidRequest, hvac.exceptions.Forbidden):
-                continue  # revoked or expired meanwhile
-            meta = info["data"].get("meta") or {}
-            if meta.get(self._group.node_metadata_key) == node:
+        for accessor in live:
+            if accessor not in known:
+                try:
+                    info = self.client.auth.token.lookup_accessor(accessor)
+                except (hvac.exceptions.InvalidRequest, hvac.exceptions.Forbidden):
+                    continue  # revoked or expired meanwhile
+                meta = info["data"].get("meta") or {}
+                known[accessor] = meta.get(self._group.node_metadata_key)
+            if known[accessor] == node:
                 found.append(accessor)
         return found
 
@@ -200,23 +210,32 @@ class VaultAction(Action):
         common_name = self._group.cert_common_name.format(uuid=node)
         revoked = 0
         for serial in serials["data"]["keys"]:
-            data = self.client.secrets.pki.read_certificate(serial, mount_point=mount)
-            if data["data"].get("revocation_time"):
-                continue
-            cert = x509.load_pem_x509_certificate(data["data"]["certificate"].encode())
-            if _belongs_to(cert, node, common_name):
+            names = self._serial_names.get(serial)
+            if names is None:
+                data = self.client.secrets.pki.read_certificate(
+                    serial, mount_point=mount
+                )["data"]
+                names = _names(
+                    x509.load_pem_x509_certificate(data["certificate"].encode())
+                )
+                self._serial_names[serial] = names
+            common_names, uris = names
+            if common_name in common_names or f"urn:uuid:{node}" in uris:
+                # Revoking a revoked certificate is a no-op in Vault.
                 self.client.secrets.pki.revoke_certificate(serial, mount_point=mount)
                 revoked += 1
         return revoked
 
 
-def _belongs_to(cert: x509.Certificate, node: str, common_name: str) -> bool:
-    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    if any(n.value == common_name for n in names):
-        return True
+def _names(cert: x509.Certificate) -> tuple[set[str], set[str]]:
+    """The certificate's subject common names and URI SANs."""
+    common_names = {
+        str(n.value) for n in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    }
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:
-        return False
-    uris = san.value.get_values_for_type(x509.UniformResourceIdentifier)
-    return f"urn:uuid:{node}" in uris
+        return common_names, set()
+    return common_names, set(
+        san.value.get_values_for_type(x509.UniformResourceIdentifier)
+    )

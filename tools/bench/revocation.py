@@ -133,13 +133,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run(
-    transport: str,
-    n: int,
-    bao: OpenBaoDev,
-    root: hvac.Client,
-    rabbit: PrivateRabbit | None,
-    fault: bool,
+    transport: str, n: int, rabbit: PrivateRabbit | None, fault: bool
 ) -> dict[str, float]:
+    bao = OpenBaoDev()  # a fresh Vault per case: n nodes, nothing else
+    bao.start()
+    root = vault_setup(bao)
     with tempfile.TemporaryDirectory(prefix="trusted-bench-rev-") as tmp:
         pipeline = Pipeline(
             tmp,
@@ -195,6 +193,7 @@ def run(
             }
         finally:
             pipeline.close()
+            bao.stop()
 
 
 def main() -> int:
@@ -209,11 +208,8 @@ def main() -> int:
     args = parser.parse_args()
     # The outbox logs every failed try while the broker is down: expected.
     logging.basicConfig(level=logging.ERROR)
-    bao = OpenBaoDev()
     rabbit = PrivateRabbit() if "messaging" in args.transports else None
     try:
-        bao.start()
-        root = vault_setup(bao)
         if rabbit:
             rabbit.start()
         print(
@@ -224,7 +220,7 @@ def main() -> int:
         if rabbit:
             cases += [("messaging", n, True) for n in args.sizes]
         for transport, n, fault in cases:
-            r = run(transport, n, bao, root, rabbit, fault)
+            r = run(transport, n, rabbit, fault)
             label = "broker killed" if r["broker_killed"] else "-"
             print(
                 f"{transport:10} {label:14} {n:>4} {r['delivered']:>9} "
@@ -234,7 +230,6 @@ def main() -> int:
     finally:
         if rabbit:
             rabbit.cleanup()
-        bao.stop()
     return 0
 
 
