@@ -49,10 +49,15 @@ class Pipeline:
         workdir: an empty directory owned by the caller.
         transport_url: the broker (None: webhook only).
         topic: a notification topic unique to the caller.
+        db_url: the verifier database (default: a SQLite file in workdir).
     """
 
     def __init__(
-        self, workdir: str, transport_url: str | None = None, topic: str = "t"
+        self,
+        workdir: str,
+        transport_url: str | None = None,
+        topic: str = "t",
+        db_url: str | None = None,
     ) -> None:
         self.workdir = workdir
         self.pki = os.path.join(workdir, "pki")
@@ -60,6 +65,15 @@ class Pipeline:
         for name in ("verifier", "listener", "intruder"):
             ca.issue_to_files(self.pki, name, ["127.0.0.1", "localhost"])
         self.signing_key = ed25519.Ed25519PrivateKey.generate()
+        self.signing_key_file = os.path.join(workdir, "verifier-signing.pem")
+        with open(self.signing_key_file, "wb") as f:
+            f.write(
+                self.signing_key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
         self.public_key_file = os.path.join(workdir, "verifier-signing.pub")
         with open(self.public_key_file, "wb") as f:
             f.write(
@@ -72,13 +86,23 @@ class Pipeline:
         self.topic = topic
         self.webhook_port = free_port()
         self.record_file = os.path.join(workdir, "actions.jsonl")
-        self.db_url = f"sqlite:///{workdir}/verifier.sqlite"
+        self.db_url = db_url or f"sqlite:///{workdir}/verifier.sqlite"
         self.engine = db.make_engine(self.db_url)
         db.upgrade(self.engine)
         self.listener: subprocess.Popen[bytes] | None = None
 
     def pki_file(self, name: str) -> str:
         return os.path.join(self.pki, name)
+
+    def webhook_section(self) -> dict[str, Any]:
+        """``[notifier_webhook]`` of a verifier posting to this listener."""
+        return {
+            "urls": f"https://127.0.0.1:{self.webhook_port}/v1/events",
+            "cert_file": self.pki_file("verifier.pem"),
+            "key_file": self.pki_file("verifier-key.pem"),
+            "ca_file": self.pki_file("ca.pem"),
+            "timeout": 30,
+        }
 
     # -- verifier side ------------------------------------------------------
     def verifier_conf(
