@@ -9,8 +9,11 @@ transports``). See doc/source/user/revocation.rst.
 from __future__ import annotations
 
 import asyncio
+import logging as stdlib_logging
+import os
 import signal
 import sys
+import threading
 
 import uvloop
 from aiohttp import web
@@ -24,6 +27,7 @@ from ipsec_puppet_vault_hooks.listener import EventHandler, make_app, messaging_
 from verifier import tlsutil
 
 LOG = logging.getLogger(__name__)
+STOP_TIMEOUT = 10.0
 
 
 def setup(argv: list[str] | None) -> cfg.ConfigOpts:
@@ -76,8 +80,13 @@ async def serve(conf: cfg.ConfigOpts) -> None:
     if runner is not None:
         await runner.cleanup()
     if server is not None:
-        await asyncio.to_thread(server.stop)
-        await asyncio.to_thread(server.wait)
+        # Bounded: with the broker gone, stop() can wait for ever. Events
+        # in flight are not acknowledged yet, so the broker redelivers them.
+        stopper = threading.Thread(
+            target=lambda: (server.stop(), server.wait()), daemon=True
+        )
+        stopper.start()
+        await asyncio.to_thread(stopper.join, STOP_TIMEOUT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,4 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1
-    return 0
+    # oslo.messaging's worker threads are not daemons and may still wait
+    # on a dead broker: leave now (nothing unacknowledged is lost).
+    stdlib_logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

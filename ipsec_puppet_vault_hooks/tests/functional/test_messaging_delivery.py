@@ -158,8 +158,7 @@ class MessagingDeliveryTest(testtools.TestCase):
         self.assertEqual(0, self.recorded(forged.event.id))
 
     def test_transient_queues_are_refused(self) -> None:
-        conf = self.pipeline.verifier_conf(["messaging"])
-        conf.set_override("amqp_durable_queues", False, group="oslo_messaging_rabbit")
+        conf = self.pipeline.verifier_conf(["messaging"], durable=False)
         error = self.assertRaises(
             ConfigError,
             load_notifiers,
