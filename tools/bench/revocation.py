@@ -133,7 +133,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run(
-    transport: str, n: int, rabbit: PrivateRabbit | None, fault: bool
+    transport: str,
+    n: int,
+    rabbit: PrivateRabbit | None,
+    fault: bool,
+    actions: list[str],
 ) -> dict[str, float]:
     bao = OpenBaoDev()  # a fresh Vault per case: n nodes, nothing else
     bao.start()
@@ -150,7 +154,7 @@ def run(
         try:
             pipeline.start_listener(
                 [transport],
-                actions=["vault", "log"],
+                actions=actions,
                 extra={
                     "action_vault": {
                         "url": bao.url,
@@ -207,6 +211,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 100])
     parser.add_argument(
+        "--actions",
+        default="vault,log",
+        help="listener actions, in order; the last must be log (default "
+        "%(default)s; 'log' alone measures the delivery path without Vault)",
+    )
+    parser.add_argument(
         "--transports",
         nargs="+",
         default=["messaging", "webhook"],
@@ -216,6 +226,7 @@ def main() -> int:
     # The outbox logs every failed try while the broker is down: expected.
     logging.basicConfig(level=logging.ERROR)
     rabbit = PrivateRabbit() if "messaging" in args.transports else None
+    print(f"actions: {args.actions}")
     try:
         if rabbit:
             rabbit.start()
@@ -227,7 +238,7 @@ def main() -> int:
         if rabbit:
             cases += [("messaging", n, True) for n in args.sizes]
         for transport, n, fault in cases:
-            r = run(transport, n, rabbit, fault)
+            r = run(transport, n, rabbit, fault, args.actions.split(","))
             label = "broker killed" if r["broker_killed"] else "-"
             print(
                 f"{transport:10} {label:14} {n:>4} {r['delivered']:>9} "
