@@ -15,6 +15,11 @@ Two transports feed one :class:`~ipsec_puppet_vault_hooks.consumer.Consumer`:
   bad input never loops.
 
 ``GET /v1/stats`` returns the counters.
+
+Actions that gave up on an event (their target was down longer than their
+retries) are dead-lettered; :meth:`EventHandler.redrive` tries each of
+them again, every ``[revocation_listener] redrive_interval`` seconds,
+until it succeeds, so an outage of one target loses nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from aiohttp import web
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from ipsec_puppet_vault_hooks import _jsonl
 from ipsec_puppet_vault_hooks.consumer import Consumer, ConsumeResult
 from ipsec_puppet_vault_hooks.exceptions import EventRejectedError, HooksError
 from verifier.api import (
@@ -40,6 +46,7 @@ from verifier.api import (
     read_json,
 )
 from verifier.exceptions import RequestError
+from verifier.protocol import RevocationEvent
 
 __all__ = ["EventHandler", "MessagingEndpoint", "Stats", "make_app", "messaging_server"]
 
@@ -61,6 +68,7 @@ class Stats:
     malformed: int = 0
     bad_signature: int = 0
     state_errors: int = 0
+    redriven: int = 0
 
 
 class EventHandler:
@@ -69,12 +77,58 @@ class EventHandler:
     Args:
         consumer: the configured consumer (its stores are not thread-safe,
             so calls are serialised).
+        redriven_file: JSON-lines file of the dead letters already redriven
+            (None: kept in memory).
     """
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: Consumer, redriven_file: str | None = None) -> None:
         self.consumer = consumer
         self.stats = Stats()
         self._lock = threading.Lock()
+        self._redriven_file = redriven_file
+        records = _jsonl.read(redriven_file) if redriven_file else []
+        self._redriven = {(r.get("event_id"), r.get("action")) for r in records}
+
+    def redrive(self) -> int:
+        """Try every dead-lettered (event, action) not yet redriven once more.
+
+        Returns:
+            How many succeeded this time (they are not tried again).
+        """
+        actions = {a.name: a for a in self.consumer.actions}
+        succeeded = 0
+        for letter in self.consumer.dead_letters:
+            key = (letter.event_id, letter.action)
+            action = actions.get(letter.action)
+            if key in self._redriven or action is None:
+                continue
+            try:
+                event = RevocationEvent(**letter.event)
+            except Exception as exc:  # a damaged record: leave it to the operator
+                LOG.error("Dead letter %s is not an event: %s", key, exc)
+                continue
+            with self._lock:
+                try:
+                    action.handle(event)
+                except HooksError as exc:
+                    LOG.warning(
+                        "Redrive of %s on event %s failed: %s",
+                        letter.action,
+                        letter.event_id,
+                        exc,
+                    )
+                    continue
+                record = {"event_id": letter.event_id, "action": letter.action}
+                if self._redriven_file:
+                    try:
+                        _jsonl.append(self._redriven_file, record)
+                    except OSError as exc:
+                        LOG.error("Cannot record redrive of %s: %s", key, exc)
+                self._redriven.add(key)
+                self.stats.redriven += 1
+                succeeded += 1
+                LOG.info("Redrove %s on event %s", letter.action, letter.event_id)
+        return succeeded
 
     def handle(self, data: Mapping[str, Any]) -> ConsumeResult:
         """Verify and act on one event.

@@ -28,6 +28,16 @@ from verifier import tlsutil
 
 LOG = logging.getLogger(__name__)
 STOP_TIMEOUT = 10.0
+REDRIVEN_FILE = "redriven.jsonl"
+
+
+async def _redrive_loop(handler: EventHandler, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await asyncio.to_thread(handler.redrive)
+        except Exception:  # keep the service up whatever an action does
+            LOG.exception("Redrive pass failed")
 
 
 def setup(argv: list[str] | None) -> cfg.ConfigOpts:
@@ -48,7 +58,11 @@ def setup(argv: list[str] | None) -> cfg.ConfigOpts:
 async def serve(conf: cfg.ConfigOpts) -> None:
     """Run the configured transports until SIGTERM or SIGINT."""
     group = conf.revocation_listener
-    handler = EventHandler(Consumer.from_conf(conf))
+    state_dir = conf.revocation_hooks.state_dir
+    handler = EventHandler(
+        Consumer.from_conf(conf),
+        os.path.join(state_dir, REDRIVEN_FILE) if state_dir else None,
+    )
     server = None
     runner = None
     if "messaging" in group.transports:
@@ -71,12 +85,17 @@ async def serve(conf: cfg.ConfigOpts) -> None:
         LOG.info(
             "Webhook on https://%s:%d/v1/events", group.webhook_host, group.webhook_port
         )
+    redrive = None
+    if group.redrive_interval > 0:
+        redrive = asyncio.create_task(_redrive_loop(handler, group.redrive_interval))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     LOG.info("Stopping")
+    if redrive is not None:
+        redrive.cancel()
     if runner is not None:
         await runner.cleanup()
     if server is not None:

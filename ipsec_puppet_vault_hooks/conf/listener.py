@@ -41,6 +41,14 @@ _OPTS: list[cfg.Opt] = [
         help="oslo.messaging transport URL of the broker (messaging "
         "transport). Default: [DEFAULT] transport_url.",
     ),
+    cfg.FloatOpt(
+        "redrive_interval",
+        default=60.0,
+        min=0.0,
+        help="Seconds between tries of the dead-lettered actions (an "
+        "action whose target was down longer than its retries); each is "
+        "tried until it succeeds. 0: never (an operator replays them).",
+    ),
     cfg.StrOpt(
         "topic",
         default="trusted_revocation",

@@ -41,6 +41,7 @@ class OptsTestCase(base.BaseTestCase):
                     "ca_file",
                     "webhook_clients",
                     "transport_url",
+                    "redrive_interval",
                     "topic",
                 },
                 "action_vault": {

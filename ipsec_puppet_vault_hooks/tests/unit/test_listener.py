@@ -60,3 +60,32 @@ class MessagingEndpointTest(base.BaseTestCase):
         signed = utils.make_event(self.key)
         self.assertEqual(REQUEUE, self.warn(endpoint, signed.to_dict()))
         self.assertEqual(1, self.handler.stats.state_errors)
+
+
+class RedriveTest(base.BaseTestCase):
+    def test_dead_letters_are_redriven_until_they_succeed(self) -> None:
+        key = ed25519.Ed25519PrivateKey.generate()
+        tmp = self.useFixture(fixtures.TempDir()).path
+        down = utils.RecordingAction("target", failures=5)
+        fine = utils.RecordingAction("fine")
+        consumer = Consumer([key.public_key()], [down, fine], max_attempts=2)
+        redriven = os.path.join(tmp, "redriven.jsonl")
+        handler = EventHandler(consumer, redriven)
+        signed = utils.make_event(key)
+        result = handler.handle(signed.to_dict())
+        self.assertEqual(("target",), result.dead_lettered)
+        self.assertEqual([signed.event.id], fine.handled)
+
+        self.assertEqual(0, handler.redrive())  # target still down (call 3)
+        self.assertEqual(0, handler.redrive())  # call 4
+        self.assertEqual(0, handler.redrive())  # call 5
+        self.assertEqual(1, handler.redrive())  # back: done
+        self.assertEqual([signed.event.id], down.handled)
+        self.assertEqual(0, handler.redrive())  # not tried again
+        self.assertEqual(1, handler.stats.redriven)
+        # A restarted listener remembers what it redrove.
+        again = EventHandler(consumer, redriven)
+        self.assertEqual(0, again.redrive())
+        self.assertEqual([signed.event.id], down.handled)
+        # The other action was never run twice.
+        self.assertEqual([signed.event.id], fine.handled)
