@@ -7,11 +7,17 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from ipsec_puppet_vault_hooks.conf import action_ipsec, action_log, revocation_hooks
+from ipsec_puppet_vault_hooks.conf import (
+    action_ipsec,
+    action_log,
+    action_vault,
+    listener,
+    revocation_hooks,
+)
 
 __all__ = ["register_opts"]
 
-_MODULES = (revocation_hooks, action_log, action_ipsec)
+_MODULES = (revocation_hooks, action_log, listener, action_vault, action_ipsec)
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:

@@ -150,6 +150,7 @@ class Verifier:
         await self._ownership.stop()
         await self._agents.close()
         await self._registrar.close()
+        self.outbox.close()
 
     def _adopt(self, node: LiveNode) -> None:
         self._nodes[node.uuid] = node

@@ -80,7 +80,12 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         signing_key,
         RegistrarClient(group.registrar_url, client_ctx, group.agent_timeout),
         AgentClient(group.cert_file, group.key_file, group.agent_timeout),
-        Outbox(engine, notifiers),
+        Outbox(
+            engine,
+            notifiers,
+            retry_delay=group.outbox_retry_delay,
+            max_retry_delay=group.outbox_max_retry_delay,
+        ),
         ca,
         interval=group.quote_interval,
         max_unreachable=group.max_unreachable,

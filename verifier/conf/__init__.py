@@ -2,7 +2,7 @@
 
 from oslo_config import cfg
 
-from verifier.conf import keyservice, registrar, verifier
+from verifier.conf import keyservice, notifiers, registrar, verifier
 
 CONF = cfg.CONF
 
@@ -11,6 +11,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     registrar.register_opts(conf)
     verifier.register_opts(conf)
     keyservice.register_opts(conf)
+    notifiers.register_opts(conf)
 
 
 __all__ = ["CONF", "register_opts"]

@@ -2,8 +2,13 @@
 
 from oslo_config import cfg
 
-from verifier.conf import keyservice, registrar, verifier
+from verifier.conf import keyservice, notifiers, registrar, verifier
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
-    return registrar.list_opts() + verifier.list_opts() + keyservice.list_opts()
+    return (
+        registrar.list_opts()
+        + verifier.list_opts()
+        + keyservice.list_opts()
+        + notifiers.list_opts()
+    )

@@ -133,6 +133,19 @@ _OPTS = [
         "signature over its canonical JSON by one of them "
         "(trusted-ima-policy --sign-key makes one).",
     ),
+    cfg.FloatOpt(
+        "outbox_retry_delay",
+        default=1.0,
+        min=0.0,
+        help="Seconds before an event that a notifier failed to deliver is "
+        "tried again; doubled after each further failure.",
+    ),
+    cfg.FloatOpt(
+        "outbox_max_retry_delay",
+        default=60.0,
+        min=0.0,
+        help="Upper bound of the outbox retry back-off (seconds).",
+    ),
 ]
 
 

@@ -52,6 +52,9 @@ class Notifier(abc.ABC):
     @abc.abstractmethod
     def _deliver(self, event: Mapping[str, Any]) -> bool: ...
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections (default: nothing to release)."""
+
 
 def load_notifiers(
     conf: cfg.ConfigOpts, names: Sequence[str], public_key: ed25519.Ed25519PublicKey
@@ -59,15 +62,23 @@ def load_notifiers(
     """Load notifier drivers by name.
 
     Raises:
-        ConfigError: naming an unknown driver.
+        ConfigError: naming an unknown driver or one that cannot start
+            (its own configuration error).
     """
     missing: list[str] = []
+
+    def _failed(_mgr: object, entrypoint: Any, exc: BaseException) -> None:
+        if isinstance(exc, ConfigError):
+            raise exc
+        raise ConfigError(f"notifier {entrypoint.name!r} cannot start: {exc}") from exc
+
     mgr: Any = stevedore.NamedExtensionManager(
         GROUP,
         list(names),
         invoke_on_load=True,
         invoke_args=(conf, public_key),
         on_missing_entrypoints_callback=missing.extend,
+        on_load_failure_callback=_failed,
         name_order=True,
     )
     if missing:

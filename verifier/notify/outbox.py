@@ -48,11 +48,21 @@ def add_to_outbox(session: Session, signed: SignedEvent, now: float) -> None:
 class Outbox:
     """Delivers undelivered outbox events to every notifier.
 
+    An event is marked delivered only when every notifier acknowledged
+    it. Within one process, a notifier that already acknowledged an event
+    is not asked again while the others are retried (after a restart every
+    notifier gets it again: consumers deduplicate on the event id). A
+    failed event waits ``retry_delay`` seconds before its next try,
+    doubled after each further failure up to ``max_retry_delay``.
+
     Args:
         engine: the verifier database.
         notifiers: the configured drivers; an event is delivered when all
             of them acknowledged it.
         clock: returns the current time (seconds).
+        retry_delay: back-off after the first failed try (0: retry on
+            every pass).
+        max_retry_delay: upper bound of the back-off.
     """
 
     def __init__(
@@ -60,10 +70,18 @@ class Outbox:
         engine: sa.Engine,
         notifiers: Sequence[Notifier],
         clock: Callable[[], float] = time.time,
+        retry_delay: float = 0.0,
+        max_retry_delay: float = 60.0,
     ) -> None:
         self._engine = engine
         self._notifiers = list(notifiers)
         self._clock = clock
+        self._retry_delay = retry_delay
+        self._max_retry_delay = max_retry_delay
+        # event id -> names of the notifiers that acknowledged it
+        self._acked: dict[str, set[str]] = {}
+        # event id -> (failures in this process, earliest next try)
+        self._backoff: dict[str, tuple[int, float]] = {}
 
     def dispatch_once(
         self, limit: int = 100, owns: Callable[[str], bool] | None = None
@@ -82,14 +100,16 @@ class Outbox:
                 .order_by(OutboxEvent.created_at)
                 .limit(limit * 10 if owns else limit)
             ).all()
+            now = self._clock()
             pending = [
                 (row.id, row.body)
                 for row in rows
-                if owns is None or owns(row.node_uuid)
+                if (owns is None or owns(row.node_uuid))
+                and self._backoff.get(row.id, (0, 0.0))[1] <= now
             ][:limit]
         delivered = 0
         for event_id, body in pending:
-            error = self._deliver(json.loads(body))
+            error = self._deliver(event_id, json.loads(body))
             with Session(self._engine) as session, session.begin():
                 row = session.get(OutboxEvent, event_id)
                 if row is None:
@@ -101,13 +121,27 @@ class Outbox:
                     delivered += 1
                 else:
                     row.last_error = error
+            if error is None:
+                self._acked.pop(event_id, None)
+                self._backoff.pop(event_id, None)
+            elif self._retry_delay > 0:
+                failures = self._backoff.get(event_id, (0, 0.0))[0] + 1
+                delay = min(
+                    self._max_retry_delay, self._retry_delay * 2 ** (failures - 1)
+                )
+                self._backoff[event_id] = (failures, self._clock() + delay)
         return delivered
 
-    def _deliver(self, event: dict[str, object]) -> str | None:
+    def _deliver(self, event_id: str, event: dict[str, object]) -> str | None:
         errors = []
+        acked = self._acked.setdefault(event_id, set())
         for notifier in self._notifiers:
+            if notifier.name in acked:
+                continue
             try:
-                if not notifier.deliver(event):
+                if notifier.deliver(event):
+                    acked.add(notifier.name)
+                else:
                     errors.append(f"{notifier.name}: not acknowledged")
             except NotifierError as exc:
                 errors.append(str(exc))
@@ -119,6 +153,11 @@ class Outbox:
             )
             return "; ".join(errors)
         return None
+
+    def close(self) -> None:
+        """Close every notifier's connections."""
+        for notifier in self._notifiers:
+            notifier.close()
 
     def list(self, node_uuid: str | None = None) -> list[dict[str, object]]:
         """Outbox entries (newest last) with their delivery state."""

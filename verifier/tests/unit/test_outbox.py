@@ -187,3 +187,34 @@ class OutboxTest(testtools.TestCase):
         only_b = outbox.list(self.node_b)
         self.assertEqual([b1.to_dict()], [e["signed_event"] for e in only_b])
         self.assertEqual([], outbox.list(str(uuid_mod.uuid4())))
+
+    def test_backoff_doubles_and_is_capped(self) -> None:
+        signed = self.add_event(self.node_a)
+        bad = self.notifier("bad", "nack")
+        outbox = Outbox(
+            self.engine, [bad], clock=self.clock, retry_delay=10.0, max_retry_delay=15.0
+        )
+        self.assertEqual(0, outbox.dispatch_once())  # try 1 fails: wait 10 s
+        self.assertEqual(0, outbox.dispatch_once())  # too early: not tried
+        self.assertEqual(1, len(bad.events))
+        self.clock.now += 10
+        outbox.dispatch_once()  # try 2 fails: wait min(20, 15) s
+        self.assertEqual(2, len(bad.events))
+        self.clock.now += 10
+        outbox.dispatch_once()
+        self.assertEqual(2, len(bad.events))
+        self.clock.now += 5
+        bad.mode = "ack"
+        self.assertEqual(1, outbox.dispatch_once())
+        self.assertEqual(3, self.rows()[signed.event.id].attempts)
+
+    def test_a_notifier_that_acked_is_not_asked_again(self) -> None:
+        self.add_event(self.node_a)
+        good, flaky = self.notifier("good"), self.notifier("flaky", "raise")
+        outbox = Outbox(self.engine, [good, flaky], clock=self.clock)
+        self.assertEqual(0, outbox.dispatch_once())
+        self.assertEqual(0, outbox.dispatch_once())
+        flaky.mode = "ack"
+        self.assertEqual(1, outbox.dispatch_once())
+        self.assertEqual(1, len(good.events))
+        self.assertEqual(3, len(flaky.events))

@@ -1,0 +1,1 @@
+"""Console scripts of :mod:`ipsec_puppet_vault_hooks`."""
