@@ -7,11 +7,16 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
-from ipsec_puppet_vault_hooks.conf import action_log, revocation_hooks
+from ipsec_puppet_vault_hooks.conf import (
+    action_log,
+    action_puppet,
+    puppet_autosign,
+    revocation_hooks,
+)
 
 __all__ = ["register_opts"]
 
-_MODULES = (revocation_hooks, action_log)
+_MODULES = (revocation_hooks, action_log, action_puppet, puppet_autosign)
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
