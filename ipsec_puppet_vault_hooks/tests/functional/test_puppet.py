@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 from oslo_config import cfg
+from testtools.content import text_content
 
 from ipsec_puppet_vault_hooks import _https
 from ipsec_puppet_vault_hooks.actions.puppet import PuppetAction
@@ -295,6 +296,26 @@ class PuppetRevocationTest(testtools.TestCase):
         action.handle(event)  # a redelivered event changes nothing
         self.assertEqual("revoked", self.cert_state(uuid))
 
+        # puppetserver's CRL lists the node's certificate ...
+        crl = x509.load_pem_x509_crl(
+            _https.request(
+                "GET",
+                f"{self.server.url}/puppet-ca/v1/certificate_revocation_list/ca",
+                _https.client_context(None, None, self.server.ca_cert),
+                timeout=60,
+            ).body
+        )
+        ssldir = os.path.join(self.tmp, "agents", uuid, "ssl")
+        with open(os.path.join(ssldir, "certs", f"{uuid}.pem"), "rb") as f:
+            serial = x509.load_pem_x509_certificate(f.read()).serial_number
+        self.assertIsNotNone(crl.get_revoked_certificate_by_serial_number(serial))
+
+        # ... and the node's next agent run fails.
         run = self.agent_run(uuid)
-        self.assertNotIn(run.returncode, (0, 2), run.stdout + run.stderr)
+        output = run.stdout + run.stderr
+        self.addDetail("agent-run-after-revocation", text_content(output))
+        self.assertNotIn(run.returncode, (0, 2), output)
         self.assertNotIn(CATALOG_NOTICE, run.stdout)
+        # puppetserver refuses the revoked certificate in the TLS handshake.
+        self.assertIn("Could not retrieve catalog from remote server", output)
+        self.assertIn("alert certificate unknown", output)
