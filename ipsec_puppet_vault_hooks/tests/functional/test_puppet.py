@@ -270,6 +270,10 @@ class PuppetRevocationTest(testtools.TestCase):
             )
 
     def test_attested_node_runs_until_revoked(self) -> None:
+        self.addDetail(
+            "puppetserver-startup-seconds",
+            text_content(f"{self.server.startup_seconds:.1f}"),
+        )
         uuid = self.node.uuid
         self.assertTrue(
             wait_until(lambda: self.node_state() == "attested", 60),
