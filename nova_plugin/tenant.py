@@ -100,6 +100,20 @@ class Tenant:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ServiceError(f"{method} {url}: {exc}")
 
+    @property
+    def verifier_url(self) -> str:
+        return self._config.verifier_url
+
+    async def request(
+        self, method: str, url: str, body: Mapping[str, Any] | None = None
+    ) -> Any:
+        """One JSON call over mTLS; the decoded answer.
+
+        Raises:
+            ServiceError: unreachable, or a non-2xx answer (its message).
+        """
+        return (await self._call(method, url, body))[1]
+
     async def identity(self, uuid: str) -> Mapping[str, Any]:
         """The registrar's record; raises ServiceError unless AK activated."""
         _, rec = await self._call(

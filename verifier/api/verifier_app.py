@@ -6,11 +6,14 @@
 ``POST /v1/nodes/{uuid}/revoke``   revoke on the tenant's request
 ``GET /v1/events``                 the revocation outbox
 ``GET /v1/signing-key``            the event-signing public key (PEM)
+
+Monitor attestation (:mod:`verifier.api.monitor_app`) and CP-ABE key
+issuing (:mod:`verifier.api.abe_app`) add their routes when enabled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
@@ -95,6 +98,7 @@ def make_app(
     verifier: Verifier,
     signing_public_pem: str,
     roles: Mapping[str, Collection[str]] | None = None,
+    routes: Sequence[Callable[[web.Application], None]] = (),
 ) -> web.Application:
     """The verifier's aiohttp application.
 
@@ -103,6 +107,8 @@ def make_app(
         signing_public_pem: the event-signing public key (served as is).
         roles: role (``tenant``) -> client certificate common names; None
             disables the check (tests without TLS).
+        routes: more route sets (monitor attestation, ABE keys), each
+            adding itself to the application.
     """
     middlewares = [error_middleware]
     if roles is not None:
@@ -118,6 +124,8 @@ def make_app(
     app.router.add_get("/v1/events", _events)
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)
+    for add in routes:
+        add(app)
     return app
 
 

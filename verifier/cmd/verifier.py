@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 
+from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
 from verifier import db, tlsutil
+from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
+from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
@@ -79,20 +84,55 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     return verifier, public_pem(signing_key.public_key())
 
 
+def build_monitor(
+    conf: cfg.ConfigOpts,
+) -> tuple[MonitorBatcher, HostTpm] | None:
+    """Monitor attestation from the host TPM, if ``[monitor] enabled``."""
+    group = conf.monitor
+    if not group.enabled:
+        return None
+    host = HostTpm(group.tcti, list(group.pcrs), group.ek_alg, group.ak_alg)
+    batcher = MonitorBatcher(host.quote, group.window_ms / 1000.0, group.max_batch)
+    return batcher, host
+
+
 def main(argv: list[str] | None = None) -> int:
     conf = _service.setup(argv, "trusted-verifier")
     group = conf.verifier
 
     async def _main() -> None:
         verifier, pem = build(conf)
+        monitor = build_monitor(conf)
+        routes: list[Callable[[web.Application], None]] = []
+        if monitor is not None:
+            batcher, host = monitor
+            routes.append(
+                functools.partial(add_monitor_routes, batcher=batcher, host=host)
+            )
         ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
+        roles = {
+            "tenant": group.tenant_clients,
+            "monitor": list(group.tenant_clients) + list(conf.monitor.clients),
+        }
+
+        async def start() -> None:
+            if monitor is not None:
+                monitor[0].start()
+            await verifier.start()
+
+        async def stop() -> None:
+            await verifier.stop()
+            if monitor is not None:
+                await monitor[0].stop()
+                monitor[1].close()
+
         await _service.serve(
-            make_app(verifier, pem, {"tenant": group.tenant_clients}),
+            make_app(verifier, pem, roles, routes),
             group.host,
             group.port,
             ctx,
-            on_start=verifier.start,
-            on_stop=verifier.stop,
+            on_start=start,
+            on_stop=stop,
         )
 
     return _service.run(_main)

@@ -2,7 +2,7 @@
 
 from oslo_config import cfg
 
-from verifier.conf import registrar, verifier
+from verifier.conf import abe, monitor, registrar, verifier
 
 CONF = cfg.CONF
 
@@ -10,6 +10,8 @@ CONF = cfg.CONF
 def register_opts(conf: cfg.ConfigOpts) -> None:
     registrar.register_opts(conf)
     verifier.register_opts(conf)
+    monitor.register_opts(conf)
+    abe.register_opts(conf)
 
 
 __all__ = ["CONF", "register_opts"]
