@@ -1,5 +1,7 @@
 """``trusted-tenant``: enrol nodes, watch them, revoke them; check the
-verifier's own integrity (``monitor-trust``, ``monitor-attest``).
+verifier's own integrity (``monitor-trust``, ``monitor-attest``); seal a
+payload to a policy over attested node attributes (``seal --seal-policy``,
+``send-sealed``).
 
 Connection settings come from options or the environment
 (``TRUSTED_REGISTRAR_URL``, ``TRUSTED_VERIFIER_URL``, ``TRUSTED_CERT``,
@@ -19,6 +21,7 @@ from typing import Any
 
 from nova_plugin.exceptions import TenantError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
+from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
 from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.protocol import MalformedError, PcrPolicy, TpmPublic
 
@@ -73,6 +76,24 @@ def _parser() -> argparse.ArgumentParser:
     revoke.add_argument("uuid")
     revoke.add_argument("--detail", default="revoked by the tenant")
     sub.add_parser("list", help="list enrolled nodes")
+    seal = sub.add_parser(
+        "seal",
+        help="seal a payload to a policy over attested node attributes "
+        "(CP-ABE under the verifier's public parameters)",
+    )
+    seal.add_argument(
+        "--seal-policy",
+        required=True,
+        help="e.g. 'region=eu and (hv=kvm-9 or hv=xen-4.5)'; "
+        "also: 2 of (a, b, c); attributes are name=value",
+    )
+    seal.add_argument("--payload", required=True, help="file to seal")
+    seal.add_argument("--out", required=True, help="where to write the sealed blob")
+    send = sub.add_parser(
+        "send-sealed", help="hand a policy-sealed blob to a node to open"
+    )
+    send.add_argument("uuid")
+    send.add_argument("--blob", required=True, help="output of 'seal'")
     trust = sub.add_parser(
         "monitor-trust",
         help="check the verifier host's EK certificate, prove its AK is in "
@@ -149,8 +170,31 @@ async def _monitor(tenant: Tenant, args: argparse.Namespace) -> Any:
     }
 
 
+async def _sealing(tenant: Tenant, args: argparse.Namespace) -> Any:
+    if args.command == "seal":
+        with open(args.payload, "rb") as f:
+            payload = f.read()
+        pp, epoch = await fetch_params(tenant)
+        blob = seal_to_policy(pp, epoch, args.seal_policy, payload)
+        with open(args.out, "wb") as f:
+            f.write(blob)
+        return {
+            "epoch": epoch,
+            "bytes": len(blob),
+            "message": f"sealed {len(payload)} bytes to ({args.seal_policy}) "
+            f"and epoch={epoch}: {args.out}",
+        }
+    with open(args.blob, "rb") as f:
+        blob = f.read()
+    answer = dict(await send_sealed(tenant, args.uuid, blob))
+    answer["message"] = f"node {args.uuid} opened the payload: {answer.get('path')}"
+    return answer
+
+
 async def _run(args: argparse.Namespace) -> Any:
-    needed = [n for n in _ENV if n != "registrar" or args.command == "enrol"]
+    needed = [
+        n for n in _ENV if n != "registrar" or args.command in ("enrol", "send-sealed")
+    ]
     missing = [n for n in needed if not getattr(args, n)]
     if missing:
         raise TenantError(
@@ -166,6 +210,8 @@ async def _run(args: argparse.Namespace) -> Any:
         )
     )
     try:
+        if args.command in ("seal", "send-sealed"):
+            return await _sealing(tenant, args)
         if args.command.startswith("monitor-"):
             return await _monitor(tenant, args)
         if args.command == "enrol":

@@ -114,6 +114,24 @@ class Tenant:
         """
         return (await self._call(method, url, body))[1]
 
+    async def agent_request(
+        self, uuid: str, method: str, path: str, body: Mapping[str, Any] | None = None
+    ) -> Mapping[str, Any]:
+        """One call to a node's agent, its TLS certificate pinned from the
+        registrar's record.
+
+        Raises:
+            ServiceError: unknown node, unreachable, or a non-2xx answer.
+        """
+        record = await self.identity(canonical_uuid(uuid))
+        base = f"https://{record['host']}:{record['port']}"
+        try:
+            return await self._agents.request(
+                method, base, record["tls_cert"], path, body=body
+            )
+        except (AgentUnreachableError, MalformedError) as exc:
+            raise ServiceError(f"node {uuid}: {exc}")
+
     async def identity(self, uuid: str) -> Mapping[str, Any]:
         """The registrar's record; raises ServiceError unless AK activated."""
         _, rec = await self._call(

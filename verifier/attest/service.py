@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from verifier.attest.abe_keys import AbeAuthority
 from verifier.attest.clients import AgentClient, RegistrarClient
 from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
 from verifier.attest.ownership import AllNodes, Ownership
@@ -73,6 +74,7 @@ class Verifier:
             several verifiers share the database.
         unreachable_action: ``fail`` (mark failed, keep polling) or
             ``revoke`` once a node missed ``max_unreachable`` rounds.
+        abe: issues CP-ABE keys after valid quotes (None: off).
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class Verifier:
         ownership: Ownership | None = None,
         sync_interval: float = 1.0,
         unreachable_action: str = "fail",
+        abe: AbeAuthority | None = None,
     ) -> None:
         if unreachable_action not in ("fail", "revoke"):
             raise ValueError("unreachable_action must be 'fail' or 'revoke'")
@@ -116,6 +119,7 @@ class Verifier:
         self._nodes: dict[str, LiveNode] = {}
         self._background: list[asyncio.Task[None]] = []
         self._outbox_wakeup = asyncio.Event()
+        self.abe = abe
 
     # -- lifecycle --------------------------------------------------------
 
@@ -307,6 +311,8 @@ class Verifier:
             signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
             if self.store.revoke(uuid, f"{reason}: {detail}", signed, None):
                 self._outbox_wakeup.set()
+                if self.abe is not None:
+                    self.abe.revoked(uuid)
         return self.get(uuid)
 
     # -- the attestation loop ---------------------------------------------
@@ -345,6 +351,8 @@ class Verifier:
             return node.view()
         if first:
             await self._release_v(node, nk, csr)
+        if self.abe is not None and self._still_attesting(node):
+            await self.abe.after_quote(node, answer, nk)
         return node.view()
 
     def _still_attesting(self, node: LiveNode) -> bool:
@@ -438,6 +446,8 @@ class Verifier:
                 "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
             )
             self._outbox_wakeup.set()
+            if self.abe is not None:
+                self.abe.revoked(node.uuid)
 
     def _flush(self) -> None:
         self.store.flush(list(self._nodes.values()))

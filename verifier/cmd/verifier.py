@@ -12,9 +12,11 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
 from verifier import db, tlsutil
+from verifier.api.abe_app import add_abe_routes
 from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
+from verifier.attest.abe_keys import AbeAuthority, ProviderAttributes
 from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
 from verifier.ca import CaError, CertificateAuthority
@@ -66,11 +68,19 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     db.upgrade(engine)
     notifiers = load_notifiers(conf, group.notifiers, signing_key.public_key())
     client_ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
+    agents = AgentClient(group.cert_file, group.key_file, group.agent_timeout)
+    abe = None
+    if conf.abe.enabled:
+        abe = AbeAuthority(
+            conf.abe.master_key_file,
+            ProviderAttributes(conf.abe.provider_attributes_file),
+            agents,
+        )
     verifier = Verifier(
         engine,
         signing_key,
         RegistrarClient(group.registrar_url, client_ctx, group.agent_timeout),
-        AgentClient(group.cert_file, group.key_file, group.agent_timeout),
+        agents,
         Outbox(engine, notifiers),
         ca,
         interval=group.quote_interval,
@@ -80,6 +90,7 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         sync_interval=group.sync_interval,
         unreachable_action=group.unreachable_action,
         outbox_interval=group.outbox_interval,
+        abe=abe,
     )
     return verifier, public_pem(signing_key.public_key())
 
@@ -104,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         verifier, pem = build(conf)
         monitor = build_monitor(conf)
         routes: list[Callable[[web.Application], None]] = []
+        if verifier.abe is not None:
+            routes.append(functools.partial(add_abe_routes, authority=verifier.abe))
         if monitor is not None:
             batcher, host = monitor
             routes.append(

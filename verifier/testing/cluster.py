@@ -140,6 +140,8 @@ class LocalCluster:
         interval: the verifier's quote interval (seconds).
         ak_alg: the agents' AK algorithm.
         notifiers: the verifier's notifier drivers.
+        verifier_sections: more option groups for the verifier's
+            configuration file (e.g. ``abe``, ``monitor``).
     """
 
     def __init__(
@@ -153,6 +155,7 @@ class LocalCluster:
         verifier_options: dict[str, Any] | None = None,
         verifiers: int = 1,
         database_url: str | None = None,
+        verifier_sections: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
         self.n_nodes = nodes
@@ -161,6 +164,7 @@ class LocalCluster:
         self.notifiers = list(notifiers)
         self.debug = log_level == "DEBUG"
         self.verifier_options = dict(verifier_options or {})
+        self.verifier_sections = dict(verifier_sections or {})
         self.pki = os.path.join(self.workdir, "pki")
         self.localca = os.path.join(self.workdir, "swtpm-localca")
         self.nodes: list[NodeHandle] = []
@@ -322,6 +326,7 @@ class LocalCluster:
                 },
                 "revocation_hooks": {"actions": ["log"], "retry_delay": 0.1},
                 "action_log": {"record_file": self.hook_record},
+                **self.verifier_sections,
             },
         )
         log = os.path.join(self.workdir, f"{name}.out")
