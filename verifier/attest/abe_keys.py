@@ -150,7 +150,7 @@ class ProviderAttributes:
                     )
                 try:
                     items.add(str(parse_attribute(f"{name}={value}")))
-                except AbeError as exc:
+                except (AbeError, MalformedError) as exc:
                     raise ConfigError(f"{path}: node {uuid}: {exc}")
             table[str(uuid).lower()] = frozenset(items)
         return table
