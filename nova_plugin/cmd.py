@@ -51,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="trusted-tenant",
         description="Enrol nodes with an encrypted payload, check their "
-        "attestation status, and revoke them.",
+        "attestation status, and revoke them; seal payloads to a policy over "
+        "attested node attributes; check the verifier's own integrity.",
     )
     for name, env in _ENV.items():
         p.add_argument(
