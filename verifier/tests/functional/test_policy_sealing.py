@@ -13,12 +13,12 @@ quotes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from typing import Any
 
@@ -26,6 +26,7 @@ import testtools
 
 from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair
 from node_agent.tpm import Tpm
+from nova_plugin.cmd import main as tenant_main
 from nova_plugin.exceptions import AttestationFailedError, ServiceError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
@@ -208,13 +209,20 @@ class PolicySealingTest(testtools.TestCase):
         self.assertEqual(secret, self.opened(eu_revoked.uuid, before))
 
     def tenant_cli(self, *args: str) -> str:
-        script = os.path.join(os.path.dirname(sys.executable), "trusted-tenant")
-        env = dict(os.environ, **self.cluster.tenant_env())
-        done = subprocess.run(
-            [script, *args], env=env, capture_output=True, text=True, timeout=60
-        )
-        self.assertEqual(0, done.returncode, done.stderr)
-        return done.stdout
+        """``trusted-tenant`` in this process (its entry point, its parser)."""
+        env = self.cluster.tenant_env()
+        options = [
+            f"--registrar={env['TRUSTED_REGISTRAR_URL']}",
+            f"--verifier={env['TRUSTED_VERIFIER_URL']}",
+            f"--cert={env['TRUSTED_CERT']}",
+            f"--key={env['TRUSTED_KEY']}",
+            f"--ca={env['TRUSTED_CA']}",
+        ]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = tenant_main([*options, *args])
+        self.assertEqual(0, code, err.getvalue())
+        return out.getvalue()
 
     def test_tenant_cli_seals_to_a_policy_and_checks_the_verifier(self) -> None:
         node = self.cluster.nodes[1]  # region=eu, hv=kvm-9, never revoked
