@@ -94,9 +94,9 @@ class AbeKeyring:
                 ``policy_not_satisfied`` (403).
             SealIntegrityError: a satisfying key does not open it (tampering).
         """
+        ct = SealedBlob.from_bytes(blob).ciphertext
         if self._pp is None or not self._keys:
             raise RequestError("no_abe_key", "this node holds no CP-ABE key yet", 409)
-        ct = SealedBlob.from_bytes(blob).ciphertext
         if ct.pp_id != self._pp.id:
             raise RequestError(
                 "other_params", "sealed under other public parameters than our keys"

@@ -235,7 +235,11 @@ def main() -> None:
             )
         finally:
             tpm.stop()
-    print(f"swtpm TPM2_Quote (ECC P-256 AK), window {args.window_ms} ms")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"swtpm TPM2_Quote (ECC P-256 AK), window {args.window_ms} ms; "
+        f"{os.cpu_count()} CPUs, load average {load}"
+    )
     print(f"{'mode':42} {'attest/s':>10} {'batch':>8} {'quotes':>7}")
     for name, rate, mean, batches in rows:
         print(f"{name:42} {rate:10.1f} {mean:8.1f} {batches:7d}")

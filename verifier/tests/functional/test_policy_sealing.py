@@ -31,7 +31,9 @@ from nova_plugin.exceptions import AttestationFailedError, ServiceError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
 from verifier.protocol import PcrPolicy
+from verifier.protocol.abe import PolicyError
 from verifier.testing.cluster import PCR, LocalCluster, expected_pcr, wait_until
+from verifier.tests.functional._fixtures import Http
 
 INTERVAL = 0.5
 PAYLOAD = b"#!/bin/sh\ntrue\n"
@@ -283,3 +285,29 @@ class PolicySealingTest(testtools.TestCase):
             monitor_attest(self.tenant, ak, self.host_policy(b"\x01" * 32)),
         )
         self.assertIn("pcr_policy", str(exc))
+
+    def test_bad_monitor_and_sealing_requests_get_clear_json_errors(self) -> None:
+        http = Http(self.cluster)
+        base = self.cluster.verifier_url
+        for nonce, code in (("zz", "bad_field"), ("00" * 8, "malformed")):
+            r = http.call("GET", f"{base}/v1/monitor/attest?nonce={nonce}")
+            self.assertEqual(400, r.status_code, r.text)
+            self.assertEqual(code, r.json()["error"]["code"])
+        r = http.call("POST", f"{base}/v1/monitor/activate", json={"x": 1})
+        self.assertEqual(400, r.status_code, r.text)
+        # an agent certificate is not a tenant: no parameters, no monitor
+        agent = Http(self.cluster, "agent")
+        for path in ("/v1/abe/params", f"/v1/monitor/attest?nonce={'00' * 32}"):
+            r = agent.call("GET", base + path)
+            self.assertEqual(403, r.status_code, r.text)
+        node = self.cluster.nodes[0]
+        for blob, code in ((b"garbage", "malformed"), (b"", "malformed")):
+            exc = self.assertRaises(
+                ServiceError, self.arun, send_sealed(self.tenant, node.uuid, blob)
+            )
+            self.assertIn(code, str(exc))
+        pp, epoch = self.arun(fetch_params(self.tenant))
+        exc = self.assertRaises(
+            PolicyError, seal_to_policy, pp, epoch, "region=eu and", b"x"
+        )
+        self.assertEqual(13, exc.position)
