@@ -173,7 +173,9 @@ class AbeAuthority:
         self._provider = provider
         self._agents = agents
         self._cache: dict[frozenset[str], bytes] = {}
-        self._delivered: dict[str, tuple[int, frozenset[str]]] = {}
+        #: node -> (epoch, attributes, NK) of the key it holds; a new NK
+        #: (the node was re-enrolled) gets the key again
+        self._delivered: dict[str, tuple[int, frozenset[str], bytes]] = {}
         self._lock = threading.Lock()
         self.keygens = 0  # distinct keys made (tests and operators)
 
@@ -221,7 +223,7 @@ class AbeAuthority:
         except (ConfigError, OSError) as exc:
             LOG.error("No CP-ABE key for %s: provider attributes: %s", node.uuid, exc)
             return
-        if attrs is None or self._delivered.get(node.uuid) == (self.epoch, attrs):
+        if attrs is None or self._delivered.get(node.uuid) == (self.epoch, attrs, nk):
             return
         epoch = self.epoch
         key = self.key_for(attrs)
@@ -238,7 +240,7 @@ class AbeAuthority:
             LOG.warning("Could not deliver a CP-ABE key to %s yet: %s", node.uuid, exc)
             return
         if epoch == self.epoch:
-            self._delivered[node.uuid] = (epoch, attrs)
+            self._delivered[node.uuid] = (epoch, attrs, nk)
             LOG.info(
                 "Node %s holds the CP-ABE key for %d attributes (key %s)",
                 node.uuid,
