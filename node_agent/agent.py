@@ -349,6 +349,14 @@ class Agent:
             self._v = _Share(value, identity_cert=identity_cert_pem)
             return await self._try_bootstrap(received="V")
 
+    def open_transport(self, kind: str, envelope: bytes) -> bytes:
+        """Open an envelope sealed to NK (e.g. kind ``ABE``, a CP-ABE key).
+
+        Raises:
+            EnvelopeError: it does not authenticate for this node and kind.
+        """
+        return open_share(self._nk, envelope, kind, self.uuid)
+
     def _check_not_bootstrapped(self) -> None:
         if self.bootstrapped:
             raise RequestError(

@@ -6,6 +6,8 @@
 ``POST /v1/keys/v``  ``{"v": b64, "identity_cert": PEM|null}``  the verifier's
 ``GET  /v1/status``  bootstrap state
 
+Policy-sealed data (CP-ABE keys, ``/v1/sealed``): :mod:`node_agent.abe`.
+
 Errors are JSON ``{"error": {"code", "message"}}`` (see :mod:`verifier.api`).
 """
 
@@ -16,6 +18,7 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
+from node_agent.abe import add_abe_routes
 from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import TpmError
@@ -158,4 +161,5 @@ def make_app(
     app.router.add_post("/v1/keys/u", _keys_u)
     app.router.add_post("/v1/keys/v", _keys_v)
     app.router.add_get("/v1/status", _status)
+    add_abe_routes(app, agent)
     return app

@@ -1,4 +1,7 @@
-"""``trusted-tenant``: enrol nodes, watch them, revoke them.
+"""``trusted-tenant``: enrol nodes, watch them, revoke them; check the
+verifier's own integrity (``monitor-trust``, ``monitor-attest``); seal a
+payload to a policy over attested node attributes (``seal --seal-policy``,
+``send-sealed``).
 
 Connection settings come from options or the environment
 (``TRUSTED_REGISTRAR_URL``, ``TRUSTED_VERIFIER_URL``, ``TRUSTED_CERT``,
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -16,8 +20,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from nova_plugin.exceptions import TenantError
+from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
+from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
 from nova_plugin.tenant import Tenant, TenantConfig
-from verifier.protocol import MalformedError, PcrPolicy
+from verifier.protocol import MalformedError, PcrPolicy, TpmPublic
 
 _ENV = {
     "registrar": "TRUSTED_REGISTRAR_URL",
@@ -28,11 +34,25 @@ _ENV = {
 }
 
 
+def _pcr_options(parser: argparse.ArgumentParser, whose: str) -> None:
+    parser.add_argument(
+        "--pcr",
+        action="append",
+        default=[],
+        metavar="N=HEX",
+        help=f"allowed sha256 value of PCR N {whose} (repeatable)",
+    )
+    parser.add_argument(
+        "--policy", help='JSON PCR policy file ({"pcrs": {"16": ["<hex>"]}})'
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="trusted-tenant",
         description="Enrol nodes with an encrypted payload, check their "
-        "attestation status, and revoke them.",
+        "attestation status, and revoke them; seal payloads to a policy over "
+        "attested node attributes; check the verifier's own integrity.",
     )
     for name, env in _ENV.items():
         p.add_argument(
@@ -47,16 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="file to deliver; a script starting with #! is run",
     )
-    enrol.add_argument(
-        "--pcr",
-        action="append",
-        default=[],
-        metavar="N=HEX",
-        help="allowed sha256 value of PCR N (repeatable)",
-    )
-    enrol.add_argument(
-        "--policy", help='JSON PCR policy file ({"pcrs": {"16": ["<hex>"]}})'
-    )
+    _pcr_options(enrol, "of the node")
     enrol.add_argument(
         "--runtime-policy",
         metavar="NAME",
@@ -106,6 +117,38 @@ def _parser() -> argparse.ArgumentParser:
     revoke.add_argument("uuid")
     revoke.add_argument("--detail", default="revoked by the tenant")
     sub.add_parser("list", help="list enrolled nodes")
+    seal = sub.add_parser(
+        "seal",
+        help="seal a payload to a policy over attested node attributes "
+        "(CP-ABE under the verifier's public parameters)",
+    )
+    seal.add_argument(
+        "--seal-policy",
+        required=True,
+        help="e.g. 'region=eu and (hv=kvm-9 or hv=xen-4.5)'; "
+        "also: 2 of (a, b, c); attributes are name=value",
+    )
+    seal.add_argument("--payload", required=True, help="file to seal")
+    seal.add_argument("--out", required=True, help="where to write the sealed blob")
+    send = sub.add_parser(
+        "send-sealed", help="hand a policy-sealed blob to a node to open"
+    )
+    send.add_argument("uuid")
+    send.add_argument("--blob", required=True, help="output of 'seal'")
+    trust = sub.add_parser(
+        "monitor-trust",
+        help="check the verifier host's EK certificate, prove its AK is in "
+        "the same TPM (credential activation) and pin that AK to a file",
+    )
+    trust.add_argument("--ek-ca", required=True, help="TPM vendor CA bundle (PEM)")
+    trust.add_argument("--out", required=True, help="file to write the pinned AK to")
+    attest = sub.add_parser(
+        "monitor-attest",
+        help="ask the verifier to prove its own integrity (a TPM quote over "
+        "a fresh nonce, batched with other customers' nonces)",
+    )
+    attest.add_argument("--ak", required=True, help="pinned AK (monitor-trust --out)")
+    _pcr_options(attest, "of the verifier host")
     events = sub.add_parser("events", help="show revocation events")
     events.add_argument("uuid", nargs="?")
     return p
@@ -147,15 +190,66 @@ def _describe(node: Mapping[str, Any]) -> str:
     return line
 
 
+async def _monitor(tenant: Tenant, args: argparse.Namespace) -> Any:
+    if args.command == "monitor-trust":
+        with open(args.ek_ca, "rb") as f:
+            ak = await trust_monitor_ak(tenant, f.read())
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(base64.b64encode(ak).decode() + "\n")
+        name = TpmPublic.from_bytes(ak).name.hex()
+        return {
+            "ak_name": name,
+            "message": f"verifier AK {name} activated against its EK "
+            f"certificate; pinned in {args.out}",
+        }
+    with open(args.ak, encoding="utf-8") as f:
+        try:
+            pinned = base64.b64decode(f.read().strip(), validate=True)
+        except ValueError:
+            raise TenantError(f"{args.ak} is not a pinned AK (base64)")
+    verdict = await monitor_attest(tenant, load_pinned_ak(pinned), _policy(args))
+    return {
+        "batch_size": verdict.size,
+        "tpm_clock": verdict.clock.to_dict(),
+        "pcrs": {str(i): v.hex() for i, v in sorted(verdict.pcr_values.items())},
+        "message": "the verifier proved its integrity: its TPM quoted the "
+        f"expected PCRs over a batch of {verdict.size} nonce(s) including yours",
+    }
+
+
+async def _sealing(tenant: Tenant, args: argparse.Namespace) -> Any:
+    if args.command == "seal":
+        with open(args.payload, "rb") as f:
+            payload = f.read()
+        pp, epoch = await fetch_params(tenant)
+        blob = seal_to_policy(pp, epoch, args.seal_policy, payload)
+        with open(args.out, "wb") as f:
+            f.write(blob)
+        return {
+            "epoch": epoch,
+            "bytes": len(blob),
+            "message": f"sealed {len(payload)} bytes to ({args.seal_policy}) "
+            f"and epoch={epoch}: {args.out}",
+        }
+    with open(args.blob, "rb") as f:
+        blob = f.read()
+    answer = dict(await send_sealed(tenant, args.uuid, blob))
+    answer["message"] = f"node {args.uuid} opened the payload: {answer.get('path')}"
+    return answer
+
+
 async def _run(args: argparse.Namespace) -> Any:
-    missing = [n for n in _ENV if not getattr(args, n)]
+    needed = [
+        n for n in _ENV if n != "registrar" or args.command in ("enrol", "send-sealed")
+    ]
+    missing = [n for n in needed if not getattr(args, n)]
     if missing:
         raise TenantError(
             "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
         )
     tenant = Tenant(
         TenantConfig(
-            args.registrar.rstrip("/"),
+            (args.registrar or "").rstrip("/"),
             args.verifier.rstrip("/"),
             args.cert,
             args.key,
@@ -163,6 +257,10 @@ async def _run(args: argparse.Namespace) -> Any:
         )
     )
     try:
+        if args.command in ("seal", "send-sealed"):
+            return await _sealing(tenant, args)
+        if args.command.startswith("monitor-"):
+            return await _monitor(tenant, args)
         if args.command == "enrol":
             with open(args.payload, "rb") as f:
                 payload = f.read()

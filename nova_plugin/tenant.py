@@ -101,6 +101,38 @@ class Tenant:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise ServiceError(f"{method} {url}: {exc}")
 
+    @property
+    def verifier_url(self) -> str:
+        return self._config.verifier_url
+
+    async def request(
+        self, method: str, url: str, body: Mapping[str, Any] | None = None
+    ) -> Any:
+        """One JSON call over mTLS; the decoded answer.
+
+        Raises:
+            ServiceError: unreachable, or a non-2xx answer (its message).
+        """
+        return (await self._call(method, url, body))[1]
+
+    async def agent_request(
+        self, uuid: str, method: str, path: str, body: Mapping[str, Any] | None = None
+    ) -> Mapping[str, Any]:
+        """One call to a node's agent, its TLS certificate pinned from the
+        registrar's record.
+
+        Raises:
+            ServiceError: unknown node, unreachable, or a non-2xx answer.
+        """
+        record = await self.identity(canonical_uuid(uuid))
+        base = f"https://{record['host']}:{record['port']}"
+        try:
+            return await self._agents.request(
+                method, base, record["tls_cert"], path, body=body
+            )
+        except (AgentUnreachableError, MalformedError) as exc:
+            raise ServiceError(f"node {uuid}: {exc}")
+
     async def identity(self, uuid: str) -> Mapping[str, Any]:
         """The registrar's record; raises ServiceError unless AK activated."""
         _, rec = await self._call(

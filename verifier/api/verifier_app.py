@@ -11,11 +11,14 @@
                                    (:mod:`verifier.api.policies_app`)
 ``POST /v1/nodes/{uuid}/capabilities``  a capability ``{object, rights}`` for
                                    an attested node (see verifier.attest.grants)
+
+Monitor attestation (:mod:`verifier.api.monitor_app`) and CP-ABE key
+issuing (:mod:`verifier.api.abe_app`) add their routes when enabled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
@@ -132,6 +135,7 @@ def make_app(
     roles: Mapping[str, Collection[str]] | None = None,
     policy_max_bytes: int = 64 << 20,
     issuer: CapabilityIssuer | None = None,
+    routes: Sequence[Callable[[web.Application], None]] = (),
 ) -> web.Application:
     """The verifier's aiohttp application.
 
@@ -142,6 +146,8 @@ def make_app(
             disables the check (tests without TLS).
         policy_max_bytes: the largest policy upload accepted.
         issuer: issues capabilities to attested nodes (None: off).
+        routes: more route sets (monitor attestation, ABE keys), each
+            adding itself to the application.
     """
     middlewares = [error_middleware]
     if roles is not None:
@@ -161,6 +167,8 @@ def make_app(
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)
     add_policy_routes(app, verifier.policies, policy_max_bytes)
+    for add in routes:
+        add(app)
     return app
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
 import json
@@ -15,7 +16,7 @@ from verifier.protocol.ima import ReplayState, RuntimePolicy
 from verifier.protocol.ima.log import IMA_PCR
 from verifier.protocol.mb import MeasuredBootPolicy
 
-__all__ = ["LiveNode", "NodeState", "NodeView", "view_of_row"]
+__all__ = ["LiveNode", "NodeState", "NodeView", "enrolment_row", "view_of_row"]
 
 
 class NodeState(enum.StrEnum):
@@ -42,6 +43,35 @@ class NodeView:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def enrolment_row(
+    uuid: str,
+    v_share: bytes,
+    policy: PcrPolicy,
+    record: Mapping[str, Any],
+    refs: tuple[str | None, str | None],
+    now: float,
+) -> Node:
+    """The row of a new enrolment: the registrar's ``record`` of the node
+    (AK, TLS certificate, address) and the runtime/measured-boot policy
+    digests ``refs``."""
+    return Node(
+        uuid=uuid,
+        state=NodeState.REGISTERED.value,
+        policy=json.dumps(policy.to_dict()),
+        v_share=v_share,
+        ak_public=base64.b64decode(str(record["ak_public"])),
+        tls_cert=str(record["tls_cert"]),
+        host=str(record["host"]),
+        port=int(record["port"]),
+        quotes_verified=0,
+        v_released=False,
+        created_at=now,
+        updated_at=now,
+        runtime_policy=refs[0],
+        mb_policy=refs[1],
+    )
 
 
 def view_of_row(row: Node) -> NodeView:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import os
 import time
@@ -24,15 +23,21 @@ from typing import Any
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from verifier.attest.abe_keys import AbeAuthority
 from verifier.attest.clients import AgentClient, RegistrarClient
-from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
+from verifier.attest.node import (
+    LiveNode,
+    NodeState,
+    NodeView,
+    enrolment_row,
+    view_of_row,
+)
 from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.policies import PolicyStore
 from verifier.attest.runtime import check_answer, quote_params
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
 from verifier.ca import CaError, CertificateAuthority
-from verifier.db import Node
 from verifier.exceptions import (
     AgentUnreachableError,
     ConflictError,
@@ -80,6 +85,7 @@ class Verifier:
             ``revoke`` once a node missed ``max_unreachable`` rounds.
         policies: stored runtime and measured-boot policies (default: a
             store on ``engine`` accepting unsigned policies).
+        abe: issues CP-ABE keys after valid quotes (None: off).
     """
 
     def __init__(
@@ -99,6 +105,7 @@ class Verifier:
         sync_interval: float = 1.0,
         unreachable_action: str = "fail",
         policies: PolicyStore | None = None,
+        abe: AbeAuthority | None = None,
     ) -> None:
         if unreachable_action not in ("fail", "revoke"):
             raise ValueError("unreachable_action must be 'fail' or 'revoke'")
@@ -125,6 +132,7 @@ class Verifier:
         self._nodes: dict[str, LiveNode] = {}
         self._background: list[asyncio.Task[None]] = []
         self._outbox_wakeup = asyncio.Event()
+        self.abe = abe
 
     # -- lifecycle --------------------------------------------------------
 
@@ -252,23 +260,7 @@ class Verifier:
                 "ak_not_activated",
                 f"node {uuid} has not activated its attestation key at the registrar",
             )
-        now = self._clock()
-        row = Node(
-            uuid=uuid,
-            state=NodeState.REGISTERED.value,
-            policy=json.dumps(policy.to_dict()),
-            v_share=v_share,
-            ak_public=base64.b64decode(str(record["ak_public"])),
-            tls_cert=str(record["tls_cert"]),
-            host=str(record["host"]),
-            port=int(record["port"]),
-            quotes_verified=0,
-            v_released=False,
-            created_at=now,
-            updated_at=now,
-            runtime_policy=refs[0],
-            mb_policy=refs[1],
-        )
+        row = enrolment_row(uuid, v_share, policy, record, refs, self._clock())
         node = LiveNode.from_row(row, self.policies.cached)
         await asyncio.to_thread(self.store.insert, row)
         if self._ownership.owns(uuid):
@@ -345,7 +337,7 @@ class Verifier:
         if view.state != NodeState.REVOKED:
             signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
             if self.store.revoke(uuid, f"{reason}: {detail}", signed, None):
-                self._outbox_wakeup.set()
+                self._revoked(uuid)
         return self.get(uuid)
 
     # -- the attestation loop ---------------------------------------------
@@ -394,6 +386,8 @@ class Verifier:
             return True
         if first:
             await self._release_v(node, nk, csr)
+        if self.abe is not None and self._still_attesting(node):
+            await self.abe.after_quote(node, answer, nk)
         return False
 
     def _still_attesting(self, node: LiveNode) -> bool:
@@ -475,7 +469,12 @@ class Verifier:
             LOG.warning(
                 "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
             )
-            self._outbox_wakeup.set()
+            self._revoked(node.uuid)
+
+    def _revoked(self, uuid: str) -> None:
+        self._outbox_wakeup.set()  # deliver the event now
+        if self.abe is not None:
+            self.abe.revoked(uuid)
 
     def _flush(self) -> None:
         self.store.flush(list(self._nodes.values()))

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 
+from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from oslo_config import cfg
 
 from verifier import db, tlsutil
+from verifier.api.abe_app import add_abe_routes
+from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
+from verifier.attest.abe_keys import AbeAuthority, ProviderAttributes
 from verifier.attest.grants import CapabilityIssuer
+from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
 from verifier.attest.policies import PolicyStore, VerifyingKey
 from verifier.ca import CaError, CertificateAuthority
@@ -75,11 +82,19 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     db.upgrade(engine)
     notifiers = load_notifiers(conf, group.notifiers, signing_key.public_key())
     client_ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
+    agents = AgentClient(group.cert_file, group.key_file, group.agent_timeout)
+    abe = None
+    if conf.abe.enabled:
+        abe = AbeAuthority(
+            conf.abe.master_key_file,
+            ProviderAttributes(conf.abe.provider_attributes_file),
+            agents,
+        )
     verifier = Verifier(
         engine,
         signing_key,
         RegistrarClient(group.registrar_url, client_ctx, group.agent_timeout),
-        AgentClient(group.cert_file, group.key_file, group.agent_timeout),
+        agents,
         Outbox(
             engine,
             notifiers,
@@ -101,8 +116,21 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
             [_load_public_key(p) for p in group.policy_signing_keys],
             group.policy_max_entries,
         ),
+        abe=abe,
     )
     return verifier, public_pem(signing_key.public_key())
+
+
+def build_monitor(
+    conf: cfg.ConfigOpts,
+) -> tuple[MonitorBatcher, HostTpm] | None:
+    """Monitor attestation from the host TPM, if ``[monitor] enabled``."""
+    group = conf.monitor
+    if not group.enabled:
+        return None
+    host = HostTpm(group.tcti, list(group.pcrs), group.ek_alg, group.ak_alg)
+    batcher = MonitorBatcher(host.quote, group.window_ms / 1000.0, group.max_batch)
+    return batcher, host
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,12 +139,37 @@ def main(argv: list[str] | None = None) -> int:
 
     async def _main() -> None:
         verifier, pem = build(conf)
+        monitor = build_monitor(conf)
+        routes: list[Callable[[web.Application], None]] = []
+        if verifier.abe is not None:
+            routes.append(functools.partial(add_abe_routes, authority=verifier.abe))
+        if monitor is not None:
+            batcher, host = monitor
+            routes.append(
+                functools.partial(add_monitor_routes, batcher=batcher, host=host)
+            )
         ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
         caps = conf.capabilities
         issuer = None
         if caps.key_file:
             issuer = CapabilityIssuer(verifier, load_mac_key(caps.key_file), caps.ttl)
-        roles = {"tenant": group.tenant_clients, "capability": caps.clients}
+        roles = {
+            "tenant": group.tenant_clients,
+            "capability": caps.clients,
+            "monitor": list(group.tenant_clients) + list(conf.monitor.clients),
+        }
+
+        async def start() -> None:
+            if monitor is not None:
+                monitor[0].start()
+            await verifier.start()
+
+        async def stop() -> None:
+            await verifier.stop()
+            if monitor is not None:
+                await monitor[0].stop()
+                monitor[1].close()
+
         await _service.serve(
             make_app(
                 verifier,
@@ -124,12 +177,13 @@ def main(argv: list[str] | None = None) -> int:
                 roles,
                 issuer=issuer,
                 policy_max_bytes=group.policy_max_bytes,
+                routes=routes,
             ),
             group.host,
             group.port,
             ctx,
-            on_start=verifier.start,
-            on_stop=verifier.stop,
+            on_start=start,
+            on_stop=stop,
         )
 
     return _service.run(_main)

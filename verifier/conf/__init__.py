@@ -2,7 +2,7 @@
 
 from oslo_config import cfg
 
-from verifier.conf import keyservice, notifiers, registrar, verifier
+from verifier.conf import abe, keyservice, monitor, notifiers, registrar, verifier
 
 CONF = cfg.CONF
 
@@ -12,6 +12,8 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     verifier.register_opts(conf)
     keyservice.register_opts(conf)
     notifiers.register_opts(conf)
+    monitor.register_opts(conf)
+    abe.register_opts(conf)
 
 
 __all__ = ["CONF", "register_opts"]

@@ -2,7 +2,7 @@
 
 from oslo_config import cfg
 
-from verifier.conf import keyservice, notifiers, registrar, verifier
+from verifier.conf import abe, keyservice, monitor, notifiers, registrar, verifier
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
@@ -11,4 +11,6 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         + verifier.list_opts()
         + keyservice.list_opts()
         + notifiers.list_opts()
+        + monitor.list_opts()
+        + abe.list_opts()
     )

@@ -89,8 +89,8 @@ def _share_key(shared: bytes, eph: bytes, nk: bytes, info: bytes) -> bytes:
 
 
 def _share_info(kind: str, node_uuid: str) -> bytes:
-    if kind not in ("U", "V"):
-        raise ValueError("share kind must be 'U' or 'V'")
+    if kind not in ("U", "V", "ABE"):
+        raise ValueError("share kind must be 'U', 'V' or 'ABE' (a CP-ABE key)")
     return f"trusted-cloud share v1\x00{kind}\x00{canonical_uuid(node_uuid)}".encode()
 
 

@@ -1,0 +1,68 @@
+"""Sealing a payload to a policy over node attributes (Excalibur).
+
+Instead of one node's key shares, the tenant seals to a policy such as
+``region=eu and hv=kvm-9``: every node the verifier attested whose
+provider-known attributes satisfy it can open the payload, including nodes
+booted later, and no other. The tenant fetches the verifier's public
+parameters and key epoch, seals to ``(policy) and epoch=<n>`` (so nodes
+revoked before now cannot open it), and hands the blob to nodes (or
+stores it anywhere: it is ciphertext).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+from nova_plugin.exceptions import ServiceError
+from nova_plugin.tenant import Tenant
+from verifier.protocol import MalformedError
+from verifier.protocol.abe import PublicParams, parse_policy, seal
+from verifier.protocol.abe.policy import leaves
+
+__all__ = ["fetch_params", "seal_to_policy", "send_sealed"]
+
+
+async def fetch_params(tenant: Tenant) -> tuple[PublicParams, int]:
+    """The verifier's CP-ABE public parameters and current key epoch.
+
+    Raises:
+        ServiceError: unreachable, not enabled, or a malformed answer.
+    """
+    data = await tenant.request("GET", tenant.verifier_url + "/v1/abe/params")
+    try:
+        pp = PublicParams.from_bytes(base64.b64decode(data["params"], validate=True))
+        epoch = data["epoch"]
+    except (KeyError, TypeError, binascii.Error, MalformedError) as exc:
+        raise ServiceError(f"the verifier sent malformed CP-ABE parameters: {exc}")
+    if type(epoch) is not int or epoch < 0 or data.get("id") != pp.id.hex():
+        raise ServiceError("the verifier sent a malformed CP-ABE epoch or id")
+    return pp, epoch
+
+
+def seal_to_policy(pp: PublicParams, epoch: int, policy: str, payload: bytes) -> bytes:
+    """Seal ``payload`` to ``policy`` for nodes keyed in ``epoch`` or later.
+
+    Raises:
+        PolicyError: the policy does not parse (with the position), or it
+            names the reserved ``epoch`` attribute.
+    """
+    tree = parse_policy(policy)
+    if any(leaf.name == "epoch" for leaf in leaves(tree)):
+        raise MalformedError("policy", "'epoch' is added by the tenant tool itself")
+    return seal(pp, f"({policy}) and epoch={epoch}", payload)
+
+
+async def send_sealed(tenant: Tenant, uuid: str, blob: bytes) -> Mapping[str, Any]:
+    """Hand a sealed blob to a node, which opens it if its key satisfies
+    the policy.
+
+    Raises:
+        ServiceError: the node refused (``policy_not_satisfied``,
+            ``no_abe_key``) or is unreachable.
+    """
+    return await tenant.agent_request(
+        uuid, "POST", "/v1/sealed", {"blob": base64.b64encode(blob).decode()}
+    )

@@ -1,0 +1,31 @@
+"""Policy-sealed data: the verifier publishes its CP-ABE public parameters.
+
+``GET /v1/abe/params``   ``{"params": b64, "id": hex, "epoch": n}``
+
+Tenants seal to ``(policy) and epoch=<n>`` under these parameters; nodes
+get their keys from the verifier after valid quotes
+(:mod:`verifier.attest.abe_keys`). The master key never leaves the
+verifier.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from verifier.api import allow, json_response
+from verifier.attest.abe_keys import AbeAuthority
+
+__all__ = ["add_abe_routes"]
+
+_AUTHORITY = web.AppKey("abe_authority", AbeAuthority)
+
+
+@allow("tenant")
+async def _params(request: web.Request) -> web.Response:
+    return json_response(request.app[_AUTHORITY].params())
+
+
+def add_abe_routes(app: web.Application, authority: AbeAuthority) -> None:
+    """Publish ``authority``'s public parameters and epoch."""
+    app[_AUTHORITY] = authority
+    app.router.add_get("/v1/abe/params", _params)
