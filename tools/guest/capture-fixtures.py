@@ -2,11 +2,13 @@
 """Regenerate the real-log test fixtures from the measured guest.
 
 Boots the guest (qemu + OVMF + swtpm, see verifier/testing/guest.py), reads
-its measured-boot event log, both IMA measurement lists and PCRs 0-10 of the
-sha1 and sha256 banks into ``good/``, then tampers with it (appends a line to
-the measured script /w/bin/tool.sh and runs it, then runs a copy of busybox
-dropped on the writable disk as /w/bin/uname) and reads everything again
-into ``tampered/``. ``capture.json`` records what produced them.
+a TPM2 quote of PCRs 0-10 made in the guest by tpm2-tools with an
+attestation key created there at boot, its measured-boot event log, both IMA
+measurement lists and PCRs 0-10 of the sha1 and sha256 banks into ``good/``,
+then tampers with it (appends a line to the measured script /w/bin/tool.sh
+and runs it, then runs a copy of busybox dropped on the writable disk as
+/w/bin/uname) and reads everything again into ``tampered/``. ``capture.json``
+records what produced them.
 
 Usage: .venv/bin/python tools/guest/capture-fixtures.py [--out DIR]
 """
@@ -51,10 +53,10 @@ def main() -> int:
     started = time.monotonic()
     with Guest() as guest:
         assert guest.image is not None
-        good = guest.capture()
+        good = guest.capture(nonce=os.urandom(32))
         script = guest.tamper_script()
         intruder = guest.run_unknown_binary()
-        tampered = guest.capture()
+        tampered = guest.capture(nonce=os.urandom(32))
         kernel = guest.image.kernel_version
     for name in ("good", "tampered"):
         shutil.rmtree(os.path.join(args.out, name), ignore_errors=True)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
 import shutil
@@ -37,19 +36,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import BinaryIO
 
-from verifier.protocol.mb import MeasuredBootPolicy, secure_boot_state
-from verifier.protocol.mb.eventlog import (
-    EV_EFI_BOOT_SERVICES_APPLICATION,
-    EV_EFI_PLATFORM_FIRMWARE_BLOB,
-    EV_EFI_PLATFORM_FIRMWARE_BLOB2,
-    EV_S_CRTM_VERSION,
-    Event,
-)
 from verifier.testing.cluster import die_with_parent
+from verifier.testing.guest_capture import Capture, measured_boot_reference
 from verifier.testing.guest_image import GuestImage, build, make_writable_disk
 
 OVMF = "/usr/share/ovmf/OVMF.fd"
@@ -67,96 +58,12 @@ BOOT_TIMEOUT = 900.0
 COMMAND_TIMEOUT = 300.0
 _READY = re.compile(rb"(?m)^@@READY\r?$")
 _FAIL = re.compile(rb"(?m)^@@FAIL ([^\r\n]*)")
+__all__ = ["Capture", "Guest", "GuestError", "measured_boot_reference"]
 _PCR_LINE = re.compile(r"^(sha1|sha256) (\d+) ([0-9A-Fa-f]+)$")
 
 
 class GuestError(Exception):
     """The guest did not boot, or a command in it failed or timed out."""
-
-
-@dataclass
-class Capture:
-    """One consistent read of the guest's logs and PCRs.
-
-    Attributes:
-        bios_log: ``binary_bios_measurements`` (TCG crypto-agile event log).
-        ima_ascii: ``ascii_runtime_measurements``.
-        ima_binary: ``binary_runtime_measurements``.
-        pcrs: Bank name (``sha1``, ``sha256``) to PCR index (0-10) to value.
-    """
-
-    bios_log: bytes
-    ima_ascii: bytes
-    ima_binary: bytes
-    pcrs: dict[str, dict[int, bytes]] = field(default_factory=dict)
-
-    def save(self, directory: str) -> None:
-        """Write the capture as files (the fixture layout) into ``directory``."""
-        os.makedirs(directory, exist_ok=True)
-        for name, data in (
-            ("binary_bios_measurements", self.bios_log),
-            ("ascii_runtime_measurements", self.ima_ascii),
-            ("binary_runtime_measurements", self.ima_binary),
-        ):
-            with open(os.path.join(directory, name), "wb") as handle:
-                handle.write(data)
-        pcrs = {
-            bank: {str(i): v.hex() for i, v in sorted(values.items())}
-            for bank, values in self.pcrs.items()
-        }
-        with open(
-            os.path.join(directory, "pcrs.json"), "w", encoding="ascii"
-        ) as handle:
-            json.dump(pcrs, handle, indent=1, sort_keys=True)
-            handle.write("\n")
-
-    @classmethod
-    def load(cls, directory: str) -> Capture:
-        """Read a capture written by :meth:`save`."""
-
-        def read(name: str) -> bytes:
-            with open(os.path.join(directory, name), "rb") as handle:
-                return handle.read()
-
-        with open(os.path.join(directory, "pcrs.json"), encoding="ascii") as handle:
-            raw = json.load(handle)
-        pcrs = {
-            bank: {int(i): bytes.fromhex(v) for i, v in values.items()}
-            for bank, values in raw.items()
-        }
-        return cls(
-            bios_log=read("binary_bios_measurements"),
-            ima_ascii=read("ascii_runtime_measurements"),
-            ima_binary=read("binary_runtime_measurements"),
-            pcrs=pcrs,
-        )
-
-
-def measured_boot_reference(
-    events: tuple[Event, ...] | list[Event],
-) -> MeasuredBootPolicy:
-    """A measured-boot policy that pins what a known-good boot measured.
-
-    Args:
-        events: The known-good log's events.
-
-    Returns:
-        A policy allowing exactly its boot applications (OVMF measures the
-        kernel it loads as one) and firmware blobs, and its Secure Boot state.
-    """
-    firmware = {
-        EV_S_CRTM_VERSION,
-        EV_EFI_PLATFORM_FIRMWARE_BLOB,
-        EV_EFI_PLATFORM_FIRMWARE_BLOB2,
-    }
-    apps = frozenset(
-        e.digests["sha256"]
-        for e in events
-        if e.event_type == EV_EFI_BOOT_SERVICES_APPLICATION
-    )
-    blobs = frozenset(e.digests["sha256"] for e in events if e.event_type in firmware)
-    state = secure_boot_state(events)
-    return MeasuredBootPolicy(apps, blobs, None if state is None else state[1])
 
 
 class Guest:
@@ -433,18 +340,56 @@ class Guest:
             pcrs[found.group(1)][int(found.group(2))] = bytes.fromhex(found.group(3))
         return pcrs
 
-    def capture(self) -> Capture:
+    def capture(self, nonce: bytes | None = None) -> Capture:
         """Read the event log, both IMA lists and the PCRs, consistently.
 
         Nothing this reads is measured (securityfs, sysfs and the initramfs
         are outside ``ima_policy=tcb``), so the IMA lists and PCR 10 match.
+
+        Args:
+            nonce: Also quote PCRs 0-10 (sha256) first, with this nonce, as
+                an agent does before it reads the logs.
         """
+        attest = signature = ak = b""
+        if nonce is not None:
+            ak = self.ak_public()
+            attest, signature = self.quote(nonce)
         return Capture(
             bios_log=self.read_file(BIOS_LOG),
             ima_ascii=self.read_file(IMA_ASCII),
             ima_binary=self.read_file(IMA_BINARY),
             pcrs=self.read_pcrs(),
+            ak_public=ak,
+            nonce=nonce or b"",
+            attest=attest,
+            signature=signature,
         )
+
+    # -- attestation -------------------------------------------------------
+
+    def ak_public(self) -> bytes:
+        """The TPM2B_PUBLIC of the attestation key the guest made at boot
+        (ECC P-256, restricted signing, under the EK)."""
+        return self.read_file("/state/ak.pub")
+
+    def quote(
+        self, nonce: bytes, pcrs: range | tuple[int, ...] = PCRS
+    ) -> tuple[bytes, bytes]:
+        """A TPM2_Quote of the sha256 bank made in the guest with tpm2-tools.
+
+        Args:
+            nonce: The qualifying data (at most 64 bytes).
+            pcrs: The PCRs to quote.
+
+        Returns:
+            The TPMS_ATTEST and the TPMT_SIGNATURE.
+        """
+        selection = "sha256:" + ",".join(str(i) for i in pcrs)
+        self.run(
+            f"tpm2_quote -c /state/ak.ctx -l {selection} -q {nonce.hex()} -g sha256 "
+            "-m /state/quote.msg -s /state/quote.sig >/dev/null"
+        )
+        return self.read_file("/state/quote.msg"), self.read_file("/state/quote.sig")
 
     # -- tampering ---------------------------------------------------------
 

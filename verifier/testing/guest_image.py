@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import fcntl
 import glob
+import hashlib
 import os
 import re
 import shutil
@@ -41,23 +42,37 @@ BUSYBOX = "/bin/busybox"
 INITRD_MODULES = ("virtio_pci", "virtio_blk", "squashfs")
 # Loaded from the squashfs, so IMA measures them (MODULE_CHECK).
 MEASURED_MODULES = ("crc32c_generic", "ext4")
+# tpm2-tools (one multi-call binary) for a quote made in the guest, and the
+# TCTI its loader opens at run time (which ldd does not show).
+TPM2 = "/usr/bin/tpm2"
+TPM2_TOOLS = ("tpm2_createek", "tpm2_createak", "tpm2_quote")
+MULTIARCH = "/usr/lib/x86_64-linux-gnu"
+TCTI = "libtss2-tcti-device.so.0"
 _STAMP = ".complete"
 _DEPENDS = re.compile(rb"(?:^|\x00)depends=([^\x00]*)\x00")
 
 INIT = r"""#!/bin/busybox sh
 # /init of the measured guest (written by verifier.testing.guest_image).
 /bin/busybox --install -s /bin
-mkdir -p /proc /sys /dev /tmp /m /w
+mkdir -p /proc /sys /dev /tmp /state /m /w
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mount -t securityfs securityfs /sys/kernel/security
-for mod in $(cat /modules.list); do insmod "/lib/modules/$mod.ko"; done
+for mod in $(cat /modules/modules.list); do insmod "/modules/$mod.ko"; done
 mount -t squashfs -o ro /dev/vda /m || echo "@@FAIL squashfs"
 for mod in $(cat /m/lib/modules/modules.list); do
     insmod "/m/lib/modules/$mod.ko" || echo "@@FAIL insmod $mod"
 done
 mount -t ext4 /dev/vdb /w || echo "@@FAIL ext4"
+# tpm2-tools and its libraries live on the squashfs too (so IMA measures
+# them); the attestation key is made at boot, as an agent would.
+ln -s /m/lib /lib; ln -s /m/lib64 /lib64; ln -s /m/usr /usr
+export PATH=/bin:/usr/bin TPM2TOOLS_TCTI=device:/dev/tpmrm0
+tpm2_createek -c /state/ek.ctx -G rsa -u /state/ek.pub >/dev/null \
+    || echo "@@FAIL createek"
+tpm2_createak -C /state/ek.ctx -c /state/ak.ctx -G ecc -g sha256 -s ecdsa \
+    -u /state/ak.pub -n /state/ak.name >/dev/null || echo "@@FAIL createak"
 # The measured workload: an executable, a script, a file read by root.
 /m/bin/busybox true
 /m/bin/hello.sh
@@ -205,11 +220,7 @@ def _build_initrd(work: str, index: dict[str, str], out: str) -> None:
     shutil.copyfile(BUSYBOX, os.path.join(tree, "bin", "busybox"))
     os.chmod(os.path.join(tree, "bin", "busybox"), 0o755)  # noqa: S103
     names = module_closure(index, INITRD_MODULES)
-    _copy_modules(index, names, os.path.join(tree, "lib", "modules"))
-    os.rename(
-        os.path.join(tree, "lib", "modules", "modules.list"),
-        os.path.join(tree, "modules.list"),
-    )
+    _copy_modules(index, names, os.path.join(tree, "modules"))
     _write(os.path.join(tree, "init"), INIT, 0o755)
     files = subprocess.run(
         ["find", ".", "-mindepth", "1"], cwd=tree, capture_output=True, check=True
@@ -224,6 +235,31 @@ def _build_initrd(work: str, index: dict[str, str], out: str) -> None:
         )
 
 
+def shared_libraries(paths: list[str]) -> list[str]:
+    """The shared libraries ``paths`` load (``ldd``), the loader included."""
+    found: list[str] = []
+    for path in paths:
+        for line in _run(["ldd", path]).splitlines():
+            parts = line.split()
+            lib = parts[2] if len(parts) > 2 and parts[1] == "=>" else parts[0]
+            if lib.startswith("/") and lib not in found:
+                found.append(lib)
+    return found
+
+
+def _copy_tpm2_tools(tree: str) -> None:
+    if not os.path.exists(TPM2):
+        raise ImageError(f"{TPM2} is missing: install tpm2-tools")
+    tcti = os.path.join(MULTIARCH, TCTI)
+    for path in [TPM2, tcti, *shared_libraries([TPM2, tcti])]:
+        dest = os.path.join(tree, path.lstrip("/"))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(os.path.realpath(path), dest)
+        os.chmod(dest, 0o755)  # noqa: S103
+    for tool in TPM2_TOOLS:
+        os.symlink("tpm2", os.path.join(tree, "usr", "bin", tool))
+
+
 def _build_squashfs(work: str, index: dict[str, str], out: str) -> None:
     tree = os.path.join(work, "measured")
     os.makedirs(os.path.join(tree, "bin"))
@@ -234,6 +270,7 @@ def _build_squashfs(work: str, index: dict[str, str], out: str) -> None:
     initrd_mods = set(module_closure(index, INITRD_MODULES))
     names = [m for m in module_closure(index, MEASURED_MODULES) if m not in initrd_mods]
     _copy_modules(index, names, os.path.join(tree, "lib", "modules"))
+    _copy_tpm2_tools(tree)
     _run(["mksquashfs", tree, out, "-comp", "gzip", "-all-root", "-noappend", "-quiet"])
 
 
@@ -275,6 +312,22 @@ def _refresh_lists() -> None:
     _run(["apt-get", "-oDPkg::Lock::Timeout=900", "update", "-qq"])
 
 
+def recipe_digest() -> str:
+    """A digest of what goes into the image besides the kernel package, so
+    that a changed init script or module list rebuilds the cached image."""
+    recipe = [INIT, HELLO, MOTD, TOOL, *INITRD_MODULES, "|", *MEASURED_MODULES]
+    recipe += [TPM2, TCTI, *TPM2_TOOLS]
+    return hashlib.sha256("\0".join(recipe).encode()).hexdigest()[:16]
+
+
+def _stamp_matches(path: str) -> bool:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().split(" ", 1)[0] == recipe_digest()
+    except OSError:
+        return False
+
+
 def _build(root: str, rebuild: bool, refreshed: bool = False) -> GuestImage:
     try:
         package = kernel_package()
@@ -293,7 +346,7 @@ def _build(root: str, rebuild: bool, refreshed: bool = False) -> GuestImage:
         writable_tree=os.path.join(target, "writable"),
         kernel_version=version,
     )
-    if not rebuild and os.path.exists(os.path.join(target, _STAMP)):
+    if not rebuild and _stamp_matches(os.path.join(target, _STAMP)):
         return image
     if not os.path.exists(BUSYBOX):
         raise ImageError(f"{BUSYBOX} is missing: install busybox-static")
@@ -320,7 +373,7 @@ def _build(root: str, rebuild: bool, refreshed: bool = False) -> GuestImage:
         _build_squashfs(work, index, image.squashfs)
     _write(os.path.join(image.writable_tree, "bin", "tool.sh"), TOOL, 0o755)
     with open(os.path.join(target, _STAMP), "w", encoding="ascii") as handle:
-        handle.write(os.path.basename(deb) + "\n")
+        handle.write(f"{recipe_digest()} {os.path.basename(deb)}\n")
     os.unlink(deb)  # 70 MB; the image is what is kept
     return image
 

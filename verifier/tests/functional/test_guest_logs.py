@@ -25,6 +25,9 @@ import testtools
 
 from verifier.cmd import ima_policy as ima_policy_cli
 from verifier.protocol import EvidenceError, ima, mb
+from verifier.protocol.policy import PcrPolicy
+from verifier.protocol.quote import AttestationKey, Quote, QuoteVerdict, verify_quote
+from verifier.protocol.tpm import TpmPublic
 from verifier.testing.guest import (
     INTRUDER,
     TOOL,
@@ -151,6 +154,55 @@ class _RealLogChecks(_Base):
         self.assertEqual("ima_policy", e.reason)
         self.assertIn(self.tampered_paths["digest_mismatch"], e.detail)
 
+    def _replayed_pcrs(self, capture: Capture) -> dict[int, bytes]:
+        """PCRs 0-10 (sha256) as the logs alone say they must be."""
+        log = mb.parse(capture.bios_log)
+        boot = mb.replay(log.events, banks=("sha256",))["sha256"]
+        values = {i: boot.get(i, bytes(32)) for i in range(10)}
+        entries = ima.parse_binary(capture.ima_binary)
+        values[10] = ima.replay(ima.ReplayState(), entries).sha256
+        return values
+
+    def _verify(
+        self, capture: Capture, policy: PcrPolicy, previous: QuoteVerdict | None = None
+    ) -> QuoteVerdict:
+        ak = AttestationKey(TpmPublic.from_bytes(capture.ak_public), activated=True)
+        return verify_quote(
+            Quote(capture.attest, capture.signature, self._replayed_pcrs(capture)),
+            ak=ak,
+            qualifying_data=capture.nonce,
+            policy=policy,
+            previous_clock=None if previous is None else previous.clock,
+        )
+
+    def test_guest_quote_covers_the_replayed_logs(self) -> None:
+        # The quote made in the guest signs PCRs 0-10; the values the logs
+        # replay to are exactly what it signed.
+        expected = self._replayed_pcrs(self.good)
+        policy = PcrPolicy({i: frozenset({v}) for i, v in expected.items()})
+        verdict = self._verify(self.good, policy)
+        self.assertEqual(expected, dict(verdict.pcr_values))
+        # The next quote (after tampering) is genuine, newer, and its PCR 10
+        # is no longer the known-good one: caught on the next quote.
+        e = self.assertRaises(
+            EvidenceError, self._verify, self.tampered, policy, verdict
+        )
+        self.assertEqual("pcr_policy", e.reason)
+        self.assertIn("10", e.detail)
+        boot_only = PcrPolicy({i: frozenset({expected[i]}) for i in range(10)})
+        later = self._verify(self.tampered, boot_only, verdict)
+        self.assertGreater(later.clock.clock, verdict.clock.clock)
+        # ... and the log still replays to what it signed, so the runtime
+        # policy can name the entries that moved it.
+        self.assertEqual(self.tampered.pcrs["sha256"][10], later.pcr_values[10])
+
+    def test_guest_quote_binds_its_nonce(self) -> None:
+        expected = self._replayed_pcrs(self.good)
+        policy = PcrPolicy({i: frozenset({v}) for i, v in expected.items()})
+        forged = Capture(**{**vars(self.good), "nonce": bytes(32)})
+        e = self.assertRaises(EvidenceError, self._verify, forged, policy)
+        self.assertEqual("nonce_mismatch", e.reason)
+
     def test_tpm2_eventlog_agrees(self) -> None:
         from verifier.tests.unit.test_measured_boot import tool_pcrs
 
@@ -185,7 +237,7 @@ class LiveGuestTest(_RealLogChecks, testtools.TestCase):
         cls.workdir = tempfile.mkdtemp(prefix="guest-live-")
         with Guest() as guest:
             assert guest.image is not None
-            cls.good = guest.capture()
+            cls.good = guest.capture(nonce=os.urandom(32))
             # The runtime policy is built from the good list before tampering,
             # as an operator would from a known-good node.
             cls.policy_path = os.path.join(cls.workdir, "guest-1.json")
@@ -206,7 +258,7 @@ class LiveGuestTest(_RealLogChecks, testtools.TestCase):
                 "digest_mismatch": guest.tamper_script(),
                 "unknown_file": guest.run_unknown_binary(),
             }
-            cls.tampered = guest.capture()
+            cls.tampered = guest.capture(nonce=os.urandom(32))
         cls.tampered_list = os.path.join(cls.workdir, "tampered.bin")
         with open(cls.tampered_list, "wb") as handle:
             handle.write(cls.tampered.ima_binary)
