@@ -33,12 +33,14 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
 from types import TracebackType
 from typing import BinaryIO
 
+from verifier.protocol.credential import CredentialChallenge
 from verifier.testing.cluster import die_with_parent
 from verifier.testing.guest_capture import Capture, measured_boot_reference
 from verifier.testing.guest_image import GuestImage, build, make_writable_disk
@@ -58,6 +60,9 @@ BOOT_TIMEOUT = 900.0
 COMMAND_TIMEOUT = 300.0
 _READY = re.compile(rb"(?m)^@@READY\r?$")
 _FAIL = re.compile(rb"(?m)^@@FAIL ([^\r\n]*)")
+# tpm2-tools' credential file: magic and version, then TPM2B_ID_OBJECT and
+# TPM2B_ENCRYPTED_SECRET.
+_CREDENTIAL_HEADER = struct.pack(">II", 0xBADCC0DE, 1)
 __all__ = ["Capture", "Guest", "GuestError", "measured_boot_reference"]
 _PCR_LINE = re.compile(r"^(sha1|sha256) (\d+) ([0-9A-Fa-f]+)$")
 
@@ -371,6 +376,34 @@ class Guest:
         """The TPM2B_PUBLIC of the attestation key the guest made at boot
         (ECC P-256, restricted signing, under the EK)."""
         return self.read_file("/state/ak.pub")
+
+    def ek_public(self) -> bytes:
+        """The TPM2B_PUBLIC of the endorsement key (RSA 2048, default template)."""
+        return self.read_file("/state/ek.pub")
+
+    def activate_credential(self, challenge: CredentialChallenge) -> bytes:
+        """TPM2_ActivateCredential in the guest (EK policy: PolicySecret of
+        the endorsement hierarchy), as an agent answers a registrar.
+
+        Args:
+            challenge: :func:`verifier.protocol.credential.make_credential`
+                for the guest's EK and the Name of its AK.
+
+        Returns:
+            The credential the guest's TPM recovered.
+        """
+        blob = _CREDENTIAL_HEADER + challenge.credential_blob
+        blob += challenge.encrypted_secret
+        session = "/state/session.ctx"
+        self.run(f"echo {base64.b64encode(blob).decode()} | base64 -d > /state/cred.in")
+        self.run(
+            f"tpm2_startauthsession --policy-session -S {session} >/dev/null && "
+            f"tpm2_policysecret -S {session} -c e >/dev/null && "
+            "tpm2_activatecredential -c /state/ak.ctx -C /state/ek.ctx "
+            f"-i /state/cred.in -o /state/cred.out -P session:{session} >/dev/null; "
+            f"r=$?; tpm2_flushcontext {session}; exit $r"
+        )
+        return self.read_file("/state/cred.out")
 
     def quote(
         self, nonce: bytes, pcrs: range | tuple[int, ...] = PCRS

@@ -45,7 +45,15 @@ MEASURED_MODULES = ("crc32c_generic", "ext4")
 # tpm2-tools (one multi-call binary) for a quote made in the guest, and the
 # TCTI its loader opens at run time (which ldd does not show).
 TPM2 = "/usr/bin/tpm2"
-TPM2_TOOLS = ("tpm2_createek", "tpm2_createak", "tpm2_quote")
+TPM2_TOOLS = (
+    "tpm2_createek",
+    "tpm2_createak",
+    "tpm2_quote",
+    "tpm2_startauthsession",
+    "tpm2_policysecret",
+    "tpm2_activatecredential",
+    "tpm2_flushcontext",
+)
 MULTIARCH = "/usr/lib/x86_64-linux-gnu"
 TCTI = "libtss2-tcti-device.so.0"
 _STAMP = ".complete"

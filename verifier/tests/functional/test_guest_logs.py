@@ -25,14 +25,22 @@ import testtools
 
 from verifier.cmd import ima_policy as ima_policy_cli
 from verifier.protocol import EvidenceError, ima, mb
+from verifier.protocol.credential import make_credential
 from verifier.protocol.policy import PcrPolicy
-from verifier.protocol.quote import AttestationKey, Quote, QuoteVerdict, verify_quote
+from verifier.protocol.quote import (
+    AttestationKey,
+    Quote,
+    QuoteVerdict,
+    check_ak_template,
+    verify_quote,
+)
 from verifier.protocol.tpm import TpmPublic
 from verifier.testing.guest import (
     INTRUDER,
     TOOL,
     Capture,
     Guest,
+    GuestError,
     measured_boot_reference,
 )
 
@@ -237,6 +245,22 @@ class LiveGuestTest(_RealLogChecks, testtools.TestCase):
         cls.workdir = tempfile.mkdtemp(prefix="guest-live-")
         with Guest() as guest:
             assert guest.image is not None
+            # The registrar's side of enrolment: a credential for the AK's
+            # Name under the EK, recovered by the guest's TPM; one for another
+            # Name is refused.
+            ek = TpmPublic.from_bytes(guest.ek_public())
+            ak = TpmPublic.from_bytes(guest.ak_public())
+            cls.ak = ak
+            cls.secret = os.urandom(32)
+            cls.recovered = guest.activate_credential(
+                make_credential(ek, ak.name, cls.secret)
+            )
+            wrong = ak.name[:-1] + bytes([ak.name[-1] ^ 1])
+            try:
+                guest.activate_credential(make_credential(ek, wrong, cls.secret))
+                cls.wrong_name_refused = False
+            except GuestError:
+                cls.wrong_name_refused = True
             cls.good = guest.capture(nonce=os.urandom(32))
             # The runtime policy is built from the good list before tampering,
             # as an operator would from a known-good node.
@@ -276,6 +300,12 @@ class LiveGuestTest(_RealLogChecks, testtools.TestCase):
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             status = ima_policy_cli.main(list(argv))
         return status, out.getvalue()
+
+    def test_attestation_key_activated_by_the_guest_tpm(self) -> None:
+        check_ak_template(self.ak)
+        self.assertEqual(self.secret, self.recovered)
+        self.assertTrue(self.wrong_name_refused)
+        self.assertEqual(self.ak.raw, TpmPublic.from_bytes(self.good.ak_public).raw)
 
     def test_tamper_paths(self) -> None:
         self.assertEqual(
