@@ -7,7 +7,8 @@ attestation key created there at boot, its measured-boot event log, both IMA
 measurement lists and PCRs 0-10 of the sha1 and sha256 banks into ``good/``,
 then tampers with it (appends a line to the measured script /w/bin/tool.sh
 and runs it, then runs a copy of busybox dropped on the writable disk as
-/w/bin/uname) and reads everything again into ``tampered/``. ``capture.json``
+/w/bin/uname, then reads a new file while it is open for writing, which IMA
+logs as a violation) and reads everything again into ``tampered/``. ``capture.json``
 records what produced them.
 
 Usage: .venv/bin/python tools/guest/capture-fixtures.py [--out DIR]
@@ -54,8 +55,7 @@ def main() -> int:
     with Guest() as guest:
         assert guest.image is not None
         good = guest.capture(nonce=os.urandom(32))
-        script = guest.tamper_script()
-        intruder = guest.run_unknown_binary()
+        failures = guest.tamper()
         tampered = guest.capture(nonce=os.urandom(32))
         kernel = guest.image.kernel_version
     for name in ("good", "tampered"):
@@ -69,7 +69,7 @@ def main() -> int:
         "ovmf": _package_version("ovmf"),
         "qemu": _package_version("qemu-system-x86"),
         "swtpm": _package_version("swtpm"),
-        "tampered": {"digest_mismatch": script, "unknown_file": intruder},
+        "expected_failures": failures,
     }
     with open(os.path.join(args.out, "capture.json"), "w", encoding="ascii") as handle:
         json.dump(meta, handle, indent=1, sort_keys=True)

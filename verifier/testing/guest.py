@@ -56,6 +56,9 @@ PCRS = range(11)
 # executable the policy has never seen.
 TOOL = "/w/bin/tool.sh"
 INTRUDER = "/w/bin/uname"
+# A file root reads while it is open for writing: IMA logs an open_writers
+# violation (zero digests; PCR 10 extended with all-0xFF), then measures it.
+RACED = "/w/data.txt"
 BOOT_TIMEOUT = 900.0
 COMMAND_TIMEOUT = 300.0
 _READY = re.compile(rb"(?m)^@@READY\r?$")
@@ -443,3 +446,29 @@ class Guest:
         """
         self.run(f"cp /bin/busybox {INTRUDER} && sync && {INTRUDER}")
         return INTRUDER
+
+    def cause_violation(self) -> str:
+        """Read a new file on the writable disk while it is open for writing.
+
+        Returns:
+            Its path (logged once as a violation, once as a measurement).
+        """
+        self.run(f"echo data > {RACED} && sync && sh -c 'exec 4>>{RACED}; cat {RACED}'")
+        return RACED
+
+    def tamper(self) -> list[tuple[str, str]]:
+        """All three tamper steps, in order.
+
+        Returns:
+            The ``(path, reason)`` failures a runtime policy built from the
+            list before them must report.
+        """
+        script = self.tamper_script()
+        intruder = self.run_unknown_binary()
+        raced = self.cause_violation()
+        return [
+            (script, "digest_mismatch"),
+            (intruder, "unknown_file"),
+            (raced, "violation"),
+            (raced, "unknown_file"),
+        ]

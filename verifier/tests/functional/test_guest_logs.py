@@ -15,6 +15,7 @@ tampers with the guest and reads it again.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -37,6 +38,7 @@ from verifier.protocol.quote import (
 from verifier.protocol.tpm import TpmPublic
 from verifier.testing.guest import (
     INTRUDER,
+    RACED,
     TOOL,
     Capture,
     Guest,
@@ -60,7 +62,7 @@ class _RealLogChecks(_Base):
 
     good: Capture
     tampered: Capture
-    tampered_paths: dict[str, str]
+    expected_failures: set[tuple[str, str]]
 
     def test_event_log_replays_to_pcrs_0_to_9(self) -> None:
         for capture in (self.good, self.tampered):
@@ -149,18 +151,31 @@ class _RealLogChecks(_Base):
         ima.check(policy, good[1:], first_index=1)
         later = ima.parse_ascii(self.tampered.ima_ascii)
         failures = ima.evaluate(policy, later[len(good) :], first_index=len(good))
-        self.assertEqual(
-            {
-                (self.tampered_paths["digest_mismatch"], "digest_mismatch"),
-                (self.tampered_paths["unknown_file"], "unknown_file"),
-            },
-            {(f.path, f.reason) for f in failures},
-        )
+        self.assertEqual(self.expected_failures, {(f.path, f.reason) for f in failures})
         for f in failures:
             self.assertEqual(f.path, later[f.index].path)
         e = self.assertRaises(EvidenceError, ima.check, policy, later[1:], 1)
         self.assertEqual("ima_policy", e.reason)
-        self.assertIn(self.tampered_paths["digest_mismatch"], e.detail)
+        self.assertIn(TOOL, e.detail)
+
+    def test_real_violation_replays_as_all_ff(self) -> None:
+        later = ima.parse_ascii(self.tampered.ima_ascii)
+        violations = [e for e in later if e.is_violation]
+        self.assertEqual([RACED], [e.path for e in violations])
+        self.assertEqual(bytes(20), violations[0].template_hash)
+        self.assertEqual(bytes(32), violations[0].digest)
+        # Extending its recomputed template hash instead of all-0xFF would
+        # not reach the TPM's PCR 10.
+        index = later.index(violations[0])
+        before = ima.replay(ima.ReplayState(), later[:index])
+        wrong_sha256 = hashlib.sha256(
+            before.sha256 + hashlib.sha256(violations[0].template_data).digest()
+        ).digest()
+        self.assertEqual(
+            hashlib.sha256(before.sha256 + b"\xff" * 32).digest(),
+            ima.replay(before, [violations[0]]).sha256,
+        )
+        self.assertNotEqual(wrong_sha256, ima.replay(before, [violations[0]]).sha256)
 
     def _replayed_pcrs(self, capture: Capture) -> dict[int, bytes]:
         """PCRs 0-10 (sha256) as the logs alone say they must be."""
@@ -232,7 +247,8 @@ class GuestFixtureTest(_RealLogChecks, testtools.TestCase):
         cls.good = Capture.load(os.path.join(FIXTURES, "good"))
         cls.tampered = Capture.load(os.path.join(FIXTURES, "tampered"))
         with open(os.path.join(FIXTURES, "capture.json"), encoding="ascii") as handle:
-            cls.tampered_paths = json.load(handle)["tampered"]
+            meta = json.load(handle)
+        cls.expected_failures = {(p, r) for p, r in meta["expected_failures"]}
 
 
 class LiveGuestTest(_RealLogChecks, testtools.TestCase):
@@ -278,10 +294,7 @@ class LiveGuestTest(_RealLogChecks, testtools.TestCase):
                 "-o",
                 cls.policy_path,
             )
-            cls.tampered_paths = {
-                "digest_mismatch": guest.tamper_script(),
-                "unknown_file": guest.run_unknown_binary(),
-            }
+            cls.expected_failures = set(guest.tamper())
             cls.tampered = guest.capture(nonce=os.urandom(32))
         cls.tampered_list = os.path.join(cls.workdir, "tampered.bin")
         with open(cls.tampered_list, "wb") as handle:
@@ -307,9 +320,15 @@ class LiveGuestTest(_RealLogChecks, testtools.TestCase):
         self.assertTrue(self.wrong_name_refused)
         self.assertEqual(self.ak.raw, TpmPublic.from_bytes(self.good.ak_public).raw)
 
-    def test_tamper_paths(self) -> None:
+    def test_tamper_steps(self) -> None:
         self.assertEqual(
-            {"digest_mismatch": TOOL, "unknown_file": INTRUDER}, self.tampered_paths
+            {
+                (TOOL, "digest_mismatch"),
+                (INTRUDER, "unknown_file"),
+                (RACED, "violation"),
+                (RACED, "unknown_file"),
+            },
+            self.expected_failures,
         )
 
     def test_cli_policy_accepts_good_and_names_tampered_entries(self) -> None:
@@ -320,4 +339,5 @@ class LiveGuestTest(_RealLogChecks, testtools.TestCase):
         self.assertEqual(1, status, out)
         self.assertIn(f"{TOOL}: digest_mismatch", out)
         self.assertIn(f"{INTRUDER}: unknown_file", out)
-        self.assertIn("2 entries refused", out)
+        self.assertIn(f"{RACED}: violation", out)
+        self.assertIn("4 entries refused", out)
