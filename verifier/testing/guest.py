@@ -2,8 +2,9 @@
 its real measured-boot and IMA logs and PCRs from inside.
 
 The guest (see :mod:`verifier.testing.guest_image`) is a Debian kernel booted
-by OVMF (which measures the firmware, the kernel, its command line and the
-initrd into PCRs 0-9 and hands the kernel the TCG event log) with
+by OVMF (which measures the firmware and the kernel into PCRs 0-7 and hands
+the kernel the TCG event log; the kernel's EFI stub measures its command
+line and initrd into PCR 9) with
 ``ima_policy=tcb ima_hash=sha256``, so the kernel's IMA measures what the
 init runs and reads from a squashfs and from a writable ext4 disk into PCR 10.
 
