@@ -6,7 +6,7 @@ verifier/testing/guest.py) N times and prints the medians of:
 
 * boot: qemu start to the guest's shell (OVMF, kernel, init, AK creation);
 * capture: one quote of PCRs 0-10 plus the event log, both IMA lists and
-  PCRs 0-10 of two banks read over the serial console;
+  PCRs 0-10 of four banks read over the serial console;
 * tamper: the three tamper steps;
 * verify: on the host, parse and replay both logs, verify the quote.
 

@@ -4,7 +4,7 @@
 Boots the guest (qemu + OVMF + swtpm, see verifier/testing/guest.py), reads
 a TPM2 quote of PCRs 0-10 made in the guest by tpm2-tools with an
 attestation key created there at boot, its measured-boot event log, both IMA
-measurement lists and PCRs 0-10 of the sha1 and sha256 banks into ``good/``,
+measurement lists and PCRs 0-10 of all four banks into ``good/``,
 then tampers with it (appends a line to the measured script /w/bin/tool.sh
 and runs it, then runs a copy of busybox dropped on the writable disk as
 /w/bin/uname, then reads a new file while it is open for writing, which IMA

@@ -51,7 +51,7 @@ CMDLINE = "console=ttyS0 ima_policy=tcb ima_hash=sha256 no_timer_check panic=-1"
 BIOS_LOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
 IMA_ASCII = "/sys/kernel/security/ima/ascii_runtime_measurements"
 IMA_BINARY = "/sys/kernel/security/ima/binary_runtime_measurements"
-BANKS = ("sha1", "sha256")
+BANKS = ("sha1", "sha256", "sha384", "sha512")  # all four are active in swtpm
 PCRS = range(11)
 # The measured script on the writable disk, and where a tamper step drops an
 # executable the policy has never seen.
@@ -68,7 +68,7 @@ _FAIL = re.compile(rb"(?m)^@@FAIL ([^\r\n]*)")
 # TPM2B_ENCRYPTED_SECRET.
 _CREDENTIAL_HEADER = struct.pack(">II", 0xBADCC0DE, 1)
 __all__ = ["Capture", "Guest", "GuestError", "measured_boot_reference"]
-_PCR_LINE = re.compile(r"^(sha1|sha256) (\d+) ([0-9A-Fa-f]+)$")
+_PCR_LINE = re.compile(r"^(sha1|sha256|sha384|sha512) (\d+) ([0-9A-Fa-f]+)$")
 
 
 class GuestError(Exception):
@@ -332,7 +332,7 @@ class Guest:
         return self.run(f"cat {path}")[1]
 
     def read_pcrs(self) -> dict[str, dict[int, bytes]]:
-        """PCRs 0-10 of the sha1 and sha256 banks, read in the guest."""
+        """PCRs 0-10 of every bank (sha1, sha256, sha384, sha512), read in the guest."""
         loop = (
             "for b in "
             + " ".join(BANKS)
