@@ -56,8 +56,14 @@ def drop_postgres(name: str) -> None:
 
 
 def redis_coordination_url(membership_timeout: float) -> str:
-    """A tooz URL on the local Redis with the given membership timeout."""
+    """A tooz URL on the local Redis with the given membership timeout.
+
+    Each call gets its own key namespace: the Redis is machine-wide, and two
+    test runs at once (other worktrees, CI) would otherwise share the group
+    ``trusted-verifiers`` and its member ids ``verifier``, ``verifier2``...
+    and take each other's nodes.
+    """
     return (
         f"redis://{REDIS_HOST}:{REDIS_PORT}?membership_timeout={membership_timeout}"
-        f"&timeout=5"
+        f"&timeout=5&namespace=tc-{uuid_mod.uuid4().hex[:12]}"
     )
