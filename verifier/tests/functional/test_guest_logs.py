@@ -27,6 +27,7 @@ import testtools
 from verifier.cmd import ima_policy as ima_policy_cli
 from verifier.protocol import EvidenceError, ima, mb
 from verifier.protocol.credential import make_credential
+from verifier.protocol.evidence import ImaEvidence, check_ima, check_measured_boot
 from verifier.protocol.policy import PcrPolicy
 from verifier.protocol.quote import (
     AttestationKey,
@@ -220,6 +221,44 @@ class _RealLogChecks(_Base):
         # ... and the log still replays to what it signed, so the runtime
         # policy can name the entries that moved it.
         self.assertEqual(self.tampered.pcrs["sha256"][10], later.pcr_values[10])
+
+    def test_verifier_checks_catch_tampering_on_the_next_quote(self) -> None:
+        # What the verifier does on each quote (verifier.attest.runtime),
+        # on the real guest's quotes and logs: the good read passes the
+        # runtime and measured-boot policies built from it; on the next
+        # quote, only the new entries are judged and the tampering is named.
+        runtime = ima.policy_from_log(ima.parse_ascii(self.good.ima_ascii), "g", 1)
+        boot = measured_boot_reference(mb.parse(self.good.bios_log).events)
+        first = self._verify(self.good, PcrPolicy({}))
+        check_measured_boot(self.good.bios_log, first.pcr_values, boot)
+        good = ImaEvidence(0, ima.parse_ascii(self.good.ima_ascii))
+        state = check_ima(ima.ReplayState(), good, first.pcr_values, runtime)
+        self.assertEqual(len(good.entries), state.count)
+        later = self._verify(self.tampered, PcrPolicy({}), first)
+        new = ima.parse_ascii(self.tampered.ima_ascii)[state.count :]
+        e = self.assertRaises(
+            EvidenceError,
+            check_ima,
+            state,
+            ImaEvidence(state.count, new),
+            later.pcr_values,
+            runtime,
+        )
+        self.assertEqual("ima_policy", e.reason)
+        self.assertIn(f"entry {state.count} ", e.detail)
+        self.assertTrue(
+            any(path in e.detail for path, _ in self.expected_failures), e.detail
+        )
+        # a list that hides the new entries does not replay to the quote
+        e = self.assertRaises(
+            EvidenceError,
+            check_ima,
+            state,
+            ImaEvidence(state.count, []),
+            later.pcr_values,
+            runtime,
+        )
+        self.assertEqual("ima_pcr_mismatch", e.reason)
 
     def test_guest_quote_binds_its_nonce(self) -> None:
         expected = self._replayed_pcrs(self.good)
