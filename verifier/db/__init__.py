@@ -9,9 +9,17 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 
-from verifier.db.models import Base, Node, OutboxEvent, RegisteredAgent
+from verifier.db.models import Base, Node, OutboxEvent, ProviderEk, RegisteredAgent
 
-__all__ = ["Base", "Node", "OutboxEvent", "RegisteredAgent", "make_engine", "upgrade"]
+__all__ = [
+    "Base",
+    "Node",
+    "OutboxEvent",
+    "ProviderEk",
+    "RegisteredAgent",
+    "make_engine",
+    "upgrade",
+]
 
 _MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
 

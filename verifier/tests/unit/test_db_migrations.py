@@ -57,7 +57,7 @@ class MigrationTest(testtools.TestCase):
         self.assert_schema_matches_models()
         with self.engine.connect() as conn:
             version = conn.execute(sa.text("SELECT version_num FROM alembic_version"))
-            self.assertEqual(["0001"], [r[0] for r in version])
+            self.assertEqual(["0002_provider_eks"], [r[0] for r in version])
 
     def test_upgrade_twice_is_harmless(self) -> None:
         upgrade(self.engine)
