@@ -113,6 +113,8 @@ class VtpmManager:
         conn: an open libvirt connection (``qemu:///system`` in production).
         registrar: the provider client of the registrar.
         config: state locations and defaults.
+        secret_conn: the connection holding libvirt secrets (default
+            ``conn``; ``secret:///embed?root=...`` beside an embedded qemu).
     """
 
     def __init__(
@@ -120,8 +122,10 @@ class VtpmManager:
         conn: libvirt.virConnect,
         registrar: ProviderRegistrarClient,
         config: ManagerConfig,
+        secret_conn: libvirt.virConnect | None = None,
     ) -> None:
         self._conn = conn
+        self._secret_conn = secret_conn or conn
         self._registrar = registrar
         self._config = config
 
@@ -141,7 +145,9 @@ class VtpmManager:
         if secret_uuid is None:
             return None
         try:
-            return bytes(self._conn.secretLookupByUUIDString(secret_uuid).value())
+            return bytes(
+                self._secret_conn.secretLookupByUUIDString(secret_uuid).value()
+            )
         except libvirt.libvirtError as exc:
             raise LibvirtError(
                 f"cannot read the vTPM encryption secret {secret_uuid}: {exc} "

@@ -91,8 +91,12 @@ class EmbeddedLibvirt:
             f.write(_QEMU_CONF)
         _ensure_qemu_user()
         _start_event_loop()
+        libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
         self.uri = f"qemu:///embed?root={self.root}"
         self.conn = libvirt.open(self.uri)
+        # Secrets (Nova's vTPM passphrases) live in the embedded secret driver
+        # that the qemu driver itself consults.
+        self.secret_conn = libvirt.open(f"secret:///embed?root={self.root}")
 
     @property
     def swtpm_storage_dir(self) -> str:
@@ -128,6 +132,8 @@ class EmbeddedLibvirt:
                     dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_TPM)
         with contextlib.suppress(libvirt.libvirtError):
             self.conn.close()
+        with contextlib.suppress(libvirt.libvirtError):
+            self.secret_conn.close()
         for name in ("qemu-system-x86_64", "swtpm"):
             for pid in self._pids(name):
                 with contextlib.suppress(OSError):

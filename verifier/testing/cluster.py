@@ -140,6 +140,8 @@ class LocalCluster:
         interval: the verifier's quote interval (seconds).
         ak_alg: the agents' AK algorithm.
         notifiers: the verifier's notifier drivers.
+        registrar_options: extra ``[registrar]`` options (e.g. the EK CA
+            bundle of a compute host's vTPMs).
     """
 
     def __init__(
@@ -153,8 +155,10 @@ class LocalCluster:
         verifier_options: dict[str, Any] | None = None,
         verifiers: int = 1,
         database_url: str | None = None,
+        registrar_options: dict[str, Any] | None = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
+        self.registrar_options = dict(registrar_options or {})
         self.n_nodes = nodes
         self.interval = interval
         self.ak_alg = ak_alg
@@ -286,6 +290,7 @@ class LocalCluster:
                     "key_file": self.pki_file("registrar-key.pem"),
                     "ca_file": self.pki_file("ca.pem"),
                     **self._ek_options(),
+                    **self.registrar_options,
                 },
             },
         )
