@@ -47,7 +47,11 @@ _OPTS = [
         help="The libvirt hook refuses to start a domain whose vTPM EK "
         "cannot be registered (otherwise it only logs).",
     ),
-    cfg.StrOpt("registrar_url", default="https://127.0.0.1:8891"),
+    cfg.StrOpt(
+        "registrar_url",
+        default="https://127.0.0.1:8891",
+        help="Base URL of the registrar (https: mTLS with cert_file).",
+    ),
     cfg.StrOpt("cert_file", help="PEM client certificate (role provider)."),
     cfg.StrOpt("key_file", help="PEM private key of cert_file."),
     cfg.StrOpt("ca_file", help="PEM CA bundle the registrar's certificate chains to."),
