@@ -55,16 +55,21 @@ def on_prepare(
             )
         return f"{info.name}: encrypted vTPM already registered"
     path = swtpm_state.state_dir(config.swtpm_storage_dir, info.uuid)
-    created = swtpm_state.create_state(
-        path, config.localca_dir, f"{info.name}:{info.uuid}", None, config.swtpm_setup
-    )
-    try:
-        ek = swtpm_state.read_ek(path, config.ek_alg)
-        new = registrar.register_ek(instance, ek)
-    except BaseException:
-        if created:
-            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
-        raise
+    with swtpm_state.locked(config.swtpm_storage_dir, info.uuid):
+        created = swtpm_state.create_state(
+            path,
+            config.localca_dir,
+            f"{info.name}:{info.uuid}",
+            None,
+            config.swtpm_setup,
+        )
+        try:
+            ek = swtpm_state.read_ek(path, config.ek_alg)
+            new = registrar.register_ek(instance, ek)
+        except BaseException:
+            if created:
+                shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+            raise
     return (
         f"{info.name}: vTPM state {'created' if created else 'present'} in "
         f"{path}, EK {'registered' if new else 'already registered'} "

@@ -201,6 +201,22 @@ class VtpmManager:
         assert info.tpm is not None
         instance = canonical_uuid(instance_uuid or info.uuid)
         secret = self._secret_value(info.tpm.secret)
+        with swtpm_state.locked(self._config.swtpm_storage_dir, info.uuid):
+            return self._provision(
+                info, new_xml, changed, instance, secret, running, live
+            )
+
+    def _provision(
+        self,
+        info: domain_xml.DomainInfo,
+        new_xml: str,
+        changed: bool,
+        instance: str,
+        secret: bytes | None,
+        running: bool,
+        live: domain_xml.DomainInfo | None,
+    ) -> EnsureResult:
+        assert info.tpm is not None
         path = self.state_dir(info.uuid)
         created = swtpm_state.create_state(
             path,

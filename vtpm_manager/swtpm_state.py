@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import shutil
 import signal
@@ -29,7 +30,14 @@ from node_agent.swtpm import free_port_pair, write_localca_config
 from node_agent.tpm import Tpm
 from vtpm_manager.exceptions import SwtpmSetupError
 
-__all__ = ["EkIdentity", "create_state", "has_state", "read_ek", "state_dir"]
+__all__ = [
+    "EkIdentity",
+    "create_state",
+    "has_state",
+    "locked",
+    "read_ek",
+    "state_dir",
+]
 
 _STATE_FILE = "tpm2-00.permall"
 _CIPHER = "aes-256-cbc"  # what libvirt passes for an encrypted state
@@ -48,6 +56,21 @@ class EkIdentity:
 def state_dir(storage_dir: str, domain_uuid: str) -> str:
     """libvirt's TPM 2.0 state directory of a domain."""
     return os.path.join(storage_dir, domain_uuid.lower(), "tpm2")
+
+
+@contextlib.contextmanager
+def locked(storage_dir: str, domain_uuid: str) -> Iterator[None]:
+    """Serialize work on one domain's vTPM across processes (the hook, the
+    CLI, a listener): an exclusive ``flock`` on
+    ``<storage_dir>/.<uuid>.vtpm-lock``, released when the block ends."""
+    os.makedirs(storage_dir, mode=0o711, exist_ok=True)
+    path = os.path.join(storage_dir, f".{domain_uuid.lower()}.vtpm-lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def has_state(path: str) -> bool:

@@ -105,6 +105,31 @@ class ManagerTest(testtools.TestCase):
         )
         self.assertIsNotNone(self.client.get_ek(instance))
 
+    def test_concurrent_ensures_of_one_domain_make_one_state(self) -> None:
+        import threading
+
+        dom = self.define()
+        results, errors = [], []
+
+        def ensure() -> None:
+            try:
+                results.append(self.manager.ensure(dom.name()))
+            except Exception as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ensure) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual([], errors)
+        self.assertEqual(1, sum(r.state_created for r in results))
+        self.assertEqual(1, sum(r.newly_registered for r in results))
+        self.assertEqual(
+            swtpm_state.read_ek(results[0].state_dir),
+            self.client.get_ek(dom.UUIDString()),
+        )
+
     def test_unknown_domain(self) -> None:
         for name in ("no-such-domain", str(uuid_mod.uuid4())):
             with self.assertRaises(DomainNotFoundError) as ctx:
@@ -134,7 +159,8 @@ class ManagerTest(testtools.TestCase):
         with self.assertRaises(SwtpmSetupError) as ctx:
             manager.ensure(dom.name())
         self.assertIn("swtpm_setup failed", str(ctx.exception))
-        self.assertEqual([], os.listdir(self.config.swtpm_storage_dir))
+        leftovers = os.listdir(self.config.swtpm_storage_dir)
+        self.assertEqual([], [n for n in leftovers if not n.endswith(".vtpm-lock")])
         self.assertNotIn("<tpm", dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
         self.assertIsNone(self.client.get_ek(dom.UUIDString()))
 
