@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
+import random
 import shutil
 import signal
 import socket
@@ -26,7 +27,7 @@ import time
 from collections.abc import Iterator
 
 from node_agent.exceptions import TpmError
-from node_agent.swtpm import free_port_pair, write_localca_config
+from node_agent.swtpm import write_localca_config
 from node_agent.tpm import Tpm
 from vtpm_manager.exceptions import SwtpmSetupError
 
@@ -218,7 +219,7 @@ def read_ek(
         shutil.copy2(os.path.join(path, _STATE_FILE), tmp)
         with _password_file(secret) as pwd:
             for attempt in range(3):  # a probed port may be taken meanwhile
-                port = free_port_pair()
+                port = _port_pair_below_ephemeral()
                 proc = _start_swtpm(swtpm, tmp, port, pwd)
                 try:
                     if not _wait_listening(proc, port):
@@ -236,6 +237,29 @@ def read_ek(
                 finally:
                     _stop(proc)
     raise SwtpmSetupError(f"swtpm could not serve the state of {path}")
+
+
+def _port_pair_below_ephemeral() -> int:
+    """Loopback ports P, P+1 free now and *outside* the kernel's ephemeral
+    range: the EK is read on every ensure, and a short-lived swtpm on an
+    ephemeral port could take a port another service on the host (or a test
+    fixture) probed with ``bind(0)`` and is about to bind."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = max(low - 2, 10002)
+    for _ in range(200):
+        port = random.randrange(10000, top)  # noqa: S311 (not a secret)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    raise SwtpmSetupError("no free pair of loopback ports for swtpm")
 
 
 def _start_swtpm(
