@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import tempfile
 import threading
 
@@ -31,9 +32,18 @@ class ThreadRegistrar:
         asyncio.set_event_loop(self._loop)
         self._runner = web.AppRunner(make_app(self.registrar))
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        # A port below the kernel's ephemeral range: a bind(0) here could take
+        # a port that a LocalCluster in another test process has probed and
+        # is about to bind.
+        for _ in range(100):
+            port = random.randrange(10000, 30000)  # noqa: S311
+            site = web.TCPSite(self._runner, "127.0.0.1", port)
+            try:
+                self._loop.run_until_complete(site.start())
+            except OSError:
+                continue
+            self.port = port
+            break
         self._ready.set()
         self._loop.run_forever()
 
