@@ -111,7 +111,11 @@ class ToozOwnership(Ownership):
         self._coordinator = None
 
 
-def make_ownership(coordination_url: str | None, member_id: str | None) -> Ownership:
+def make_ownership(
+    coordination_url: str | None,
+    member_id: str | None,
+    group: str = "trusted-verifiers",
+) -> Ownership:
     """The ownership for the configuration (AllNodes without a URL).
 
     Raises:
@@ -124,4 +128,4 @@ def make_ownership(coordination_url: str | None, member_id: str | None) -> Owner
     except ImportError:
         raise ConfigError("[verifier] coordination_url needs the tooz package")
     member = member_id or f"{socket.gethostname()}-{os.getpid()}"
-    return ToozOwnership(coordination_url, member)
+    return ToozOwnership(coordination_url, member, group)

@@ -71,7 +71,9 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         interval=group.quote_interval,
         max_unreachable=group.max_unreachable,
         max_in_flight=group.max_in_flight,
-        ownership=make_ownership(group.coordination_url, group.member_id),
+        ownership=make_ownership(
+            group.coordination_url, group.member_id, group.coordination_group
+        ),
         sync_interval=group.sync_interval,
         unreachable_action=group.unreachable_action,
         outbox_interval=group.outbox_interval,

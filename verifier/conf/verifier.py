@@ -64,6 +64,12 @@ _OPTS = [
         "every node.",
     ),
     cfg.StrOpt(
+        "coordination_group",
+        default="trusted-verifiers",
+        help="The tooz group the verifiers of one deployment join (distinct "
+        "deployments sharing a backend need distinct groups).",
+    ),
+    cfg.StrOpt(
         "member_id",
         help="This verifier's name in the coordination group (default: "
         "host name and process id).",
