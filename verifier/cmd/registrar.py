@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             "agent": group.agent_clients,
             "reader": group.reader_clients,
             "admin": group.admin_clients,
+            "provider": group.provider_clients,
         }
         app = make_app(registrar, roles)
         await _service.serve(app, group.host, group.port, ctx)

@@ -38,6 +38,12 @@ _OPTS = [
         default=["admin"],
         help="Client certificate common names allowed to delete registrations.",
     ),
+    cfg.ListOpt(
+        "provider_clients",
+        default=["vtpm-manager"],
+        help="Client certificate common names allowed to register vTPM EKs "
+        "under instance UUIDs (compute hosts running trusted-vtpm-manager).",
+    ),
     cfg.BoolOpt(
         "require_ek_certificate",
         default=False,

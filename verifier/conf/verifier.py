@@ -64,15 +64,15 @@ _OPTS = [
         "every node.",
     ),
     cfg.StrOpt(
+        "coordination_group",
+        default="trusted-verifiers",
+        help="The tooz group the verifiers of one deployment join (distinct "
+        "deployments sharing a backend need distinct groups).",
+    ),
+    cfg.StrOpt(
         "member_id",
         help="This verifier's name in the coordination group (default: "
         "host name and process id).",
-    ),
-    cfg.StrOpt(
-        "coordination_group",
-        default="trusted-verifiers",
-        help="The coordination group the verifiers sharing one database join "
-        "(two deployments sharing one coordination backend need two names).",
     ),
     cfg.FloatOpt(
         "sync_interval",

@@ -13,6 +13,7 @@ from verifier.db.models import (
     Base,
     Node,
     OutboxEvent,
+    ProviderEk,
     RegisteredAgent,
     StoredPolicy,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "Base",
     "Node",
     "OutboxEvent",
+    "ProviderEk",
     "RegisteredAgent",
     "StoredPolicy",
     "make_engine",

@@ -40,6 +40,19 @@ class RegisteredAgent(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class ProviderEk(Base):
+    """A vTPM's EK as the cloud provider (the compute host) registered it
+    under the instance UUID, before the guest could speak for itself."""
+
+    __tablename__ = "registrar_provider_eks"
+
+    uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    ek_public: Mapped[bytes] = mapped_column(LargeBinary)
+    ek_certificate: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    provider: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
 class Node(Base):
     """A node under continuous attestation by the verifier."""
 

@@ -6,6 +6,6 @@ credential, proving that one TPM holds both keys.
 """
 
 from verifier.registrar.app import make_app
-from verifier.registrar.service import AgentRecord, Registrar
+from verifier.registrar.service import AgentRecord, ProviderEkRecord, Registrar
 
-__all__ = ["AgentRecord", "Registrar", "make_app"]
+__all__ = ["AgentRecord", "ProviderEkRecord", "Registrar", "make_app"]

@@ -3,6 +3,7 @@
 ``POST /v1/agents/{uuid}``            register EK (+cert), AK -> challenge
 ``POST /v1/agents/{uuid}/activate``   prove the credential -> activated
 ``GET /v1/agents``, ``GET|DELETE /v1/agents/{uuid}``
+``PUT|GET|DELETE /v1/agents/{uuid}/ek``  the provider's vTPM EK (role provider)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from verifier.api import (
     b64_field,
     error_middleware,
     json_response,
+    peer_common_name,
     read_json,
     str_field,
 )
@@ -96,6 +98,42 @@ async def _delete(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+@allow("provider")
+async def _put_provider_ek(request: web.Request) -> web.Response:
+    data = await read_json(request)
+    uuid = request.match_info["uuid"]
+    created = await asyncio.to_thread(
+        request.app[_KEY].register_provider_ek,
+        uuid,
+        b64_field(data, "ek_public", max_len=1024) or b"",
+        b64_field(data, "ek_certificate", optional=True, max_len=8192),
+        peer_common_name(request) or "anonymous",
+    )
+    return json_response(
+        {"uuid": uuid, "registered": True, "created": created},
+        status=201 if created else 200,
+    )
+
+
+@allow("provider", "reader")
+async def _get_provider_ek(request: web.Request) -> web.Response:
+    rec = request.app[_KEY].get_provider_ek(request.match_info["uuid"])
+    return json_response(
+        {
+            "uuid": rec.uuid,
+            "ek_public": b64(rec.ek_public),
+            "ek_certificate": b64(rec.ek_certificate) if rec.ek_certificate else None,
+            "provider": rec.provider,
+        }
+    )
+
+
+@allow("provider", "admin")
+async def _delete_provider_ek(request: web.Request) -> web.Response:
+    request.app[_KEY].delete_provider_ek(request.match_info["uuid"])
+    return web.Response(status=204)
+
+
 def make_app(
     registrar: Registrar, roles: Mapping[str, Collection[str]] | None = None
 ) -> web.Application:
@@ -103,8 +141,9 @@ def make_app(
 
     Args:
         registrar: the service.
-        roles: role (``agent``, ``reader``, ``admin``) -> client certificate
-            common names; None disables the check (tests without TLS).
+        roles: role (``agent``, ``reader``, ``admin``, ``provider``) ->
+            client certificate common names;
+            None disables the check (tests without TLS).
     """
     middlewares = [error_middleware]
     if roles is not None:
@@ -116,4 +155,7 @@ def make_app(
     app.router.add_get("/v1/agents", _list)
     app.router.add_get("/v1/agents/{uuid}", _get)
     app.router.add_delete("/v1/agents/{uuid}", _delete)
+    app.router.add_put("/v1/agents/{uuid}/ek", _put_provider_ek)
+    app.router.add_get("/v1/agents/{uuid}/ek", _get_provider_ek)
+    app.router.add_delete("/v1/agents/{uuid}/ek", _delete_provider_ek)
     return app

@@ -147,6 +147,8 @@ class LocalCluster:
             that its agent sends when the verifier asks.
         verifier_sections: more sections of the verifier's configuration
             (e.g. ``capabilities``).
+        registrar_options: extra ``[registrar]`` options (e.g. the EK CA
+            bundle of a compute host's vTPMs).
     """
 
     def __init__(
@@ -162,8 +164,10 @@ class LocalCluster:
         database_url: str | None = None,
         evidence: bool = False,
         verifier_sections: dict[str, dict[str, Any]] | None = None,
+        registrar_options: dict[str, Any] | None = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
+        self.registrar_options = dict(registrar_options or {})
         self.n_nodes = nodes
         self.interval = interval
         self.ak_alg = ak_alg
@@ -301,6 +305,7 @@ class LocalCluster:
                     "key_file": self.pki_file("registrar-key.pem"),
                     "ca_file": self.pki_file("ca.pem"),
                     **self._ek_options(),
+                    **self.registrar_options,
                 },
             },
         )

@@ -42,6 +42,8 @@ class ScaleOutTest(testtools.TestCase):
             database_url=cls.db_url,
             verifier_options={
                 "coordination_url": services.redis_coordination_url(MEMBERSHIP_TIMEOUT),
+                # Other checkouts may run this test on the same Redis at once.
+                "coordination_group": f"scale-out-{os.getpid()}-{time.time_ns()}",
                 "sync_interval": 0.2,
             },
         )

@@ -1,0 +1,218 @@
+"""``trusted-vtpm-manager``: companion vTPMs on a compute host.
+
+Examples::
+
+    trusted-vtpm-manager ensure instance-0000002a --instance-uuid UUID
+    trusted-vtpm-manager undefine instance-0000002a
+    trusted-vtpm-manager forget --instance-uuid UUID
+    trusted-vtpm-manager hook DOMAIN prepare begin - < domain.xml
+
+Options come from ``--config-file`` (group ``[vtpm_manager]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+
+from oslo_config import cfg
+
+from verifier import tlsutil
+from vtpm_manager import conf as vtpm_conf
+from vtpm_manager.exceptions import VtpmError
+from vtpm_manager.manager import ManagerConfig
+from vtpm_manager.registrar_client import ProviderRegistrarClient
+
+LOG = logging.getLogger("trusted-vtpm-manager")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trusted-vtpm-manager",
+        description="Give libvirt domains companion TPM 2.0 vTPMs (Nova's "
+        "form) and register their EKs with the registrar under the instance "
+        "UUID before the guest boots.",
+    )
+    parser.add_argument(
+        "--config-file",
+        action="append",
+        default=[],
+        help="oslo.config file with a [vtpm_manager] section (repeatable)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON results")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ensure = sub.add_parser(
+        "ensure",
+        help="add the TPM 2.0 device if missing (a running domain gets it at "
+        "its next cold boot), make the swtpm state, register the EK",
+    )
+    ensure.add_argument("domain", help="libvirt domain name or UUID")
+    ensure.add_argument(
+        "--instance-uuid", help="Nova instance UUID (default: the domain UUID)"
+    )
+    ensure.add_argument("--model", choices=["tpm-crb", "tpm-tis"])
+    ensure.add_argument(
+        "--secret-uuid", help="libvirt secret encrypting a new device's state"
+    )
+    undefine = sub.add_parser(
+        "undefine", help="deregister the instance, then undefine the domain"
+    )
+    undefine.add_argument("domain")
+    undefine.add_argument("--instance-uuid")
+    _state_flags(undefine)
+    forget = sub.add_parser(
+        "forget", help="deregister an instance whose domain is already gone"
+    )
+    forget.add_argument("--instance-uuid", required=True)
+    forget.add_argument(
+        "--domain-uuid", help="domain UUID of the state (default: instance UUID)"
+    )
+    _state_flags(forget)
+    hook = sub.add_parser("hook", help="libvirt qemu hook entry (domain XML on stdin)")
+    hook.add_argument("hook_args", nargs="+", help="DOMAIN OPERATION SUBOP EXTRA")
+    return parser
+
+
+def _state_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--keep-state", dest="keep", action="store_true", default=None)
+    group.add_argument("--delete-state", dest="keep", action="store_false")
+
+
+def _load(files: list[str]) -> cfg.ConfigOpts:
+    conf = cfg.ConfigOpts()
+    vtpm_conf.register_opts(conf)
+    args: list[str] = []
+    for f in files:
+        args += ["--config-file", f]
+    conf(
+        args,
+        project="trusted-cloud",
+        prog="trusted-vtpm-manager",
+        default_config_files=[],
+    )
+    return conf
+
+
+def _manager_config(group: cfg.ConfigOpts.GroupAttr) -> ManagerConfig:
+    return ManagerConfig(
+        swtpm_storage_dir=group.swtpm_storage_dir,
+        localca_dir=group.localca_dir,
+        ek_alg=group.ek_alg,
+        default_model=group.default_model,
+        keep_state=group.keep_state,
+    )
+
+
+def _registrar(group: cfg.ConfigOpts.GroupAttr) -> ProviderRegistrarClient:
+    ctx = None
+    if group.registrar_url.startswith("https:"):
+        if not (group.cert_file and group.key_file and group.ca_file):
+            raise VtpmError(
+                "[vtpm_manager] cert_file, key_file and ca_file are needed for "
+                "an https registrar_url"
+            )
+        try:
+            ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
+        except OSError as exc:
+            raise VtpmError(f"cannot load the provider certificate: {exc}")
+    return ProviderRegistrarClient(
+        group.registrar_url,
+        ctx,
+        retries=group.registrar_retries,
+        backoff=group.registrar_backoff,
+    )
+
+
+Result = dict[str, object]
+
+
+def _summary(data: Result) -> str:
+    return " ".join(f"{k}={v}" for k, v in data.items())
+
+
+def _run(
+    args: argparse.Namespace, group: cfg.ConfigOpts.GroupAttr
+) -> tuple[str, Result]:
+    config = _manager_config(group)
+    registrar = _registrar(group)
+    if args.command == "hook":
+        done = _hook(args.hook_args, config, registrar, group.hook_fail_closed)
+        return _summary(done), done
+    import libvirt
+
+    from vtpm_manager.manager import VtpmManager
+
+    try:
+        conn = libvirt.open(group.libvirt_uri)
+    except libvirt.libvirtError as exc:
+        raise VtpmError(f"cannot connect to {group.libvirt_uri}: {exc}")
+    try:
+        manager = VtpmManager(conn, registrar, config)
+        if args.command == "ensure":
+            result = manager.ensure(
+                args.domain, args.instance_uuid, args.model, args.secret_uuid
+            )
+            return result.summary(), dataclasses.asdict(result)
+        if args.command == "undefine":
+            known = manager.undefine(args.domain, args.instance_uuid, args.keep)
+            data: Result = {
+                "domain": args.domain,
+                "undefined": True,
+                "was_registered": known,
+            }
+        else:
+            known = manager.forget(
+                args.instance_uuid, args.domain_uuid or args.instance_uuid, args.keep
+            )
+            data = {"instance_uuid": args.instance_uuid, "was_registered": known}
+        return _summary(data), data
+    finally:
+        conn.close()
+
+
+def _hook(
+    hook_args: list[str],
+    config: ManagerConfig,
+    registrar: ProviderRegistrarClient,
+    fail_closed: bool,
+) -> Result:
+    from vtpm_manager.hook import on_prepare
+
+    if len(hook_args) < 3:
+        raise VtpmError("hook needs DOMAIN OPERATION SUBOP [EXTRA]")
+    domain, operation, subop = hook_args[:3]
+    if (operation, subop) != ("prepare", "begin"):
+        return {"domain": domain, "operation": operation, "action": "none"}
+    xml = sys.stdin.read()
+    try:
+        done = on_prepare(xml, config, registrar)
+    except VtpmError as exc:
+        if fail_closed:
+            raise
+        LOG.warning("%s: vTPM not registered (hook_fail_closed=False): %s", domain, exc)
+        done = None
+    return {"domain": domain, "operation": operation, "action": done or "none"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``trusted-vtpm-manager``."""
+    import libvirt
+
+    # libvirt prints every error to stderr by default; ours say it better.
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    logging.basicConfig(
+        level=logging.INFO, format="%(name)s: %(levelname)s: %(message)s"
+    )
+    args = _parser().parse_args(argv)
+    try:
+        group = _load(args.config_file).vtpm_manager
+        summary, data = _run(args, group)
+    except (VtpmError, cfg.Error, ValueError) as exc:
+        print(f"trusted-vtpm-manager: error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(data, sort_keys=True) if args.json else summary)
+    return 0
