@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from verifier.attest.clients import AgentClient, RegistrarClient
 from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
 from verifier.attest.ownership import AllNodes, Ownership
+from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
 from verifier.ca import CaError, CertificateAuthority
@@ -116,6 +117,14 @@ class Verifier:
         self._nodes: dict[str, LiveNode] = {}
         self._background: list[asyncio.Task[None]] = []
         self._outbox_wakeup = asyncio.Event()
+        self.pending = PendingNodes(
+            self.store,
+            registrar,
+            self._adopt,
+            lambda uuid: self._ownership.owns(uuid),
+            interval,
+            clock,
+        )
 
     # -- lifecycle --------------------------------------------------------
 
@@ -126,6 +135,7 @@ class Verifier:
         self._background = [
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
+            asyncio.create_task(self.pending.run()),
         ]
         self._scheduler.start()
         if not isinstance(self._ownership, AllNodes):
@@ -164,6 +174,7 @@ class Verifier:
         await self._ownership.refresh()
         states = await asyncio.to_thread(self.store.states)
         owns = self._ownership.owns
+        self.pending.sync(states)
         for uuid, node in list(self._nodes.items()):
             db_state = states.get(uuid)
             if db_state is None:
@@ -178,7 +189,10 @@ class Verifier:
         wanted = [
             uuid
             for uuid, state in states.items()
-            if uuid not in self._nodes and state != NodeState.REVOKED and owns(uuid)
+            if uuid not in self._nodes
+            and state != NodeState.REVOKED
+            and not is_waiting(state)
+            and owns(uuid)
         ]
         for row in await asyncio.to_thread(self.store.load_many, wanted):
             if row.state != NodeState.REVOKED and row.uuid not in self._nodes:
@@ -198,9 +212,16 @@ class Verifier:
 
     # -- API operations ----------------------------------------------------
 
-    async def enrol(self, uuid: str, v_share: bytes, policy: PcrPolicy) -> NodeView:
+    async def enrol(
+        self,
+        uuid: str,
+        v_share: bytes,
+        policy: PcrPolicy,
+        await_instance: bool = False,
+    ) -> NodeView:
         """Start attesting ``uuid`` with ``policy``; V is released to the node
-        after its first valid quote.
+        after its first valid quote. With ``await_instance`` the node waits
+        for Nova and its agent first (:mod:`verifier.attest.pending`).
 
         Raises:
             ConflictError: already enrolled, or the AK is not activated.
@@ -209,6 +230,8 @@ class Verifier:
         uuid = canonical_uuid(uuid)
         if uuid in self._nodes:
             raise ConflictError("already_enrolled", f"node {uuid} is already enrolled")
+        if await_instance:
+            return await self.pending.enrol(uuid, v_share, policy)
         record = await self._registrar.get_agent(uuid)
         if record.get("activated") is not True:
             raise ConflictError(
@@ -285,6 +308,7 @@ class Verifier:
         Raises: NotFoundError.
         """
         uuid = canonical_uuid(uuid)
+        self.pending.forget(uuid)
         node = self._nodes.get(uuid)
         if node is not None:
             self._release(node)

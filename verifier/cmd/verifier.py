@@ -87,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         verifier, pem = build(conf)
         ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
         await _service.serve(
-            make_app(verifier, pem, {"tenant": group.tenant_clients}),
+            make_app(
+                verifier,
+                pem,
+                {"tenant": group.tenant_clients, "operator": group.operator_clients},
+            ),
             group.host,
             group.port,
             ctx,

@@ -2,8 +2,8 @@
 
 from oslo_config import cfg
 
-from verifier.conf import registrar, verifier
+from verifier.conf import nova_listener, registrar, verifier
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
-    return registrar.list_opts() + verifier.list_opts()
+    return registrar.list_opts() + verifier.list_opts() + nova_listener.list_opts()

@@ -215,7 +215,7 @@ class LocalCluster:
 
     def _make_pki(self) -> None:
         ca = CertificateAuthority.create(self.pki, "Demo operator CA")
-        for name in ("registrar", "verifier", "tenant", "agent"):
+        for name in ("registrar", "verifier", "tenant", "agent", "operator"):
             ca.issue_to_files(self.pki, name, ["127.0.0.1", "localhost"])
         CertificateAuthority.create(
             os.path.join(self.workdir, "node-ca"), "Demo node identity CA"
