@@ -90,7 +90,7 @@ def _nova(args: argparse.Namespace) -> Any:
         args.os_compute_api_version,
         session=session,
         region_name=args.os_region_name,
-        interface=args.os_interface,
+        endpoint_type=args.os_interface,
     )
 
 

@@ -36,7 +36,7 @@ def make_client(instance: Any) -> Any:
         version,
         session=instance.session,
         region_name=instance.region_name,
-        interface=instance.interface,
+        endpoint_type=instance.interface,
     )
 
 

@@ -136,7 +136,9 @@ def parse_user_data(user_data: bytes) -> tuple[dict[str, Any], bytes]:
     for part in msg.walk():
         ctype = part.get_content_type()
         if ctype == "text/cloud-config":
-            text = str(part.get_content()).removeprefix("#cloud-config\n")
+            first, _, text = str(part.get_content()).partition("\n")
+            if first.strip() != "#cloud-config":
+                raise ValueError("cloud-config part without its header")
             files = json.loads(text)["write_files"]
             config = json.loads(files[0]["content"])
         elif ctype == PAYLOAD_TYPE:

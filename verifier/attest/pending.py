@@ -99,9 +99,10 @@ class PendingNodes:
             created_at=now,
             updated_at=now,
         )
+        view = view_of_row(row)  # before the commit expires the row
         await asyncio.to_thread(self._store.insert, row)
         LOG.info("Enrolled node %s ahead of its instance", uuid)
-        return view_of_row(row)
+        return view
 
     async def instance_created(self, uuid: str) -> NodeView:
         """Nova created the instance: start waiting for its agent.

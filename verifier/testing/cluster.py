@@ -248,11 +248,12 @@ class LocalCluster:
         for index in range(len(self.verifier_ports)):
             self.start_verifier(index)
 
-    def _prepare_node(self, i: int) -> None:
+    def _prepare_node(self, i: int, uuid: str | None = None) -> None:
         node_dir = os.path.join(self.workdir, f"node{i + 1}")
         os.makedirs(node_dir)
         swtpm = Swtpm(os.path.join(node_dir, "tpm"), free_port_pair(), self.localca)
-        node = NodeHandle(str(uuid_mod.uuid4()), i + 1, node_dir, swtpm, free_port())
+        uuid = uuid or str(uuid_mod.uuid4())
+        node = NodeHandle(uuid, i + 1, node_dir, swtpm, free_port())
         self.nodes.append(node)  # so that stop() finds it whatever happens next
         swtpm.start()
         with Tpm(swtpm.tcti) as tpm:  # firmware measures the boot image
@@ -368,6 +369,16 @@ class LocalCluster:
             os.path.join(node.dir, "agent.out"),
         )
         wait_port(node.port, node.proc, node.log, timeout=60)
+
+    def add_node(self, uuid: str) -> NodeHandle:
+        """A new agent on its own swtpm for node ``uuid`` (e.g. a Nova
+        instance's), started after the services. The agent gets SIGTERM when
+        the calling thread ends (PR_SET_PDEATHSIG): call it from a thread
+        that outlives the agent."""
+        self._prepare_node(len(self.nodes), uuid)
+        node = self.nodes[-1]
+        self.start_agent(node)
+        return node
 
     def start(self) -> None:
         self.start_services()
