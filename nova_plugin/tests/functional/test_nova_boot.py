@@ -13,3 +13,4 @@ _PATH = os.path.join(os.path.dirname(__file__), "nova_boot_cases.py")
 
 TrustedNovaBootTest = _isolated.wrapper(_CASES, _PATH)
 TrustedNovaBootTest.__name__ = TrustedNovaBootTest.__qualname__ = "TrustedNovaBootTest"
+TrustedNovaBootTest.__module__ = __name__
