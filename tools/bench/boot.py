@@ -43,6 +43,12 @@ def _median(values: list[float]) -> float:
 
 
 class BootBench(nova_boot_cases.TrustedNovaBootTest):
+    def _setup_services(self) -> None:
+        # room for the bulk request: no quota, a large fake hypervisor
+        self.flags(instances=-1, cores=-1, ram=-1, group="quota")
+        self.flags(compute_driver="fake.FakeDriver")
+        super()._setup_services()
+
     def nova(self):  # type: ignore[no-untyped-def]
         from keystoneauth1 import noauth, session
         from novaclient import client

@@ -380,6 +380,30 @@ class LocalCluster:
         self.start_agent(node)
         return node
 
+    def start_nova_listener(self, transport_url: str, exchange: str = "nova") -> None:
+        """``trusted-nova-listener`` on ``transport_url`` with the operator
+        certificate (a provider-side service, stopped with the others)."""
+        conf = os.path.join(self.workdir, "nova-listener.conf")
+        _write_conf(
+            conf,
+            {
+                "DEFAULT": self._common("nova-listener"),
+                "oslo_messaging_notifications": {"transport_url": transport_url},
+                "nova_listener": {
+                    "verifier_url": self.verifier_url,
+                    "cert_file": self.pki_file("operator.pem"),
+                    "key_file": self.pki_file("operator-key.pem"),
+                    "ca_file": self.pki_file("ca.pem"),
+                    "exchange": exchange,
+                },
+            },
+        )
+        self._spawn(
+            "nova-listener",
+            [_script("trusted-nova-listener"), "--config-file", conf],
+            os.path.join(self.workdir, "nova-listener.out"),
+        )
+
     def start(self) -> None:
         self.start_services()
         for node in self.nodes:

@@ -55,8 +55,8 @@ SECRET = b"TOP-SECRET-PAYLOAD-MARKER"
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n# ' + SECRET + b"\n"
 
 
-class TrustedNovaBootTest(integrated_helpers._IntegratedTestBase):
-    """Each test gets a fresh Nova (~5 s); the deployment is shared."""
+class NovaBootBase(integrated_helpers._IntegratedTestBase):
+    """Nova, the deployment, the bus and helpers; no tests of its own."""
 
     ADMIN_API = False
     cluster: LocalCluster
@@ -99,10 +99,14 @@ class TrustedNovaBootTest(integrated_helpers._IntegratedTestBase):
         self.image = self.api.get_images()[0]["id"]
         self.admin_api.microversion = "2.3"
 
+    #: None: a transport of the test's own with the listener in-process;
+    #: else the URL of a bus where a listener process runs.
+    transport_url: str | None = None
+
     def _bus(self) -> None:
         """Nova's versioned notifier and our listener on one real transport."""
         transport = oslo_messaging.get_notification_transport(
-            NOVA_CONF, url=f"fake:/{uuid_mod.uuid4().hex}"
+            NOVA_CONF, url=self.transport_url or f"fake:/{uuid_mod.uuid4().hex}"
         )
         self.addCleanup(transport.cleanup)
         notifier = oslo_messaging.Notifier(
@@ -114,6 +118,8 @@ class TrustedNovaBootTest(integrated_helpers._IntegratedTestBase):
             topics=["versioned_notifications"],
         )
         self.stub_out("nova.rpc.NOTIFIER", notifier)
+        if self.transport_url is not None:
+            return
         context = tlsutil.client_context(
             self.cluster.pki_file("operator.pem"),
             self.cluster.pki_file("operator-key.pem"),
@@ -217,6 +223,10 @@ class TrustedNovaBootTest(integrated_helpers._IntegratedTestBase):
         self.assertTrue(envelope.startswith(b"TCP1"))  # an AES-GCM envelope
         self.assertNotIn(SECRET, envelope)
         self.assertEqual(self.cluster.registrar_url, config["registrar_url"])
+
+
+class TrustedNovaBootTest(NovaBootBase):
+    """Each test gets a fresh Nova (~5 s); the deployment is shared."""
 
     # -- the flow -------------------------------------------------------------
 
