@@ -164,8 +164,11 @@ class TrustedBoot:
             await self.enrol(servers, key)
             if wait:
                 await self.bootstrap(servers, sealed, boot_id, timeout)
-        except (TenantError, TimeoutError) as exc:
-            raise BootFailedError(await self._undo(servers, exc))
+        except (Exception, asyncio.CancelledError) as exc:
+            # whatever stopped us (a refusal, a timeout, a client error,
+            # Ctrl-C), nothing of this boot stays behind unannounced
+            cause = exc if str(exc) else type(exc).__name__
+            raise BootFailedError(await self._undo(servers, cause))
         return result
 
     # -- Nova ------------------------------------------------------------
@@ -197,6 +200,12 @@ class TrustedBoot:
             )
         rid = str(getattr(reservation, "reservation_id", reservation))
         found = self._nova.servers.list(search_opts={"reservation_id": rid})
+        if not found:
+            raise BootFailedError(
+                f"Nova accepted the request (reservation {rid}) but lists no "
+                f"server for it; check 'openstack server list --reservation-id "
+                f"{rid}' and delete what is there: nothing was enrolled"
+            )
         return [ServerState(s.id, s.name) for s in found]
 
     def _find_flavor(self, ref: str) -> Any:
@@ -308,7 +317,9 @@ class TrustedBoot:
 
     # -- undo ------------------------------------------------------------
 
-    async def _undo(self, servers: Sequence[ServerState], cause: Exception) -> str:
+    async def _undo(
+        self, servers: Sequence[ServerState], cause: BaseException | str
+    ) -> str:
         """Delete this boot's enrolments and servers; describe what is left."""
         lines = [f"trusted boot failed: {cause}"]
         for server in servers:
