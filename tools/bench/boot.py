@@ -83,9 +83,6 @@ class BootBench(nova_boot_cases.TrustedNovaBootTest):
         warnings.filterwarnings("ignore", category=SADeprecationWarning)
 
     def delete_all(self, nova) -> None:  # type: ignore[no-untyped-def]
-        nova_boot_cases.wait_until(
-            lambda: all(s.status != "BUILD" for s in nova.servers.list()), 300, 0.5
-        )
         for server in nova.servers.list():
             nova.servers.delete(server.id)
         nova_boot_cases.wait_until(lambda: not nova.servers.list(), 120, 0.5)
