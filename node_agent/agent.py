@@ -35,7 +35,7 @@ from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 
 from node_agent.exceptions import NodeAgentError, RegistrationError
-from node_agent.payload import run_payload
+from node_agent.payload import run_payload, unwrap
 from node_agent.tpm import Tpm
 from node_agent.tpm_access import TpmAccess, TpmLike
 from verifier.api import b64
@@ -74,6 +74,7 @@ class _Share:
 
     value: bytes
     payload: bytes | None = None  # with U: the payload envelope
+    payload_id: str | None = None  # with U: the envelope's binding, if not us
     identity_cert: bytes | None = None  # with V: the node's identity cert
 
 
@@ -310,8 +311,15 @@ class Agent:
 
     # -- bootstrap -----------------------------------------------------------
 
-    async def receive_u(self, u_envelope: bytes, payload_envelope: bytes) -> bool:
+    async def receive_u(
+        self, u_envelope: bytes, payload_envelope: bytes, payload_id: str | None = None
+    ) -> bool:
         """Accept the tenant's share U and the payload envelope.
+
+        ``payload_id`` is the UUID the envelope is bound to when it is not
+        this node's own: a payload sealed before Nova named the instance
+        (the boot id of ``trusted-nova boot``, shared by the servers of one
+        request). U and V stay bound to this node.
 
         Returns:
             True if this completed the bootstrap.
@@ -324,7 +332,7 @@ class Agent:
         async with self._state_lock:
             self._check_not_bootstrapped()
             value = open_share(self._nk, u_envelope, "U", self.uuid)
-            self._u = _Share(value, payload=payload_envelope)
+            self._u = _Share(value, payload=payload_envelope, payload_id=payload_id)
             return await self._try_bootstrap(received="U")
 
     async def receive_v(
@@ -385,7 +393,9 @@ class Agent:
         assert self._u.payload is not None
         key = combine(self._u.value, self._v.value)
         try:
-            plaintext = open_payload(key, self._u.payload, self.uuid)
+            plaintext = open_payload(
+                key, self._u.payload, self._u.payload_id or self.uuid
+            )
         except EnvelopeError:
             if received == "U":
                 self._u = None
@@ -394,6 +404,8 @@ class Agent:
             raise RequestError(
                 "shares_mismatch", "shares do not combine to the payload key"
             )
+        if self._u.payload_id is not None:  # sealed by the boot wrapper
+            plaintext = unwrap(plaintext, 16 * 1024 * 1024)
         self.bootstrapped_at = time.monotonic()
         identity_cert = self._v.identity_cert
         del key

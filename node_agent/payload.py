@@ -12,10 +12,35 @@ import asyncio
 import contextlib
 import os
 import signal
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["run_payload"]
+from verifier.exceptions import RequestError
+
+__all__ = ["run_payload", "unwrap"]
+
+#: a payload the boot wrapper compressed before sealing (nova_plugin.userdata)
+COMPRESSED_MAGIC = b"TCZ1"
+
+
+def unwrap(plaintext: bytes, limit: int) -> bytes:
+    """Undo the boot wrapper's compression (``TCZ1`` + zlib), refusing to
+    inflate past ``limit`` bytes.
+
+    Raises:
+        RequestError: ``bad_payload``, corrupt or too large once inflated.
+    """
+    if not plaintext.startswith(COMPRESSED_MAGIC):
+        return plaintext
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(plaintext[len(COMPRESSED_MAGIC) :], limit + 1)
+    except zlib.error:
+        data = b""
+    if len(data) > limit or not inflater.eof:
+        raise RequestError("bad_payload", "compressed payload is corrupt or too large")
+    return data
 
 
 def _kill_group(pid: int) -> None:

@@ -2,7 +2,8 @@
 
 ``GET  /v1/quote?nonce=<hex>&pcrs=16,17&csr=0|1``   a quote bound to NK (+CSR)
      ``&ima_from=N&mb=0|1``  plus IMA entries from N / the firmware log
-``POST /v1/keys/u``  ``{"u": b64, "payload": b64}``  the tenant's share
+``POST /v1/keys/u``  ``{"u": b64, "payload": b64, "payload_id"?: uuid}``
+                     the tenant's share
 ``POST /v1/keys/v``  ``{"v": b64, "identity_cert": PEM|null}``  the verifier's
 ``GET  /v1/status``  bootstrap state
 
@@ -31,7 +32,7 @@ from verifier.api import (
     read_json,
 )
 from verifier.exceptions import RequestError
-from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
+from verifier.protocol.envelope import MAX_PAYLOAD_BYTES, canonical_uuid
 
 __all__ = ["make_app"]
 
@@ -115,8 +116,13 @@ async def _keys_u(request: web.Request) -> web.Response:
     data = await read_json(request)
     u = b64_field(data, "u", max_len=_SHARE_MAX) or b""
     payload = b64_field(data, "payload", max_len=_PAYLOAD_ENVELOPE_MAX) or b""
+    payload_id = data.get("payload_id")
+    if payload_id is not None:
+        if not isinstance(payload_id, str):
+            raise RequestError("bad_field", "'payload_id' must be a UUID string")
+        payload_id = canonical_uuid(payload_id)
     agent = request.app[_KEY]
-    done = await agent.receive_u(u, payload)
+    done = await agent.receive_u(u, payload, payload_id)
     return json_response({"accepted": "u", "bootstrapped": done})
 
 

@@ -176,6 +176,8 @@ def _policy(args: argparse.Namespace) -> PcrPolicy:
 def _describe(node: Mapping[str, Any]) -> str:
     state = node["state"]
     words = {
+        "pending": "enrolled at boot, Nova has not reported the instance created",
+        "created": "instance created, waiting for its agent to register",
         "registered": "enrolled, waiting for its first integrity quote",
         "bootstrapping": "passed its first quote, receiving its key share",
         "attested": "trusted: its TPM quotes match the policy",

@@ -12,4 +12,16 @@ class AttestationFailedError(TenantError):
 
 
 class ServiceError(TenantError):
-    """The registrar, verifier or agent refused or could not be reached."""
+    """The registrar, verifier or agent refused or could not be reached.
+
+    Attributes:
+        status: the HTTP status of a refusal; None if there was no answer.
+        code: the service's error code of a refusal (e.g. ``already_enrolled``).
+    """
+
+    def __init__(
+        self, message: str, status: int | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code

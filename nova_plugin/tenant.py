@@ -95,11 +95,16 @@ class Tenant:
                 text = await resp.text()
                 data = json.loads(text) if text else None
                 if resp.status // 100 != 2:
-                    message = data.get("error", {}).get("message") if data else text
-                    raise ServiceError(f"{method} {url}: {resp.status} {message}")
+                    error = data.get("error", {}) if isinstance(data, dict) else {}
+                    message = error.get("message") or text
+                    raise ServiceError(
+                        f"{method} {url}: {resp.status} {message}",
+                        resp.status,
+                        error.get("code"),
+                    )
                 return resp.status, data
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise ServiceError(f"{method} {url}: {exc}")
+            raise ServiceError(f"{method} {url}: {exc or type(exc).__name__}")
 
     @property
     def verifier_url(self) -> str:
@@ -139,8 +144,21 @@ class Tenant:
             "GET", f"{self._config.registrar_url}/v1/agents/{uuid}"
         )
         if rec.get("activated") is not True:
-            raise ServiceError(f"node {uuid} has not activated its attestation key")
+            raise ServiceError(
+                f"node {uuid} has not activated its attestation key",
+                code="ak_not_activated",
+            )
         return dict(rec)
+
+    async def activated_record(self, uuid: str) -> Mapping[str, Any] | None:
+        """The registrar's record once the node's AK is activated, else None
+        (not registered yet, or not activated yet)."""
+        try:
+            return await self.identity(uuid)
+        except ServiceError as exc:
+            if exc.status == 404 or exc.code == "ak_not_activated":
+                return None
+            raise
 
     async def check_identity_quote(
         self, uuid: str, record: Mapping[str, Any], policy: PcrPolicy
@@ -208,15 +226,62 @@ class Tenant:
                 "mb_policy": mb_policy,
             },
         )
-        base = f"https://{record['host']}:{record['port']}"
-        body = {"u": _b64(seal_share(nk, u_share, "U", uuid)), "payload": _b64(sealed)}
         try:
-            await self._agents.request(
-                "POST", base, record["tls_cert"], "/v1/keys/u", body=body
-            )
+            await self.send_u(uuid, record, nk, u_share, sealed)
         except AgentUnreachableError as exc:
             await self._undo(uuid, exc)
         return EnrolResult(uuid, view["state"], policy.pcrs)
+
+    async def enrol_ahead(
+        self, uuid: str, v_share: bytes, policy: PcrPolicy
+    ) -> Mapping[str, Any]:
+        """Enrol an instance Nova is still creating: the verifier holds V
+        and the policy and waits for the instance and its agent.
+
+        Raises:
+            ServiceError: refused (``code`` ``already_enrolled`` for a
+                duplicate) or unreachable.
+        """
+        _, view = await self._call(
+            "POST",
+            f"{self._config.verifier_url}/v1/nodes",
+            {
+                "uuid": canonical_uuid(uuid),
+                "v": _b64(v_share),
+                "policy": policy.to_dict(),
+                "await_instance": True,
+            },
+        )
+        return dict(view)
+
+    async def send_u(
+        self,
+        uuid: str,
+        record: Mapping[str, Any],
+        nk: bytes,
+        u_share: bytes,
+        sealed: bytes,
+        payload_id: str | None = None,
+    ) -> bool:
+        """Send U (sealed to the quoted NK) and the payload envelope.
+
+        Returns:
+            True if this completed the node's bootstrap (V was there).
+
+        Raises:
+            AgentUnreachableError: the agent did not take it.
+        """
+        base = f"https://{record['host']}:{record['port']}"
+        body: dict[str, Any] = {
+            "u": _b64(seal_share(nk, u_share, "U", uuid)),
+            "payload": _b64(sealed),
+        }
+        if payload_id is not None:
+            body["payload_id"] = payload_id
+        answer = await self._agents.request(
+            "POST", base, record["tls_cert"], "/v1/keys/u", body=body
+        )
+        return bool(answer.get("bootstrapped"))
 
     async def _undo(self, uuid: str, cause: Exception) -> None:
         try:

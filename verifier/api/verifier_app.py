@@ -1,9 +1,11 @@
 """The verifier's REST API (aiohttp, served over mTLS).
 
 ``POST /v1/nodes``                 enrol ``{uuid, v (b64), policy,
-                                   runtime_policy?, mb_policy?}``
+                                   runtime_policy?, mb_policy?,
+                                   await_instance?}``
 ``GET /v1/nodes``                  list
-``GET|DELETE /v1/nodes/{uuid}``    status / stop attesting
+``GET|DELETE /v1/nodes/{uuid}``    status / stop attesting (tenant or operator)
+``POST /v1/nodes/{uuid}/instance-created``  Nova created it (operator)
 ``POST /v1/nodes/{uuid}/revoke``   revoke on the tenant's request
 ``GET /v1/events``                 the revocation outbox
 ``GET /v1/signing-key``            the event-signing public key (PEM)
@@ -58,7 +60,12 @@ async def _enrol(request: web.Request) -> web.Response:
         policy = PcrPolicy({})
     else:
         policy = PcrPolicy.from_dict(data.get("policy"), allow_empty=any(refs))
-    view = await request.app[_KEY].enrol(uuid, v_share, policy, *refs)
+    await_instance = data.get("await_instance", False)
+    if not isinstance(await_instance, bool):
+        raise RequestError("bad_field", "'await_instance' must be true or false")
+    view = await request.app[_KEY].enrol(
+        uuid, v_share, policy, refs[0], refs[1], await_instance=await_instance
+    )
     return json_response(view.to_dict(), status=201)
 
 
@@ -74,15 +81,22 @@ async def _list(request: web.Request) -> web.Response:
     return json_response({"nodes": [v.to_dict() for v in request.app[_KEY].list()]})
 
 
-@allow("tenant")
+@allow("tenant", "operator")
 async def _get(request: web.Request) -> web.Response:
     return json_response(request.app[_KEY].get(request.match_info["uuid"]).to_dict())
 
 
-@allow("tenant")
+@allow("tenant", "operator")
 async def _delete(request: web.Request) -> web.Response:
     await request.app[_KEY].delete(request.match_info["uuid"])
     return web.Response(status=204)
+
+
+@allow("operator")
+async def _instance_created(request: web.Request) -> web.Response:
+    uuid = canonical_uuid(request.match_info["uuid"])
+    view = await request.app[_KEY].pending.instance_created(uuid)
+    return json_response(view.to_dict())
 
 
 @allow("tenant")
@@ -142,7 +156,8 @@ def make_app(
     Args:
         verifier: the service.
         signing_public_pem: the event-signing public key (served as is).
-        roles: role (``tenant``) -> client certificate common names; None
+        roles: role (``tenant``, ``operator``) -> client certificate common
+            names; None
             disables the check (tests without TLS).
         policy_max_bytes: the largest policy upload accepted.
         issuer: issues capabilities to attested nodes (None: off).
@@ -163,6 +178,7 @@ def make_app(
     app.router.add_delete("/v1/nodes/{uuid}", _delete)
     app.router.add_post("/v1/nodes/{uuid}/revoke", _revoke)
     app.router.add_post("/v1/nodes/{uuid}/capabilities", _capability)
+    app.router.add_post("/v1/nodes/{uuid}/instance-created", _instance_created)
     app.router.add_get("/v1/events", _events)
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)

@@ -20,6 +20,10 @@ __all__ = ["LiveNode", "NodeState", "NodeView", "enrolment_row", "view_of_row"]
 
 
 class NodeState(enum.StrEnum):
+    #: enrolled at boot, before Nova reported the instance created
+    PENDING = "pending"
+    #: Nova created the instance; waiting for its agent's activated AK
+    CREATED = "created"
     REGISTERED = "registered"
     BOOTSTRAPPING = "bootstrapping"
     ATTESTED = "attested"

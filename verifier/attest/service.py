@@ -30,10 +30,11 @@ from verifier.attest.node import (
     NodeState,
     NodeView,
     enrolment_row,
-    view_of_row,
 )
 from verifier.attest.ownership import AllNodes, Ownership
+from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.policies import PolicyStore
+from verifier.attest.queries import NodeQueries
 from verifier.attest.runtime import check_answer, quote_params
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
@@ -62,7 +63,7 @@ _FLUSH_INTERVAL = 5.0
 _MAX_ROUNDS = 64
 
 
-class Verifier:
+class Verifier(NodeQueries):
     """Enrols nodes and attests the ones it owns continuously.
 
     Args:
@@ -133,6 +134,15 @@ class Verifier:
         self._background: list[asyncio.Task[None]] = []
         self._outbox_wakeup = asyncio.Event()
         self.abe = abe
+        self.pending = PendingNodes(
+            self.store,
+            registrar,
+            self._adopt,
+            lambda uuid: self._ownership.owns(uuid),
+            interval,
+            clock,
+            self.policies,
+        )
 
     # -- lifecycle --------------------------------------------------------
 
@@ -143,6 +153,7 @@ class Verifier:
         self._background = [
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
+            asyncio.create_task(self.pending.run()),
         ]
         self._scheduler.start()
         if not isinstance(self._ownership, AllNodes):
@@ -182,6 +193,7 @@ class Verifier:
         await self._ownership.refresh()
         states = await asyncio.to_thread(self.store.states)
         owns = self._ownership.owns
+        self.pending.sync(states)
         for uuid, node in list(self._nodes.items()):
             db_state = states.get(uuid)
             if db_state is None:
@@ -196,7 +208,10 @@ class Verifier:
         wanted = [
             uuid
             for uuid, state in states.items()
-            if uuid not in self._nodes and state != NodeState.REVOKED and owns(uuid)
+            if uuid not in self._nodes
+            and state != NodeState.REVOKED
+            and not is_waiting(state)
+            and owns(uuid)
         ]
         rows = await asyncio.to_thread(self.store.load_many, wanted)
         await asyncio.to_thread(self.policies.preload, rows)
@@ -225,9 +240,12 @@ class Verifier:
         policy: PcrPolicy,
         runtime_policy: str | None = None,
         mb_policy: str | None = None,
+        await_instance: bool = False,
     ) -> NodeView:
         """Start attesting ``uuid``; V is released to the node after its
-        first valid quote (and runtime evidence).
+        first valid quote (and runtime evidence). With ``await_instance``
+        the node waits for Nova and its agent first
+        (:mod:`verifier.attest.pending`).
 
         Args:
             uuid: the node.
@@ -237,6 +255,7 @@ class Verifier:
             runtime_policy: a stored IMA runtime policy (``name``,
                 ``name@version`` or digest), or None.
             mb_policy: a stored measured-boot policy, or None.
+            await_instance: enrol ahead of the instance.
 
         Raises:
             ConflictError: already enrolled, or the AK is not activated.
@@ -254,6 +273,8 @@ class Verifier:
         refs = await asyncio.to_thread(
             self.policies.resolve_pair, runtime_policy, mb_policy
         )
+        if await_instance:
+            return await self.pending.enrol(uuid, v_share, policy, refs)
         record = await self._registrar.get_agent(uuid)
         if record.get("activated") is not True:
             raise ConflictError(
@@ -274,48 +295,13 @@ class Verifier:
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
         return node
 
-    def get(self, uuid: str) -> NodeView:
-        """Raises: NotFoundError."""
-        uuid = canonical_uuid(uuid)
-        node = self._nodes.get(uuid)
-        if node is not None:
-            return node.view()
-        row = self.store.load(uuid)
-        if row is None:
-            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
-        return view_of_row(row)
-
-    def stats(self) -> dict[str, Any]:
-        """Counts for operators and benchmarks: nodes per state (this
-        process's view of its own nodes, the database's of the others) and
-        quotes verified."""
-        states: dict[str, int] = {s.value: 0 for s in NodeState}
-        db = self.store.states()
-        for uuid, state in db.items():
-            node = self._nodes.get(uuid)
-            states[node.state.value if node else state] += 1
-        local = sum(n.quotes_verified for n in self._nodes.values())
-        return {
-            "nodes": len(db),
-            "states": states,
-            "owned": len(self._nodes),
-            "member": self._ownership.member_id,
-            "quotes_verified": local,
-        }
-
-    def list(self) -> list[NodeView]:
-        views = []
-        for row in self.store.load_all():
-            node = self._nodes.get(row.uuid)
-            views.append(node.view() if node else view_of_row(row))
-        return views
-
     async def delete(self, uuid: str) -> None:
         """Stop attesting and forget a node (its outbox events remain).
 
         Raises: NotFoundError.
         """
         uuid = canonical_uuid(uuid)
+        self.pending.forget(uuid)
         node = self._nodes.get(uuid)
         if node is not None:
             self._release(node)

@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             "tenant": group.tenant_clients,
             "capability": caps.clients,
             "monitor": list(group.tenant_clients) + list(conf.monitor.clients),
+            "operator": group.operator_clients,
         }
 
         async def start() -> None:

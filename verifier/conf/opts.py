@@ -2,7 +2,15 @@
 
 from oslo_config import cfg
 
-from verifier.conf import abe, keyservice, monitor, notifiers, registrar, verifier
+from verifier.conf import (
+    abe,
+    keyservice,
+    monitor,
+    notifiers,
+    nova_listener,
+    registrar,
+    verifier,
+)
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
@@ -13,4 +21,5 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         + notifiers.list_opts()
         + monitor.list_opts()
         + abe.list_opts()
+        + nova_listener.list_opts()
     )

@@ -25,6 +25,13 @@ _OPTS = [
         help="Client certificate common names allowed to enrol, list, revoke "
         "and delete nodes and to read revocation events.",
     ),
+    cfg.ListOpt(
+        "operator_clients",
+        default=["operator"],
+        help="Client certificate common names of provider-side services (the "
+        "Nova notification listener) allowed to mark a node's instance "
+        "created, read a node and delete (unenrol) it.",
+    ),
     cfg.URIOpt(
         "registrar_url",
         default="https://127.0.0.1:8891",

@@ -231,7 +231,7 @@ class LocalCluster:
 
     def _make_pki(self) -> None:
         ca = CertificateAuthority.create(self.pki, "Demo operator CA")
-        for name in ("registrar", "verifier", "tenant", "agent"):
+        for name in ("registrar", "verifier", "tenant", "agent", "operator"):
             ca.issue_to_files(self.pki, name, ["127.0.0.1", "localhost"])
         CertificateAuthority.create(
             os.path.join(self.workdir, "node-ca"), "Demo node identity CA"
@@ -264,11 +264,12 @@ class LocalCluster:
         for index in range(len(self.verifier_ports)):
             self.start_verifier(index)
 
-    def _prepare_node(self, i: int) -> None:
+    def _prepare_node(self, i: int, uuid: str | None = None) -> None:
         node_dir = os.path.join(self.workdir, f"node{i + 1}")
         os.makedirs(node_dir)
         swtpm = Swtpm(os.path.join(node_dir, "tpm"), free_port_pair(), self.localca)
-        node = NodeHandle(str(uuid_mod.uuid4()), i + 1, node_dir, swtpm, free_port())
+        uuid = uuid or str(uuid_mod.uuid4())
+        node = NodeHandle(uuid, i + 1, node_dir, swtpm, free_port())
         self.nodes.append(node)  # so that stop() finds it whatever happens next
         swtpm.start()
         with Tpm(swtpm.tcti) as tpm:  # firmware measures the boot image
@@ -393,6 +394,40 @@ class LocalCluster:
             os.path.join(node.dir, "agent.out"),
         )
         wait_port(node.port, node.proc, node.log, timeout=60)
+
+    def add_node(self, uuid: str) -> NodeHandle:
+        """A new agent on its own swtpm for node ``uuid`` (e.g. a Nova
+        instance's), started after the services. The agent gets SIGTERM when
+        the calling thread ends (PR_SET_PDEATHSIG): call it from a thread
+        that outlives the agent."""
+        self._prepare_node(len(self.nodes), uuid)
+        node = self.nodes[-1]
+        self.start_agent(node)
+        return node
+
+    def start_nova_listener(self, transport_url: str, exchange: str = "nova") -> None:
+        """``trusted-nova-listener`` on ``transport_url`` with the operator
+        certificate (a provider-side service, stopped with the others)."""
+        conf = os.path.join(self.workdir, "nova-listener.conf")
+        _write_conf(
+            conf,
+            {
+                "DEFAULT": self._common("nova-listener"),
+                "oslo_messaging_notifications": {"transport_url": transport_url},
+                "nova_listener": {
+                    "verifier_url": self.verifier_url,
+                    "cert_file": self.pki_file("operator.pem"),
+                    "key_file": self.pki_file("operator-key.pem"),
+                    "ca_file": self.pki_file("ca.pem"),
+                    "exchange": exchange,
+                },
+            },
+        )
+        self._spawn(
+            "nova-listener",
+            [_script("trusted-nova-listener"), "--config-file", conf],
+            os.path.join(self.workdir, "nova-listener.out"),
+        )
 
     def start(self) -> None:
         self.start_services()

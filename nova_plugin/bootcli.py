@@ -1,0 +1,274 @@
+"""Arguments and the run of a trusted boot, shared by both front ends:
+``trusted-nova boot`` (:mod:`nova_plugin.nova_cmd`) and ``openstack trusted
+server create`` (:mod:`nova_plugin.osc`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from nova_plugin.boot import BootResult, ServerSpec, TrustedBoot
+from nova_plugin.exceptions import TenantError
+from nova_plugin.tenant import Tenant, TenantConfig
+from verifier.protocol import MalformedError, PcrPolicy
+
+__all__ = ["add_boot_arguments", "load_policy", "run_boot", "summary"]
+
+NOVA_API_VERSION = "2.1"
+_ENV = {
+    "registrar": "TRUSTED_REGISTRAR_URL",
+    "verifier": "TRUSTED_VERIFIER_URL",
+    "cert": "TRUSTED_CERT",
+    "key": "TRUSTED_KEY",
+    "ca": "TRUSTED_CA",
+}
+_SETTING_HELP = {
+    "registrar": "registrar base URL; also written into the guest's "
+    "bootstrap configuration",
+    "verifier": "verifier base URL",
+    "cert": "tenant client certificate (PEM) for mTLS",
+    "key": "private key of --cert (PEM)",
+    "ca": "operator CA bundle (PEM); also given to the guest",
+}
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def add_boot_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a trusted boot (Nova's and ours), each with help."""
+    nova = p.add_argument_group("server (as for nova boot)")
+    nova.add_argument("name", metavar="<name>", help="name of the new server(s)")
+    nova.add_argument(
+        "--flavor", required=True, metavar="<flavor>", help="flavor name or ID"
+    )
+    nova.add_argument(
+        "--image", required=True, metavar="<image>", help="image ID (as Nova takes it)"
+    )
+    nova.add_argument("--key-name", metavar="<key-name>", help="keypair to inject")
+    nova.add_argument(
+        "--availability-zone", metavar="<zone>", help="availability zone to boot in"
+    )
+    nova.add_argument(
+        "--security-groups",
+        metavar="<groups>",
+        help="comma-separated security group names",
+    )
+    nova.add_argument(
+        "--nic",
+        action="append",
+        default=[],
+        metavar="<net-id=ID,v4-fixed-ip=IP,port-id=ID|auto|none>",
+        help="network to attach (repeatable); 'auto' or 'none' alone "
+        "(microversion 2.37 or later)",
+    )
+    nova.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="<key=value>",
+        help="server metadata (repeatable)",
+    )
+    nova.add_argument(
+        "--min-count",
+        type=int,
+        default=1,
+        metavar="<n>",
+        help="boot at least n servers in one request (each is enrolled)",
+    )
+    nova.add_argument(
+        "--max-count",
+        type=int,
+        metavar="<n>",
+        help="boot at most n servers (default: --min-count)",
+    )
+    nova.add_argument(
+        "--config-drive",
+        action="store_true",
+        help="give the guest a config drive (user-data readable without the "
+        "metadata service)",
+    )
+    ours = p.add_argument_group("trusted boot")
+    ours.add_argument(
+        "--payload",
+        required=True,
+        metavar="<file>",
+        help="the secret payload: sealed under a fresh key before Nova sees "
+        "it; a script starting with #! is run in the guest once attested",
+    )
+    ours.add_argument(
+        "--trust-policy",
+        metavar="<file>",
+        help='JSON PCR policy the verifier enforces ({"pcrs": {"16": ["<hex>"]}})',
+    )
+    ours.add_argument(
+        "--pcr",
+        action="append",
+        default=[],
+        metavar="<N=HEX>",
+        help="allowed sha256 value of PCR N (repeatable; instead of --trust-policy)",
+    )
+    ours.add_argument(
+        "--wait",
+        action="store_true",
+        help="drive the bootstrap: wait for each agent to register, check "
+        "its identity quote, send it U and wait until the verifier attested "
+        "it, showing progress",
+    )
+    ours.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=600.0,
+        metavar="<seconds>",
+        help="give up --wait after this long (default 600); what was made is undone",
+    )
+    ours.add_argument(
+        "--quiet", action="store_true", help="no progress lines on stderr"
+    )
+    for name, env in _ENV.items():
+        ours.add_argument(
+            f"--{name}",
+            default=os.environ.get(env),
+            metavar="<url>" if name in ("registrar", "verifier") else "<file>",
+            help=f"{_SETTING_HELP[name]} (default: ${env})",
+        )
+
+
+def load_policy(args: argparse.Namespace) -> PcrPolicy:
+    """The PCR policy from --trust-policy or --pcr.
+
+    Raises:
+        TenantError: missing, unreadable or invalid (names the file).
+    """
+    if args.trust_policy:
+        try:
+            with open(args.trust_policy, encoding="utf-8") as f:
+                return PcrPolicy.from_dict(json.load(f))
+        except (OSError, ValueError, MalformedError) as exc:
+            raise TenantError(f"invalid trust policy {args.trust_policy}: {exc}")
+    pcrs: dict[str, list[str]] = {}
+    for item in args.pcr:
+        index, sep, value = item.partition("=")
+        if not sep:
+            raise TenantError(f"--pcr {item!r}: expected N=HEX")
+        pcrs.setdefault(index, []).append(value)
+    if not pcrs:
+        raise TenantError("give --trust-policy FILE or --pcr N=HEX")
+    try:
+        return PcrPolicy.from_dict({"pcrs": pcrs})
+    except MalformedError as exc:
+        raise TenantError(f"invalid --pcr: {exc}")
+
+
+def _nics(items: list[str]) -> Any:
+    if items in (["auto"], ["none"]):
+        return items[0]
+    nics = []
+    for item in items:
+        nic: dict[str, str] = {}
+        for pair in item.split(","):
+            k, sep, v = pair.partition("=")
+            if not sep:
+                raise TenantError(f"--nic {item!r}: expected key=value pairs")
+            nic[k] = v
+        nics.append(nic)
+    return nics or None
+
+
+def _spec(args: argparse.Namespace) -> ServerSpec:
+    if args.min_count < 1 or (args.max_count or args.min_count) < args.min_count:
+        raise TenantError("--min-count must be >= 1 and <= --max-count")
+    return ServerSpec(
+        name=args.name,
+        image=args.image,
+        flavor=args.flavor,
+        min_count=args.min_count,
+        max_count=args.max_count,
+        key_name=args.key_name,
+        availability_zone=args.availability_zone,
+        security_groups=tuple(g for g in (args.security_groups or "").split(",") if g),
+        nics=_nics(args.nic),
+        meta=dict(args.meta),
+        config_drive=args.config_drive,
+    )
+
+
+def _progress(quiet: bool) -> Any:
+    start = time.monotonic()
+
+    def show(line: str) -> None:
+        if not quiet:
+            print(f"[{time.monotonic() - start:6.1f}s] {line}", file=sys.stderr)
+
+    return show
+
+
+def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
+    """Check the input, then boot through ``nova`` (a novaclient Client).
+
+    Raises:
+        TenantError: with the message for the user (see
+            :class:`nova_plugin.boot.BootFailedError` for what is left).
+    """
+    missing = [n for n in _ENV if not getattr(args, n)]
+    if missing:
+        raise TenantError(
+            "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
+        )
+    policy = load_policy(args)
+    spec = _spec(args)
+    try:
+        with open(args.payload, "rb") as f:
+            payload = f.read()
+        with open(args.ca, encoding="utf-8") as text:
+            ca_pem = text.read()
+    except OSError as exc:
+        raise TenantError(f"cannot read {exc.filename}: {exc.strerror}")
+    config = TenantConfig(
+        args.registrar.rstrip("/"),
+        args.verifier.rstrip("/"),
+        args.cert,
+        args.key,
+        args.ca,
+    )
+
+    async def go() -> BootResult:
+        tenant = Tenant(config)
+        try:
+            boot = TrustedBoot(
+                nova,
+                tenant,
+                policy,
+                config.registrar_url,
+                ca_pem,
+                _progress(args.quiet),
+            )
+            return await boot.boot(spec, payload, args.wait, args.wait_timeout)
+        finally:
+            await tenant.close()
+
+    return asyncio.run(go())
+
+
+def summary(result: BootResult, waited: bool) -> list[dict[str, Any]]:
+    """One row per server for the front ends to print."""
+    what = (
+        "attested; payload delivered"
+        if waited
+        else "enrolled; not bootstrapped (U is sent only with --wait)"
+    )
+    return [
+        {"id": s.id, "name": s.name, "trusted": what, "boot_id": result.boot_id}
+        for s in result.servers
+    ]

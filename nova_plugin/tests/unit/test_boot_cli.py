@@ -1,0 +1,92 @@
+"""The two front ends: every option documented, bad input refused early."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+import fixtures
+import testtools
+
+from nova_plugin import nova_cmd
+from nova_plugin.bootcli import add_boot_arguments
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+
+
+class HelpTest(testtools.TestCase):
+    def test_trusted_nova_boot_help_documents_every_option(self) -> None:
+        parser = nova_cmd.parser(["boot"])
+        boot = parser._subparsers._group_actions[0].choices["boot"]  # type: ignore[union-attr]
+        text = boot.format_help()
+        actions = _options(boot)
+        self.assertGreater(len(actions), 30)
+        for action in actions:
+            self.assertTrue(action.help, f"{action.option_strings} has no help")
+            name = action.option_strings[0] if action.option_strings else action.metavar
+            self.assertIn(str(name), text)
+
+    def test_openstack_help_trusted_server_create_documents_every_option(
+        self,
+    ) -> None:
+        ours = argparse.ArgumentParser(add_help=False)
+        add_boot_arguments(ours)
+        openstack = os.path.join(os.path.dirname(sys.executable), "openstack")
+        out = subprocess.run(
+            [openstack, "help", "trusted", "server", "create"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        self.assertIn("usage: openstack trusted server create", out)
+        for action in _options(ours):
+            name = action.option_strings[0] if action.option_strings else action.metavar
+            self.assertIn(str(name), out)
+            self.assertIn(str(action.help).split()[0], out)
+
+
+class BadInputTest(testtools.TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        for name in ("payload", "cert", "key", "ca"):
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write("x")
+
+    def run_boot(self, policy_text: str) -> tuple[int, str]:
+        policy = os.path.join(self.dir, "policy.json")
+        with open(policy, "w") as f:
+            f.write(policy_text)
+        d = self.dir
+        argv = [
+            "boot", "vm", "--flavor", "1", "--image", "img",
+            "--payload", f"{d}/payload", "--trust-policy", policy,
+            "--registrar", "https://127.0.0.1:9", "--verifier", "https://127.0.0.1:9",
+            "--cert", f"{d}/cert", "--key", f"{d}/key", "--ca", f"{d}/ca",
+            "--os-auth-type", "none", "--os-endpoint", "http://127.0.0.1:9/v2.1",
+        ]  # fmt: skip
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = nova_cmd.main(argv)
+        return code, err.getvalue()
+
+    def test_policy_file_that_is_not_json_is_refused_before_nova(self) -> None:
+        code, err = self.run_boot("{not json")
+        self.assertEqual(1, code)
+        self.assertIn("invalid trust policy", err)
+        self.assertNotIn("Traceback", err)
+        self.assertNotIn("Nova", err)
+
+    def test_policy_with_a_bad_pcr_value_is_refused_before_nova(self) -> None:
+        code, err = self.run_boot(json.dumps({"pcrs": {"16": ["zz"]}}))
+        self.assertEqual(1, code)
+        self.assertIn("invalid trust policy", err)
+        self.assertNotIn("Nova", err)

@@ -1,0 +1,70 @@
+"""User-data for a trusted boot: format, compression, Nova's size limit."""
+
+from __future__ import annotations
+
+import base64
+import os
+import zlib
+
+import testtools
+
+from node_agent.payload import unwrap
+from nova_plugin import userdata
+from nova_plugin.boot import prepare_user_data
+from verifier.exceptions import RequestError
+from verifier.protocol import EnvelopeError, open_payload
+
+PAYLOAD = b"#!/bin/sh\necho hello\n"
+
+
+class UserDataTest(testtools.TestCase):
+    def test_limit_is_nova_s_65535_base64_characters(self) -> None:
+        self.assertEqual(49149, userdata.MAX_USER_DATA_BYTES)
+        self.assertLessEqual(len(base64.b64encode(bytes(49149))), 65535)
+        self.assertGreater(len(base64.b64encode(bytes(49150))), 65535)
+
+    def test_round_trip_opens_only_with_k_and_the_boot_id(self) -> None:
+        key, sealed, boot_id, data = prepare_user_data(
+            PAYLOAD, "https://registrar:8891", "PEM"
+        )
+        config, envelope = userdata.parse_user_data(data)
+        self.assertEqual(sealed, envelope)
+        self.assertEqual(boot_id, config["boot_id"])
+        self.assertEqual("https://registrar:8891", config["registrar_url"])
+        self.assertNotIn(b"echo hello", data)
+        plain = open_payload(key, envelope, boot_id)
+        self.assertEqual(PAYLOAD, unwrap(plain, 1 << 20))
+        other = "00000000-0000-0000-0000-000000000001"
+        self.assertRaises(EnvelopeError, open_payload, key, envelope, other)
+
+    def test_compressible_payload_over_the_limit_fits(self) -> None:
+        big = b"echo 'the same line again'\n" * 8000  # 216 KB
+        _, _, _, data = prepare_user_data(big, "https://r", None)
+        self.assertLess(len(data), userdata.MAX_USER_DATA_BYTES)
+
+    def test_incompressible_payload_over_the_limit_is_refused_with_its_size(
+        self,
+    ) -> None:
+        exc = self.assertRaises(
+            userdata.UserDataTooLargeError,
+            prepare_user_data,
+            os.urandom(50000),
+            "https://r",
+            None,
+        )
+        self.assertIn("after compression", str(exc))
+        self.assertIn("49,149 bytes", str(exc))
+
+    def test_decompression_bomb_is_refused(self) -> None:
+        bomb = userdata.COMPRESSED_MAGIC + zlib.compress(bytes(4 << 20))
+        exc = self.assertRaises(RequestError, unwrap, bomb, 1 << 20)
+        self.assertEqual("bad_payload", exc.code)
+
+    def test_corrupt_compressed_payload_is_refused(self) -> None:
+        exc = self.assertRaises(
+            RequestError, unwrap, userdata.COMPRESSED_MAGIC + b"junk", 1 << 20
+        )
+        self.assertEqual("bad_payload", exc.code)
+
+    def test_not_trusted_user_data_is_refused(self) -> None:
+        self.assertRaises(ValueError, userdata.parse_user_data, b"#!/bin/sh\n")

@@ -1,0 +1,74 @@
+"""``trusted-nova-listener``: Nova's instance events to the verifier.
+
+Runs on the provider's side next to the verifier: it reads the provider's
+notification bus (``[oslo_messaging_notifications] transport_url``) and
+calls the verifier with an operator certificate.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import oslo_messaging
+import stevedore
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from verifier import tlsutil
+from verifier.conf import nova_listener as listener_conf
+from verifier.exceptions import ConfigError
+from verifier.nova_listener import (
+    InstanceEndpoint,
+    InstanceHook,
+    VerifierOperator,
+    make_listener,
+)
+
+LOG = logging.getLogger(__name__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    conf = cfg.ConfigOpts()
+    listener_conf.register_opts(conf)
+    logging.register_options(conf)
+    oslo_messaging.set_transport_defaults("nova")
+    conf(
+        sys.argv[1:] if argv is None else argv,
+        project="trusted-cloud",
+        prog="trusted-nova-listener",
+    )
+    logging.setup(conf, "trusted-cloud")
+    group = conf.nova_listener
+    try:
+        missing = [n for n in ("cert_file", "key_file", "ca_file") if not group[n]]
+        if missing:
+            raise ConfigError(f"missing options in [nova_listener]: {missing}")
+        context = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
+        manager: stevedore.NamedExtensionManager[InstanceHook] = (
+            stevedore.NamedExtensionManager(
+                "verifier.instance_hooks", group.hooks, invoke_on_load=True
+            )
+        )
+        hooks = [ext.obj for ext in manager if ext.obj is not None]
+        transport = oslo_messaging.get_notification_transport(conf)
+    except (ConfigError, OSError, oslo_messaging.InvalidTransportURL) as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    endpoint = InstanceEndpoint(
+        VerifierOperator(group.verifier_url, context, group.timeout), hooks
+    )
+    listener = make_listener(
+        transport, endpoint, group.topics, group.exchange, group.pool or None
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    listener.start()
+    LOG.info("Listening for %s on exchange %s", group.topics, group.exchange)
+    stop.wait()
+    listener.stop()
+    listener.wait()
+    transport.cleanup()
+    return 0

@@ -1,0 +1,179 @@
+"""Nova notification listener: enrolment follows the instance.
+
+An oslo.messaging notification listener on Nova's versioned notifications
+(topic ``versioned_notifications``, exchange ``nova``):
+
+``instance.create.end``
+    the instance exists: the verifier may start waiting for its agent
+    (``POST /v1/nodes/{uuid}/instance-created``, see
+    :mod:`verifier.attest.pending`).
+``instance.delete.end``
+    the instance is gone: unenrol it (``DELETE /v1/nodes/{uuid}``).
+
+Instances nobody enrolled are ignored (the verifier answers 404). When the
+verifier cannot be reached the event is requeued, so it is not lost. It
+calls the verifier over mTLS with a certificate in the verifier's
+``operator`` role; then every configured :class:`InstanceHook` runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import oslo_messaging
+
+from verifier.nova_listener.hooks import InstanceHook, InstanceHookError
+
+__all__ = [
+    "CREATE_END",
+    "DELETE_END",
+    "InstanceEndpoint",
+    "ListenerError",
+    "VerifierOperator",
+    "make_listener",
+]
+
+LOG = logging.getLogger(__name__)
+CREATE_END = "instance.create.end"
+DELETE_END = "instance.delete.end"
+
+
+class ListenerError(Exception):
+    """The verifier could not be reached or failed (worth a retry)."""
+
+
+class VerifierOperator:
+    """The listener's client of the verifier API (operator role).
+
+    Args:
+        url: the verifier's base URL.
+        context: mTLS client context (None: plain HTTP, tests only).
+        timeout: seconds per request.
+    """
+
+    def __init__(
+        self, url: str, context: ssl.SSLContext | None, timeout: float = 10.0
+    ) -> None:
+        if not url.startswith(("https://", "http://")):
+            raise ValueError(f"verifier URL {url!r} is not http(s)")
+        self._url = url.rstrip("/")
+        self._context = context
+        self._timeout = timeout
+
+    def _call(self, method: str, path: str) -> int:
+        url = self._url + path  # http(s) only, checked in __init__
+        req = urllib.request.Request(url, method=method, data=b"")  # noqa: S310
+        try:
+            with urllib.request.urlopen(  # noqa: S310
+                req, timeout=self._timeout, context=self._context
+            ) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            if exc.code in (404, 409):
+                return exc.code
+            raise ListenerError(f"{method} {path}: HTTP {exc.code} {_reason(exc)}")
+        except (OSError, ValueError) as exc:
+            raise ListenerError(f"{method} {path}: {exc}")
+
+    def instance_created(self, uuid: str) -> bool:
+        """Returns: False if the verifier does not know the node."""
+        return self._call("POST", f"/v1/nodes/{uuid}/instance-created") == 200
+
+    def unenrol(self, uuid: str) -> bool:
+        """Returns: False if the verifier does not know the node."""
+        return self._call("DELETE", f"/v1/nodes/{uuid}") == 204
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read())["error"]["message"])
+    except (ValueError, KeyError, TypeError, OSError):
+        return str(exc.reason)
+
+
+def instance_uuid(payload: Any) -> str | None:
+    """The instance UUID of a versioned instance notification payload."""
+    if isinstance(payload, Mapping):
+        data = payload.get("nova_object.data")
+        if isinstance(data, Mapping) and isinstance(data.get("uuid"), str):
+            return str(data["uuid"])
+    return None
+
+
+class InstanceEndpoint:
+    """The notification endpoint: INFO-priority instance create/delete ends."""
+
+    filter_rule = oslo_messaging.NotificationFilter(
+        event_type=r"^instance\.(create|delete)\.end$"
+    )
+
+    def __init__(
+        self, operator: VerifierOperator, hooks: Sequence[InstanceHook] = ()
+    ) -> None:
+        self._operator = operator
+        self._hooks = list(hooks)
+
+    def info(
+        self,
+        ctxt: Any,
+        publisher_id: str,
+        event_type: str,
+        payload: Any,
+        metadata: Any,
+    ) -> Any:
+        uuid = instance_uuid(payload)
+        if uuid is None:
+            LOG.warning("%s from %s without an instance UUID", event_type, publisher_id)
+            return oslo_messaging.NotificationResult.HANDLED
+        try:
+            if event_type == CREATE_END:
+                known = self._operator.instance_created(uuid)
+                verb = "marked created"
+            else:
+                known = self._operator.unenrol(uuid)
+                verb = "unenrolled"
+        except ListenerError as exc:
+            LOG.warning(
+                "%s of %s: verifier unavailable, requeued: %s", event_type, uuid, exc
+            )
+            return oslo_messaging.NotificationResult.REQUEUE
+        if known:
+            LOG.info("Instance %s: %s (%s)", uuid, verb, event_type)
+        self._run_hooks(event_type, uuid)
+        return oslo_messaging.NotificationResult.HANDLED
+
+    def _run_hooks(self, event_type: str, uuid: str) -> None:
+        for hook in self._hooks:
+            try:
+                if event_type == CREATE_END:
+                    hook.instance_created(uuid)
+                else:
+                    hook.instance_deleted(uuid)
+            except InstanceHookError as exc:
+                LOG.error("Hook failed on %s of %s: %s", event_type, uuid, exc)
+
+
+def make_listener(
+    transport: oslo_messaging.Transport,
+    endpoint: InstanceEndpoint,
+    topics: Sequence[str] = ("versioned_notifications",),
+    exchange: str = "nova",
+    pool: str | None = "trusted-cloud",
+) -> Any:
+    """A started-on-demand oslo.messaging notification listener (threading
+    executor; call ``start()``, then ``stop()`` and ``wait()``)."""
+    targets = [oslo_messaging.Target(topic=t, exchange=exchange) for t in topics]
+    return oslo_messaging.get_notification_listener(
+        transport,
+        targets,
+        [endpoint],
+        executor="threading",
+        allow_requeue=True,
+        pool=pool,
+    )
