@@ -25,14 +25,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 from collections.abc import Callable
 
 import sqlalchemy as sa
 
 from verifier.attest.clients import RegistrarClient
-from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
+from verifier.attest.node import (
+    LiveNode,
+    NodeState,
+    NodeView,
+    enrolment_row,
+    view_of_row,
+)
 from verifier.attest.policies import PolicyStore
 from verifier.attest.store import NodeStore
 from verifier.db import Node
@@ -95,23 +100,10 @@ class PendingNodes:
         Raises:
             ConflictError: already enrolled.
         """
-        now = self._clock()
-        row = Node(
-            uuid=uuid,
-            state=NodeState.PENDING.value,
-            policy=json.dumps(policy.to_dict()),
-            v_share=v_share,
-            ak_public=b"",  # filled in from the registrar on promotion
-            tls_cert="",
-            host="",
-            port=0,
-            quotes_verified=0,
-            v_released=False,
-            created_at=now,
-            updated_at=now,
-            runtime_policy=refs[0],
-            mb_policy=refs[1],
-        )
+        # the AK, certificate and address come from the registrar on promotion
+        unknown = {"ak_public": "", "tls_cert": "", "host": "", "port": 0}
+        row = enrolment_row(uuid, v_share, policy, unknown, refs, self._clock())
+        row.state = NodeState.PENDING.value
         view = view_of_row(row)  # before the commit expires the row
         await asyncio.to_thread(self._store.insert, row)
         LOG.info("Enrolled node %s ahead of its instance", uuid)
