@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import uuid as uuid_mod
 
+import fixtures
 import oslo_messaging
 import stevedore
 import testtools
 from oslo_config import cfg
 
+from verifier.ca import CertificateAuthority
+from verifier.cmd import nova_listener as nova_listener_cmd
 from verifier.nova_listener import (
     InstanceEndpoint,
     InstanceHookError,
@@ -132,3 +138,37 @@ class VtpmInstanceHookTest(testtools.TestCase):
             oslo_messaging.NotificationResult.HANDLED,
             endpoint._run_hooks(DELETE_END, "not-a-uuid"),
         )
+
+
+class ListenerLoadsHooksTest(testtools.TestCase):
+    """``trusted-nova-listener`` refuses hooks it cannot load (exit 2)."""
+
+    def run_listener(self, listener: str, extra: str = "") -> tuple[int, str]:
+        tmp = self.useFixture(fixtures.TempDir()).path
+        CertificateAuthority.create(tmp, "Test CA").issue_to_files(
+            tmp, "operator", ["localhost"]
+        )
+        path = os.path.join(tmp, "listener.conf")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(
+                "[nova_listener]\n"
+                f"cert_file = {tmp}/operator.pem\n"
+                f"key_file = {tmp}/operator-key.pem\n"
+                f"ca_file = {tmp}/ca.pem\n"
+                f"{listener}\n{extra}"
+            )
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = nova_listener_cmd.main(["--config-file", path])
+        return code, err.getvalue()
+
+    def test_unknown_hook_is_a_configuration_error(self) -> None:
+        code, err = self.run_listener("hooks = noop,nosuch")
+        self.assertEqual(2, code)
+        self.assertIn("unknown [nova_listener] hooks: ['nosuch']", err)
+
+    def test_vtpm_hook_without_its_options_is_a_configuration_error(self) -> None:
+        code, err = self.run_listener("hooks = vtpm", "[instance_hook_vtpm]\n")
+        self.assertEqual(2, code)
+        self.assertIn("hook vtpm", err)
+        self.assertIn("missing options in [instance_hook_vtpm]", err)
