@@ -10,6 +10,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Iterable
+from typing import Any
 
 import oslo_messaging
 import stevedore
@@ -27,6 +29,14 @@ from verifier.nova_listener import (
 )
 
 LOG = logging.getLogger(__name__)
+
+
+def _missing_hooks(names: Iterable[str]) -> None:
+    raise ConfigError(f"unknown [nova_listener] hooks: {sorted(names)}")
+
+
+def _hook_failed(_manager: Any, entrypoint: Any, exc: BaseException) -> None:
+    raise ConfigError(f"[nova_listener] hook {entrypoint.name}: {exc}") from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         context = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
         manager: stevedore.NamedExtensionManager[InstanceHook] = (
             stevedore.NamedExtensionManager(
-                "verifier.instance_hooks", group.hooks, invoke_on_load=True
+                "verifier.instance_hooks",
+                group.hooks,
+                invoke_on_load=True,
+                invoke_kwds={"conf": conf},
+                on_missing_entrypoints_callback=_missing_hooks,
+                on_load_failure_callback=_hook_failed,
             )
         )
         hooks = [ext.obj for ext in manager if ext.obj is not None]

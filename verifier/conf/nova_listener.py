@@ -38,7 +38,8 @@ _OPTS = [
         "hooks",
         default=[],
         help="Extra instance lifecycle hooks (stevedore group "
-        "verifier.instance_hooks), e.g. the vTPM manager's once it exists.",
+        "verifier.instance_hooks): vtpm (drop a deleted instance's vTPM EK "
+        "registration, options in [instance_hook_vtpm]), noop.",
     ),
 ]
 

@@ -2,24 +2,44 @@
 
 Stevedore group ``verifier.instance_hooks``. The verifier's own reaction
 (mark the node's instance created, unenrol it) is built into the listener;
-hooks are for other provider-side parts: the vTPM manager is meant to plug
-in here (``instance_deleted``: drop the instance's companion vTPM and its
-EK registration).
+hooks are for other provider-side parts: the vTPM manager plugs in here
+(driver ``vtpm``, :mod:`vtpm_manager.instance_hook`: on ``instance_deleted``
+it drops the instance's provider EK registration at the registrar).
+
+A hook is loaded with the listener's configuration (``conf`` keyword), so a
+driver registers and reads an option group of its own. It may fail two ways:
+:class:`InstanceHookError` is logged and the event is done;
+:class:`InstanceHookRetryError` (something worth another try, e.g. a service is
+down) makes the listener requeue the event, so it is delivered again and
+every step runs again: hooks must therefore be idempotent.
 """
 
 from __future__ import annotations
 
 import abc
 
-__all__ = ["InstanceHook", "InstanceHookError", "NoopHook"]
+from oslo_config import cfg
+
+__all__ = ["InstanceHook", "InstanceHookError", "InstanceHookRetryError", "NoopHook"]
 
 
 class InstanceHookError(Exception):
     """A hook failed; the listener logs it and goes on."""
 
 
+class InstanceHookRetryError(InstanceHookError):
+    """A hook failed for now; the listener requeues the event."""
+
+
 class InstanceHook(abc.ABC):
-    """Called after the listener handled an instance event."""
+    """Called after the listener handled an instance event.
+
+    Args:
+        conf: the listener's configuration (None: a private, empty one).
+    """
+
+    def __init__(self, conf: cfg.ConfigOpts | None = None) -> None:
+        self.conf = conf if conf is not None else cfg.ConfigOpts()
 
     def instance_created(self, uuid: str) -> None:
         """Nova finished creating ``uuid`` (``instance.create.end``).
@@ -38,7 +58,8 @@ class InstanceHook(abc.ABC):
         """Nova deleted ``uuid`` (``instance.delete.end``).
 
         Raises:
-            InstanceHookError: any failure of the hook.
+            InstanceHookRetryError: a failure worth another delivery.
+            InstanceHookError: any other failure of the hook.
         """
         try:
             self._instance_deleted(uuid)

@@ -13,7 +13,10 @@ An oslo.messaging notification listener on Nova's versioned notifications
 Instances nobody enrolled are ignored (the verifier answers 404). When the
 verifier cannot be reached the event is requeued, so it is not lost. It
 calls the verifier over mTLS with a certificate in the verifier's
-``operator`` role; then every configured :class:`InstanceHook` runs.
+``operator`` role; then every configured :class:`InstanceHook` runs. A hook
+raising :class:`InstanceHookRetryError` requeues the event too (every step runs
+again on redelivery: the verifier's answer 404 and idempotent hooks make
+that harmless); any other hook failure is logged.
 """
 
 from __future__ import annotations
@@ -28,7 +31,11 @@ from typing import Any
 
 import oslo_messaging
 
-from verifier.nova_listener.hooks import InstanceHook, InstanceHookError
+from verifier.nova_listener.hooks import (
+    InstanceHook,
+    InstanceHookError,
+    InstanceHookRetryError,
+)
 
 __all__ = [
     "CREATE_END",
@@ -145,18 +152,24 @@ class InstanceEndpoint:
             return oslo_messaging.NotificationResult.REQUEUE
         if known:
             LOG.info("Instance %s: %s (%s)", uuid, verb, event_type)
-        self._run_hooks(event_type, uuid)
-        return oslo_messaging.NotificationResult.HANDLED
+        return self._run_hooks(event_type, uuid)
 
-    def _run_hooks(self, event_type: str, uuid: str) -> None:
+    def _run_hooks(self, event_type: str, uuid: str) -> Any:
+        result = oslo_messaging.NotificationResult.HANDLED
         for hook in self._hooks:
             try:
                 if event_type == CREATE_END:
                     hook.instance_created(uuid)
                 else:
                     hook.instance_deleted(uuid)
+            except InstanceHookRetryError as exc:
+                LOG.warning(
+                    "Hook failed on %s of %s, requeued: %s", event_type, uuid, exc
+                )
+                result = oslo_messaging.NotificationResult.REQUEUE
             except InstanceHookError as exc:
                 LOG.error("Hook failed on %s of %s: %s", event_type, uuid, exc)
+        return result
 
 
 def make_listener(

@@ -405,22 +405,33 @@ class LocalCluster:
         self.start_agent(node)
         return node
 
-    def start_nova_listener(self, transport_url: str, exchange: str = "nova") -> None:
+    def start_nova_listener(
+        self,
+        transport_url: str,
+        exchange: str = "nova",
+        hooks: Sequence[str] = (),
+        sections: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         """``trusted-nova-listener`` on ``transport_url`` with the operator
-        certificate (a provider-side service, stopped with the others)."""
+        certificate (a provider-side service, stopped with the others);
+        ``hooks`` and their option ``sections`` are added to its file."""
         conf = os.path.join(self.workdir, "nova-listener.conf")
+        listener: dict[str, Any] = {
+            "verifier_url": self.verifier_url,
+            "cert_file": self.pki_file("operator.pem"),
+            "key_file": self.pki_file("operator-key.pem"),
+            "ca_file": self.pki_file("ca.pem"),
+            "exchange": exchange,
+        }
+        if hooks:
+            listener["hooks"] = ",".join(hooks)
         _write_conf(
             conf,
             {
                 "DEFAULT": self._common("nova-listener"),
                 "oslo_messaging_notifications": {"transport_url": transport_url},
-                "nova_listener": {
-                    "verifier_url": self.verifier_url,
-                    "cert_file": self.pki_file("operator.pem"),
-                    "key_file": self.pki_file("operator-key.pem"),
-                    "ca_file": self.pki_file("ca.pem"),
-                    "exchange": exchange,
-                },
+                "nova_listener": listener,
+                **(sections or {}),
             },
         )
         self._spawn(

@@ -2,8 +2,8 @@
 
 from oslo_config import cfg
 
-from vtpm_manager.conf import vtpm
+from vtpm_manager.conf import instance_hook, vtpm
 
 
 def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
-    return vtpm.list_opts()
+    return vtpm.list_opts() + instance_hook.list_opts()

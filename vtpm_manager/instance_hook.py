@@ -1,0 +1,108 @@
+"""The ``vtpm`` instance hook of ``trusted-nova-listener``.
+
+libvirt has no undefine hook, so nothing on the compute host learns that
+Nova deleted an instance; the provider's notification listener does
+(``instance.delete.end``). This driver of the listener's extension point
+(stevedore group ``verifier.instance_hooks``) then removes the instance's
+provider EK registration at the registrar (``DELETE /v1/agents/{uuid}/ek``
+with a ``provider`` certificate), so a deleted instance's vTPM EK cannot
+be used again under its UUID.
+
+The dependency points from ``vtpm_manager`` to ``verifier`` (the hook
+interface, TLS helpers), as the rest of the vTPM manager already does; the
+listener knows the driver only by its entry point name.
+
+Idempotent: an EK that is not (or no longer) registered is success, so a
+redelivered event does no harm. An unreachable registrar (after the
+retries) raises :class:`InstanceHookRetryError`: the listener requeues the
+event. A refusal (e.g. 403, the certificate is not a provider) cannot be
+cured by redelivery and raises :class:`InstanceHookError`, which the
+listener logs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from oslo_config import cfg
+
+from verifier import tlsutil
+from verifier.nova_listener.hooks import (
+    InstanceHook,
+    InstanceHookError,
+    InstanceHookRetryError,
+)
+from vtpm_manager.conf import instance_hook as hook_conf
+from vtpm_manager.exceptions import RegistrarUnavailableError, RegistrationRefusedError
+from vtpm_manager.registrar_client import ProviderRegistrarClient
+
+__all__ = ["VtpmInstanceHook"]
+
+LOG = logging.getLogger(__name__)
+
+
+class VtpmInstanceHook(InstanceHook):
+    """Drops a deleted instance's provider EK registration.
+
+    Args:
+        conf: the listener's configuration; group ``[instance_hook_vtpm]``
+            is registered on it.
+        client: the registrar client to use (None: built from ``conf``).
+
+    Raises:
+        InstanceHookError: the options are incomplete or unreadable.
+    """
+
+    def __init__(
+        self,
+        conf: cfg.ConfigOpts | None = None,
+        client: ProviderRegistrarClient | None = None,
+    ) -> None:
+        super().__init__(conf)
+        if client is None:
+            client = _client_from(self.conf)
+        self._client = client
+
+    def _instance_created(self, uuid: str) -> None:
+        """Nothing to do: the vTPM manager registers the EK when the domain
+        is prepared, before Nova reports the instance created."""
+
+    def _instance_deleted(self, uuid: str) -> None:
+        try:
+            removed = self._client.deregister(uuid)
+        except RegistrarUnavailableError as exc:
+            raise InstanceHookRetryError(f"vtpm: {exc}") from exc
+        except RegistrationRefusedError as exc:
+            raise InstanceHookError(f"vtpm: {exc}") from exc
+        if removed:
+            LOG.info("Instance %s: provider vTPM EK deregistered", uuid)
+        else:
+            LOG.info("Instance %s: no provider vTPM EK registered (any more)", uuid)
+
+
+def _client_from(conf: cfg.ConfigOpts) -> ProviderRegistrarClient:
+    hook_conf.register_opts(conf)
+    group = conf[hook_conf.GROUP]
+    context = None
+    if group.registrar_url.startswith("https://"):
+        missing = [n for n in ("cert_file", "key_file", "ca_file") if not group[n]]
+        if missing:
+            raise InstanceHookError(
+                f"missing options in [{hook_conf.GROUP}]: {missing}"
+            )
+        try:
+            context = tlsutil.client_context(
+                group.cert_file, group.key_file, group.ca_file
+            )
+        except (OSError, ValueError) as exc:
+            raise InstanceHookError(f"[{hook_conf.GROUP}] TLS files: {exc}") from exc
+    try:
+        return ProviderRegistrarClient(
+            group.registrar_url,
+            context,
+            retries=group.retries,
+            backoff=group.backoff,
+            timeout=group.timeout,
+        )
+    except ValueError as exc:
+        raise InstanceHookError(f"[{hook_conf.GROUP}] {exc}") from exc
