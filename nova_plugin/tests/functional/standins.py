@@ -134,5 +134,6 @@ class StandIns:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() would wait for ever otherwise
+            self._server.shutdown()
         self._server.server_close()
