@@ -8,6 +8,7 @@ own swtpm process. Everything started here is stopped by PID.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import ctypes
 import dataclasses
@@ -26,6 +27,7 @@ from typing import Any
 
 from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair
 from node_agent.tpm import Tpm
+from nova_plugin.exceptions import ServiceError
 from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.ca import CertificateAuthority
 from verifier.testing.softkernel import SoftKernel
@@ -228,6 +230,23 @@ class LocalCluster:
                 self.pki_file("ca.pem"),
             )
         )
+
+    def node_status(self, uuid: str) -> dict[str, Any] | None:
+        """The verifier's view of a node (None: not enrolled), from a
+        synchronous caller."""
+
+        async def get() -> dict[str, Any] | None:
+            tenant = self.tenant()
+            try:
+                return dict(await tenant.status(uuid))
+            except ServiceError as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            finally:
+                await tenant.close()
+
+        return asyncio.run(get())
 
     def _make_pki(self) -> None:
         ca = CertificateAuthority.create(self.pki, "Demo operator CA")

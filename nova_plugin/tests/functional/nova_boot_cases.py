@@ -184,18 +184,7 @@ class NovaBootBase(integrated_helpers._IntegratedTestBase):
         return code, out.getvalue(), err.getvalue()
 
     def node(self, uuid: str) -> dict | None:  # type: ignore[type-arg]
-        async def get() -> dict | None:  # type: ignore[type-arg]
-            tenant = self.cluster.tenant()
-            try:
-                return dict(await tenant.status(uuid))
-            except ServiceError as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            finally:
-                await tenant.close()
-
-        return asyncio.run(get())
+        return self.cluster.node_status(uuid)
 
     def servers(self) -> list[dict]:  # type: ignore[type-arg]
         return list(self.admin_api.get_servers(detail=True))

@@ -13,7 +13,6 @@ reaches the verifier only as Nova's versioned notifications over RabbitMQ.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import io
@@ -29,7 +28,6 @@ import testtools
 from testtools.content import text_content
 
 from nova_plugin import nova_cmd
-from nova_plugin.exceptions import ServiceError
 from nova_plugin.tests.functional.novadeploy import TENANT_HEADERS, NovaDeployment
 from nova_plugin.tests.functional.standins import IMAGE_ID
 from nova_plugin.userdata import parse_user_data
@@ -142,18 +140,7 @@ class NovaMultiProcessRabbitTest(testtools.TestCase):
         return code, out.getvalue(), err.getvalue()
 
     def node(self, uuid: str) -> dict[str, Any] | None:
-        async def get() -> dict[str, Any] | None:
-            tenant = self.cluster.tenant()
-            try:
-                return dict(await tenant.status(uuid))
-            except ServiceError as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            finally:
-                await tenant.close()
-
-        return asyncio.run(get())
+        return self.cluster.node_status(uuid)
 
     def status(self, uuid: str) -> str | None:
         server = self.nova.server(uuid)
