@@ -23,6 +23,7 @@ Then ``swtpm socket`` serves the TPM over TCP on ``port`` (commands) and
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,31 +48,51 @@ _LOG_TAIL = 2000
 EK_ALGS = ("rsa", "ecc")
 
 
-def free_port_pair() -> int:
-    """Find a TCP port P such that P and P + 1 are both free on 127.0.0.1.
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
-    The ports are only probed, not reserved, so another process may still grab
-    them before swtpm binds them.
+
+def free_ports(count: int = 1) -> int:
+    """Find a TCP port P such that P .. P + count - 1 are free on 127.0.0.1.
+
+    The ports are chosen at random *below* the kernel's ephemeral range: a
+    port probed with ``bind(0)`` and released comes from that range, where
+    any outgoing connection or other ``bind(0)`` on the machine may take it
+    before the service binds it (seen as flaky tests when several suites
+    run at once). Ports are only probed, not reserved.
 
     Returns:
         The port P.
 
     Raises:
-        TpmError: If no free pair was found.
+        TpmError: If no free run of ports was found.
     """
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as first:
-            first.bind((_HOST, 0))
-            port = int(first.getsockname()[1])
-            if port >= 65535:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as second:
-                try:
-                    second.bind((_HOST, port + 1))
-                except OSError:
-                    continue
+    top = max(_ephemeral_low() - count, 10001)
+    for _ in range(200):
+        port = random.randrange(10000, top)  # noqa: S311 (not a secret)
+        sockets = [
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)
+        ]
+        try:
+            for i, sock in enumerate(sockets):
+                sock.bind((_HOST, port + i))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
         return port
-    raise TpmError("free_port_pair: no pair of free TCP ports found on 127.0.0.1")
+    raise TpmError(f"no {count} free consecutive TCP ports found on {_HOST}")
+
+
+def free_port_pair() -> int:
+    """A port P such that P and P + 1 are free (swtpm's server and control
+    ports); see :func:`free_ports`."""
+    return free_ports(2)
 
 
 def _port_free(port: int) -> bool:

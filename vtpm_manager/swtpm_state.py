@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import fcntl
 import os
-import random
 import shutil
 import signal
 import socket
@@ -27,7 +26,7 @@ import time
 from collections.abc import Iterator
 
 from node_agent.exceptions import TpmError
-from node_agent.swtpm import write_localca_config
+from node_agent.swtpm import free_ports, write_localca_config
 from node_agent.tpm import Tpm
 from vtpm_manager.exceptions import SwtpmSetupError
 
@@ -240,26 +239,12 @@ def read_ek(
 
 
 def _port_pair_below_ephemeral() -> int:
-    """Loopback ports P, P+1 free now and *outside* the kernel's ephemeral
-    range: the EK is read on every ensure, and a short-lived swtpm on an
-    ephemeral port could take a port another service on the host (or a test
-    fixture) probed with ``bind(0)`` and is about to bind."""
+    """Loopback ports P, P+1 free now and outside the kernel's ephemeral
+    range (the EK is read on every ensure; see node_agent.swtpm.free_ports)."""
     try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    top = max(low - 2, 10002)
-    for _ in range(200):
-        port = random.randrange(10000, top)  # noqa: S311 (not a secret)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise SwtpmSetupError("no free pair of loopback ports for swtpm")
+        return free_ports(2)
+    except TpmError as exc:
+        raise SwtpmSetupError(f"no free pair of loopback ports for swtpm: {exc}")
 
 
 def _start_swtpm(

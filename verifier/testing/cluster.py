@@ -25,7 +25,7 @@ import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair
+from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair, free_ports
 from node_agent.tpm import Tpm
 from nova_plugin.exceptions import ServiceError
 from nova_plugin.tenant import Tenant, TenantConfig
@@ -54,9 +54,9 @@ def die_with_parent() -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port below the ephemeral range (see
+    :func:`node_agent.swtpm.free_ports`)."""
+    return free_ports(1)
 
 
 def wait_port(

@@ -23,7 +23,6 @@ import ipaddress
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.x509.oid import NameOID
 
+from node_agent.swtpm import free_ports
 from verifier import tlsutil
 from verifier.protocol import EnvelopeError, bind_nonce, open_share
 from verifier.testing.cluster import die_with_parent
@@ -314,9 +314,7 @@ class FleetProcess:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)
 
 
 @functools.lru_cache(maxsize=4096)
