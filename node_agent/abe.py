@@ -22,7 +22,8 @@ from typing import Any
 
 from aiohttp import web
 
-from node_agent.agent import Agent, _write_file
+from node_agent.agent import Agent
+from node_agent.payload import write_file
 from verifier.api import allow, b64_field, json_response, read_json
 from verifier.exceptions import RequestError
 from verifier.protocol.abe import (
@@ -116,7 +117,7 @@ class AbeKeyring:
         directory = os.path.join(self._agent.work_dir, SEALED_DIR)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         path = os.path.join(directory, hashlib.sha256(blob).hexdigest()[:32])
-        _write_file(path, plaintext, 0o600)
+        write_file(path, plaintext, 0o600)
         return path
 
 

@@ -35,7 +35,7 @@ from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 
 from node_agent.exceptions import NodeAgentError, RegistrationError
-from node_agent.payload import run_payload, unwrap
+from node_agent.payload import run_payload, unwrap, write_file
 from node_agent.tpm import Tpm
 from node_agent.tpm_access import TpmAccess, TpmLike
 from verifier.api import b64
@@ -76,14 +76,6 @@ class _Share:
     payload: bytes | None = None  # with U: the payload envelope
     payload_id: str | None = None  # with U: the envelope's binding, if not us
     identity_cert: bytes | None = None  # with V: the node's identity cert
-
-
-def _write_file(path: str, data: bytes, mode: int) -> None:
-    """Write ``data`` to ``path`` with permissions ``mode`` (also if it exists)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as out:
-        os.fchmod(out.fileno(), mode)
-        out.write(data)
 
 
 class Agent:
@@ -432,9 +424,9 @@ class Agent:
                 serialization.PrivateFormat.PKCS8,
                 serialization.NoEncryption(),
             )
-            _write_file(self._path(IDENTITY_KEY), key_pem, 0o600)
-            _write_file(self._path(IDENTITY_CERT), identity_cert, 0o644)
-        _write_file(self._path(PAYLOAD), plaintext, 0o700)
+            write_file(self._path(IDENTITY_KEY), key_pem, 0o600)
+            write_file(self._path(IDENTITY_CERT), identity_cert, 0o644)
+        write_file(self._path(PAYLOAD), plaintext, 0o700)
 
     def _path(self, name: str) -> str:
         return os.path.join(self.work_dir, name)
@@ -469,7 +461,7 @@ class Agent:
         return code
 
     def _write_status(self, status: dict[str, Any]) -> None:
-        _write_file(self._path(PAYLOAD_STATUS), json.dumps(status).encode(), 0o644)
+        write_file(self._path(PAYLOAD_STATUS), json.dumps(status).encode(), 0o644)
 
     async def wait_payload(self) -> int | None:
         """Wait for the payload started by the bootstrap, if any.

@@ -18,10 +18,18 @@ from typing import Any
 
 from verifier.exceptions import RequestError
 
-__all__ = ["run_payload", "unwrap"]
+__all__ = ["run_payload", "unwrap", "write_file"]
 
 #: a payload the boot wrapper compressed before sealing (nova_plugin.userdata)
 COMPRESSED_MAGIC = b"TCZ1"
+
+
+def write_file(path: str, data: bytes, mode: int) -> None:
+    """Write ``data`` to ``path`` with permissions ``mode`` (also if it exists)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as out:
+        os.fchmod(out.fileno(), mode)
+        out.write(data)
 
 
 def unwrap(plaintext: bytes, limit: int) -> bytes:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import ctypes
 import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,17 +23,31 @@ import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from node_agent.exceptions import TpmError
 from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair, free_ports
 from node_agent.tpm import Tpm
 from nova_plugin.exceptions import ServiceError
 from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.ca import CertificateAuthority
+from verifier.testing.procs import _write_conf, die_with_parent, wait_port, wait_until
 from verifier.testing.softkernel import SoftKernel
+
+__all__ = [  # what tests and tools import from here
+    "GOLDEN_MEASUREMENT",
+    "PCR",
+    "ROOTKIT_MEASUREMENT",
+    "LocalCluster",
+    "NodeHandle",
+    "die_with_parent",
+    "expected_pcr",
+    "free_port",
+    "wait_port",
+    "wait_until",
+]
 
 GOLDEN_MEASUREMENT = hashlib.sha256(b"trusted-cloud demo: golden boot image").digest()
 ROOTKIT_MEASUREMENT = hashlib.sha256(b"unexpected kernel module").digest()
 PCR = 16
-_PR_SET_PDEATHSIG = 1
 
 
 def expected_pcr(*measurements: bytes) -> bytes:
@@ -46,52 +58,10 @@ def expected_pcr(*measurements: bytes) -> bytes:
     return value
 
 
-def die_with_parent() -> None:
-    """In a child before exec: get SIGTERM when the parent dies, however it
-    dies, so a killed test run or benchmark leaves no service behind."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def free_port() -> int:
     """A free loopback port below the ephemeral range (see
     :func:`node_agent.swtpm.free_ports`)."""
     return free_ports(1)
-
-
-def wait_port(
-    port: int, proc: subprocess.Popen[bytes] | None, log: str, timeout: float = 30.0
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(
-                f"process exited ({proc.returncode}); see {log}:\n" + _tail(log)
-            )
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}; see {log}:\n" + _tail(log))
-
-
-def _tail(path: str, lines: int = 15) -> str:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _write_conf(path: str, sections: dict[str, dict[str, Any]]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for section, values in sections.items():
-            f.write(f"[{section}]\n")
-            for key, value in values.items():
-                if isinstance(value, list):
-                    value = ",".join(value)
-                f.write(f"{key} = {value}\n")
-            f.write("\n")
 
 
 def _script(name: str) -> str:
@@ -503,22 +473,22 @@ class LocalCluster:
 
 
 def _soft_kernel(tcti: str, directory: str) -> SoftKernel:
+    # The agent uses the same swtpm (no resource manager): opening it while
+    # the agent works can race with its transient handles; try again.
+    def with_tpm(work: Callable[[Tpm], Any]) -> Any:
+        for attempt in range(5):
+            try:
+                with Tpm(tcti) as tpm:
+                    return work(tpm)
+            except TpmError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.1)
+
     def extend(index: int, digest: bytes) -> None:
-        with Tpm(tcti) as tpm:
-            tpm.pcr_extend(index, digest)
+        with_tpm(lambda tpm: tpm.pcr_extend(index, digest))
 
     def read(pcrs: Sequence[int]) -> Mapping[int, bytes]:
-        with Tpm(tcti) as tpm:
-            return tpm.pcr_read(pcrs)
+        return dict(with_tpm(lambda tpm: tpm.pcr_read(pcrs)))
 
     return SoftKernel(extend, read, directory)
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:
-    """Poll ``predicate`` until it returns something truthy or time runs out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(step)

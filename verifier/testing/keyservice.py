@@ -14,7 +14,8 @@ from typing import Any
 from verifier.api.verifier_app import public_pem
 from verifier.ca import CertificateAuthority
 from verifier.cmd.verifier import load_signing_key
-from verifier.testing.cluster import LocalCluster, _script, _write_conf, wait_port
+from verifier.testing.cluster import LocalCluster, _script
+from verifier.testing.procs import _write_conf, wait_port
 
 __all__ = ["capability_sections", "start_keyservice"]
 

@@ -25,13 +25,8 @@ from verifier.ca import CertificateAuthority
 from verifier.notify import Outbox, load_notifiers
 from verifier.notify.outbox import add_to_outbox, make_event
 from verifier.protocol import SignedEvent
-from verifier.testing.cluster import (
-    _script,
-    _write_conf,
-    die_with_parent,
-    free_port,
-    wait_port,
-)
+from verifier.testing.cluster import _script, free_port
+from verifier.testing.procs import _write_conf, die_with_parent, wait_port
 
 RABBIT_FAST_RECONNECT = {
     "amqp_durable_queues": "true",

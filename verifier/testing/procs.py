@@ -1,0 +1,68 @@
+"""Process helpers of the test deployments: children that die with their
+parent, waiting for a port or a condition, service configuration files."""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["die_with_parent", "wait_port", "wait_until"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child before exec: get SIGTERM when the parent dies, however it
+    dies, so a killed test run or benchmark leaves no service behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def wait_port(
+    port: int, proc: subprocess.Popen[bytes] | None, log: str, timeout: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(
+                f"process exited ({proc.returncode}); see {log}:\n" + _tail(log)
+            )
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}; see {log}:\n" + _tail(log))
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _write_conf(path: str, sections: dict[str, dict[str, Any]]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for section, values in sections.items():
+            f.write(f"[{section}]\n")
+            for key, value in values.items():
+                if isinstance(value, list):
+                    value = ",".join(value)
+                f.write(f"{key} = {value}\n")
+            f.write("\n")
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something truthy or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(step)
