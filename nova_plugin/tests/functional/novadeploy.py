@@ -150,7 +150,10 @@ class NovaDeployment:
     def _db(self, name: str) -> str:
         # SQLite files: PostgreSQL through psycopg 3 hands Nova INET columns
         # as ipaddress objects, which Nova's objects (netaddr) refuse.
-        return "sqlite:///" + os.path.join(self.workdir, f"{name}.sqlite")
+        # several Nova processes write one file: wait for a lock (pysqlite's
+        # timeout, seconds) instead of failing a build with "database is locked"
+        path = os.path.join(self.workdir, f"{name}.sqlite")
+        return f"sqlite:///{path}?timeout=60"
 
     def _write_config(self) -> None:
         w = self.workdir
