@@ -19,9 +19,7 @@ os.environ["OS_NOVA_DISABLE_EVENTLET_PATCHING"] = "1"
 
 import asyncio  # noqa: E402
 import base64  # noqa: E402
-import contextlib  # noqa: E402
 import gzip  # noqa: E402
-import io  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
@@ -38,7 +36,7 @@ import fixtures  # noqa: E402
 import oslo_messaging  # noqa: E402
 import requests  # noqa: E402
 
-from nova_plugin import nova_cmd  # noqa: E402
+from nova_plugin.tests.functional._cli import run_cli, tenant_argv  # noqa: E402
 from nova_plugin.boot import TrustedBoot  # noqa: E402
 from nova_plugin.exceptions import ServiceError  # noqa: E402
 from nova_plugin.userdata import parse_user_data  # noqa: E402
@@ -154,20 +152,7 @@ class NovaBootBase(integrated_helpers._IntegratedTestBase):
             self.payload_file,
             "--trust-policy",
             self.policy_file,
-            "--registrar",
-            env["TRUSTED_REGISTRAR_URL"],
-            "--verifier",
-            verifier or env["TRUSTED_VERIFIER_URL"],
-            "--cert",
-            env["TRUSTED_CERT"],
-            "--key",
-            env["TRUSTED_KEY"],
-            "--ca",
-            env["TRUSTED_CA"],
-            "--os-auth-type",
-            "none",
-            "--os-endpoint",
-            self.api_fixture.base_url,
+            *tenant_argv(env, self.api_fixture.base_url, verifier),
             "--nova-header",
             "X-Auth-User:tenant-user",
             "--nova-header",
@@ -178,10 +163,7 @@ class NovaBootBase(integrated_helpers._IntegratedTestBase):
         ]
 
     def run_cli(self, argv: list[str]) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = nova_cmd.main(argv)
-        return code, out.getvalue(), err.getvalue()
+        return run_cli(argv)
 
     def node(self, uuid: str) -> dict | None:  # type: ignore[type-arg]
         return self.cluster.node_status(uuid)

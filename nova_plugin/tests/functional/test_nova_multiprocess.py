@@ -14,8 +14,6 @@ reaches the verifier only as Nova's versioned notifications over RabbitMQ.
 from __future__ import annotations
 
 import base64
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -27,7 +25,7 @@ import fixtures
 import testtools
 from testtools.content import text_content
 
-from nova_plugin import nova_cmd
+from nova_plugin.tests.functional._cli import run_cli, tenant_argv
 from nova_plugin.tests.functional.novadeploy import TENANT_HEADERS, NovaDeployment
 from nova_plugin.tests.functional.standins import IMAGE_ID
 from nova_plugin.userdata import parse_user_data
@@ -114,30 +112,14 @@ class NovaMultiProcessRabbitTest(testtools.TestCase):
             self._write("payload.sh", PAYLOAD),
             "--trust-policy",
             self._write("policy.json", json.dumps(policy).encode()),
-            "--registrar",
-            env["TRUSTED_REGISTRAR_URL"],
-            "--verifier",
-            env["TRUSTED_VERIFIER_URL"],
-            "--cert",
-            env["TRUSTED_CERT"],
-            "--key",
-            env["TRUSTED_KEY"],
-            "--ca",
-            env["TRUSTED_CA"],
-            "--os-auth-type",
-            "none",
-            "--os-endpoint",
-            self.nova.api_url,
+            *tenant_argv(env, self.nova.api_url, None),
             "--os-compute-api-version",
             "2.37",
             *headers,
         ]
 
     def run_cli(self, argv: list[str]) -> tuple[int, str, str]:
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = nova_cmd.main(argv)
-        return code, out.getvalue(), err.getvalue()
+        return run_cli(argv)
 
     def node(self, uuid: str) -> dict[str, Any] | None:
         return self.cluster.node_status(uuid)
