@@ -38,14 +38,14 @@ from oslo_log import log as logging
 from ipsec_puppet_vault_hooks import _jsonl
 from ipsec_puppet_vault_hooks.consumer import Consumer, ConsumeResult
 from ipsec_puppet_vault_hooks.exceptions import EventRejectedError, HooksError
-from verifier.api import (
+from verifier.common.errors import RequestError
+from verifier.common.web import (
     allow,
     authz_middleware,
     error_middleware,
     json_response,
     read_json,
 )
-from verifier.exceptions import RequestError
 from verifier.protocol import RevocationEvent
 
 __all__ = ["EventHandler", "MessagingEndpoint", "Stats", "make_app", "messaging_server"]

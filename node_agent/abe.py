@@ -23,9 +23,9 @@ from typing import Any
 from aiohttp import web
 
 from node_agent.agent import Agent
+from node_agent.exceptions import RefusedError
 from node_agent.payload import write_file
-from verifier.api import allow, b64_field, json_response, read_json
-from verifier.exceptions import RequestError
+from verifier.common.web import allow, b64_field, json_response, read_json
 from verifier.protocol.abe import (
     PublicParams,
     SealedBlob,
@@ -60,12 +60,12 @@ class AbeKeyring:
         Raises:
             EnvelopeError: not sealed to this node's NK.
             MalformedError: the key or parameters do not decode.
-            RequestError: ``abe_key_mismatch`` (key for other parameters).
+            RefusedError: ``abe_key_mismatch`` (key for other parameters).
         """
         sk = SecretKey.from_bytes(self._agent.open_transport("ABE", envelope))
         pp = PublicParams.from_bytes(params)
         if sk.pp_id != pp.id:
-            raise RequestError("abe_key_mismatch", "key is for other public parameters")
+            raise RefusedError("abe_key_mismatch", "key is for other public parameters")
         if self._pp is None or self._pp.id != pp.id:
             self._pp, self._keys = pp, []  # a new authority replaces the old
         if all(k.to_bytes() != sk.to_bytes() for _, k in self._keys):
@@ -91,22 +91,22 @@ class AbeKeyring:
 
         Raises:
             MalformedError: the blob does not decode.
-            RequestError: ``no_abe_key`` (409), ``other_params`` (400) or
+            RefusedError: ``no_abe_key`` (409), ``other_params`` (400) or
                 ``policy_not_satisfied`` (403).
             SealIntegrityError: a satisfying key does not open it (tampering).
         """
         ct = SealedBlob.from_bytes(blob).ciphertext
         if self._pp is None or not self._keys:
-            raise RequestError("no_abe_key", "this node holds no CP-ABE key yet", 409)
+            raise RefusedError("no_abe_key", "this node holds no CP-ABE key yet", 409)
         if ct.pp_id != self._pp.id:
-            raise RequestError(
+            raise RefusedError(
                 "other_params", "sealed under other public parameters than our keys"
             )
         tree = parse_policy(ct.policy)
         for _, sk in reversed(self._keys):
             if satisfies(tree, sk.attributes):
                 return unseal(self._pp, sk, blob)
-        raise RequestError(
+        raise RefusedError(
             "policy_not_satisfied",
             "this node's attested attributes do not satisfy the sealing policy",
             403,
@@ -131,7 +131,7 @@ async def _keys_abe(request: web.Request) -> web.Response:
     params = b64_field(data, "params", max_len=4096) or b""
     epoch = data.get("epoch")
     if type(epoch) is not int or epoch < 0:
-        raise RequestError("bad_field", "'epoch' must be a non-negative integer")
+        raise RefusedError("bad_field", "'epoch' must be a non-negative integer")
     request.app[_KEYRING].receive(envelope, params, epoch)
     return json_response({"accepted": "abe", "epoch": epoch})
 

@@ -34,12 +34,16 @@ from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 
-from node_agent.exceptions import NodeAgentError, RegistrationError
+from node_agent.exceptions import NodeAgentError, RefusedError, RegistrationError
 from node_agent.payload import run_payload, unwrap, write_file
-from node_agent.tpm import Tpm
-from node_agent.tpm_access import TpmAccess, TpmLike
-from verifier.api import b64
-from verifier.exceptions import RequestError
+from verifier.common.tls import (
+    client_context,
+    self_signed_certificate,
+    server_context_from_pem,
+)
+from verifier.common.tpm import Tpm
+from verifier.common.tpm_access import TpmAccess, TpmLike
+from verifier.common.web import b64
 from verifier.protocol import (
     EnvelopeError,
     Quote,
@@ -48,11 +52,6 @@ from verifier.protocol import (
     combine,
     open_payload,
     open_share,
-)
-from verifier.tlsutil import (
-    client_context,
-    self_signed_certificate,
-    server_context_from_pem,
 )
 
 __all__ = ["Agent", "TpmAccess", "TpmLike"]
@@ -318,7 +317,7 @@ class Agent:
 
         Raises:
             EnvelopeError: U does not open for this node (nothing stored).
-            RequestError: ``already_bootstrapped`` (409) or
+            RefusedError: ``already_bootstrapped`` (409) or
                 ``shares_mismatch`` (U discarded, V kept).
         """
         async with self._state_lock:
@@ -337,7 +336,7 @@ class Agent:
 
         Raises:
             EnvelopeError: V does not open for this node (nothing stored).
-            RequestError: ``bad_identity_cert`` (nothing stored),
+            RefusedError: ``bad_identity_cert`` (nothing stored),
                 ``already_bootstrapped`` (409) or ``shares_mismatch``
                 (V discarded, U kept).
         """
@@ -359,7 +358,7 @@ class Agent:
 
     def _check_not_bootstrapped(self) -> None:
         if self.bootstrapped:
-            raise RequestError(
+            raise RefusedError(
                 "already_bootstrapped", "this node has already been bootstrapped", 409
             )
 
@@ -367,7 +366,7 @@ class Agent:
         try:
             cert = x509.load_pem_x509_certificate(pem)
         except ValueError:
-            raise RequestError("bad_field", "'identity_cert' is not a PEM certificate")
+            raise RefusedError("bad_field", "'identity_cert' is not a PEM certificate")
         ours = self._identity_key.public_key().public_bytes(
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
@@ -375,7 +374,7 @@ class Agent:
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
         if ours != theirs:
-            raise RequestError(
+            raise RefusedError(
                 "bad_identity_cert", "identity certificate is not for this node's key"
             )
 
@@ -393,7 +392,7 @@ class Agent:
                 self._u = None
             else:
                 self._v = None
-            raise RequestError(
+            raise RefusedError(
                 "shares_mismatch", "shares do not combine to the payload key"
             )
         if self._u.payload_id is not None:  # sealed by the boot wrapper

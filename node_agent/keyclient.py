@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from node_agent.exceptions import NodeAgentError
+from verifier.common.tls import client_context
 from verifier.protocol.lkh import LkhError, LkhMember, RekeyMessage, Welcome
 from verifier.protocol.regression import ReaderState
-from verifier.tlsutil import client_context
 
 __all__ = ["GroupKey", "KeyClient", "KeyServiceError"]
 

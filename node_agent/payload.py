@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from verifier.exceptions import RequestError
+from node_agent.exceptions import RefusedError
 
 __all__ = ["run_payload", "unwrap", "write_file"]
 
@@ -37,7 +37,7 @@ def unwrap(plaintext: bytes, limit: int) -> bytes:
     inflate past ``limit`` bytes.
 
     Raises:
-        RequestError: ``bad_payload``, corrupt or too large once inflated.
+        RefusedError: ``bad_payload``, corrupt or too large once inflated.
     """
     if not plaintext.startswith(COMPRESSED_MAGIC):
         return plaintext
@@ -47,7 +47,7 @@ def unwrap(plaintext: bytes, limit: int) -> bytes:
     except zlib.error:
         data = b""
     if len(data) > limit or not inflater.eof:
-        raise RequestError("bad_payload", "compressed payload is corrupt or too large")
+        raise RefusedError("bad_payload", "compressed payload is corrupt or too large")
     return data
 
 

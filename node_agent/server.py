@@ -9,7 +9,7 @@
 
 Policy-sealed data (CP-ABE keys, ``/v1/sealed``): :mod:`node_agent.abe`.
 
-Errors are JSON ``{"error": {"code", "message"}}`` (see :mod:`verifier.api`).
+Errors are JSON ``{"error": {"code", "message"}}`` (see :mod:`verifier.common.web`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from aiohttp import web
 from node_agent.abe import add_abe_routes
 from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
-from node_agent.exceptions import TpmError
-from verifier.api import (
+from node_agent.exceptions import RefusedError, TpmError
+from verifier.common.errors import RequestError
+from verifier.common.web import (
+    Handler,
     allow,
     authz_middleware,
     b64_field,
@@ -31,7 +33,6 @@ from verifier.api import (
     json_response,
     read_json,
 )
-from verifier.exceptions import RequestError
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES, canonical_uuid
 
 __all__ = ["make_app"]
@@ -143,6 +144,15 @@ async def _status(request: web.Request) -> web.Response:
     return json_response(request.app[_KEY].status())
 
 
+@web.middleware
+async def _refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The agent's refusals as the shared JSON error body."""
+    try:
+        return await handler(request)
+    except RefusedError as exc:
+        raise RequestError(exc.code, exc.detail, exc.status) from exc
+
+
 def make_app(
     agent: Agent,
     roles: Mapping[str, Collection[str]] | None = None,
@@ -157,7 +167,7 @@ def make_app(
         evidence: where IMA and firmware logs are read (default: the
             kernel's securityfs files).
     """
-    middlewares = [error_middleware]
+    middlewares = [error_middleware, _refusals]
     if roles is not None:
         middlewares.append(authz_middleware(roles))
     app = web.Application(middlewares=middlewares, client_max_size=_CLIENT_MAX_SIZE)

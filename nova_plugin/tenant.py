@@ -21,8 +21,8 @@ from urllib.parse import quote
 import aiohttp
 
 from nova_plugin.exceptions import AttestationFailedError, ServiceError
-from verifier import tlsutil
 from verifier.attest import AgentClient
+from verifier.common import tls as tlsutil
 from verifier.exceptions import AgentUnreachableError
 from verifier.protocol import (
     AttestationKey,

@@ -22,10 +22,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nova_plugin.tenant import Tenant  # noqa: E402
+from trusted_testing.cluster import PCR, LocalCluster, wait_until  # noqa: E402
+from trusted_testing.softkernel import SoftKernel  # noqa: E402
 from verifier.protocol import PcrPolicy  # noqa: E402
 from verifier.protocol.ima import parse_ascii, policy_from_log  # noqa: E402
-from verifier.testing.cluster import PCR, LocalCluster, wait_until  # noqa: E402
-from verifier.testing.softkernel import SoftKernel  # noqa: E402
 
 GOLDEN_PROGRAMS = (
     ("/usr/bin/python3.11", b"python interpreter"),

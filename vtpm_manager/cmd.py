@@ -20,7 +20,7 @@ import sys
 
 from oslo_config import cfg
 
-from verifier import tlsutil
+from verifier.common import tls as tlsutil
 from vtpm_manager import conf as vtpm_conf
 from vtpm_manager.exceptions import VtpmError
 from vtpm_manager.manager import ManagerConfig

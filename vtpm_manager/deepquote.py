@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from node_agent.tpm import Tpm
+from verifier.common.tpm import Tpm
 from verifier.protocol.deepquote import DeepQuote, host_binding
 from verifier.protocol.quote import Quote
 from verifier.protocol.tpm import TpmPublic

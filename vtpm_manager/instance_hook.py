@@ -8,9 +8,9 @@ provider EK registration at the registrar (``DELETE /v1/agents/{uuid}/ek``
 with a ``provider`` certificate), so a deleted instance's vTPM EK cannot
 be used again under its UUID.
 
-The dependency points from ``vtpm_manager`` to ``verifier`` (the hook
-interface, TLS helpers), as the rest of the vTPM manager already does; the
-listener knows the driver only by its entry point name.
+The driver implements the public hook interface of the shared plumbing
+(:mod:`verifier.common.plugins`) and uses its TLS helpers; the listener
+knows the driver only by its entry point name.
 
 Idempotent: an EK that is not (or no longer) registered is success, so a
 redelivered event does no harm. An unreachable registrar (after the
@@ -26,8 +26,8 @@ import logging
 
 from oslo_config import cfg
 
-from verifier import tlsutil
-from verifier.nova_listener.hooks import (
+from verifier.common import tls as tlsutil
+from verifier.common.plugins import (
     InstanceHook,
     InstanceHookError,
     InstanceHookRetryError,

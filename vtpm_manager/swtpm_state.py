@@ -25,10 +25,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-from node_agent.exceptions import TpmError
-from node_agent.swtpm import free_ports, write_localca_config
-from node_agent.tpm import Tpm
+from verifier.common.errors import TpmError
+from verifier.common.tpm import Tpm
 from vtpm_manager.exceptions import SwtpmSetupError
+from vtpm_manager.localca import free_ports, write_localca_config
 
 __all__ = [
     "EkIdentity",
@@ -240,7 +240,7 @@ def read_ek(
 
 def _port_pair_below_ephemeral() -> int:
     """Loopback ports P, P+1 free now and outside the kernel's ephemeral
-    range (the EK is read on every ensure; see node_agent.swtpm.free_ports)."""
+    range (the EK is read on every ensure; see vtpm_manager.localca.free_ports)."""
     try:
         return free_ports(2)
     except TpmError as exc:

@@ -24,7 +24,7 @@ from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks.consumer import Consumer
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from ipsec_puppet_vault_hooks.listener import EventHandler, make_app, messaging_server
-from verifier import tlsutil
+from verifier.common import tls as tlsutil
 
 LOG = logging.getLogger(__name__)
 STOP_TIMEOUT = 10.0

@@ -2,7 +2,7 @@
 """Bootstrap latency on real swtpm TPMs, and the verifier's CPU per quote.
 
 Starts a real deployment (registrar, verifier, N agents each on its own
-swtpm, SQLite, mTLS; see verifier/testing/cluster.py), waits until every
+swtpm, SQLite, mTLS; see trusted_testing/cluster.py), waits until every
 agent has registered and activated its AK, then enrols the nodes one at a
 time with the tenant library and measures, per node, from the start of the
 enrolment (node registered, tenant begins) to the moment the agent wrote
@@ -33,9 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 from nova_plugin.exceptions import TenantError  # noqa: E402
 from nova_plugin.tenant import Tenant  # noqa: E402
+from trusted_testing.cluster import PCR, LocalCluster  # noqa: E402
+from trusted_testing.procstat import cpu_seconds  # noqa: E402
 from verifier.protocol import PcrPolicy  # noqa: E402
-from verifier.testing.cluster import PCR, LocalCluster  # noqa: E402
-from verifier.testing.procstat import cpu_seconds  # noqa: E402
 
 PAYLOAD = b"#!/bin/sh\necho ok\n"
 

@@ -39,8 +39,8 @@ import aiohttp  # noqa: E402
 from aiohttp import web  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
 
-from verifier import tlsutil  # noqa: E402
 from verifier.ca import CertificateAuthority  # noqa: E402
+from verifier.common import tls as tlsutil  # noqa: E402
 from verifier.keyservice import KeyService, make_app  # noqa: E402
 from verifier.protocol import RevocationEvent  # noqa: E402
 from verifier.protocol.capability import (  # noqa: E402

@@ -2,7 +2,7 @@
 """Verifier throughput against an emulated fleet, and memory per node.
 
 Starts the real registrar and verifier (separate processes, SQLite, mTLS)
-and the fleet emulator (verifier/testing/fleet.py, another process: N
+and the fleet emulator (trusted_testing/fleet.py, another process: N
 agents on software TPMs with ECC P-256 AKs, registered and activated
 through the registrar). Enrols every node with a PCR policy, waits until
 all are attested (V released), then runs the verifier at quote interval 0
@@ -31,11 +31,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 import aiohttp  # noqa: E402
 
-from verifier import tlsutil  # noqa: E402
-from verifier.testing import services  # noqa: E402
-from verifier.testing.cluster import LocalCluster  # noqa: E402
-from verifier.testing.fleet import FleetProcess  # noqa: E402
-from verifier.testing.procstat import cpu_seconds, rss_kib  # noqa: E402
+from trusted_testing import services  # noqa: E402
+from trusted_testing.cluster import LocalCluster  # noqa: E402
+from trusted_testing.fleet import FleetProcess  # noqa: E402
+from trusted_testing.procstat import cpu_seconds, rss_kib  # noqa: E402
+from verifier.common import tls as tlsutil  # noqa: E402
 
 
 class Api:

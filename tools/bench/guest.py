@@ -2,7 +2,7 @@
 """How long the measured guest takes: boot to shell, one full read, tamper.
 
 Boots the measured guest (qemu TCG + OVMF + swtpm, see
-verifier/testing/guest.py) N times and prints the medians of:
+trusted_testing/guest.py) N times and prints the medians of:
 
 * boot: qemu start to the guest's shell (OVMF, kernel, init, AK creation);
 * capture: one quote of PCRs 0-10 plus the event log, both IMA lists and
@@ -25,12 +25,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
+from trusted_testing.guest import Capture, Guest  # noqa: E402
+from trusted_testing.guest_image import build  # noqa: E402
 from verifier.protocol import ima, mb  # noqa: E402
 from verifier.protocol.policy import PcrPolicy  # noqa: E402
 from verifier.protocol.quote import AttestationKey, Quote, verify_quote  # noqa: E402
 from verifier.protocol.tpm import TpmPublic  # noqa: E402
-from verifier.testing.guest import Capture, Guest  # noqa: E402
-from verifier.testing.guest_image import build  # noqa: E402
 
 
 def _verify(capture: Capture) -> None:

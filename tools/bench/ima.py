@@ -26,6 +26,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
+from trusted_testing.ima import (  # noqa: E402
+    boot_aggregate_entry,
+    make_entry,
+    pcr_values,
+    to_binary,
+)
+from trusted_testing.procstat import rss_kib  # noqa: E402
 from verifier.protocol.ima import (  # noqa: E402
     ReplayState,
     RuntimePolicy,
@@ -35,13 +42,6 @@ from verifier.protocol.ima import (  # noqa: E402
     policy_from_log,
     replay,
 )
-from verifier.protocol.ima.testing import (  # noqa: E402
-    boot_aggregate_entry,
-    make_entry,
-    pcr_values,
-    to_binary,
-)
-from verifier.testing.procstat import rss_kib  # noqa: E402
 
 
 def verify_chunk(state: ReplayState, data: bytes, policy: RuntimePolicy) -> ReplayState:

@@ -27,12 +27,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519  # noqa: E402
 
+from trusted_testing.procstat import rss_kib  # noqa: E402
+from trusted_testing.softtpm import AK_ATTRIBUTES  # noqa: E402
 from verifier import db  # noqa: E402
 from verifier.attest.service import Verifier  # noqa: E402
 from verifier.notify import Outbox  # noqa: E402
 from verifier.protocol import tpm as t  # noqa: E402
-from verifier.testing.procstat import rss_kib  # noqa: E402
-from verifier.testing.softtpm import AK_ATTRIBUTES  # noqa: E402
 
 _CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 

@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
-from node_agent.swtpm import Swtpm, free_port_pair  # noqa: E402
+from trusted_testing.swtpm import Swtpm, free_port_pair  # noqa: E402
 from verifier.attest.monitor import HostTpm, MonitorBatcher  # noqa: E402
 from verifier.protocol import AttestationKey, PcrPolicy, TpmPublic  # noqa: E402
 from verifier.protocol.monitor import (  # noqa: E402
@@ -93,9 +93,9 @@ def _serve(tcti: str, port: int, pki: str, window: float, ready: object) -> None
     import uvloop
     from aiohttp import web
 
-    from verifier.api import error_middleware
     from verifier.api.monitor_app import add_monitor_routes
-    from verifier.tlsutil import server_context
+    from verifier.common.tls import server_context
+    from verifier.common.web import error_middleware
 
     async def main() -> None:
         host = HostTpm(tcti, [PCR])
@@ -121,7 +121,7 @@ def _client(
     import aiohttp
     import uvloop
 
-    from verifier.tlsutil import client_context
+    from verifier.common.tls import client_context
 
     async def main() -> int:
         ctx: ssl.SSLContext = client_context(
@@ -174,8 +174,8 @@ def _client(
 def _http(
     tcti: str, tmp: str, procs: int, connections: int, seconds: float, window: float
 ) -> float:
+    from trusted_testing.cluster import free_port
     from verifier.ca import CertificateAuthority
-    from verifier.testing.cluster import free_port
 
     pki = os.path.join(tmp, "pki")
     ca = CertificateAuthority.create(pki, "bench CA")

@@ -19,8 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
+from trusted_testing.softtpm import SoftTpm  # noqa: E402
 from verifier import protocol as p  # noqa: E402
-from verifier.testing.softtpm import SoftTpm  # noqa: E402
 
 
 def bench(ak_alg: str, n: int, rounds: int, from_wire: bool) -> float:

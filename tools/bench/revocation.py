@@ -40,9 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 import hvac  # noqa: E402
 
-from verifier.testing.openbao import OpenBaoDev  # noqa: E402
-from verifier.testing.rabbitmq import PrivateRabbit  # noqa: E402
-from verifier.testing.revocation import Pipeline  # noqa: E402
+from trusted_testing.openbao import OpenBaoDev  # noqa: E402
+from trusted_testing.rabbitmq import PrivateRabbit  # noqa: E402
+from trusted_testing.revocation import Pipeline  # noqa: E402
 
 POLICY = """
 path "transit/encrypt/{key}" {{ capabilities = ["update"] }}

@@ -31,20 +31,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 import libvirt  # noqa: E402
 
-from node_agent.swtpm import ek_ca_bundle  # noqa: E402
-from verifier import tlsutil  # noqa: E402
-from verifier.ca import CertificateAuthority  # noqa: E402
-from verifier.testing.cluster import LocalCluster  # noqa: E402
-from verifier.testing.procstat import rss_kib  # noqa: E402
-from vtpm_manager import swtpm_state  # noqa: E402
-from vtpm_manager.manager import ManagerConfig, VtpmManager  # noqa: E402
-from vtpm_manager.registrar_client import ProviderRegistrarClient  # noqa: E402
-from vtpm_manager.testing import (  # noqa: E402
+from trusted_testing.cluster import LocalCluster  # noqa: E402
+from trusted_testing.embedded_libvirt import (  # noqa: E402
     EmbeddedLibvirt,
     domain_xml,
     guest_image,
     wait_for,
 )
+from trusted_testing.procstat import rss_kib  # noqa: E402
+from trusted_testing.swtpm import ek_ca_bundle  # noqa: E402
+from verifier.ca import CertificateAuthority  # noqa: E402
+from verifier.common import tls as tlsutil  # noqa: E402
+from vtpm_manager import swtpm_state  # noqa: E402
+from vtpm_manager.manager import ManagerConfig, VtpmManager  # noqa: E402
+from vtpm_manager.registrar_client import ProviderRegistrarClient  # noqa: E402
 
 
 def _ms(values: list[float]) -> str:

@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-.venv/bin/python}"
-exec "$PYTHON" -m verifier.testing.guest_image "$@"
+exec "$PYTHON" -m trusted_testing.guest_image "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the real-log test fixtures from the measured guest.
 
-Boots the guest (qemu + OVMF + swtpm, see verifier/testing/guest.py), reads
+Boots the guest (qemu + OVMF + swtpm, see trusted_testing/guest.py), reads
 a TPM2 quote of PCRs 0-10 made in the guest by tpm2-tools with an
 attestation key created there at boot, its measured-boot event log, both IMA
 measurement lists and PCRs 0-10 of all four banks into ``good/``,
@@ -28,10 +28,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from verifier.testing.guest import CMDLINE, Guest  # noqa: E402
+from trusted_testing.guest import CMDLINE, Guest  # noqa: E402
 
 DEFAULT_OUT = os.path.join(
-    os.path.dirname(os.path.dirname(HERE)), "verifier", "tests", "fixtures", "guest"
+    os.path.dirname(os.path.dirname(HERE)), "trusted_testing", "fixtures", "guest"
 )
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from verifier.api import allow, json_response
 from verifier.attest.abe_keys import AbeAuthority
+from verifier.common.web import allow, json_response
 
 __all__ = ["add_abe_routes"]
 

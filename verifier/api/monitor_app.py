@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from verifier.api import allow, b64, b64_field, json_response, read_json
 from verifier.attest.monitor import HostTpm, MonitorBatcher
+from verifier.common.web import allow, b64, b64_field, json_response, read_json
 from verifier.exceptions import RequestError
 from verifier.protocol import TpmPublic
 

@@ -20,8 +20,8 @@ import json
 
 from aiohttp import web
 
-from verifier.api import allow, json_response
 from verifier.attest.policies import PolicyStore
+from verifier.common.web import allow, json_response
 from verifier.exceptions import RequestError
 
 __all__ = ["add_routes"]

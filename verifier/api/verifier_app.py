@@ -25,7 +25,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 
-from verifier.api import (
+from verifier.api.policies_app import add_routes as add_policy_routes
+from verifier.attest import Verifier
+from verifier.attest.grants import CapabilityIssuer
+from verifier.common.web import (
     allow,
     authz_middleware,
     b64_field,
@@ -33,9 +36,6 @@ from verifier.api import (
     json_response,
     read_json,
 )
-from verifier.api.policies_app import add_routes as add_policy_routes
-from verifier.attest import Verifier
-from verifier.attest.grants import CapabilityIssuer
 from verifier.exceptions import RequestError
 from verifier.protocol import PcrPolicy, canonical_uuid
 from verifier.protocol.shares import KEY_BYTES

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from verifier import tlsutil
 from verifier.attest._http import HttpError, KeepAliveClient
+from verifier.common import tls as tlsutil
 from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
 

@@ -156,7 +156,7 @@ class MonitorBatcher:
 
 
 class HostTpm:
-    """The verifier host's own TPM (:class:`node_agent.tpm.Tpm` over a TCTI),
+    """The verifier host's own TPM (:class:`verifier.common.tpm.Tpm` over a TCTI),
     one operation at a time in a worker thread.
 
     Args:
@@ -169,8 +169,8 @@ class HostTpm:
     def __init__(
         self, tcti: str, pcrs: list[int], ek_alg: str = "rsa", ak_alg: str = "ecc"
     ) -> None:
-        from node_agent.tpm import Tpm  # the TPM layer the agents use
-        from node_agent.tpm_access import TpmAccess
+        from verifier.common.tpm import Tpm  # the TPM layer the agents use
+        from verifier.common.tpm_access import TpmAccess
 
         self.pcrs = sorted(set(pcrs))
         self._access = TpmAccess(lambda: Tpm(tcti, ek_alg, ak_alg), shared=False)
@@ -192,7 +192,7 @@ class HostTpm:
         Raises:
             RequestError: ``activation_failed`` (400) if the TPM refuses.
         """
-        from node_agent.exceptions import TpmError
+        from verifier.common.errors import TpmError
 
         try:
             return await self._access.run(

@@ -10,13 +10,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from verifier.exceptions import VerifierError
-from verifier.tlsutil import (
+from verifier.common.tls import (
     private_pem,
     self_signed_builder,
     subject_alt_names,
     write_private,
 )
+from verifier.exceptions import VerifierError
 
 _KEY = "ca-key.pem"
 _CERT = "ca.pem"

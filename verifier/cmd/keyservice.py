@@ -4,10 +4,10 @@ events."""
 
 from __future__ import annotations
 
-from verifier import tlsutil
 from verifier.api.verifier_app import public_pem
 from verifier.cmd import _service
 from verifier.cmd.verifier import load_signing_key
+from verifier.common import tls as tlsutil
 from verifier.keyservice import KeyService, make_app
 from verifier.keyservice.keys import load_mac_key, load_public_key
 

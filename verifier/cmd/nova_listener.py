@@ -18,7 +18,7 @@ import stevedore
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from verifier import tlsutil
+from verifier.common import tls as tlsutil
 from verifier.conf import nova_listener as listener_conf
 from verifier.exceptions import ConfigError
 from verifier.nova_listener import (

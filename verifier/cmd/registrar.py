@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from verifier import db, tlsutil
+from verifier import db
 from verifier.cmd import _service
+from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 from verifier.protocol import MalformedError
 from verifier.protocol.ekcert import load_anchors

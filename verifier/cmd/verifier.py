@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from oslo_config import cfg
 
-from verifier import db, tlsutil
+from verifier import db
 from verifier.api.abe_app import add_abe_routes
 from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
@@ -23,6 +23,7 @@ from verifier.attest.ownership import make_ownership
 from verifier.attest.policies import PolicyStore, VerifyingKey
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
+from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers

@@ -20,7 +20,7 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
-from verifier.api import (
+from verifier.common.web import (
     allow,
     authz_middleware,
     b64,

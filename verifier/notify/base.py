@@ -1,59 +1,21 @@
-"""The notifier plugin interface."""
+"""Loading the notifier drivers (the interface, :class:`Notifier`, is in
+:mod:`verifier.common.plugins`)."""
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import stevedore
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
-from verifier.exceptions import ConfigError, VerifierError
+from verifier.common.plugins import Notifier, NotifierError
+from verifier.exceptions import ConfigError
+
+__all__ = ["GROUP", "Notifier", "NotifierError", "load_notifiers"]
 
 GROUP = "verifier.notifiers"
-
-
-class NotifierError(VerifierError):
-    """A notifier could not deliver an event (it will be retried)."""
-
-
-class Notifier(abc.ABC):
-    """Delivers one signed event to one kind of consumer.
-
-    Args:
-        conf: the service configuration.
-        public_key: the verifier's event-signing public key.
-    """
-
-    name = "base"
-
-    def __init__(self, conf: cfg.ConfigOpts, public_key: ed25519.Ed25519PublicKey):
-        self.conf = conf
-        self.public_key = public_key
-
-    def deliver(self, event: Mapping[str, Any]) -> bool:
-        """Deliver ``event`` (a SignedEvent wire dict).
-
-        Returns:
-            True when the consumer acknowledged it.
-
-        Raises:
-            NotifierError: on any failure of the driver.
-        """
-        try:
-            return self._deliver(event)
-        except NotifierError:
-            raise
-        except Exception as exc:  # plugin boundary: convert, never leak
-            raise NotifierError(f"{self.name}: {exc}") from exc
-
-    @abc.abstractmethod
-    def _deliver(self, event: Mapping[str, Any]) -> bool: ...
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections (default: nothing to release)."""
 
 
 def load_notifiers(

@@ -19,7 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
-from verifier import tlsutil
+from verifier.common import tls as tlsutil
 from verifier.conf import notifiers as notifiers_conf
 from verifier.exceptions import ConfigError
 from verifier.notify.base import Notifier, NotifierError

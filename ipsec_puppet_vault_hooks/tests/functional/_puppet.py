@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
-from verifier.testing.cluster import die_with_parent, free_port
+from trusted_testing.cluster import die_with_parent, free_port
 
 PUPPETSERVER_JAR = "/usr/share/puppetserver/puppetserver.jar"
 BOOTSTRAP_CONFIG = "/etc/puppet/puppetserver/services.d"

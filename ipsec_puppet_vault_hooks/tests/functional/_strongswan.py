@@ -29,8 +29,8 @@ import vici
 from cryptography import x509
 
 from ipsec_puppet_vault_hooks._ipsec.peers import render_swanctl
+from trusted_testing.cluster import die_with_parent
 from verifier.ca import CertificateAuthority
-from verifier.testing.cluster import die_with_parent
 
 CHARON = "/usr/lib/ipsec/charon"
 

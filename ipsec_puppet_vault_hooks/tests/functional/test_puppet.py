@@ -38,8 +38,8 @@ from ipsec_puppet_vault_hooks.tests.functional._puppet import (
     HOOK_CERTNAME,
     PuppetServer,
 )
+from trusted_testing.cluster import PCR, LocalCluster, _script, wait_until
 from verifier.protocol import PcrPolicy, SignedEvent
-from verifier.testing.cluster import PCR, LocalCluster, _script, wait_until
 
 PAYLOAD = b"#!/bin/sh\ntrue\n"
 CATALOG_NOTICE = "trusted-cloud catalog applied"

@@ -16,8 +16,8 @@ from oslo_config import cfg
 from ipsec_puppet_vault_hooks import HooksError
 from ipsec_puppet_vault_hooks.actions.vault import VaultAction
 from ipsec_puppet_vault_hooks.conf import action_vault
+from trusted_testing.openbao import OpenBaoDev
 from verifier.protocol import RevocationEvent
-from verifier.testing.openbao import OpenBaoDev
 
 NODE_POLICY = """
 path "transit/encrypt/{key}" {{ capabilities = ["update"] }}

@@ -13,9 +13,9 @@ import sqlalchemy as sa
 import testtools
 from sqlalchemy.orm import Session
 
+from trusted_testing.cluster import LocalCluster, wait_until
+from trusted_testing.revocation import Pipeline
 from verifier import db
-from verifier.testing.cluster import LocalCluster, wait_until
-from verifier.testing.revocation import Pipeline
 
 
 class VerifierRestartTest(testtools.TestCase):

@@ -9,11 +9,11 @@ import uuid as uuid_mod
 import testtools
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from trusted_testing.cluster import wait_until
+from trusted_testing.revocation import Pipeline
 from verifier.exceptions import ConfigError
 from verifier.notify import load_notifiers
 from verifier.protocol import RevocationEvent
-from verifier.testing.cluster import wait_until
-from verifier.testing.revocation import Pipeline
 
 
 class WebhookDeliveryTest(testtools.TestCase):

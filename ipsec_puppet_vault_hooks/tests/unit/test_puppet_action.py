@@ -19,7 +19,7 @@ from ipsec_puppet_vault_hooks import ActionError
 from ipsec_puppet_vault_hooks.actions.puppet import PuppetAction
 from ipsec_puppet_vault_hooks.tests.unit import utils
 from ipsec_puppet_vault_hooks.tests.unit._https_server import HttpsServer, Pki, Seen
-from verifier.testing.cluster import free_port
+from trusted_testing.cluster import free_port
 
 STATUS = "/puppet-ca/v1/certificate_status/"
 

@@ -8,7 +8,7 @@ import tempfile
 
 import testtools
 
-from node_agent.swtpm import Swtpm, free_port_pair
+from trusted_testing.swtpm import Swtpm, free_port_pair
 
 
 class SwtpmTestCase(testtools.TestCase):

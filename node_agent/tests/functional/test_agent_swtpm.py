@@ -16,8 +16,9 @@ import verifier.registrar
 from node_agent.agent import Agent, TpmAccess
 from node_agent.server import make_app
 from node_agent.tests.functional._swtpm import SwtpmTestCase
-from node_agent.tpm import Tpm
 from verifier.ca import CertificateAuthority
+from verifier.common.tls import pinned_client_context, server_context
+from verifier.common.tpm import Tpm
 from verifier.protocol import (
     AttestationKey,
     PcrPolicy,
@@ -26,7 +27,6 @@ from verifier.protocol import (
     bind_nonce,
     verify_quote,
 )
-from verifier.tlsutil import pinned_client_context, server_context
 
 
 def _write(path, data, mode=0o600):

@@ -1,4 +1,4 @@
-"""Functional tests of node_agent.tpm against a real swtpm (no mocks)."""
+"""Functional tests of verifier.common.tpm against a real swtpm (no mocks)."""
 
 import hashlib
 import os
@@ -23,9 +23,9 @@ from tpm2_pytss import (
 from tpm2_pytss.utils import make_credential
 
 from node_agent.exceptions import TpmError
-from node_agent.swtpm import Swtpm, free_port_pair
 from node_agent.tests.functional._swtpm import SwtpmTestCase
-from node_agent.tpm import Tpm
+from trusted_testing.swtpm import Swtpm, free_port_pair
+from verifier.common.tpm import Tpm
 
 TPM_GENERATED_VALUE = 0xFF544347
 

@@ -13,9 +13,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from cryptography import x509
 
 from node_agent.agent import Agent, TpmAccess
+from node_agent.exceptions import RefusedError
 from node_agent.server import make_app
+from trusted_testing.softtpm import SoftTpm
 from verifier.ca import CertificateAuthority
-from verifier.exceptions import RequestError
 from verifier.protocol import (
     AttestationKey,
     EnvelopeError,
@@ -30,13 +31,12 @@ from verifier.protocol import (
     split,
     verify_quote,
 )
-from verifier.testing.softtpm import SoftTpm
 
 SCRIPT = b'#!/bin/sh\necho hello > marker\necho "$TRUSTED_NODE_UUID" > uuid\nexit 3\n'
 
 
 class SoftTpmAdapter:
-    """node_agent's TPM interface on top of verifier.testing.SoftTpm."""
+    """node_agent's TPM interface on top of trusted_testing.SoftTpm."""
 
     def __init__(self, soft=None):
         self.soft = soft or SoftTpm()
@@ -207,7 +207,7 @@ class TestBootstrap(AgentTestBase):
             exc = None
             try:
                 await self.agent.receive_v(other_v, None)
-            except RequestError as e:
+            except RefusedError as e:
                 exc = e
             self.assertIsNotNone(exc)
             self.assertEqual("shares_mismatch", exc.code)
@@ -228,7 +228,7 @@ class TestBootstrap(AgentTestBase):
         ca = CertificateAuthority.create(os.path.join(self.tmp.name, "ca"), "id CA")
         _, other_cert = ca.issue(self.uuid, [])
         exc = self.assertRaises(
-            RequestError, self.run_async, self.agent.receive_v(v_env, other_cert)
+            RefusedError, self.run_async, self.agent.receive_v(v_env, other_cert)
         )
         self.assertEqual("bad_identity_cert", exc.code)
         self.assertFalse(self.agent.status()["has_v"])
@@ -241,7 +241,7 @@ class TestBootstrap(AgentTestBase):
             await self.agent.receive_v(v_env, None)
             await self.agent.receive_u(u_env, payload)
 
-        exc = self.assertRaises(RequestError, self.run_async, go())
+        exc = self.assertRaises(RefusedError, self.run_async, go())
         self.assertEqual(409, exc.status)
 
     def test_payload_timeout_kills(self):

@@ -10,8 +10,8 @@ import tempfile
 import testtools
 
 from node_agent.evidence import EvidenceReader, ImaLogReader
+from trusted_testing.ima import make_entry, to_ascii, to_binary
 from verifier.protocol.evidence import parse_ima_evidence
-from verifier.protocol.ima.testing import make_entry, to_ascii, to_binary
 
 
 class ImaLogReaderTest(testtools.TestCase):

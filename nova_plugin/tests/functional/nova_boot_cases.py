@@ -40,14 +40,14 @@ from nova_plugin.tests.functional._cli import run_cli, tenant_argv  # noqa: E402
 from nova_plugin.boot import TrustedBoot  # noqa: E402
 from nova_plugin.exceptions import ServiceError  # noqa: E402
 from nova_plugin.userdata import parse_user_data  # noqa: E402
-from verifier import tlsutil  # noqa: E402
+from verifier.common import tls as tlsutil  # noqa: E402
 from verifier.nova_listener import (  # noqa: E402
     InstanceEndpoint,
     VerifierOperator,
     make_listener,
 )
 from verifier.protocol import PcrPolicy, generate_key  # noqa: E402
-from verifier.testing.cluster import PCR, LocalCluster, wait_until  # noqa: E402
+from trusted_testing.cluster import PCR, LocalCluster, wait_until  # noqa: E402
 
 SECRET = b"TOP-SECRET-PAYLOAD-MARKER"
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n# ' + SECRET + b"\n"

@@ -17,8 +17,8 @@ from nova_plugin.tests.functional import nova_boot_cases as base  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 
-from verifier.testing import rabbit  # noqa: E402
-from verifier.testing.cluster import wait_until  # noqa: E402
+from trusted_testing import rabbit  # noqa: E402
+from trusted_testing.cluster import wait_until  # noqa: E402
 
 
 class NovaRabbitListenerTest(base.NovaBootBase):

@@ -24,8 +24,8 @@ import requests
 import sqlalchemy as sa
 
 from nova_plugin.tests.functional.standins import StandIns
-from verifier.testing import rabbit
-from verifier.testing.cluster import die_with_parent, free_port, wait_port
+from trusted_testing import rabbit
+from trusted_testing.cluster import die_with_parent, free_port, wait_port
 
 PROJECT_ID = "6f70656e737461636b20697320636f6f"
 TENANT_HEADERS = {

@@ -29,7 +29,7 @@ from nova_plugin.tests.functional._cli import run_cli, tenant_argv
 from nova_plugin.tests.functional.novadeploy import TENANT_HEADERS, NovaDeployment
 from nova_plugin.tests.functional.standins import IMAGE_ID
 from nova_plugin.userdata import parse_user_data
-from verifier.testing.cluster import PCR, LocalCluster, wait_until
+from trusted_testing.cluster import PCR, LocalCluster, wait_until
 
 SECRET = b"TOP-SECRET-MULTIPROCESS-MARKER"
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n# ' + SECRET + b"\n"

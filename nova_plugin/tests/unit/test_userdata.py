@@ -8,10 +8,10 @@ import zlib
 
 import testtools
 
+from node_agent.exceptions import RefusedError
 from node_agent.payload import unwrap
 from nova_plugin import userdata
 from nova_plugin.boot import prepare_user_data
-from verifier.exceptions import RequestError
 from verifier.protocol import EnvelopeError, open_payload
 
 PAYLOAD = b"#!/bin/sh\necho hello\n"
@@ -57,12 +57,12 @@ class UserDataTest(testtools.TestCase):
 
     def test_decompression_bomb_is_refused(self) -> None:
         bomb = userdata.COMPRESSED_MAGIC + zlib.compress(bytes(4 << 20))
-        exc = self.assertRaises(RequestError, unwrap, bomb, 1 << 20)
+        exc = self.assertRaises(RefusedError, unwrap, bomb, 1 << 20)
         self.assertEqual("bad_payload", exc.code)
 
     def test_corrupt_compressed_payload_is_refused(self) -> None:
         exc = self.assertRaises(
-            RequestError, unwrap, userdata.COMPRESSED_MAGIC + b"junk", 1 << 20
+            RefusedError, unwrap, userdata.COMPRESSED_MAGIC + b"junk", 1 << 20
         )
         self.assertEqual("bad_payload", exc.code)
 

@@ -1,7 +1,7 @@
 """An emulated fleet speaking keylime's pull-mode agent API (v2.x).
 
 N agents in one process, each on its own software TPM
-(verifier/testing/softtpm.py: ECC P-256 EK and AK, real TPMS_ATTEST and
+(trusted_testing/softtpm.py: ECC P-256 EK and AK, real TPMS_ATTEST and
 TPMT_SIGNATURE), each with its own RSA-2048 "NK" (keylime's agent public key,
 which the verifier encrypts V to) and its own HTTPS port on 127.0.0.1. As a
 real keylime agent does, each agent extends sha256(its public key PEM) into
@@ -63,8 +63,8 @@ from aiohttp import web  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
-from verifier import tlsutil  # noqa: E402
-from verifier.testing.softtpm import SoftTpm  # noqa: E402
+from trusted_testing.softtpm import SoftTpm  # noqa: E402
+from verifier.common import tls as tlsutil  # noqa: E402
 
 API_VERSION = "2.2"  # what rust-keylime agents speak; the verifier uses it
 TPM_ALG_SHA256 = 0x000B

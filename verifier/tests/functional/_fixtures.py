@@ -21,9 +21,9 @@ from cryptography.x509.oid import NameOID
 
 from node_agent.agent import Agent, TpmAccess
 from node_agent.server import make_app
+from trusted_testing.cluster import LocalCluster, free_port
+from trusted_testing.softtpm import SoftTpm
 from verifier.protocol import Quote
-from verifier.testing.cluster import LocalCluster, free_port
-from verifier.testing.softtpm import SoftTpm
 
 
 def sign_ek_certificate(tpm: SoftTpm, ca_dir: str) -> bytes:

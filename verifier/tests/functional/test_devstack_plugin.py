@@ -33,7 +33,7 @@ from oslo_log import log as oslo_log
 import ipsec_puppet_vault_hooks.conf.opts as hooks_opts
 import node_agent.conf.opts as agent_opts
 import verifier.conf.opts as verifier_opts
-from verifier.testing.cluster import free_port
+from trusted_testing.cluster import free_port
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 DEVSTACK = os.path.join(REPO, "devstack")

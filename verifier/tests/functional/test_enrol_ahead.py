@@ -17,10 +17,10 @@ import oslo_messaging
 import testtools
 
 from nova_plugin.exceptions import ServiceError
-from verifier import tlsutil
+from trusted_testing.cluster import PCR, LocalCluster, wait_until
+from verifier.common import tls as tlsutil
 from verifier.nova_listener import InstanceEndpoint, VerifierOperator
 from verifier.protocol import PcrPolicy, generate_key, split
-from verifier.testing.cluster import PCR, LocalCluster, wait_until
 from verifier.tests.functional._fixtures import Http
 
 

@@ -24,15 +24,15 @@ from typing import Any
 
 import testtools
 
-from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair
-from node_agent.tpm import Tpm
 from nova_plugin.cmd import main as tenant_main
 from nova_plugin.exceptions import AttestationFailedError, ServiceError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
+from trusted_testing.cluster import PCR, LocalCluster, expected_pcr, wait_until
+from trusted_testing.swtpm import Swtpm, ek_ca_bundle, free_port_pair
+from verifier.common.tpm import Tpm
 from verifier.protocol import PcrPolicy
 from verifier.protocol.abe import PolicyError
-from verifier.testing.cluster import PCR, LocalCluster, expected_pcr, wait_until
 from verifier.tests.functional._fixtures import Http
 
 INTERVAL = 0.5

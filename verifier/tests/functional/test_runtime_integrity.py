@@ -21,13 +21,13 @@ import time
 
 import testtools
 
-from node_agent.tpm import Tpm
 from nova_plugin.exceptions import ServiceError
+from trusted_testing.cluster import LocalCluster, NodeHandle, wait_until
+from trusted_testing.eventlog import sample_log
+from trusted_testing.softkernel import BOOTLOADER, KERNEL, SoftKernel
+from verifier.common.tpm import Tpm
 from verifier.protocol import PcrPolicy
 from verifier.protocol.ima import parse_ascii, policy_from_log
-from verifier.protocol.mb.testing import sample_log
-from verifier.testing.cluster import LocalCluster, NodeHandle, wait_until
-from verifier.testing.softkernel import BOOTLOADER, KERNEL, SoftKernel
 from verifier.tests.functional._fixtures import Http
 
 INTERVAL = 0.5

@@ -14,9 +14,9 @@ import time
 import requests
 import testtools
 
-from verifier.testing import services
-from verifier.testing.cluster import LocalCluster, wait_until
-from verifier.testing.fleet import FleetProcess
+from trusted_testing import services
+from trusted_testing.cluster import LocalCluster, wait_until
+from trusted_testing.fleet import FleetProcess
 
 INTERVAL = 3.0
 MEMBERSHIP_TIMEOUT = 2.0  # heartbeats slip on a loaded 2-core machine

@@ -20,14 +20,14 @@ import testtools
 from cryptography import x509
 
 from nova_plugin.exceptions import AttestationFailedError, ServiceError
-from verifier.protocol import PcrPolicy, generate_key, seal_payload, seal_share, split
-from verifier.testing.cluster import (
+from trusted_testing.cluster import (
     GOLDEN_MEASUREMENT,
     PCR,
     LocalCluster,
     expected_pcr,
     wait_until,
 )
+from verifier.protocol import PcrPolicy, generate_key, seal_payload, seal_share, split
 from verifier.tests.functional._fixtures import (
     AgentThread,
     EvilTpm,

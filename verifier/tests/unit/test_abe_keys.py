@@ -12,12 +12,13 @@ import testtools
 
 from node_agent.abe import AbeKeyring
 from node_agent.agent import Agent
-from node_agent.tpm_access import TpmAccess
+from node_agent.exceptions import RefusedError
+from trusted_testing.softtpm import SoftTpm
 from verifier.attest.abe_keys import AbeAuthority, ProviderAttributes, load_master_key
-from verifier.exceptions import ConfigError, RequestError
+from verifier.common.tpm_access import TpmAccess
+from verifier.exceptions import ConfigError
 from verifier.protocol import EnvelopeError, MalformedError, seal_share
 from verifier.protocol.abe import SealIntegrityError, keygen, seal, setup
-from verifier.testing.softtpm import SoftTpm
 
 DIGEST = bytes(range(32))
 
@@ -160,10 +161,10 @@ class KeyringTest(testtools.TestCase):
 
     def test_no_key_and_unsatisfied_policy_are_refused(self) -> None:
         blob = seal(self.pp, "region=eu", b"data")
-        exc = self.assertRaises(RequestError, self.keyring.open, blob)
+        exc = self.assertRaises(RefusedError, self.keyring.open, blob)
         self.assertEqual("no_abe_key", exc.code)
         self.give(["region=us"])
-        exc = self.assertRaises(RequestError, self.keyring.open, blob)
+        exc = self.assertRaises(RefusedError, self.keyring.open, blob)
         self.assertEqual(("policy_not_satisfied", 403), (exc.code, exc.status))
 
     def test_key_sealed_to_another_node_is_refused(self) -> None:
@@ -179,7 +180,7 @@ class KeyringTest(testtools.TestCase):
         sk = keygen(self.msk, ["region=eu"]).to_bytes()
         envelope = seal_share(self.agent.nk_public, sk, "ABE", self.agent.uuid)
         exc = self.assertRaises(
-            RequestError, self.keyring.receive, envelope, other_pp.to_bytes(), 0
+            RefusedError, self.keyring.receive, envelope, other_pp.to_bytes(), 0
         )
         self.assertEqual("abe_key_mismatch", exc.code)
 
@@ -194,6 +195,6 @@ class KeyringTest(testtools.TestCase):
         self.give(["region=eu"])
         other_pp, _ = setup()
         exc = self.assertRaises(
-            RequestError, self.keyring.open, seal(other_pp, "region=eu", b"x")
+            RefusedError, self.keyring.open, seal(other_pp, "region=eu", b"x")
         )
         self.assertEqual("other_params", exc.code)

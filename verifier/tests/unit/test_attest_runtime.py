@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from trusted_testing.softkernel import SoftKernel
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import PcrPolicy
 from verifier.protocol.ima import parse_ascii, policy_from_log
-from verifier.testing.softkernel import SoftKernel
 from verifier.tests.unit.test_attest_service import FakeAgent, VerifierServiceBase
 
 

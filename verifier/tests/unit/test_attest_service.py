@@ -28,13 +28,13 @@ from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 from sqlalchemy.orm import Session
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.attest.service import Verifier
 from verifier.ca import CertificateAuthority
 from verifier.db import Node, OutboxEvent, make_engine, upgrade
 from verifier.exceptions import AgentUnreachableError, ConflictError, NotFoundError
 from verifier.notify import Notifier, Outbox
 from verifier.protocol import PcrPolicy, SignedEvent, bind_nonce, open_share
-from verifier.testing.softtpm import SoftTpm
 
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 _SPKI = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo

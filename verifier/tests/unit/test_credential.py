@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.kdf.kbkdf import (
     Mode,
 )
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.protocol import (
     CredentialChallenge,
     EvidenceError,
@@ -25,7 +26,6 @@ from verifier.protocol import (
 from verifier.protocol import _marshal as m
 from verifier.protocol import tpm as t
 from verifier.protocol.credential import check_ek_template, kdfa, kdfe
-from verifier.testing.softtpm import SoftTpm
 
 try:
     import tpm2_pytss

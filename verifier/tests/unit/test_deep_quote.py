@@ -8,6 +8,7 @@ import uuid as uuid_mod
 
 import testtools
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.protocol import EvidenceError
 from verifier.protocol.deepquote import (
     DeepQuote,
@@ -16,7 +17,6 @@ from verifier.protocol.deepquote import (
 )
 from verifier.protocol.policy import PcrPolicy
 from verifier.protocol.quote import AttestationKey, bind_nonce
-from verifier.testing.softtpm import SoftTpm
 
 PCR = 16
 BOOT = hashlib.sha256(b"host boot").digest()

@@ -8,6 +8,14 @@ import hashlib
 
 import testtools
 
+from trusted_testing.eventlog import sample_log
+from trusted_testing.ima import (
+    boot_aggregate_entry,
+    make_entry,
+    pcr_values,
+    to_ascii,
+    to_binary,
+)
 from verifier.protocol import EvidenceError, MalformedError
 from verifier.protocol.evidence import (
     MAX_IMA_BYTES,
@@ -19,15 +27,7 @@ from verifier.protocol.evidence import (
     parse_mb_log,
 )
 from verifier.protocol.ima import ReplayState, RuntimePolicy, policy_from_log
-from verifier.protocol.ima.testing import (
-    boot_aggregate_entry,
-    make_entry,
-    pcr_values,
-    to_ascii,
-    to_binary,
-)
 from verifier.protocol.mb import MeasuredBootPolicy, parse, replay
-from verifier.protocol.mb.testing import sample_log
 
 BOOT = [hashlib.sha256(bytes([i])).digest() for i in range(10)]
 

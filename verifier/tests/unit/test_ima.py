@@ -7,6 +7,13 @@ import testtools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trusted_testing.ima import (
+    boot_aggregate_entry,
+    make_entry,
+    pcr_values,
+    to_ascii,
+    to_binary,
+)
 from verifier.protocol import EvidenceError, MalformedError
 from verifier.protocol.ima import (
     ImaEntry,
@@ -18,13 +25,6 @@ from verifier.protocol.ima import (
     parse_binary,
     replay,
     replay_to_pcr,
-)
-from verifier.protocol.ima.testing import (
-    boot_aggregate_entry,
-    make_entry,
-    pcr_values,
-    to_ascii,
-    to_binary,
 )
 
 PCRS = [bytes([i]) * 32 for i in range(10)]

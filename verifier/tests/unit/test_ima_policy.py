@@ -9,6 +9,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
+from trusted_testing.ima import boot_aggregate_entry, make_entry
 from verifier.protocol import EvidenceError, MalformedError
 from verifier.protocol.ima import (
     ImaKey,
@@ -22,7 +23,6 @@ from verifier.protocol.ima import (
     verify_ima_signature,
 )
 from verifier.protocol.ima.policy import DEFAULT_MAX_ENTRIES
-from verifier.protocol.ima.testing import boot_aggregate_entry, make_entry
 
 PCRS = [bytes(32)] * 10
 SHA256_A = hashlib.sha256(b"a").digest()

@@ -13,14 +13,14 @@ import testtools
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from verifier.cmd import ima_policy
-from verifier.protocol.ima import RuntimePolicy, verify
-from verifier.protocol.ima.testing import (
+from trusted_testing.ima import (
     boot_aggregate_entry,
     make_entry,
     to_ascii,
     to_binary,
 )
+from verifier.cmd import ima_policy
+from verifier.protocol.ima import RuntimePolicy, verify
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -9,9 +9,9 @@ import tempfile
 import testtools
 from aiohttp import web
 
-from verifier import tlsutil
 from verifier.attest._http import HttpError, KeepAliveClient
 from verifier.ca import CertificateAuthority
+from verifier.common import tls as tlsutil
 
 
 class KeepAliveClientTest(testtools.TestCase):

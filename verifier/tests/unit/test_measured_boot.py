@@ -14,6 +14,12 @@ import testtools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trusted_testing.eventlog import (
+    LogWriter,
+    efi_variable_data,
+    sample_log,
+    spec_id_data,
+)
 from verifier.protocol import EvidenceError, MalformedError
 from verifier.protocol.mb import (
     MeasuredBootPolicy,
@@ -29,12 +35,6 @@ from verifier.protocol.mb import (
 from verifier.protocol.mb import eventlog as ev
 from verifier.protocol.mb.policy import EFI_GLOBAL_VARIABLE
 from verifier.protocol.mb.replay import STARTUP_LOCALITY
-from verifier.protocol.mb.testing import (
-    LogWriter,
-    efi_variable_data,
-    sample_log,
-    spec_id_data,
-)
 
 BOOTLOADER = b"grubx64.efi image"
 KERNEL = b"vmlinuz image"

@@ -10,6 +10,7 @@ import testtools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.protocol import (
     AttestationKey,
     EvidenceError,
@@ -23,7 +24,6 @@ from verifier.protocol.monitor import (
     root_from_path,
     verify_monitor_attestation,
 )
-from verifier.testing.softtpm import SoftTpm
 
 PCR = 16
 

@@ -7,10 +7,10 @@ import os
 
 import testtools
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.attest.monitor import MonitorBatcher, MonitorUnavailableError
 from verifier.protocol import AttestationKey, MalformedError, PcrPolicy, Quote
 from verifier.protocol.monitor import verify_monitor_attestation
-from verifier.testing.softtpm import SoftTpm
 
 PCR = 16
 

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.protocol import (
     AttestationKey,
     ClockState,
@@ -30,7 +31,6 @@ from verifier.protocol import (
     verify_quote,
 )
 from verifier.protocol import tpm as t
-from verifier.testing.softtpm import SoftTpm
 
 NK = b"node share-transport key"
 

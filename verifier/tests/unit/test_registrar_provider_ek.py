@@ -11,11 +11,11 @@ import uuid as uuid_mod
 import testtools
 from aiohttp.test_utils import TestClient, TestServer
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.db import make_engine, upgrade
 from verifier.exceptions import ConflictError, NotFoundError
 from verifier.registrar import Registrar, make_app
 from verifier.registrar.service import Registration
-from verifier.testing.softtpm import SoftTpm
 
 TLS_CERT = "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
 

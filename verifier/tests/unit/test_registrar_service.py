@@ -15,12 +15,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.db import make_engine, upgrade
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import EvidenceError
 from verifier.protocol import tpm as t
 from verifier.registrar.service import Registrar, Registration
-from verifier.testing.softtpm import SoftTpm
 
 TLS_CERT = "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
 

@@ -8,10 +8,10 @@ import testtools
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from hypothesis import strategies as st
 
+from trusted_testing.softtpm import SoftTpm
 from verifier.protocol import MalformedError, TpmAttest, TpmPublic, TpmSignature
 from verifier.protocol import _marshal as m
 from verifier.protocol import tpm as t
-from verifier.testing.softtpm import SoftTpm
 
 try:
     import tpm2_pytss

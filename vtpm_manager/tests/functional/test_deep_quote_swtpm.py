@@ -12,8 +12,8 @@ import uuid as uuid_mod
 
 import testtools
 
-from node_agent.swtpm import Swtpm, free_port_pair
-from node_agent.tpm import Tpm
+from trusted_testing.swtpm import Swtpm, free_port_pair
+from verifier.common.tpm import Tpm
 from verifier.protocol import EvidenceError
 from verifier.protocol.deepquote import verify_deep_quote
 from verifier.protocol.policy import PcrPolicy

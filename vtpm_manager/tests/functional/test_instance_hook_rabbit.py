@@ -18,11 +18,11 @@ import oslo_messaging
 import testtools
 from oslo_config import cfg
 
-from verifier import tlsutil
+from trusted_testing import rabbit
+from trusted_testing.cluster import LocalCluster, wait_until
+from trusted_testing.softtpm import SoftTpm
 from verifier.ca import CertificateAuthority
-from verifier.testing import rabbit
-from verifier.testing.cluster import LocalCluster, wait_until
-from verifier.testing.softtpm import SoftTpm
+from verifier.common import tls as tlsutil
 from vtpm_manager.registrar_client import ProviderRegistrarClient
 from vtpm_manager.swtpm_state import EkIdentity
 

@@ -17,16 +17,21 @@ import uuid as uuid_mod
 import libvirt
 import testtools
 
-from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair
-from node_agent.tpm import Tpm
-from verifier import tlsutil
+from trusted_testing.cluster import LocalCluster
+from trusted_testing.embedded_libvirt import (
+    EmbeddedLibvirt,
+    domain_xml,
+    guest_image,
+    wait_for,
+)
+from trusted_testing.swtpm import Swtpm, ek_ca_bundle, free_port_pair
 from verifier.ca import CertificateAuthority
-from verifier.testing.cluster import LocalCluster
+from verifier.common import tls as tlsutil
+from verifier.common.tpm import Tpm
 from vtpm_manager import swtpm_state
 from vtpm_manager.exceptions import EkConflictError, RegistrationRefusedError
 from vtpm_manager.manager import ManagerConfig, VtpmManager
 from vtpm_manager.registrar_client import ProviderRegistrarClient
-from vtpm_manager.testing import EmbeddedLibvirt, domain_xml, guest_image, wait_for
 
 TPM2_CRB = "<tpm model='tpm-crb'><backend type='emulator' version='2.0'/></tpm>"
 

@@ -14,6 +14,8 @@ import stevedore
 import testtools
 from oslo_config import cfg
 
+from trusted_testing.cluster import free_port
+from trusted_testing.softtpm import SoftTpm
 from verifier.ca import CertificateAuthority
 from verifier.cmd import nova_listener as nova_listener_cmd
 from verifier.nova_listener import (
@@ -23,8 +25,6 @@ from verifier.nova_listener import (
     VerifierOperator,
 )
 from verifier.nova_listener.listener import DELETE_END
-from verifier.testing.cluster import free_port
-from verifier.testing.softtpm import SoftTpm
 from vtpm_manager.conf import instance_hook as hook_conf
 from vtpm_manager.instance_hook import VtpmInstanceHook
 from vtpm_manager.registrar_client import ProviderRegistrarClient

@@ -11,7 +11,7 @@ import uuid as uuid_mod
 import libvirt
 import testtools
 
-from verifier.testing.softtpm import SoftTpm
+from trusted_testing.softtpm import SoftTpm
 from vtpm_manager import swtpm_state
 from vtpm_manager.exceptions import (
     DomainNotFoundError,

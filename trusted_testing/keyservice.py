@@ -1,4 +1,4 @@
-"""A key service process beside a :class:`~verifier.testing.cluster.LocalCluster`.
+"""A key service process beside a :class:`~trusted_testing.cluster.LocalCluster`.
 
 Its certificate comes from the cluster's operator CA; it trusts that CA
 (tenant, verifier) and the node identity CA (nodes); it honours the
@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from trusted_testing.cluster import LocalCluster, _script
+from trusted_testing.procs import _write_conf, wait_port
 from verifier.api.verifier_app import public_pem
 from verifier.ca import CertificateAuthority
 from verifier.cmd.verifier import load_signing_key
-from verifier.testing.cluster import LocalCluster, _script
-from verifier.testing.procs import _write_conf, wait_port
 
 __all__ = ["capability_sections", "start_keyservice"]
 

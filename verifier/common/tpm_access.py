@@ -1,7 +1,7 @@
 """Serialised access to the TPM from the agent's event loop.
 
 What the agent needs from a TPM is the :class:`TpmLike` protocol
-(:class:`node_agent.tpm.Tpm` on a real or software TPM; tests and the fleet
+(:class:`verifier.common.tpm.Tpm` on a real or software TPM; tests and the fleet
 emulator pass software TPMs). :class:`TpmAccess` runs one operation at a
 time in a worker thread, opening the TPM per operation when it is shared.
 """
@@ -29,7 +29,7 @@ class _QuoteLike(Protocol):
 
 
 class TpmLike(Protocol):
-    """What the agent needs from a TPM (:class:`node_agent.tpm.Tpm`)."""
+    """What the agent needs from a TPM (:class:`verifier.common.tpm.Tpm`)."""
 
     def ek_public(self) -> bytes: ...
 

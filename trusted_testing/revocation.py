@@ -19,14 +19,14 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 from sqlalchemy.orm import Session
 
+from trusted_testing.cluster import _script, free_port
+from trusted_testing.procs import _write_conf, die_with_parent, wait_port
 from verifier import conf as vconf
 from verifier import db
 from verifier.ca import CertificateAuthority
 from verifier.notify import Outbox, load_notifiers
 from verifier.notify.outbox import add_to_outbox, make_event
 from verifier.protocol import SignedEvent
-from verifier.testing.cluster import _script, free_port
-from verifier.testing.procs import _write_conf, die_with_parent, wait_port
 
 RABBIT_FAST_RECONNECT = {
     "amqp_durable_queues": "true",

@@ -17,7 +17,7 @@ import time
 
 import requests
 
-from verifier.testing.cluster import die_with_parent, free_port
+from trusted_testing.cluster import die_with_parent, free_port
 
 
 def bao_binary() -> str:

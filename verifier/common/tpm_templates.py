@@ -27,7 +27,7 @@ from tpm2_pytss import (
     TPMU_PUBLIC_PARMS,
 )
 
-from node_agent.exceptions import TpmError
+from verifier.common.errors import TpmError
 
 __all__ = ["ak_template", "der_length", "same_public", "sha256_selection"]
 

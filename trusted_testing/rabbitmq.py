@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid as uuid_mod
 
-from verifier.testing.cluster import die_with_parent, free_port
+from trusted_testing.cluster import die_with_parent, free_port
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 

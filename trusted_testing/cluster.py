@@ -23,14 +23,14 @@ import uuid as uuid_mod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from node_agent.exceptions import TpmError
-from node_agent.swtpm import Swtpm, ek_ca_bundle, free_port_pair, free_ports
-from node_agent.tpm import Tpm
 from nova_plugin.exceptions import ServiceError
 from nova_plugin.tenant import Tenant, TenantConfig
+from trusted_testing.procs import _write_conf, die_with_parent, wait_port, wait_until
+from trusted_testing.softkernel import SoftKernel
+from trusted_testing.swtpm import Swtpm, ek_ca_bundle, free_port_pair, free_ports
 from verifier.ca import CertificateAuthority
-from verifier.testing.procs import _write_conf, die_with_parent, wait_port, wait_until
-from verifier.testing.softkernel import SoftKernel
+from verifier.common.errors import TpmError
+from verifier.common.tpm import Tpm
 
 __all__ = [  # what tests and tools import from here
     "GOLDEN_MEASUREMENT",
@@ -60,7 +60,7 @@ def expected_pcr(*measurements: bytes) -> bytes:
 
 def free_port() -> int:
     """A free loopback port below the ephemeral range (see
-    :func:`node_agent.swtpm.free_ports`)."""
+    :func:`trusted_testing.swtpm.free_ports`)."""
     return free_ports(1)
 
 

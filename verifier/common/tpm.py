@@ -10,7 +10,7 @@ TPM2_ReadPublic, TPM2_NV_ReadPublic, TPM2_NV_Read, TPM2_CreatePrimary,
 TPM2_StartAuthSession, TPM2_PolicySecret, TPM2_ActivateCredential,
 TPM2_Quote, TPM2_PCR_Read and TPM2_PCR_Extend.
 
-Every TSS failure is raised as :class:`node_agent.exceptions.TpmError` naming
+Every TSS failure is raised as :class:`verifier.common.errors.TpmError` naming
 the failed operation.
 """
 
@@ -43,8 +43,8 @@ from tpm2_pytss import (
 )
 from tpm2_pytss.utils import NoSuchIndex, NVReadEK, create_ek_template
 
-from node_agent.exceptions import TpmError
-from node_agent.tpm_templates import (
+from verifier.common.errors import TpmError
+from verifier.common.tpm_templates import (
     ak_template,
     der_length,
     same_public,

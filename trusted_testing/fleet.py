@@ -9,7 +9,7 @@ was made to, so the verifier sees N distinct peers with N connections.
 
 Run as a process (the benchmark does)::
 
-    python -m verifier.testing.fleet --n 1000 --port 9400 \
+    python -m trusted_testing.fleet --n 1000 --port 9400 \
         --registrar https://127.0.0.1:8891 --pki DIR --ready-file F
 """
 
@@ -38,11 +38,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.x509.oid import NameOID
 
-from node_agent.swtpm import free_ports
-from verifier import tlsutil
+from trusted_testing.cluster import die_with_parent
+from trusted_testing.softtpm import SoftTpm
+from trusted_testing.swtpm import free_ports
+from verifier.common import tls as tlsutil
 from verifier.protocol import EnvelopeError, bind_nonce, open_share
-from verifier.testing.cluster import die_with_parent
-from verifier.testing.softtpm import SoftTpm
 
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 FIRST_ADDRESS = ipaddress.IPv4Address("127.1.0.1")
@@ -244,7 +244,7 @@ class FleetProcess:
         cmd = [
             sys.executable,
             "-m",
-            "verifier.testing.fleet",
+            "trusted_testing.fleet",
             "--n",
             str(self.n),
             "--port",

@@ -1,7 +1,7 @@
 """Boot the measured guest under qemu with OVMF and a swtpm vTPM, and read
 its real measured-boot and IMA logs and PCRs from inside.
 
-The guest (see :mod:`verifier.testing.guest_image`) is a Debian kernel booted
+The guest (see :mod:`trusted_testing.guest_image`) is a Debian kernel booted
 by OVMF (which measures the firmware and the kernel into PCRs 0-7 and hands
 the kernel the TCG event log; the kernel's EFI stub measures its command
 line and initrd into PCR 9) with
@@ -41,10 +41,10 @@ import time
 from types import TracebackType
 from typing import BinaryIO
 
+from trusted_testing.cluster import die_with_parent
+from trusted_testing.guest_capture import Capture, measured_boot_reference
+from trusted_testing.guest_image import GuestImage, build, make_writable_disk
 from verifier.protocol.credential import CredentialChallenge
-from verifier.testing.cluster import die_with_parent
-from verifier.testing.guest_capture import Capture, measured_boot_reference
-from verifier.testing.guest_image import GuestImage, build, make_writable_disk
 
 OVMF = "/usr/share/ovmf/OVMF.fd"
 CMDLINE = "console=ttyS0 ima_policy=tcb ima_hash=sha256 no_timer_check panic=-1"

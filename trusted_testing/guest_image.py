@@ -15,8 +15,8 @@ result lives in a cache directory (``$TRUSTED_GUEST_CACHE`` or
 * ``writable/``: the tree of the per-run writable ext4 disk (a script that is
   run at boot, so that a test can tamper with it).
 
-Run ``python -m verifier.testing.guest_image`` (or ``tools/guest/build.sh``)
-to build it ahead of time; :class:`verifier.testing.guest.Guest` builds it on
+Run ``python -m trusted_testing.guest_image`` (or ``tools/guest/build.sh``)
+to build it ahead of time; :class:`trusted_testing.guest.Guest` builds it on
 first use.
 """
 
@@ -60,7 +60,7 @@ _STAMP = ".complete"
 _DEPENDS = re.compile(rb"(?:^|\x00)depends=([^\x00]*)\x00")
 
 INIT = r"""#!/bin/busybox sh
-# /init of the measured guest (written by verifier.testing.guest_image).
+# /init of the measured guest (written by trusted_testing.guest_image).
 /bin/busybox --install -s /bin
 mkdir -p /proc /sys /dev /tmp /state /m /w
 mount -t proc proc /proc

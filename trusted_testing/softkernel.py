@@ -4,8 +4,8 @@ node's (software or swtpm) TPM as they would.
 
 The TPM is reached through ``extend(pcr, sha256_digest)`` and
 ``read(pcrs)`` callables, so the same soft kernel drives a
-:class:`~verifier.testing.softtpm.SoftTpm` in unit tests and a swtpm
-(through :class:`node_agent.tpm.Tpm`) in functional tests. Only the sha256
+:class:`~trusted_testing.softtpm.SoftTpm` in unit tests and a swtpm
+(through :class:`verifier.common.tpm.Tpm`) in functional tests. Only the sha256
 bank is extended: it is the one our quotes select.
 """
 
@@ -15,11 +15,11 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 
+from trusted_testing.eventlog import sample_log
+from trusted_testing.ima import boot_aggregate_entry, make_entry
 from verifier.protocol.ima import ImaEntry
-from verifier.protocol.ima.testing import boot_aggregate_entry, make_entry
 from verifier.protocol.mb import parse
 from verifier.protocol.mb.eventlog import EV_NO_ACTION
-from verifier.protocol.mb.testing import sample_log
 
 __all__ = ["BOOTLOADER", "KERNEL", "SoftKernel"]
 

@@ -1,5 +1,5 @@
 """What one read of the measured guest returns, and how it is stored as
-test fixtures (``verifier/tests/fixtures/guest``)."""
+test fixtures (``trusted_testing/fixtures/guest``)."""
 
 from __future__ import annotations
 

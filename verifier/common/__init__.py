@@ -1,0 +1,19 @@
+"""The shared plumbing: what every deployable role of the project uses
+besides the protocol core, and nothing that needs a database, a message
+bus or libvirt.
+
+- :mod:`verifier.common.errors`: the plumbing's errors (request refused,
+  transport failed, TPM failed);
+- :mod:`verifier.common.web`: JSON error bodies, bounded request reading
+  and client-certificate roles for the aiohttp servers;
+- :mod:`verifier.common.tls`: TLS contexts, pinning, self-signed keys;
+- :mod:`verifier.common.plugins`: the extension points other packages
+  implement (revocation notifiers, Nova instance hooks);
+- :mod:`verifier.common.tpm` (needs ``tpm2-pytss``): a TPM device or
+  swtpm, for the agent, the vTPM manager and host-TPM monitoring.
+
+Dependency direction: :mod:`verifier.protocol` <- here <- every service,
+the agent, the tenant tools, the hooks and the vTPM manager.
+"""
+
+__all__: list[str] = []

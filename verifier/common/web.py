@@ -1,0 +1,171 @@
+"""Shared HTTP plumbing for the REST APIs (registrar, verifier, agent).
+
+Every refusal is a JSON body ``{"error": {"code": ..., "message": ...}}``
+with a 4xx status; an unexpected failure is logged and answered with a
+generic 500 JSON body, never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from verifier.common.errors import RequestError
+from verifier.protocol.errors import EnvelopeError, MalformedError
+
+__all__ = [
+    "Handler",
+    "allow",
+    "authz_middleware",
+    "b64_field",
+    "error_middleware",
+    "json_response",
+    "peer_common_name",
+    "read_json",
+    "str_field",
+]
+
+LOG = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, code: str, message: str) -> web.Response:
+    body = {"error": {"code": code, "message": message}}
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def error_middleware(
+    request: web.Request, handler: Handler
+) -> web.StreamResponse:
+    """Map our exceptions and aiohttp's HTTP errors to JSON bodies."""
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return _error(exc.status, exc.code, exc.detail)
+    except MalformedError as exc:
+        return _error(400, "malformed", str(exc))
+    except EnvelopeError as exc:
+        return _error(400, "envelope", exc.detail)
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, "too_large", "request body is too large")
+    except web.HTTPException as exc:
+        return _error(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+    except Exception:  # process boundary: log and keep serving
+        LOG.exception("unexpected error serving %s %s", request.method, request.path)
+        return _error(500, "internal", "internal error; see the service log")
+
+
+async def read_json(request: web.Request) -> Mapping[str, Any]:
+    """The request body as a JSON object.
+
+    Raises:
+        RequestError: ``bad_json`` if the body is not a JSON object.
+    """
+    try:
+        data = json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError("bad_json", f"request body is not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        raise RequestError("bad_json", "request body must be a JSON object")
+    return data
+
+
+def b64_field(
+    data: Mapping[str, Any], name: str, *, optional: bool = False, max_len: int = 65536
+) -> bytes | None:
+    """Decode a base64 field.
+
+    Raises:
+        RequestError: ``bad_field`` naming the field.
+    """
+    value = data.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise RequestError("bad_field", f"'{name}' must be a base64 string")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except binascii.Error:
+        raise RequestError("bad_field", f"'{name}' is not valid base64")
+    if len(raw) > max_len:
+        raise RequestError("bad_field", f"'{name}' is larger than {max_len} bytes", 413)
+    return raw
+
+
+def str_field(data: Mapping[str, Any], name: str, max_len: int = 16384) -> str:
+    """A required string field.
+
+    Raises:
+        RequestError: ``bad_field`` naming the field.
+    """
+    value = data.get(name)
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        raise RequestError("bad_field", f"'{name}' must be a non-empty string")
+    return value
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def allow(*roles: str) -> Callable[[F], F]:
+    """Mark a handler as callable only by clients in one of ``roles``."""
+
+    def mark(handler: F) -> F:
+        handler.roles = frozenset(roles)  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+def peer_common_name(request: web.Request) -> str | None:
+    """The CN of the verified client certificate, or None without mTLS."""
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport else None
+    if ssl_object is None:
+        return None
+    cert = ssl_object.getpeercert()
+    for rdn in (cert or {}).get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def authz_middleware(members: Mapping[str, Collection[str]]) -> Any:
+    """Refuse (403) clients whose certificate CN is in none of the roles a
+    handler was marked with by :func:`allow`.
+
+    Args:
+        members: role name -> certificate common names in that role.
+    """
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        roles = getattr(request.match_info.handler, "roles", None)
+        if roles is not None:
+            name = peer_common_name(request)
+            if name is None or not any(name in members.get(r, ()) for r in roles):
+                raise RequestError(
+                    "forbidden",
+                    f"client {name!r} may not {request.method} {request.path} "
+                    f"(needs role {' or '.join(sorted(roles))})",
+                    403,
+                )
+        return await handler(request)
+
+    return middleware

@@ -1,1 +1,0 @@
-"""Test and benchmark helpers shared across packages (never used by servers)."""
