@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 from oslo_config import cfg  # noqa: E402
 
 from ipsec_puppet_vault_hooks.actions.ipsec import IpsecAction  # noqa: E402
-from ipsec_puppet_vault_hooks.tests.functional._strongswan import (  # noqa: E402
+from trusted_testing.strongswan import (  # noqa: E402
     Lab,
     Site,
 )

@@ -24,7 +24,7 @@ from ipsec_puppet_vault_hooks import Consumer
 from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks._ipsec import crl as crl_mod
 from ipsec_puppet_vault_hooks.actions.ipsec import IpsecAction
-from ipsec_puppet_vault_hooks.tests.functional._strongswan import Lab, Site
+from trusted_testing.strongswan import Lab, Site
 from verifier.protocol import RevocationEvent
 
 

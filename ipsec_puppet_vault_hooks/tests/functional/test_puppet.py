@@ -34,11 +34,11 @@ from testtools.content import text_content
 
 from ipsec_puppet_vault_hooks import _https
 from ipsec_puppet_vault_hooks.actions.puppet import PuppetAction
-from ipsec_puppet_vault_hooks.tests.functional._puppet import (
+from trusted_testing.cluster import PCR, LocalCluster, _script, wait_until
+from trusted_testing.puppet import (
     HOOK_CERTNAME,
     PuppetServer,
 )
-from trusted_testing.cluster import PCR, LocalCluster, _script, wait_until
 from verifier.protocol import PcrPolicy, SignedEvent
 
 PAYLOAD = b"#!/bin/sh\ntrue\n"

@@ -22,7 +22,7 @@ from ipsec_puppet_vault_hooks import ActionError, load_actions
 from ipsec_puppet_vault_hooks._ipsec import crl as crl_mod
 from ipsec_puppet_vault_hooks._ipsec import peers as peers_mod
 from ipsec_puppet_vault_hooks.actions.ipsec import IpsecAction
-from ipsec_puppet_vault_hooks.tests.unit import utils
+from trusted_testing import hooks_events as utils
 from verifier.ca import CertificateAuthority
 
 _DAY = datetime.timedelta(days=1)

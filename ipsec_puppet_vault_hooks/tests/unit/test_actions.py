@@ -17,7 +17,7 @@ from ipsec_puppet_vault_hooks.actions.base import Action
 from ipsec_puppet_vault_hooks.actions.log import LogAction
 from ipsec_puppet_vault_hooks.actions.noop import NoopAction
 from ipsec_puppet_vault_hooks.consumer import ACTIONS_NAMESPACE
-from ipsec_puppet_vault_hooks.tests.unit import utils
+from trusted_testing import hooks_events as utils
 from verifier.protocol import RevocationEvent
 
 

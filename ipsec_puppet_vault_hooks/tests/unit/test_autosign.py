@@ -22,8 +22,8 @@ from oslotest import base
 
 from ipsec_puppet_vault_hooks import autosign
 from ipsec_puppet_vault_hooks.conf import puppet_autosign as autosign_conf
-from ipsec_puppet_vault_hooks.tests.unit._https_server import HttpsServer, Pki, Seen
 from trusted_testing.cluster import free_port
+from trusted_testing.https_server import HttpsServer, Pki, Seen
 
 _KEY = rsa.generate_private_key(65537, 2048)
 

@@ -13,7 +13,7 @@ from oslotest import base
 from ipsec_puppet_vault_hooks import Consumer, HooksError
 from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks.conf import opts
-from ipsec_puppet_vault_hooks.tests.unit import utils
+from trusted_testing import hooks_events as utils
 
 
 class OptsTestCase(base.BaseTestCase):

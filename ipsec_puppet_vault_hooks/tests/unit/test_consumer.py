@@ -18,7 +18,7 @@ from ipsec_puppet_vault_hooks import (
     EventRejectedError,
     HooksError,
 )
-from ipsec_puppet_vault_hooks.tests.unit import utils
+from trusted_testing import hooks_events as utils
 
 
 class ConsumerTestCase(base.BaseTestCase):

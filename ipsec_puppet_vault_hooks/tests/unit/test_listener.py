@@ -15,7 +15,7 @@ from ipsec_puppet_vault_hooks.listener import (
     EventHandler,
     MessagingEndpoint,
 )
-from ipsec_puppet_vault_hooks.tests.unit import utils
+from trusted_testing import hooks_events as utils
 
 
 class MessagingEndpointTest(base.BaseTestCase):

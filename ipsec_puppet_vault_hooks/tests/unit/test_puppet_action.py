@@ -17,9 +17,9 @@ from oslotest import base
 
 from ipsec_puppet_vault_hooks import ActionError
 from ipsec_puppet_vault_hooks.actions.puppet import PuppetAction
-from ipsec_puppet_vault_hooks.tests.unit import utils
-from ipsec_puppet_vault_hooks.tests.unit._https_server import HttpsServer, Pki, Seen
+from trusted_testing import hooks_events as utils
 from trusted_testing.cluster import free_port
+from trusted_testing.https_server import HttpsServer, Pki, Seen
 
 STATUS = "/puppet-ca/v1/certificate_status/"
 

@@ -15,7 +15,7 @@ import verifier.db
 import verifier.registrar
 from node_agent.agent import Agent, TpmAccess
 from node_agent.server import make_app
-from node_agent.tests.functional._swtpm import SwtpmTestCase
+from trusted_testing.swtpm_case import SwtpmTestCase
 from verifier.ca import CertificateAuthority
 from verifier.common.tls import pinned_client_context, server_context
 from verifier.common.tpm import Tpm

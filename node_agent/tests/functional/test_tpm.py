@@ -23,8 +23,8 @@ from tpm2_pytss import (
 from tpm2_pytss.utils import make_credential
 
 from node_agent.exceptions import TpmError
-from node_agent.tests.functional._swtpm import SwtpmTestCase
 from trusted_testing.swtpm import Swtpm, free_port_pair
+from trusted_testing.swtpm_case import SwtpmTestCase
 from verifier.common.tpm import Tpm
 
 TPM_GENERATED_VALUE = 0xFF544347

@@ -36,7 +36,7 @@ import fixtures  # noqa: E402
 import oslo_messaging  # noqa: E402
 import requests  # noqa: E402
 
-from nova_plugin.tests.functional._cli import run_cli, tenant_argv  # noqa: E402
+from trusted_testing.nova.cli import run_cli, tenant_argv  # noqa: E402
 from nova_plugin.boot import TrustedBoot  # noqa: E402
 from nova_plugin.exceptions import ServiceError  # noqa: E402
 from nova_plugin.userdata import parse_user_data  # noqa: E402

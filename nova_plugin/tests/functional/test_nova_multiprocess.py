@@ -25,11 +25,11 @@ import fixtures
 import testtools
 from testtools.content import text_content
 
-from nova_plugin.tests.functional._cli import run_cli, tenant_argv
-from nova_plugin.tests.functional.novadeploy import TENANT_HEADERS, NovaDeployment
-from nova_plugin.tests.functional.standins import IMAGE_ID
 from nova_plugin.userdata import parse_user_data
 from trusted_testing.cluster import PCR, LocalCluster, wait_until
+from trusted_testing.nova.cli import run_cli, tenant_argv
+from trusted_testing.nova.deploy import TENANT_HEADERS, NovaDeployment
+from trusted_testing.nova.standins import IMAGE_ID
 
 SECRET = b"TOP-SECRET-MULTIPROCESS-MARKER"
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n# ' + SECRET + b"\n"

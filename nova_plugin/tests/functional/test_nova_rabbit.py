@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from nova_plugin.tests.functional import _isolated
+from trusted_testing.nova import isolated as _isolated
 
 _CASES = "nova_plugin.tests.functional.nova_rabbit_cases"
 _PATH = os.path.join(os.path.dirname(__file__), "nova_rabbit_cases.py")

@@ -18,10 +18,10 @@ import testtools
 
 from nova_plugin.exceptions import ServiceError
 from trusted_testing.cluster import PCR, LocalCluster, wait_until
+from trusted_testing.e2e import Http
 from verifier.common import tls as tlsutil
 from verifier.nova_listener import InstanceEndpoint, VerifierOperator
 from verifier.protocol import PcrPolicy, generate_key, split
-from verifier.tests.functional._fixtures import Http
 
 
 def _payload(uuid: str) -> dict:  # type: ignore[type-arg]

@@ -28,12 +28,12 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from node_agent.keyclient import KeyClient, KeyServiceError
 from trusted_testing.cluster import PCR, LocalCluster, free_port, wait_until
+from trusted_testing.e2e import Http
 from trusted_testing.keyservice import capability_sections, start_keyservice
 from verifier.protocol import PcrPolicy
 from verifier.protocol.lkh import LkhError
 from verifier.protocol.merkle import BlockVerifier, seal
 from verifier.protocol.regression import RegressionError
-from verifier.tests.functional._fixtures import Http
 
 PAYLOAD = b"#!/bin/sh\ntrue\n"
 

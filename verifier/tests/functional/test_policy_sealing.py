@@ -29,11 +29,11 @@ from nova_plugin.exceptions import AttestationFailedError, ServiceError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
 from trusted_testing.cluster import PCR, LocalCluster, expected_pcr, wait_until
+from trusted_testing.e2e import Http
 from trusted_testing.swtpm import Swtpm, ek_ca_bundle, free_port_pair
 from verifier.common.tpm import Tpm
 from verifier.protocol import PcrPolicy
 from verifier.protocol.abe import PolicyError
-from verifier.tests.functional._fixtures import Http
 
 INTERVAL = 0.5
 PAYLOAD = b"#!/bin/sh\ntrue\n"

@@ -23,12 +23,12 @@ import testtools
 
 from nova_plugin.exceptions import ServiceError
 from trusted_testing.cluster import LocalCluster, NodeHandle, wait_until
+from trusted_testing.e2e import Http
 from trusted_testing.eventlog import sample_log
 from trusted_testing.softkernel import BOOTLOADER, KERNEL, SoftKernel
 from verifier.common.tpm import Tpm
 from verifier.protocol import PcrPolicy
 from verifier.protocol.ima import parse_ascii, policy_from_log
-from verifier.tests.functional._fixtures import Http
 
 INTERVAL = 0.5
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'

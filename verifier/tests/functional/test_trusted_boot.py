@@ -27,13 +27,13 @@ from trusted_testing.cluster import (
     expected_pcr,
     wait_until,
 )
-from verifier.protocol import PcrPolicy, generate_key, seal_payload, seal_share, split
-from verifier.tests.functional._fixtures import (
+from trusted_testing.e2e import (
     AgentThread,
     EvilTpm,
     Http,
     make_foreign_ca,
 )
+from verifier.protocol import PcrPolicy, generate_key, seal_payload, seal_share, split
 
 INTERVAL = 0.5
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'

@@ -12,8 +12,8 @@ import tempfile
 import libvirt
 import testtools
 
+from trusted_testing.registrar import ThreadRegistrar
 from vtpm_manager import cmd
-from vtpm_manager.tests.unit._registrar import ThreadRegistrar
 from vtpm_manager.tests.unit.test_domain_xml import TPM12, _domain
 
 

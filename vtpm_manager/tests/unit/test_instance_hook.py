@@ -15,6 +15,7 @@ import testtools
 from oslo_config import cfg
 
 from trusted_testing.cluster import free_port
+from trusted_testing.registrar import ThreadRegistrar
 from trusted_testing.softtpm import SoftTpm
 from verifier.ca import CertificateAuthority
 from verifier.cmd import nova_listener as nova_listener_cmd
@@ -29,7 +30,6 @@ from vtpm_manager.conf import instance_hook as hook_conf
 from vtpm_manager.instance_hook import VtpmInstanceHook
 from vtpm_manager.registrar_client import ProviderRegistrarClient
 from vtpm_manager.swtpm_state import EkIdentity
-from vtpm_manager.tests.unit._registrar import ThreadRegistrar
 
 
 def _conf(**options: object) -> cfg.ConfigOpts:

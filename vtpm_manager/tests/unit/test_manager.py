@@ -11,6 +11,7 @@ import uuid as uuid_mod
 import libvirt
 import testtools
 
+from trusted_testing.registrar import ThreadRegistrar
 from trusted_testing.softtpm import SoftTpm
 from vtpm_manager import swtpm_state
 from vtpm_manager.exceptions import (
@@ -22,7 +23,6 @@ from vtpm_manager.exceptions import (
 )
 from vtpm_manager.manager import ManagerConfig, VtpmManager
 from vtpm_manager.registrar_client import ProviderRegistrarClient
-from vtpm_manager.tests.unit._registrar import ThreadRegistrar
 from vtpm_manager.tests.unit.test_domain_xml import TPM12, _domain
 
 _LOCALCA: str | None = None

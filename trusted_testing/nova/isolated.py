@@ -8,7 +8,7 @@ cases live in a module stestr does not discover and run here, in a fresh
 interpreter with ``OS_NOVA_DISABLE_EVENTLET_PATCHING=1``; each case is
 reported back as one test of the wrapper class.
 
-Child side: ``python -m nova_plugin.tests.functional._isolated MODULE OUT``.
+Child side: ``python -m trusted_testing.nova.isolated MODULE OUT``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Serve Nova's compute API or Placement as a process of its own.
 
-``python -m nova_plugin.tests.functional.wsgi_serve PORT nova|placement``
+``python -m trusted_testing.nova.wsgi_serve PORT nova|placement``
 
 The WSGI applications are the ones the projects ship for Apache/uWSGI
 (``nova.wsgi.osapi_compute``, ``placement.wsgi``), configured the same way

@@ -23,9 +23,9 @@ from typing import Any
 import requests
 import sqlalchemy as sa
 
-from nova_plugin.tests.functional.standins import StandIns
 from trusted_testing import rabbit
 from trusted_testing.cluster import die_with_parent, free_port, wait_port
+from trusted_testing.nova.standins import StandIns
 
 PROJECT_ID = "6f70656e737461636b20697320636f6f"
 TENANT_HEADERS = {
@@ -266,7 +266,7 @@ class NovaDeployment:
         name = "nova-api" if which == "nova" else "placement-api"
         proc = self._spawn(
             name,
-            [sys.executable, "-m", "nova_plugin.tests.functional.wsgi_serve"]
+            [sys.executable, "-m", "trusted_testing.nova.wsgi_serve"]
             + [str(port), which],
             env,
         )

@@ -58,7 +58,7 @@ class HttpsServer:
         class _Req(http.server.BaseHTTPRequestHandler):
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                peer = self.connection.getpeercert()  # type: ignore[attr-defined]
+                peer = self.connection.getpeercert()
                 cn = None
                 for rdn in (peer or {}).get("subject", ()):
                     for key, value in rdn:
