@@ -49,8 +49,8 @@ async def error_middleware(
         return await handler(request)
     except RequestError as exc:
         return _error(exc.status, exc.code, exc.detail)
-    except MalformedError as exc:
-        return _error(400, "malformed", str(exc))
+    except MalformedError as exc:  # "bad_field" or "malformed"
+        return _error(400, exc.code, str(exc))
     except EnvelopeError as exc:
         return _error(400, "envelope", exc.detail)
     except web.HTTPRequestEntityTooLarge:
