@@ -8,7 +8,6 @@ generic 500 JSON body, never a traceback.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -23,12 +22,10 @@ __all__ = [
     "Handler",
     "allow",
     "authz_middleware",
-    "b64_field",
     "error_middleware",
     "json_response",
     "peer_common_name",
     "read_json",
-    "str_field",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -75,40 +72,6 @@ async def read_json(request: web.Request) -> Mapping[str, Any]:
     if not isinstance(data, dict):
         raise RequestError("bad_json", "request body must be a JSON object")
     return data
-
-
-def b64_field(
-    data: Mapping[str, Any], name: str, *, optional: bool = False, max_len: int = 65536
-) -> bytes | None:
-    """Decode a base64 field.
-
-    Raises:
-        RequestError: ``bad_field`` naming the field.
-    """
-    value = data.get(name)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise RequestError("bad_field", f"'{name}' must be a base64 string")
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except binascii.Error:
-        raise RequestError("bad_field", f"'{name}' is not valid base64")
-    if len(raw) > max_len:
-        raise RequestError("bad_field", f"'{name}' is larger than {max_len} bytes", 413)
-    return raw
-
-
-def str_field(data: Mapping[str, Any], name: str, max_len: int = 16384) -> str:
-    """A required string field.
-
-    Raises:
-        RequestError: ``bad_field`` naming the field.
-    """
-    value = data.get(name)
-    if not isinstance(value, str) or not value or len(value) > max_len:
-        raise RequestError("bad_field", f"'{name}' must be a non-empty string")
-    return value
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
