@@ -43,6 +43,7 @@ from trusted_testing.softtpm import SoftTpm
 from trusted_testing.swtpm import free_ports
 from verifier.common import tls as tlsutil
 from verifier.protocol import EnvelopeError, MalformedError, bind_nonce, open_share
+from verifier.protocol.messages.errors import ErrorBody
 from verifier.protocol.messages.registration import (
     ActivationChallenge,
     ActivationProof,
@@ -52,6 +53,11 @@ from verifier.protocol.messages.shares import ShareAccepted, ShareV
 
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 FIRST_ADDRESS = ipaddress.IPv4Address("127.1.0.1")
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    """The agents' error body, as the real agent answers."""
+    return ErrorBody(code, message).to_dict()
 
 
 class EmulatedAgent:
@@ -111,12 +117,12 @@ class Fleet:
     ) -> tuple[int, Any]:
         """Answer one request; returns (status, JSON-able body)."""
         if not _is_loopback(peer):
-            return 403, {"error": "the fleet emulator serves loopback only"}
+            return 403, _error("forbidden", "the fleet emulator serves loopback only")
         if path.startswith("/_fleet/"):
             return self._control(method, path, body)
         agent = self._by_address.get(local)
         if agent is None:
-            return 404, {"error": "no agent at this address"}
+            return 404, _error("not_found", "no agent at this address")
         if method == "GET" and path == "/v1/quote":
             return 200, self._quote(agent, query)
         if method == "POST" and path == "/v1/keys/v":
@@ -124,14 +130,14 @@ class Fleet:
                 share = ShareV.from_dict(json.loads(body))
                 open_share(agent.nk, share.v, "V", agent.uuid)
             except MalformedError as exc:
-                return 400, {"error": {"code": exc.code, "message": str(exc)}}
+                return 400, _error(exc.code, str(exc))
             except EnvelopeError as exc:
-                return 400, {"error": {"code": "envelope", "message": str(exc)}}
+                return 400, _error("envelope", str(exc))
             agent.v_received = True
             return 200, ShareAccepted("v", False).to_dict()
         if method == "GET" and path == "/v1/status":
             return 200, {"uuid": agent.uuid, "quotes": agent.quotes}
-        return 404, {"error": "not found"}
+        return 404, _error("not_found", "not found")
 
     def _quote(self, agent: EmulatedAgent, query: dict[str, str]) -> dict[str, Any]:
         nonce = bytes.fromhex(query["nonce"])
@@ -154,8 +160,8 @@ class Fleet:
                 if agent.uuid == uuid:
                     agent.tpm.extend(16, b"\x66" * 32)
                     return 200, {"tampered": uuid}
-            return 404, {"error": "unknown agent"}
-        return 404, {"error": "not found"}
+            return 404, _error("not_found", "unknown agent")
+        return 404, _error("not_found", "not found")
 
     def _csr(self) -> bytes:
         # One CSR for all: the emulator measures the verifier, not the CA.
@@ -376,7 +382,7 @@ class _HttpProtocol(asyncio.Protocol):
                 method, path, query, body, self.local, self.peer
             )
         except Exception as exc:  # the emulator must answer, not die
-            status, answer = 500, {"error": repr(exc)}
+            status, answer = 500, _error("internal", repr(exc))
         payload = orjson.dumps(answer)
         self.transport.write(
             b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"

@@ -1,8 +1,9 @@
 """Shared HTTP plumbing for the REST APIs (registrar, verifier, agent).
 
 Every refusal is a JSON body ``{"error": {"code": ..., "message": ...}}``
-with a 4xx status; an unexpected failure is logged and answered with a
-generic 500 JSON body, never a traceback.
+(:class:`~verifier.protocol.messages.errors.ErrorBody`) with a 4xx status;
+an unexpected failure is logged and answered with a generic 500 JSON body,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from verifier.common.errors import RequestError
 from verifier.protocol.errors import EnvelopeError, MalformedError
+from verifier.protocol.messages.errors import MAX_ERROR_MESSAGE, ErrorBody
 
 __all__ = [
     "Handler",
@@ -33,8 +35,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, code: str, message: str) -> web.Response:
-    body = {"error": {"code": code, "message": message}}
-    return web.json_response(body, status=status)
+    body = ErrorBody(code or "error", message[:MAX_ERROR_MESSAGE])
+    return web.json_response(body.to_dict(), status=status)
 
 
 @web.middleware

@@ -21,6 +21,7 @@ from verifier.protocol.messages.abe import (
 )
 from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
 from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
+from verifier.protocol.messages.errors import ErrorBody
 from verifier.protocol.messages.keyservice import (
     FilegroupState,
     RekeyLog,
@@ -210,3 +211,16 @@ class PolicyUploadTest(FieldKindsMixin, testtools.TestCase):
         data = {"policy": {}, "signature": "***"}
         self.assert_field("signature", PolicyUpload.from_dict, data)
         self.assert_field("name", PolicyUpload.from_dict, {"policy": {}, "name": ""})
+
+
+class ErrorBodyTest(FieldKindsMixin, testtools.TestCase):
+    def test_round_trip(self) -> None:
+        for msg in (ErrorBody("bad_field", "'v' is not base64"), ErrorBody("x", "")):
+            self.assertEqual(msg, ErrorBody.from_dict(msg.to_dict()))
+
+    def test_refusals(self) -> None:
+        self.assert_field("error", ErrorBody.from_dict, {"error": "not found"})
+        data = {"error": {"code": "", "message": "m"}}
+        self.assert_field("error.code", ErrorBody.from_dict, data)
+        data = {"error": {"code": "c", "message": None}}
+        self.assert_field("error.message", ErrorBody.from_dict, data)
