@@ -4,6 +4,9 @@
 ``POST /v1/agents/{uuid}/activate``   prove the credential -> activated
 ``GET /v1/agents``, ``GET|DELETE /v1/agents/{uuid}``
 ``PUT|GET|DELETE /v1/agents/{uuid}/ek``  the provider's vTPM EK (role provider)
+
+The bodies are the classes of :mod:`verifier.protocol.messages.registration`
+and :mod:`verifier.protocol.messages.provider`.
 """
 
 from __future__ import annotations

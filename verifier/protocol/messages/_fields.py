@@ -24,7 +24,7 @@ import binascii
 import ipaddress
 import re
 import uuid as uuid_mod
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from cryptography import x509
@@ -45,6 +45,7 @@ __all__ = [
     "check_pem_certificate",
     "check_str",
     "check_tpm_public",
+    "tpm_public",
 ]
 
 #: The largest marshalled TPM2B_PUBLIC accepted (an RSA-4096 key is ~550).
@@ -134,18 +135,14 @@ class Reader:
         except ValueError:
             raise self._error(name, "is not hex") from None
 
-    def finish(self, optional: Collection[str] = ()) -> None:
-        """Refuse fields the message does not define (requests only, so
-        that a misspelt optional field is not silently ignored).
-
-        Args:
-            optional: more names that may appear (read or not).
+    def finish(self) -> None:
+        """Refuse fields the message did not read (requests only, so that a
+        misspelt optional field is not silently ignored).
 
         Raises:
             FieldError: naming the first unknown field.
         """
         unknown = sorted(str(k) for k in self._data if k not in self._seen)
-        unknown = [k for k in unknown if k not in optional]
         if unknown:
             raise self._error(unknown[0], "is not a field of this message")
 

@@ -100,7 +100,7 @@ class EnrolmentRequest:
             MalformedError: as the constructor, or ``v`` is not base64.
         """
         r = Reader(data, cls._NAME)
-        uuid = canonical_uuid_field(cls._NAME, "uuid", r.get("uuid"))
+        uuid = r.get("uuid")
         v = r.b64("v", KEY_BYTES)
         refs = r.get("runtime_policy"), r.get("mb_policy")
         document = r.get("policy")
@@ -112,7 +112,7 @@ class EnrolmentRequest:
         await_instance = r.get("await_instance")
         r.finish()
         return cls(
-            uuid,  # type: ignore[arg-type]
+            uuid,
             v,
             policy,
             refs[0],
