@@ -11,6 +11,9 @@ policy and stores the plaintext (0600) under ``work_dir/sealed/``.
 ``POST /v1/keys/abe``  ``{"key": b64, "params": b64, "epoch": n}`` (verifier)
 ``POST /v1/sealed``    ``{"blob": b64}`` (tenant)
 ``GET  /v1/abe``       the epochs and attributes of the keys held
+
+The request bodies are ``AbeKeyDelivery`` and ``SealedBlobRequest`` of
+:mod:`verifier.protocol.messages.abe`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from aiohttp import web
 from node_agent.agent import Agent
 from node_agent.exceptions import RefusedError
 from node_agent.payload import write_file
-from verifier.common.web import allow, b64_field, json_response, read_json
+from verifier.common.web import allow, json_response, read_json
 from verifier.protocol.abe import (
     PublicParams,
     SealedBlob,
@@ -34,11 +37,10 @@ from verifier.protocol.abe import (
     satisfies,
     unseal,
 )
+from verifier.protocol.messages.abe import AbeKeyDelivery, SealedBlobRequest
 
 __all__ = ["AbeKeyring", "add_abe_routes"]
 
-_KEY_MAX = 1 << 20
-_BLOB_MAX = 16 << 20
 SEALED_DIR = "sealed"
 
 
@@ -126,20 +128,14 @@ _KEYRING = web.AppKey("abe_keyring", AbeKeyring)
 
 @allow("verifier")
 async def _keys_abe(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    envelope = b64_field(data, "key", max_len=_KEY_MAX) or b""
-    params = b64_field(data, "params", max_len=4096) or b""
-    epoch = data.get("epoch")
-    if type(epoch) is not int or epoch < 0:
-        raise RefusedError("bad_field", "'epoch' must be a non-negative integer")
-    request.app[_KEYRING].receive(envelope, params, epoch)
-    return json_response({"accepted": "abe", "epoch": epoch})
+    body = AbeKeyDelivery.from_dict(await read_json(request))
+    request.app[_KEYRING].receive(body.key, body.params, body.epoch)
+    return json_response({"accepted": "abe", "epoch": body.epoch})
 
 
 @allow("tenant")
 async def _sealed(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    blob = b64_field(data, "blob", max_len=_BLOB_MAX) or b""
+    blob = SealedBlobRequest.from_dict(await read_json(request)).blob
     keyring = request.app[_KEYRING]
     plaintext = await asyncio.to_thread(keyring.open, blob)
     path = await asyncio.to_thread(keyring.store, plaintext, blob)

@@ -17,7 +17,6 @@ script.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -46,12 +45,20 @@ from verifier.common.tpm_access import TpmAccess, TpmLike
 from verifier.common.web import b64
 from verifier.protocol import (
     EnvelopeError,
+    MalformedError,
     Quote,
+    TpmPublic,
     bind_nonce,
     canonical_uuid,
     combine,
     open_payload,
     open_share,
+)
+from verifier.protocol.messages.registration import (
+    ActivationChallenge,
+    ActivationProof,
+    ActivationResult,
+    RegistrationRequest,
 )
 
 __all__ = ["Agent", "TpmAccess", "TpmLike"]
@@ -250,32 +257,39 @@ class Agent:
 
         ek_public, ek_cert, ak_public = await self.tpm.run(identity)
         url = f"{self.registrar_url}/v1/agents/{self.uuid}"
-        body = {
-            "ek_public": b64(ek_public),
-            "ek_certificate": b64(ek_cert) if ek_cert else None,
-            "ak_public": b64(ak_public),
-            "tls_cert": self.tls_cert_pem.decode(),
-            "host": self.contact_host,
-            "port": self.port,
-        }
+        try:
+            body = RegistrationRequest(
+                ek_public=TpmPublic.from_bytes(ek_public),
+                ek_certificate=ek_cert or None,
+                ak_public=TpmPublic.from_bytes(ak_public),
+                tls_cert=self.tls_cert_pem.decode(),
+                host=self.contact_host,
+                port=self.port,
+            )
+        except MalformedError as exc:
+            raise RegistrationError(f"cannot register: {exc}")
         ctx = self._client_ssl_context()
         connector = aiohttp.TCPConnector(ssl=ctx if ctx is not None else False)
         async with aiohttp.ClientSession(
             connector=connector, timeout=_HTTP_TIMEOUT
         ) as session:
-            challenge = await self._post(session, url, body)
+            answer = await self._post(session, url, body.to_dict())
             try:
-                blob = _unb64(challenge["credential_blob"])
-                secret = _unb64(challenge["encrypted_secret"])
-            except (KeyError, TypeError, ValueError):
-                raise RegistrationError("registrar sent a malformed challenge")
+                challenge = ActivationChallenge.from_dict(answer)
+            except MalformedError as exc:
+                raise RegistrationError(f"registrar sent a malformed challenge: {exc}")
             credential = await self.tpm.run(
-                lambda tpm: tpm.activate_credential(blob, secret)
+                lambda tpm: tpm.activate_credential(
+                    challenge.credential_blob, challenge.encrypted_secret
+                )
             )
-            result = await self._post(
-                session, f"{url}/activate", {"credential": b64(credential)}
-            )
-        if result.get("activated") is not True:
+            proof = ActivationProof(credential)
+            result = await self._post(session, f"{url}/activate", proof.to_dict())
+        try:
+            activated = ActivationResult.from_dict(result)
+        except MalformedError as exc:
+            raise RegistrationError(f"registrar sent a malformed answer: {exc}")
+        if activated.uuid != self.uuid or not activated.activated:
             raise RegistrationError("registrar did not confirm AK activation")
 
     # -- quotes ------------------------------------------------------------
@@ -489,9 +503,3 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._payload_task
         self.tpm.close()
-
-
-def _unb64(value: object) -> bytes:
-    if not isinstance(value, str):
-        raise TypeError("not a string")
-    return base64.b64decode(value, validate=True)

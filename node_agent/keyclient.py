@@ -10,7 +10,6 @@ in epoch order, and resyncs by joining again when it missed some.
 
 from __future__ import annotations
 
-import base64
 import ssl
 from typing import Any
 
@@ -22,6 +21,12 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from node_agent.exceptions import NodeAgentError
 from verifier.common.tls import client_context
 from verifier.protocol.lkh import LkhError, LkhMember, RekeyMessage, Welcome
+from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
+from verifier.protocol.messages.keyservice import (
+    FilegroupState,
+    RekeyLog,
+    SecretRelease,
+)
 from verifier.protocol.regression import ReaderState
 
 __all__ = ["GroupKey", "KeyClient", "KeyServiceError"]
@@ -121,9 +126,9 @@ class KeyClient:
             KeyServiceError: e.g. 409 ``not_attested``.
         """
         url = f"{self._verifier}/v1/nodes/{self.uuid}/capabilities"
-        body = {"object": obj, "rights": rights}
+        body = CapabilityRequest(obj, rights).to_dict()
         data = await self._call(self._agent_ctx, "POST", url, body=body)
-        return str(data["token"])
+        return CapabilityGrant.from_dict(data).token
 
     async def _ks(self, method: str, path: str, token: str | None = None) -> Any:
         return await self._call(
@@ -134,7 +139,7 @@ class KeyClient:
         """The secret ``name`` (a new read capability each time)."""
         token = await self.capability(f"secret:{name}", "r")
         data = await self._ks("GET", f"/v1/secrets/{name}", token)
-        return base64.b64decode(data["secret"])
+        return SecretRelease.from_dict(data).secret
 
     async def _controller_key(self) -> ed25519.Ed25519PublicKey:
         if self._controller is None:
@@ -168,9 +173,9 @@ class KeyClient:
         member = group.member
         path = f"/v1/groups/{member.group}/rekey?since={member.epoch}"
         try:
-            data = await self._ks("GET", path)
-            for raw in data["messages"]:
-                member.apply(RekeyMessage.from_bytes(base64.b64decode(raw)))
+            log = RekeyLog.from_dict(await self._ks("GET", path))
+            for raw in log.messages:
+                member.apply(RekeyMessage.from_bytes(raw))
         except (LkhError, KeyServiceError) as exc:
             if getattr(exc, "reason", getattr(exc, "code", "")) not in (
                 "gap",
@@ -185,10 +190,5 @@ class KeyClient:
     async def filegroup_state(self, fg: str) -> ReaderState:
         """The current key-regression state of filegroup ``fg``."""
         token = await self.capability(f"filegroup:{fg}", "r")
-        d = await self._ks("GET", f"/v1/filegroups/{fg}/state", token)
-        return ReaderState(
-            d["group"],
-            d["version"],
-            base64.b64decode(d["state"]),
-            base64.b64decode(d["check"]),
-        )
+        data = await self._ks("GET", f"/v1/filegroups/{fg}/state", token)
+        return FilegroupState.from_dict(data).reader_state()

@@ -3,8 +3,9 @@
 ``GET  /v1/quote?nonce=<hex>&pcrs=16,17&csr=0|1``   a quote bound to NK (+CSR)
      ``&ima_from=N&mb=0|1``  plus IMA entries from N / the firmware log
 ``POST /v1/keys/u``  ``{"u": b64, "payload": b64, "payload_id"?: uuid}``
-                     the tenant's share
+                     the tenant's share (``ShareU``)
 ``POST /v1/keys/v``  ``{"v": b64, "identity_cert": PEM|null}``  the verifier's
+                     (``ShareV``; both in :mod:`verifier.protocol.messages.shares`)
 ``GET  /v1/status``  bootstrap state
 
 Policy-sealed data (CP-ABE keys, ``/v1/sealed``): :mod:`node_agent.abe`.
@@ -28,12 +29,16 @@ from verifier.common.web import (
     Handler,
     allow,
     authz_middleware,
-    b64_field,
     error_middleware,
     json_response,
     read_json,
 )
-from verifier.protocol.envelope import MAX_PAYLOAD_BYTES, canonical_uuid
+from verifier.protocol.messages.shares import (
+    MAX_PAYLOAD_ENVELOPE,
+    ShareAccepted,
+    ShareU,
+    ShareV,
+)
 
 __all__ = ["make_app"]
 
@@ -41,11 +46,8 @@ _KEY = web.AppKey("agent", Agent)
 _EVIDENCE = web.AppKey("evidence", EvidenceReader)
 _NONCE_MIN, _NONCE_MAX = 8, 32
 _MAX_PCRS = 24
-#: A payload envelope is the payload plus 32 bytes; base64 grows it by 4/3.
-_PAYLOAD_ENVELOPE_MAX = MAX_PAYLOAD_BYTES + 64
-_CLIENT_MAX_SIZE = (_PAYLOAD_ENVELOPE_MAX * 4) // 3 + 64 * 1024
-_SHARE_MAX = 1024
-_CERT_MAX = 16384
+#: The largest body: a payload envelope in base64 (4/3) and room for the rest.
+_CLIENT_MAX_SIZE = (MAX_PAYLOAD_ENVELOPE * 4) // 3 + 64 * 1024
 
 
 def _parse_nonce(text: str | None) -> bytes:
@@ -114,29 +116,19 @@ def _parse_index(text: str | None) -> int | None:
 
 @allow("tenant")
 async def _keys_u(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    u = b64_field(data, "u", max_len=_SHARE_MAX) or b""
-    payload = b64_field(data, "payload", max_len=_PAYLOAD_ENVELOPE_MAX) or b""
-    payload_id = data.get("payload_id")
-    if payload_id is not None:
-        if not isinstance(payload_id, str):
-            raise RequestError("bad_field", "'payload_id' must be a UUID string")
-        payload_id = canonical_uuid(payload_id)
+    body = ShareU.from_dict(await read_json(request))
     agent = request.app[_KEY]
-    done = await agent.receive_u(u, payload, payload_id)
-    return json_response({"accepted": "u", "bootstrapped": done})
+    done = await agent.receive_u(body.u, body.payload, body.payload_id)
+    return json_response(ShareAccepted("u", done).to_dict())
 
 
 @allow("verifier")
 async def _keys_v(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    v = b64_field(data, "v", max_len=_SHARE_MAX) or b""
-    cert = data.get("identity_cert")
-    if cert is not None and (not isinstance(cert, str) or len(cert) > _CERT_MAX):
-        raise RequestError("bad_field", "'identity_cert' must be a PEM string or null")
+    body = ShareV.from_dict(await read_json(request))
+    cert = body.identity_cert
     agent = request.app[_KEY]
-    done = await agent.receive_v(v, cert.encode() if cert is not None else None)
-    return json_response({"accepted": "v", "bootstrapped": done})
+    done = await agent.receive_v(body.v, cert.encode() if cert is not None else None)
+    return json_response(ShareAccepted("v", done).to_dict())
 
 
 @allow("tenant", "verifier")

@@ -30,6 +30,7 @@ from nova_plugin.exceptions import ServiceError, TenantError
 from nova_plugin.tenant import Tenant
 from verifier.exceptions import AgentUnreachableError
 from verifier.protocol import PcrPolicy, generate_key, seal_payload, split
+from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = [
     "BootFailedError",
@@ -288,7 +289,7 @@ class TrustedBoot:
         server.state = "attested"
         self._progress(f"{uuid}: attested, V released, payload delivered")
 
-    async def _activated(self, server: ServerState) -> Mapping[str, Any] | None:
+    async def _activated(self, server: ServerState) -> RegistrationRecord | None:
         srv = await asyncio.to_thread(self._nova.servers.get, server.id)
         if srv.status == "ERROR":
             fault = getattr(srv, "fault", {}) or {}

@@ -12,13 +12,9 @@ verifier host (:func:`verifier.protocol.monitor.verify_monitor_attestation`).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime
 import hmac
 import os
-from collections.abc import Mapping
-from typing import Any
 
 from nova_plugin.exceptions import AttestationFailedError
 from nova_plugin.tenant import Tenant
@@ -32,6 +28,11 @@ from verifier.protocol import (
     make_credential,
 )
 from verifier.protocol.ekcert import check_ek_certificate, load_anchors
+from verifier.protocol.messages.monitor import MonitorIdentity
+from verifier.protocol.messages.registration import (
+    ActivationChallenge,
+    ActivationProof,
+)
 from verifier.protocol.monitor import (
     MonitorAttestation,
     MonitorVerdict,
@@ -39,16 +40,6 @@ from verifier.protocol.monitor import (
 )
 
 __all__ = ["load_pinned_ak", "monitor_attest", "trust_monitor_ak"]
-
-
-def _field(data: Mapping[str, Any], name: str) -> bytes:
-    value = data.get(name)
-    if not isinstance(value, str):
-        raise AttestationFailedError(f"verifier answered without '{name}'")
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise AttestationFailedError(f"verifier's '{name}' is not base64")
 
 
 async def trust_monitor_ak(tenant: Tenant, ek_ca_pem: bytes) -> bytes:
@@ -68,15 +59,18 @@ async def trust_monitor_ak(tenant: Tenant, ek_ca_pem: bytes) -> bytes:
         ServiceError: the verifier is unreachable or refused.
     """
     data = await tenant.request("GET", tenant.verifier_url + "/v1/monitor/ak")
-    ak_raw, ek_raw = _field(data, "ak_public"), _field(data, "ek_public")
-    if not data.get("ek_certificate"):
-        raise AttestationFailedError("the verifier host has no EK certificate")
     try:
-        ak, ek = TpmPublic.from_bytes(ak_raw), TpmPublic.from_bytes(ek_raw)
+        identity = MonitorIdentity.from_dict(data)
+    except MalformedError as exc:
+        raise AttestationFailedError(f"the verifier's TPM identity is bad: {exc}")
+    if not identity.ek_certificate:
+        raise AttestationFailedError("the verifier host has no EK certificate")
+    ak, ek = identity.ak_public, identity.ek_public
+    try:
         AttestationKey(ak, True)  # validates the key
         check_ak_template(ak)
         check_ek_certificate(
-            _field(data, "ek_certificate"),
+            identity.ek_certificate,
             ek,
             load_anchors(ek_ca_pem),
             datetime.datetime.now(datetime.UTC),
@@ -85,20 +79,20 @@ async def trust_monitor_ak(tenant: Tenant, ek_ca_pem: bytes) -> bytes:
         challenge = make_credential(ek, ak.name, secret)
     except (EvidenceError, MalformedError, ValueError) as exc:
         raise AttestationFailedError(f"the verifier's TPM identity is bad: {exc}")
+    body = ActivationChallenge(challenge.credential_blob, challenge.encrypted_secret)
     answer = await tenant.request(
-        "POST",
-        tenant.verifier_url + "/v1/monitor/activate",
-        {
-            "credential_blob": base64.b64encode(challenge.credential_blob).decode(),
-            "encrypted_secret": base64.b64encode(challenge.encrypted_secret).decode(),
-        },
+        "POST", tenant.verifier_url + "/v1/monitor/activate", body.to_dict()
     )
-    if not hmac.compare_digest(_field(answer, "credential"), secret):
+    try:
+        credential = ActivationProof.from_dict(answer).credential
+    except MalformedError as exc:
+        raise AttestationFailedError(f"the verifier's activation answer: {exc}")
+    if not hmac.compare_digest(credential, secret):
         raise AttestationFailedError(
             "the verifier's TPM could not activate the credential: its AK and "
             "EK are not in the same TPM"
         )
-    return ak_raw
+    return ak.to_bytes()
 
 
 def load_pinned_ak(ak_public: bytes) -> AttestationKey:

@@ -11,8 +11,6 @@ stores it anywhere: it is ciphertext).
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +19,7 @@ from nova_plugin.tenant import Tenant
 from verifier.protocol import MalformedError
 from verifier.protocol.abe import PublicParams, parse_policy, seal
 from verifier.protocol.abe.policy import leaves
+from verifier.protocol.messages.abe import AbeParams, SealedBlobRequest
 
 __all__ = ["fetch_params", "seal_to_policy", "send_sealed"]
 
@@ -33,13 +32,10 @@ async def fetch_params(tenant: Tenant) -> tuple[PublicParams, int]:
     """
     data = await tenant.request("GET", tenant.verifier_url + "/v1/abe/params")
     try:
-        pp = PublicParams.from_bytes(base64.b64decode(data["params"], validate=True))
-        epoch = data["epoch"]
-    except (KeyError, TypeError, binascii.Error, MalformedError) as exc:
+        answer = AbeParams.from_dict(data)
+    except MalformedError as exc:
         raise ServiceError(f"the verifier sent malformed CP-ABE parameters: {exc}")
-    if type(epoch) is not int or epoch < 0 or data.get("id") != pp.id.hex():
-        raise ServiceError("the verifier sent a malformed CP-ABE epoch or id")
-    return pp, epoch
+    return answer.params, answer.epoch
 
 
 def seal_to_policy(pp: PublicParams, epoch: int, policy: str, payload: bytes) -> bytes:
@@ -64,5 +60,5 @@ async def send_sealed(tenant: Tenant, uuid: str, blob: bytes) -> Mapping[str, An
             ``no_abe_key``) or is unreachable.
     """
     return await tenant.agent_request(
-        uuid, "POST", "/v1/sealed", {"blob": base64.b64encode(blob).decode()}
+        uuid, "POST", "/v1/sealed", SealedBlobRequest(blob).to_dict()
     )

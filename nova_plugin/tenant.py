@@ -30,7 +30,6 @@ from verifier.protocol import (
     MalformedError,
     PcrPolicy,
     Quote,
-    TpmPublic,
     bind_nonce,
     canonical_uuid,
     generate_key,
@@ -40,6 +39,10 @@ from verifier.protocol import (
     verify_quote,
 )
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
+from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
+from verifier.protocol.messages.policies import PolicyUpload
+from verifier.protocol.messages.registration import RegistrationRecord
+from verifier.protocol.messages.shares import ShareAccepted, ShareU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +60,6 @@ class EnrolResult:
     uuid: str
     state: str
     pcrs: tuple[int, ...]
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 class Tenant:
@@ -130,27 +129,40 @@ class Tenant:
             ServiceError: unknown node, unreachable, or a non-2xx answer.
         """
         record = await self.identity(canonical_uuid(uuid))
-        base = f"https://{record['host']}:{record['port']}"
         try:
             return await self._agents.request(
-                method, base, record["tls_cert"], path, body=body
+                method, record.base_url, record.tls_cert, path, body=body
             )
         except (AgentUnreachableError, MalformedError) as exc:
             raise ServiceError(f"node {uuid}: {exc}")
 
-    async def identity(self, uuid: str) -> Mapping[str, Any]:
-        """The registrar's record; raises ServiceError unless AK activated."""
-        _, rec = await self._call(
+    async def identity(self, uuid: str) -> RegistrationRecord:
+        """The registrar's record of the node once its AK is activated.
+
+        Raises:
+            ServiceError: unreachable or refused, a malformed record or one
+                of another node (code ``registrar_malformed``), or an AK
+                not activated yet (code ``ak_not_activated``).
+        """
+        _, data = await self._call(
             "GET", f"{self._config.registrar_url}/v1/agents/{uuid}"
         )
-        if rec.get("activated") is not True:
+        try:
+            record = RegistrationRecord.from_dict(data)
+            record.check_node(uuid)
+        except MalformedError as exc:
+            raise ServiceError(
+                f"the registrar's record of node {uuid}: {exc}",
+                code="registrar_malformed",
+            )
+        if not record.activated:
             raise ServiceError(
                 f"node {uuid} has not activated its attestation key",
                 code="ak_not_activated",
             )
-        return dict(rec)
+        return record
 
-    async def activated_record(self, uuid: str) -> Mapping[str, Any] | None:
+    async def activated_record(self, uuid: str) -> RegistrationRecord | None:
         """The registrar's record once the node's AK is activated, else None
         (not registered yet, or not activated yet)."""
         try:
@@ -161,21 +173,18 @@ class Tenant:
             raise
 
     async def check_identity_quote(
-        self, uuid: str, record: Mapping[str, Any], policy: PcrPolicy
+        self, uuid: str, record: RegistrationRecord, policy: PcrPolicy
     ) -> bytes:
         """Verify a fresh identity quote; return the node's transport key."""
         nonce = os.urandom(20)
-        base = f"https://{record['host']}:{record['port']}"
         pcrs = policy.pcrs or (10,)  # a runtime-policy-only enrolment
         params = {"nonce": nonce.hex(), "pcrs": ",".join(map(str, pcrs))}
         try:
             answer = await self._agents.request(
-                "GET", base, record["tls_cert"], "/v1/quote", params=params
+                "GET", record.base_url, record.tls_cert, "/v1/quote", params=params
             )
             nk = base64.b64decode(str(answer.get("nk")), validate=True)
-            ak = AttestationKey(
-                TpmPublic.from_bytes(base64.b64decode(record["ak_public"])), True
-            )
+            ak = AttestationKey(record.ak_public, True)
             verify_quote(
                 Quote.from_dict(answer.get("quote")),
                 ak=ak,
@@ -215,16 +224,9 @@ class Tenant:
         key = generate_key()
         sealed = seal_payload(key, payload, uuid)
         u_share, v_share = split(key)
+        body = EnrolmentRequest(uuid, v_share, policy, runtime_policy, mb_policy)
         _, view = await self._call(
-            "POST",
-            f"{self._config.verifier_url}/v1/nodes",
-            {
-                "uuid": uuid,
-                "v": _b64(v_share),
-                "policy": policy.to_dict(),
-                "runtime_policy": runtime_policy,
-                "mb_policy": mb_policy,
-            },
+            "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
         )
         try:
             await self.send_u(uuid, record, nk, u_share, sealed)
@@ -242,22 +244,16 @@ class Tenant:
             ServiceError: refused (``code`` ``already_enrolled`` for a
                 duplicate) or unreachable.
         """
+        body = EnrolmentRequest(uuid, v_share, policy, await_instance=True)
         _, view = await self._call(
-            "POST",
-            f"{self._config.verifier_url}/v1/nodes",
-            {
-                "uuid": canonical_uuid(uuid),
-                "v": _b64(v_share),
-                "policy": policy.to_dict(),
-                "await_instance": True,
-            },
+            "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
         )
         return dict(view)
 
     async def send_u(
         self,
         uuid: str,
-        record: Mapping[str, Any],
+        record: RegistrationRecord,
         nk: bytes,
         u_share: bytes,
         sealed: bytes,
@@ -270,18 +266,13 @@ class Tenant:
 
         Raises:
             AgentUnreachableError: the agent did not take it.
+            MalformedError: its answer is malformed.
         """
-        base = f"https://{record['host']}:{record['port']}"
-        body: dict[str, Any] = {
-            "u": _b64(seal_share(nk, u_share, "U", uuid)),
-            "payload": _b64(sealed),
-        }
-        if payload_id is not None:
-            body["payload_id"] = payload_id
+        body = ShareU(seal_share(nk, u_share, "U", uuid), sealed, payload_id)
         answer = await self._agents.request(
-            "POST", base, record["tls_cert"], "/v1/keys/u", body=body
+            "POST", record.base_url, record.tls_cert, "/v1/keys/u", body=body.to_dict()
         )
-        return bool(answer.get("bootstrapped"))
+        return ShareAccepted.from_dict(answer).bootstrapped
 
     async def _undo(self, uuid: str, cause: Exception) -> None:
         try:
@@ -311,7 +302,7 @@ class Tenant:
         _, data = await self._call(
             "POST",
             f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}/revoke",
-            {"detail": detail},
+            RevokeRequest(detail).to_dict(),
         )
         return dict(data)
 
@@ -342,12 +333,8 @@ class Tenant:
     ) -> Mapping[str, Any]:
         """Store a policy at the verifier; returns its metadata (name,
         version, digest)."""
-        body: dict[str, Any] = {"policy": document}
-        if name is not None:
-            body["name"] = name
-        if signature is not None:
-            body["signature"] = _b64(signature)
-        _, data = await self._call("POST", self._policies_url(kind), body)
+        body = PolicyUpload(document, name, signature)
+        _, data = await self._call("POST", self._policies_url(kind), body.to_dict())
         return dict(data)
 
     async def policies(self, kind: str) -> list[Mapping[str, Any]]:

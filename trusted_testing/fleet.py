@@ -42,10 +42,22 @@ from trusted_testing.cluster import die_with_parent
 from trusted_testing.softtpm import SoftTpm
 from trusted_testing.swtpm import free_ports
 from verifier.common import tls as tlsutil
-from verifier.protocol import EnvelopeError, bind_nonce, open_share
+from verifier.protocol import EnvelopeError, MalformedError, bind_nonce, open_share
+from verifier.protocol.messages.errors import ErrorBody
+from verifier.protocol.messages.registration import (
+    ActivationChallenge,
+    ActivationProof,
+    RegistrationRequest,
+)
+from verifier.protocol.messages.shares import ShareAccepted, ShareV
 
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 FIRST_ADDRESS = ipaddress.IPv4Address("127.1.0.1")
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    """The agents' error body, as the real agent answers."""
+    return ErrorBody(code, message).to_dict()
 
 
 class EmulatedAgent:
@@ -105,25 +117,27 @@ class Fleet:
     ) -> tuple[int, Any]:
         """Answer one request; returns (status, JSON-able body)."""
         if not _is_loopback(peer):
-            return 403, {"error": "the fleet emulator serves loopback only"}
+            return 403, _error("forbidden", "the fleet emulator serves loopback only")
         if path.startswith("/_fleet/"):
             return self._control(method, path, body)
         agent = self._by_address.get(local)
         if agent is None:
-            return 404, {"error": "no agent at this address"}
+            return 404, _error("not_found", "no agent at this address")
         if method == "GET" and path == "/v1/quote":
             return 200, self._quote(agent, query)
         if method == "POST" and path == "/v1/keys/v":
-            data = json.loads(body)
             try:
-                open_share(agent.nk, base64.b64decode(data["v"]), "V", agent.uuid)
+                share = ShareV.from_dict(json.loads(body))
+                open_share(agent.nk, share.v, "V", agent.uuid)
+            except MalformedError as exc:
+                return 400, _error(exc.code, str(exc))
             except EnvelopeError as exc:
-                return 400, {"error": {"code": "envelope", "message": str(exc)}}
+                return 400, _error("envelope", str(exc))
             agent.v_received = True
-            return 200, {"accepted": "v", "bootstrapped": False}
+            return 200, ShareAccepted("v", False).to_dict()
         if method == "GET" and path == "/v1/status":
             return 200, {"uuid": agent.uuid, "quotes": agent.quotes}
-        return 404, {"error": "not found"}
+        return 404, _error("not_found", "not found")
 
     def _quote(self, agent: EmulatedAgent, query: dict[str, str]) -> dict[str, Any]:
         nonce = bytes.fromhex(query["nonce"])
@@ -146,8 +160,8 @@ class Fleet:
                 if agent.uuid == uuid:
                     agent.tpm.extend(16, b"\x66" * 32)
                     return 200, {"tampered": uuid}
-            return 404, {"error": "unknown agent"}
-        return 404, {"error": "not found"}
+            return 404, _error("not_found", "unknown agent")
+        return 404, _error("not_found", "not found")
 
     def _csr(self) -> bytes:
         # One CSR for all: the emulator measures the verifier, not the CA.
@@ -186,26 +200,24 @@ class Fleet:
         self, session: aiohttp.ClientSession, base: str, agent: EmulatedAgent
     ) -> None:
         url = f"{base}/v1/agents/{agent.uuid}"
-        body = {
-            "ek_public": base64.b64encode(agent.tpm.ek.to_bytes()).decode(),
-            "ek_certificate": None,
-            "ak_public": base64.b64encode(agent.tpm.ak.to_bytes()).decode(),
-            "tls_cert": self.tls_cert.decode(),
-            "host": agent.address,
-            "port": self.port,
-        }
-        async with session.post(url, json=body) as resp:
-            challenge = await resp.json()
-            if resp.status != 200:
-                raise RuntimeError(f"registration refused: {challenge}")
-        credential = agent.tpm.activate_credential(
-            base64.b64decode(challenge["credential_blob"]),
-            base64.b64decode(challenge["encrypted_secret"]),
+        body = RegistrationRequest(
+            ek_public=agent.tpm.ek,
+            ek_certificate=None,
+            ak_public=agent.tpm.ak,
+            tls_cert=self.tls_cert.decode(),
+            host=agent.address,
+            port=self.port,
         )
-        async with session.post(
-            url + "/activate",
-            json={"credential": base64.b64encode(credential).decode()},
-        ) as resp:
+        async with session.post(url, json=body.to_dict()) as resp:
+            answer = await resp.json()
+            if resp.status != 200:
+                raise RuntimeError(f"registration refused: {answer}")
+        challenge = ActivationChallenge.from_dict(answer)
+        credential = agent.tpm.activate_credential(
+            challenge.credential_blob, challenge.encrypted_secret
+        )
+        proof = ActivationProof(credential)
+        async with session.post(url + "/activate", json=proof.to_dict()) as resp:
             if resp.status != 200:
                 raise RuntimeError(f"activation refused: {await resp.text()}")
 
@@ -370,7 +382,7 @@ class _HttpProtocol(asyncio.Protocol):
                 method, path, query, body, self.local, self.peer
             )
         except Exception as exc:  # the emulator must answer, not die
-            status, answer = 500, {"error": repr(exc)}
+            status, answer = 500, _error("internal", repr(exc))
         payload = orjson.dumps(answer)
         self.transport.write(
             b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"

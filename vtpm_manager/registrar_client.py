@@ -7,7 +7,6 @@ answers are retried with exponential backoff; a 4xx answer is final.
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import ssl
@@ -16,6 +15,12 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from verifier.protocol import TpmPublic
+from verifier.protocol.messages.provider import (
+    ProviderEkRecord,
+    ProviderEkRegistration,
+    ProviderEkResult,
+)
 from vtpm_manager.exceptions import (
     EkConflictError,
     RegistrarUnavailableError,
@@ -127,31 +132,33 @@ class ProviderRegistrarClient:
             EkConflictError: another EK is registered for the instance.
             RegistrationRefusedError: any other refusal (bad EK, forbidden).
             RegistrarUnavailableError: unreachable after the retries.
+            MalformedError: ``ek`` is not a TPM2B_PUBLIC (nothing is sent),
+                or the registrar's answer is malformed.
         """
-        body: dict[str, Any] = {
-            "ek_public": base64.b64encode(ek.ek_public).decode(),
-            "ek_certificate": (
-                base64.b64encode(ek.ek_certificate).decode()
-                if ek.ek_certificate
-                else None
-            ),
-        }
-        status, _ = self._call("PUT", f"/v1/agents/{instance_uuid}/ek", body)
-        return status == 201
+        body = ProviderEkRegistration(
+            TpmPublic.from_bytes(ek.ek_public), ek.ek_certificate or None
+        )
+        _, data = self._call("PUT", f"/v1/agents/{instance_uuid}/ek", body.to_dict())
+        return ProviderEkResult.from_dict(data).created
 
     def get_ek(self, instance_uuid: str) -> EkIdentity | None:
-        """The registered EK of an instance, or None."""
+        """The registered EK of an instance, or None.
+
+        Raises:
+            RegistrationRefusedError: a refusal other than 404.
+            RegistrarUnavailableError: unreachable after the retries.
+            MalformedError: the registrar's answer is malformed or names
+                another instance.
+        """
         try:
             _, data = self._call("GET", f"/v1/agents/{instance_uuid}/ek")
         except RegistrationRefusedError as exc:
             if exc.status == 404:
                 return None
             raise
-        cert = data.get("ek_certificate")
-        return EkIdentity(
-            base64.b64decode(data["ek_public"]),
-            base64.b64decode(cert) if cert else None,
-        )
+        record = ProviderEkRecord.from_dict(data)
+        record.check_node(instance_uuid)
+        return EkIdentity(record.ek_public.to_bytes(), record.ek_certificate)
 
     def deregister(self, instance_uuid: str) -> bool:
         """Forget the instance; False if it was not registered."""

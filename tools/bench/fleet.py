@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import os
 import signal
 import sys
@@ -36,6 +35,8 @@ from trusted_testing.cluster import LocalCluster  # noqa: E402
 from trusted_testing.fleet import FleetProcess  # noqa: E402
 from trusted_testing.procstat import cpu_seconds, rss_kib  # noqa: E402
 from verifier.common import tls as tlsutil  # noqa: E402
+from verifier.protocol import PcrPolicy  # noqa: E402
+from verifier.protocol.messages.enrolment import EnrolmentRequest  # noqa: E402
 
 
 class Api:
@@ -55,15 +56,11 @@ class Api:
             return dict(await resp.json())
 
     async def enrol(self, uuids: list[str], pcr16: str) -> None:
-        policy = {"pcrs": {"16": [pcr16]}}
+        policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
         semaphore = asyncio.Semaphore(32)
 
         async def one(uuid: str) -> None:
-            body = {
-                "uuid": uuid,
-                "v": base64.b64encode(os.urandom(32)).decode(),
-                "policy": policy,
-            }
+            body = EnrolmentRequest(uuid, os.urandom(32), policy).to_dict()
             async with (
                 semaphore,
                 self.session.post(f"{self.base}/v1/nodes", json=body) as resp,

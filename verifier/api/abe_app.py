@@ -1,6 +1,6 @@
 """Policy-sealed data: the verifier publishes its CP-ABE public parameters.
 
-``GET /v1/abe/params``   ``{"params": b64, "id": hex, "epoch": n}``
+``GET /v1/abe/params``   ``AbeParams`` (:mod:`verifier.protocol.messages.abe`)
 
 Tenants seal to ``(policy) and epoch=<n>`` under these parameters; nodes
 get their keys from the verifier after valid quotes
@@ -22,7 +22,7 @@ _AUTHORITY = web.AppKey("abe_authority", AbeAuthority)
 
 @allow("tenant")
 async def _params(request: web.Request) -> web.Response:
-    return json_response(request.app[_AUTHORITY].params())
+    return json_response(request.app[_AUTHORITY].params().to_dict())
 
 
 def add_abe_routes(app: web.Application, authority: AbeAuthority) -> None:

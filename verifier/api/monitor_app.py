@@ -6,6 +6,9 @@ attestation"): a customer checks the verifier host's integrity.
 ``GET /v1/monitor/ak``                 the host AK, EK and EK certificate
 ``POST /v1/monitor/activate``          TPM2_ActivateCredential for a
                                        customer's MakeCredential challenge
+
+The bodies are the classes of :mod:`verifier.protocol.messages.monitor` and
+:mod:`verifier.protocol.messages.registration` (the activation).
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from verifier.attest.monitor import HostTpm, MonitorBatcher
-from verifier.common.web import allow, b64, b64_field, json_response, read_json
-from verifier.exceptions import RequestError
+from verifier.common.web import allow, json_response, read_json
 from verifier.protocol import TpmPublic
+from verifier.protocol.messages.monitor import MonitorChallenge, MonitorIdentity
+from verifier.protocol.messages.registration import (
+    ActivationChallenge,
+    ActivationProof,
+)
 
 __all__ = ["add_monitor_routes"]
 
@@ -23,26 +30,17 @@ _BATCHER = web.AppKey("monitor_batcher", MonitorBatcher)
 _HOST = web.AppKey("monitor_host", HostTpm)
 
 
-def _nonce(text: object) -> bytes:
-    if not isinstance(text, str) or len(text) > 128:
-        raise RequestError("bad_field", "'nonce' must be 16 to 64 bytes in hex")
-    try:
-        return bytes.fromhex(text)
-    except ValueError:
-        raise RequestError("bad_field", "'nonce' is not hex")
-
-
 @allow("monitor")
 async def _attest_get(request: web.Request) -> web.Response:
-    nonce = _nonce(request.query.get("nonce"))
-    reply = await request.app[_BATCHER].attest(nonce)
+    challenge = MonitorChallenge.from_dict({"nonce": request.query.get("nonce")})
+    reply = await request.app[_BATCHER].attest(challenge.nonce)
     return json_response(reply.to_dict())
 
 
 @allow("monitor")
 async def _attest_post(request: web.Request) -> web.Response:
-    nonce = _nonce((await read_json(request)).get("nonce"))
-    reply = await request.app[_BATCHER].attest(nonce)
+    challenge = MonitorChallenge.from_dict(await read_json(request))
+    reply = await request.app[_BATCHER].attest(challenge.nonce)
     return json_response(reply.to_dict())
 
 
@@ -50,24 +48,19 @@ async def _attest_post(request: web.Request) -> web.Response:
 async def _ak(request: web.Request) -> web.Response:
     host = request.app[_HOST]
     ak, ek, ek_cert = await host.identity()
-    return json_response(
-        {
-            "ak_public": b64(ak),
-            "ak_name": TpmPublic.from_bytes(ak).name.hex(),
-            "ek_public": b64(ek),
-            "ek_certificate": b64(ek_cert) if ek_cert else None,
-            "pcrs": host.pcrs,
-        }
+    identity = MonitorIdentity(
+        TpmPublic.from_bytes(ak), TpmPublic.from_bytes(ek), ek_cert, tuple(host.pcrs)
     )
+    return json_response(identity.to_dict())
 
 
 @allow("monitor")
 async def _activate(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    blob = b64_field(data, "credential_blob", max_len=1024) or b""
-    secret = b64_field(data, "encrypted_secret", max_len=1024) or b""
-    credential = await request.app[_HOST].activate(blob, secret)
-    return json_response({"credential": b64(credential)})
+    challenge = ActivationChallenge.from_dict(await read_json(request))
+    credential = await request.app[_HOST].activate(
+        challenge.credential_blob, challenge.encrypted_secret
+    )
+    return json_response(ActivationProof(credential).to_dict())
 
 
 def add_monitor_routes(

@@ -1,7 +1,8 @@
 """The verifier's policy API: runtime (IMA) and measured-boot policies,
 stored once and referenced by name from enrolments.
 
-``POST /v1/policies/{kind}``            store ``{policy, name?, signature?}``
+``POST /v1/policies/{kind}``            store a ``PolicyUpload``
+                                        (:mod:`verifier.protocol.messages.policies`)
 ``GET /v1/policies/{kind}``             list (metadata only)
 ``GET|DELETE /v1/policies/{kind}/{ref}``  one policy (``name``,
                                         ``name@version`` or digest)
@@ -14,8 +15,6 @@ instead of the API's small default.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 
 from aiohttp import web
@@ -23,12 +22,12 @@ from aiohttp import web
 from verifier.attest.policies import PolicyStore
 from verifier.common.web import allow, json_response
 from verifier.exceptions import RequestError
+from verifier.protocol.messages.policies import PolicyUpload
 
 __all__ = ["add_routes"]
 
 _STORE = web.AppKey("policies", PolicyStore)
 _LIMIT = web.AppKey("policy_max_bytes", int)
-_MAX_SIGNATURE = 1024
 
 
 async def _read_limited(request: web.Request, limit: int) -> bytes:
@@ -47,26 +46,14 @@ async def _read_limited(request: web.Request, limit: int) -> bytes:
     return body
 
 
-def _parse_upload(body: bytes) -> tuple[object, str | None, bytes | None]:
+def _parse_upload(body: bytes) -> PolicyUpload:
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError("bad_json", f"request body is not valid JSON: {exc}")
     if not isinstance(data, dict):
         raise RequestError("bad_json", "request body must be a JSON object")
-    name = data.get("name")
-    if name is not None and not isinstance(name, str):
-        raise RequestError("bad_field", "'name' must be a string")
-    signature = None
-    text = data.get("signature")
-    if text is not None:
-        try:
-            signature = base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError, TypeError):
-            raise RequestError("bad_field", "'signature' must be base64")
-        if len(signature) > _MAX_SIGNATURE:
-            raise RequestError("bad_field", "'signature' is too long")
-    return data.get("policy"), name, signature
+    return PolicyUpload.from_dict(data)
 
 
 @allow("tenant")
@@ -76,8 +63,8 @@ async def _add(request: web.Request) -> web.Response:
     kind = request.match_info["kind"]
 
     def work() -> tuple[dict[str, object], bool]:
-        document, name, signature = _parse_upload(body)
-        return store.add(kind, document, name, signature)
+        upload = _parse_upload(body)
+        return store.add(kind, upload.policy, upload.name, upload.signature)
 
     meta, created = await asyncio.to_thread(work)
     return json_response(meta, status=201 if created else 200)

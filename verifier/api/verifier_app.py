@@ -1,8 +1,7 @@
 """The verifier's REST API (aiohttp, served over mTLS).
 
-``POST /v1/nodes``                 enrol ``{uuid, v (b64), policy,
-                                   runtime_policy?, mb_policy?,
-                                   await_instance?}``
+``POST /v1/nodes``                 enrol: ``EnrolmentRequest``
+                                   (:mod:`verifier.protocol.messages.enrolment`)
 ``GET /v1/nodes``                  list
 ``GET|DELETE /v1/nodes/{uuid}``    status / stop attesting (tenant or operator)
 ``POST /v1/nodes/{uuid}/instance-created``  Nova created it (operator)
@@ -11,8 +10,9 @@
 ``GET /v1/signing-key``            the event-signing public key (PEM)
 ``/v1/policies/...``               runtime and measured-boot policies
                                    (:mod:`verifier.api.policies_app`)
-``POST /v1/nodes/{uuid}/capabilities``  a capability ``{object, rights}`` for
-                                   an attested node (see verifier.attest.grants)
+``POST /v1/nodes/{uuid}/capabilities``  a capability for an attested node
+                                   (:mod:`verifier.protocol.messages.capabilities`,
+                                   verifier.attest.grants)
 
 Monitor attestation (:mod:`verifier.api.monitor_app`) and CP-ABE key
 issuing (:mod:`verifier.api.abe_app`) add their routes when enabled.
@@ -31,14 +31,14 @@ from verifier.attest.grants import CapabilityIssuer
 from verifier.common.web import (
     allow,
     authz_middleware,
-    b64_field,
     error_middleware,
     json_response,
     read_json,
 )
 from verifier.exceptions import RequestError
-from verifier.protocol import PcrPolicy, canonical_uuid
-from verifier.protocol.shares import KEY_BYTES
+from verifier.protocol import canonical_uuid
+from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
+from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
 
 _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
@@ -47,33 +47,16 @@ _ISSUER = web.AppKey("issuer", CapabilityIssuer)
 
 @allow("tenant")
 async def _enrol(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    uuid = data.get("uuid")
-    if not isinstance(uuid, str):
-        raise RequestError("bad_field", "'uuid' must be a string")
-    uuid = canonical_uuid(uuid)
-    v_share = b64_field(data, "v", max_len=KEY_BYTES) or b""
-    if len(v_share) != KEY_BYTES:
-        raise RequestError("bad_field", f"'v' must be {KEY_BYTES} bytes")
-    refs = [_policy_ref(data, f) for f in ("runtime_policy", "mb_policy")]
-    if data.get("policy") is None and any(refs):
-        policy = PcrPolicy({})
-    else:
-        policy = PcrPolicy.from_dict(data.get("policy"), allow_empty=any(refs))
-    await_instance = data.get("await_instance", False)
-    if not isinstance(await_instance, bool):
-        raise RequestError("bad_field", "'await_instance' must be true or false")
+    body = EnrolmentRequest.from_dict(await read_json(request))
     view = await request.app[_KEY].enrol(
-        uuid, v_share, policy, refs[0], refs[1], await_instance=await_instance
+        body.uuid,
+        body.v,
+        body.policy,
+        body.runtime_policy,
+        body.mb_policy,
+        await_instance=body.await_instance,
     )
     return json_response(view.to_dict(), status=201)
-
-
-def _policy_ref(data: Mapping[str, object], field: str) -> str | None:
-    value = data.get(field)
-    if value is not None and (not isinstance(value, str) or not 0 < len(value) < 300):
-        raise RequestError("bad_field", f"'{field}' must be a policy name")
-    return value
 
 
 @allow("tenant")
@@ -102,11 +85,9 @@ async def _instance_created(request: web.Request) -> web.Response:
 @allow("tenant")
 async def _revoke(request: web.Request) -> web.Response:
     data = await read_json(request) if request.can_read_body else {}
-    detail = data.get("detail", "revoked by the tenant")
-    if not isinstance(detail, str) or len(detail) > 1000:
-        raise RequestError("bad_field", "'detail' must be a string")
+    body = RevokeRequest.from_dict(data)
     view = await request.app[_KEY].revoke(
-        request.match_info["uuid"], "tenant_revoked", detail
+        request.match_info["uuid"], "tenant_revoked", body.detail
     )
     return json_response(view.to_dict())
 
@@ -130,13 +111,10 @@ async def _capability(request: web.Request) -> web.Response:
         raise RequestError(
             "not_configured", "capabilities are off ([capabilities] key_file)", 501
         )
-    data = await read_json(request)
-    obj, rights = data.get("object"), data.get("rights")
-    if not isinstance(obj, str) or not isinstance(rights, str):
-        raise RequestError("bad_field", "'object' and 'rights' must be strings")
-    cap = issuer.issue(request.match_info["uuid"], obj, rights)
-    body = {"token": cap.to_token(), "expiry": cap.expiry, "epoch": cap.epoch}
-    return json_response(body, status=201)
+    body = CapabilityRequest.from_dict(await read_json(request))
+    cap = issuer.issue(request.match_info["uuid"], body.obj, body.rights)
+    grant = CapabilityGrant(cap.to_token(), cap.expiry, cap.epoch)
+    return json_response(grant.to_dict(), status=201)
 
 
 async def _signing_key(request: web.Request) -> web.Response:

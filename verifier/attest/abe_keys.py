@@ -47,6 +47,7 @@ from verifier.protocol.abe import (
     parse_attribute,
     setup,
 )
+from verifier.protocol.messages.abe import AbeKeyDelivery, AbeParams
 
 __all__ = ["AbeAuthority", "ProviderAttributes", "load_master_key"]
 
@@ -179,13 +180,9 @@ class AbeAuthority:
         self._lock = threading.Lock()
         self.keygens = 0  # distinct keys made (tests and operators)
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> AbeParams:
         """What tenants fetch to seal (the public parameters and epoch)."""
-        return {
-            "params": base64.b64encode(self.pp.to_bytes()).decode(),
-            "id": self.pp.id.hex(),
-            "epoch": self.epoch,
-        }
+        return AbeParams(self.pp, self.epoch)
 
     def attributes(self, uuid: str, pcr_digest: bytes) -> frozenset[str] | None:
         """The node's attribute set, or None without a provider entry."""
@@ -227,14 +224,16 @@ class AbeAuthority:
             return
         epoch = self.epoch
         key = self.key_for(attrs)
-        body = {
-            "key": base64.b64encode(seal_share(nk, key, "ABE", node.uuid)).decode(),
-            "params": self.params()["params"],
-            "epoch": epoch,
-        }
+        delivery = AbeKeyDelivery(
+            seal_share(nk, key, "ABE", node.uuid), self.pp.to_bytes(), epoch
+        )
         try:
             await self._agents.request(
-                "POST", node.base_url, node.tls_cert, "/v1/keys/abe", body=body
+                "POST",
+                node.base_url,
+                node.tls_cert,
+                "/v1/keys/abe",
+                body=delivery.to_dict(),
             )
         except AgentUnreachableError as exc:
             LOG.warning("Could not deliver a CP-ABE key to %s yet: %s", node.uuid, exc)

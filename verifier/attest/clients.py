@@ -19,6 +19,7 @@ from verifier.attest._http import HttpError, KeepAliveClient
 from verifier.common import tls as tlsutil
 from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
+from verifier.protocol.messages.registration import RegistrationRecord
 
 
 async def _json(resp: aiohttp.ClientResponse, what: str) -> Mapping[str, Any]:
@@ -38,6 +39,18 @@ def _error_message(data: Mapping[str, Any]) -> str:
     return str(data)
 
 
+def _record(uuid: str, data: Mapping[str, Any]) -> RegistrationRecord:
+    """The registrar's answer for ``uuid``, parsed and checked to be of it."""
+    try:
+        record = RegistrationRecord.from_dict(data)
+        record.check_node(uuid)
+    except MalformedError as exc:
+        raise RequestError(
+            "registrar_malformed", f"the registrar's record of {uuid}: {exc}", 502
+        )
+    return record
+
+
 class RegistrarClient:
     """Reads activated node identities from the registrar over mTLS."""
 
@@ -52,12 +65,14 @@ class RegistrarClient:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self._session
 
-    async def get_agent(self, uuid: str) -> Mapping[str, Any]:
+    async def get_agent(self, uuid: str) -> RegistrationRecord:
         """The registrar's record of ``uuid``.
 
         Raises:
             NotFoundError: the registrar does not know the node.
-            RequestError: the registrar is unreachable or refused (502).
+            RequestError: the registrar is unreachable or refused (502), or
+                its record is malformed or of another node (502
+                ``registrar_malformed``).
         """
         url = f"{self._base}/v1/agents/{uuid}"
         try:
@@ -69,11 +84,11 @@ class RegistrarClient:
                     )
                 if resp.status != 200:
                     raise RequestError("registrar_error", _error_message(data), 502)
-                return data
         except (TimeoutError, aiohttp.ClientError, MalformedError) as exc:
             raise RequestError(
                 "registrar_unreachable", f"cannot reach the registrar: {exc}", 502
             )
+        return _record(uuid, data)
 
     async def close(self) -> None:
         if self._session is not None:

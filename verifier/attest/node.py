@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import enum
 import json
@@ -15,8 +14,16 @@ from verifier.protocol.evidence import BOOT_PCRS
 from verifier.protocol.ima import ReplayState, RuntimePolicy
 from verifier.protocol.ima.log import IMA_PCR
 from verifier.protocol.mb import MeasuredBootPolicy
+from verifier.protocol.messages.registration import RegistrationRecord
 
-__all__ = ["LiveNode", "NodeState", "NodeView", "enrolment_row", "view_of_row"]
+__all__ = [
+    "LiveNode",
+    "NodeState",
+    "NodeView",
+    "enrolment_row",
+    "registration_values",
+    "view_of_row",
+]
 
 
 class NodeState(enum.StrEnum):
@@ -49,26 +56,39 @@ class NodeView:
         return dataclasses.asdict(self)
 
 
+def registration_values(record: RegistrationRecord) -> dict[str, Any]:
+    """The node row's columns that come from the registrar's ``record``:
+    the AK, the TLS certificate to pin and the agent's address."""
+    return {
+        "ak_public": record.ak_public.to_bytes(),
+        "tls_cert": record.tls_cert,
+        "host": record.host,
+        "port": record.port,
+    }
+
+
+#: The registrar columns of a node enrolled before its agent registered.
+_UNREGISTERED = {"ak_public": b"", "tls_cert": "", "host": "", "port": 0}
+
+
 def enrolment_row(
     uuid: str,
     v_share: bytes,
     policy: PcrPolicy,
-    record: Mapping[str, Any],
+    record: RegistrationRecord | None,
     refs: tuple[str | None, str | None],
     now: float,
 ) -> Node:
     """The row of a new enrolment: the registrar's ``record`` of the node
-    (AK, TLS certificate, address) and the runtime/measured-boot policy
-    digests ``refs``."""
+    (AK, TLS certificate, address; None before the agent registered) and
+    the runtime/measured-boot policy digests ``refs``."""
+    values = _UNREGISTERED if record is None else registration_values(record)
     return Node(
         uuid=uuid,
         state=NodeState.REGISTERED.value,
         policy=json.dumps(policy.to_dict()),
         v_share=v_share,
-        ak_public=base64.b64decode(str(record["ak_public"])),
-        tls_cert=str(record["tls_cert"]),
-        host=str(record["host"]),
-        port=int(record["port"]),
+        **values,
         quotes_verified=0,
         v_released=False,
         created_at=now,

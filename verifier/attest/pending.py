@@ -24,7 +24,6 @@ forgotten.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from collections.abc import Callable
 
@@ -36,6 +35,7 @@ from verifier.attest.node import (
     NodeState,
     NodeView,
     enrolment_row,
+    registration_values,
     view_of_row,
 )
 from verifier.attest.policies import PolicyStore
@@ -101,8 +101,7 @@ class PendingNodes:
             ConflictError: already enrolled.
         """
         # the AK, certificate and address come from the registrar on promotion
-        unknown = {"ak_public": "", "tls_cert": "", "host": "", "port": 0}
-        row = enrolment_row(uuid, v_share, policy, unknown, refs, self._clock())
+        row = enrolment_row(uuid, v_share, policy, None, refs, self._clock())
         row.state = NodeState.PENDING.value
         view = view_of_row(row)  # before the commit expires the row
         await asyncio.to_thread(self._store.insert, row)
@@ -149,16 +148,10 @@ class PendingNodes:
         except RequestError as exc:
             LOG.warning("Cannot check node %s at the registrar: %s", uuid, exc)
             return False
-        if record.get("activated") is not True:
+        if not record.activated:
             return False
-        values = {
-            "state": NodeState.REGISTERED.value,
-            "ak_public": base64.b64decode(str(record["ak_public"])),
-            "tls_cert": str(record["tls_cert"]),
-            "host": str(record["host"]),
-            "port": int(record["port"]),
-            "updated_at": self._clock(),
-        }
+        values = registration_values(record)
+        values.update(state=NodeState.REGISTERED.value, updated_at=self._clock())
         row = await asyncio.to_thread(self._promote, uuid, values)
         self._created.discard(uuid)
         if row is not None:

@@ -13,7 +13,6 @@ the database.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import os
 import time
@@ -54,6 +53,7 @@ from verifier.protocol import (
     canonical_uuid,
     seal_share,
 )
+from verifier.protocol.messages.shares import ShareV
 
 __all__ = ["NodeState", "NodeView", "Verifier"]
 
@@ -276,7 +276,7 @@ class Verifier(NodeQueries):
         if await_instance:
             return await self.pending.enrol(uuid, v_share, policy, refs)
         record = await self._registrar.get_agent(uuid)
-        if record.get("activated") is not True:
+        if not record.activated:
             raise ConflictError(
                 "ak_not_activated",
                 f"node {uuid} has not activated its attestation key at the registrar",
@@ -404,15 +404,10 @@ class Verifier(NodeQueries):
             except CaError as exc:
                 self._revoke(node, "csr", str(exc))
                 return
-        body = {
-            "v": base64.b64encode(
-                seal_share(nk, node.v_share, "V", node.uuid)
-            ).decode(),
-            "identity_cert": cert,
-        }
+        body = ShareV(seal_share(nk, node.v_share, "V", node.uuid), cert)
         try:
             await self._agents.request(
-                "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body
+                "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body.to_dict()
             )
         except AgentUnreachableError as exc:
             LOG.warning("Could not deliver V to node %s yet: %s", node.uuid, exc)

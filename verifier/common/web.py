@@ -1,14 +1,14 @@
 """Shared HTTP plumbing for the REST APIs (registrar, verifier, agent).
 
 Every refusal is a JSON body ``{"error": {"code": ..., "message": ...}}``
-with a 4xx status; an unexpected failure is logged and answered with a
-generic 500 JSON body, never a traceback.
+(:class:`~verifier.protocol.messages.errors.ErrorBody`) with a 4xx status;
+an unexpected failure is logged and answered with a generic 500 JSON body,
+never a traceback.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -18,17 +18,16 @@ from aiohttp import web
 
 from verifier.common.errors import RequestError
 from verifier.protocol.errors import EnvelopeError, MalformedError
+from verifier.protocol.messages.errors import MAX_ERROR_MESSAGE, ErrorBody
 
 __all__ = [
     "Handler",
     "allow",
     "authz_middleware",
-    "b64_field",
     "error_middleware",
     "json_response",
     "peer_common_name",
     "read_json",
-    "str_field",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -36,8 +35,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _error(status: int, code: str, message: str) -> web.Response:
-    body = {"error": {"code": code, "message": message}}
-    return web.json_response(body, status=status)
+    body = ErrorBody(code or "error", message[:MAX_ERROR_MESSAGE])
+    return web.json_response(body.to_dict(), status=status)
 
 
 @web.middleware
@@ -49,8 +48,8 @@ async def error_middleware(
         return await handler(request)
     except RequestError as exc:
         return _error(exc.status, exc.code, exc.detail)
-    except MalformedError as exc:
-        return _error(400, "malformed", str(exc))
+    except MalformedError as exc:  # "bad_field" or "malformed"
+        return _error(400, exc.code, str(exc))
     except EnvelopeError as exc:
         return _error(400, "envelope", exc.detail)
     except web.HTTPRequestEntityTooLarge:
@@ -75,40 +74,6 @@ async def read_json(request: web.Request) -> Mapping[str, Any]:
     if not isinstance(data, dict):
         raise RequestError("bad_json", "request body must be a JSON object")
     return data
-
-
-def b64_field(
-    data: Mapping[str, Any], name: str, *, optional: bool = False, max_len: int = 65536
-) -> bytes | None:
-    """Decode a base64 field.
-
-    Raises:
-        RequestError: ``bad_field`` naming the field.
-    """
-    value = data.get(name)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise RequestError("bad_field", f"'{name}' must be a base64 string")
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except binascii.Error:
-        raise RequestError("bad_field", f"'{name}' is not valid base64")
-    if len(raw) > max_len:
-        raise RequestError("bad_field", f"'{name}' is larger than {max_len} bytes", 413)
-    return raw
-
-
-def str_field(data: Mapping[str, Any], name: str, max_len: int = 16384) -> str:
-    """A required string field.
-
-    Raises:
-        RequestError: ``bad_field`` naming the field.
-    """
-    value = data.get(name)
-    if not isinstance(value, str) or not value or len(value) > max_len:
-        raise RequestError("bad_field", f"'{name}' must be a non-empty string")
-    return value
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

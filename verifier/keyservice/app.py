@@ -11,6 +11,8 @@ must come with the node's identity certificate (CN = node UUID).
 ``POST /v1/revocations``                verifier: one signed revocation event
 ``GET  /v1/signing-key``                the rekey-message signing key (PEM)
 ``GET  /v1/stats``                      counters (accepted/rejected by reason)
+
+The bodies are the classes of :mod:`verifier.protocol.messages.keyservice`.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ from aiohttp import web
 from verifier.common.web import (
     allow,
     authz_middleware,
-    b64,
-    b64_field,
     error_middleware,
     json_response,
     peer_common_name,
@@ -32,6 +32,12 @@ from verifier.common.web import (
 )
 from verifier.exceptions import RequestError
 from verifier.keyservice.service import KeyService
+from verifier.protocol.messages.keyservice import (
+    FilegroupState,
+    RekeyLog,
+    SecretRelease,
+    SecretUpload,
+)
 
 __all__ = ["make_app"]
 
@@ -64,9 +70,8 @@ def _peer(request: web.Request) -> str | None:
 
 @allow("tenant")
 async def _put_secret(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    secret = b64_field(data, "secret", max_len=4096) or b""
-    request.app[_KEY].put_secret(_name(request, "name"), secret)
+    upload = SecretUpload.from_dict(await read_json(request))
+    request.app[_KEY].put_secret(_name(request, "name"), upload.secret)
     return web.Response(status=204)
 
 
@@ -74,7 +79,7 @@ async def _put_secret(request: web.Request) -> web.Response:
 async def _get_secret(request: web.Request) -> web.Response:
     svc = request.app[_KEY]
     secret = svc.get_secret(_name(request, "name"), _token(request), _peer(request))
-    return json_response({"secret": b64(secret)})
+    return json_response(SecretRelease(secret).to_dict())
 
 
 @allow("node")
@@ -93,23 +98,14 @@ async def _rekey(request: web.Request) -> web.Response:
     svc = request.app[_KEY]
     gid = _name(request, "gid")
     messages = svc.rekey_messages(gid, since)
-    return json_response(
-        {"epoch": svc.group_epoch(gid), "messages": [b64(m) for m in messages]}
-    )
+    return json_response(RekeyLog(svc.group_epoch(gid), tuple(messages)).to_dict())
 
 
 @allow("node")
 async def _filegroup(request: web.Request) -> web.Response:
     svc = request.app[_KEY]
     state = svc.filegroup_state(_name(request, "fg"), _token(request), _peer(request))
-    return json_response(
-        {
-            "group": state.group,
-            "version": state.version,
-            "state": b64(state.state),
-            "check": b64(state.check),
-        }
-    )
+    return json_response(FilegroupState.of(state).to_dict())
 
 
 @allow("verifier")

@@ -4,6 +4,9 @@
 ``POST /v1/agents/{uuid}/activate``   prove the credential -> activated
 ``GET /v1/agents``, ``GET|DELETE /v1/agents/{uuid}``
 ``PUT|GET|DELETE /v1/agents/{uuid}/ek``  the provider's vTPM EK (role provider)
+
+The bodies are the classes of :mod:`verifier.protocol.messages.registration`
+and :mod:`verifier.protocol.messages.provider`.
 """
 
 from __future__ import annotations
@@ -16,72 +19,87 @@ from aiohttp import web
 from verifier.common.web import (
     allow,
     authz_middleware,
-    b64,
-    b64_field,
     error_middleware,
     json_response,
     peer_common_name,
     read_json,
-    str_field,
 )
-from verifier.exceptions import RequestError
+from verifier.exceptions import VerifierError
+from verifier.protocol.errors import MalformedError
+from verifier.protocol.messages.provider import (
+    ProviderEkRecord,
+    ProviderEkRegistration,
+    ProviderEkResult,
+)
+from verifier.protocol.messages.registration import (
+    ActivationChallenge,
+    ActivationProof,
+    ActivationResult,
+    RegistrationRecord,
+    RegistrationRequest,
+)
+from verifier.protocol.tpm import TpmPublic
 from verifier.registrar.service import AgentRecord, Registrar, Registration
 
 _KEY = web.AppKey("registrar", Registrar)
 
 
-def _record_dict(rec: AgentRecord) -> dict[str, object]:
-    return {
-        "uuid": rec.uuid,
-        "ek_public": b64(rec.ek_public),
-        "ek_certificate": b64(rec.ek_certificate) if rec.ek_certificate else None,
-        "ak_public": b64(rec.ak_public),
-        "tls_cert": rec.tls_cert,
-        "host": rec.host,
-        "port": rec.port,
-        "activated": rec.activated,
-    }
+def _record(rec: AgentRecord) -> RegistrationRecord:
+    """The wire form of a stored registration.
+
+    Raises:
+        VerifierError: the stored row does not make a valid record (written
+            by an older, laxer registrar): not the caller's fault, so it is
+            logged and answered with a 500, and nothing is served from it.
+    """
+    try:
+        return RegistrationRecord(
+            uuid=rec.uuid,
+            ek_public=TpmPublic.from_bytes(rec.ek_public),
+            ek_certificate=rec.ek_certificate,
+            ak_public=TpmPublic.from_bytes(rec.ak_public),
+            tls_cert=rec.tls_cert,
+            host=rec.host,
+            port=rec.port,
+            activated=rec.activated,
+        )
+    except MalformedError as exc:
+        raise VerifierError(
+            f"the stored registration of node {rec.uuid} is invalid ({exc}); "
+            "the node must register again"
+        ) from exc
 
 
 @allow("agent")
 async def _register(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    port = data.get("port")
-    if not isinstance(port, int) or not 0 < port < 65536:
-        raise RequestError("bad_field", "'port' must be an integer 1..65535")
+    body = RegistrationRequest.from_dict(await read_json(request))
     reg = Registration(
         uuid=request.match_info["uuid"],
-        ek_public=b64_field(data, "ek_public", max_len=1024) or b"",
-        ek_certificate=b64_field(data, "ek_certificate", optional=True, max_len=8192),
-        ak_public=b64_field(data, "ak_public", max_len=1024) or b"",
-        tls_cert=str_field(data, "tls_cert"),
-        host=str_field(data, "host", max_len=255),
-        port=port,
+        ek_public=body.ek_public.to_bytes(),
+        ek_certificate=body.ek_certificate,
+        ak_public=body.ak_public.to_bytes(),
+        tls_cert=body.tls_cert,
+        host=body.host,
+        port=body.port,
     )
     registrar = request.app[_KEY]
     challenge = await asyncio.to_thread(registrar.register, reg)
-    return json_response(
-        {
-            "credential_blob": b64(challenge.credential_blob),
-            "encrypted_secret": b64(challenge.encrypted_secret),
-        }
-    )
+    answer = ActivationChallenge(challenge.credential_blob, challenge.encrypted_secret)
+    return json_response(answer.to_dict())
 
 
 @allow("agent")
 async def _activate(request: web.Request) -> web.Response:
-    data = await read_json(request)
-    credential = b64_field(data, "credential", max_len=64) or b""
-    await asyncio.to_thread(
-        request.app[_KEY].activate, request.match_info["uuid"], credential
-    )
-    return json_response({"uuid": request.match_info["uuid"], "activated": True})
+    proof = ActivationProof.from_dict(await read_json(request))
+    uuid = request.match_info["uuid"]
+    await asyncio.to_thread(request.app[_KEY].activate, uuid, proof.credential)
+    return json_response(ActivationResult(uuid, True).to_dict())
 
 
 @allow("reader")
 async def _get(request: web.Request) -> web.Response:
     rec = request.app[_KEY].get(request.match_info["uuid"])
-    return json_response(_record_dict(rec))
+    return json_response(_record(rec).to_dict())
 
 
 @allow("reader")
@@ -100,32 +118,26 @@ async def _delete(request: web.Request) -> web.Response:
 
 @allow("provider")
 async def _put_provider_ek(request: web.Request) -> web.Response:
-    data = await read_json(request)
+    body = ProviderEkRegistration.from_dict(await read_json(request))
     uuid = request.match_info["uuid"]
     created = await asyncio.to_thread(
         request.app[_KEY].register_provider_ek,
         uuid,
-        b64_field(data, "ek_public", max_len=1024) or b"",
-        b64_field(data, "ek_certificate", optional=True, max_len=8192),
+        body.ek_public.to_bytes(),
+        body.ek_certificate,
         peer_common_name(request) or "anonymous",
     )
-    return json_response(
-        {"uuid": uuid, "registered": True, "created": created},
-        status=201 if created else 200,
-    )
+    answer = ProviderEkResult(uuid, created)
+    return json_response(answer.to_dict(), status=201 if created else 200)
 
 
 @allow("provider", "reader")
 async def _get_provider_ek(request: web.Request) -> web.Response:
     rec = request.app[_KEY].get_provider_ek(request.match_info["uuid"])
-    return json_response(
-        {
-            "uuid": rec.uuid,
-            "ek_public": b64(rec.ek_public),
-            "ek_certificate": b64(rec.ek_certificate) if rec.ek_certificate else None,
-            "provider": rec.provider,
-        }
+    answer = ProviderEkRecord(
+        rec.uuid, TpmPublic.from_bytes(rec.ek_public), rec.ek_certificate, rec.provider
     )
+    return json_response(answer.to_dict())
 
 
 @allow("provider", "admin")

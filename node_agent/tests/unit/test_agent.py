@@ -357,6 +357,20 @@ class TestAgentApi(AgentTestBase):
         result = self._request("POST", "/v1/keys/v", json={"v": "not base64!"})
         self._assert_error(400, "bad_field", result, "'v'")
 
+    def test_identity_cert_that_is_not_a_certificate_is_refused(self):
+        _, v_env, _ = self.inputs()
+        body = {"v": _b64(v_env), "identity_cert": "not a certificate"}
+        result = self._request("POST", "/v1/keys/v", json=body)
+        self._assert_error(400, "malformed", result, "'identity_cert'")
+        self.assertFalse(self.agent.status()["has_v"])
+
+    def test_unknown_share_field_is_refused(self):
+        u_env, _, payload = self.inputs()
+        body = {"u": _b64(u_env), "payload": _b64(payload), "payload_uuid": "x"}
+        result = self._request("POST", "/v1/keys/u", json=body)
+        self._assert_error(400, "bad_field", result, "'payload_uuid'")
+        self.assertFalse(self.agent.status()["has_u"])
+
     def test_bad_envelope(self):
         u_env, _, payload = self.inputs(uuid=str(uuid_mod.uuid4()))
         result = self._request(

@@ -133,7 +133,7 @@ class AuthorityTest(testtools.TestCase):
         assert new_attrs is not None
         self.assertIn("epoch=1", new_attrs)
         self.assertNotEqual(old, self.authority.key_for(new_attrs))
-        self.assertEqual(1, self.authority.params()["epoch"])
+        self.assertEqual(1, self.authority.params().epoch)
 
 
 class KeyringTest(testtools.TestCase):

@@ -31,12 +31,17 @@ from sqlalchemy.orm import Session
 from trusted_testing.softtpm import SoftTpm
 from verifier.attest.service import Verifier
 from verifier.ca import CertificateAuthority
+from verifier.common.tls import self_signed_certificate
 from verifier.db import Node, OutboxEvent, make_engine, upgrade
 from verifier.exceptions import AgentUnreachableError, ConflictError, NotFoundError
 from verifier.notify import Notifier, Outbox
 from verifier.protocol import PcrPolicy, SignedEvent, bind_nonce, open_share
+from verifier.protocol.messages.registration import RegistrationRecord
 
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+#: The pinned TLS certificate of every fake agent (a real one: the
+#: registrar record refuses anything else).
+_TLS_CERT = self_signed_certificate("fake-agent", ["192.0.2.10"])[1].decode()
 _SPKI = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
 MEASUREMENT = hashlib.sha256(b"trusted boot chain").digest()
 
@@ -63,7 +68,7 @@ class FakeAgent:
         self.uuid = node_uuid
         self.host = "192.0.2.10"
         self.port = port
-        self.tls_cert = f"-----FAKE PINNED CERT {node_uuid}-----"
+        self.tls_cert = _TLS_CERT
         self.tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
         self.tpm.extend(16, MEASUREMENT)
         self.nk = x25519.X25519PrivateKey.generate()
@@ -175,13 +180,13 @@ class FakeRegistrar:
     def add(self, agent: FakeAgent, activated: bool = True) -> None:
         self.records[agent.uuid] = agent.record(activated)
 
-    async def get_agent(self, node_uuid: str) -> Mapping[str, Any]:
+    async def get_agent(self, node_uuid: str) -> RegistrationRecord:
         record = self.records.get(node_uuid)
         if record is None:
             raise NotFoundError(
                 "unknown_node", f"the registrar does not know node {node_uuid}"
             )
-        return record
+        return RegistrationRecord.from_dict(record)
 
     async def close(self) -> None:
         pass

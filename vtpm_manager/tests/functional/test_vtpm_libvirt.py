@@ -314,11 +314,12 @@ class VtpmLibvirtTest(testtools.TestCase):
             context=ctx,
             timeout=30,  # type: ignore[union-attr]
         )
+        _, tls_cert = tlsutil.self_signed_certificate(uuid, ["192.0.2.1"])
         body = {
             "ek_public": base64.b64encode(ek).decode(),
             "ek_certificate": base64.b64encode(ek_cert).decode() if ek_cert else None,
             "ak_public": base64.b64encode(ak).decode(),
-            "tls_cert": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
+            "tls_cert": tls_cert.decode(),
             "host": "192.0.2.1",
             "port": 8892,
         }

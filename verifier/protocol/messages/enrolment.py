@@ -1,0 +1,157 @@
+"""Enrolment: the tenant hands the verifier share V and what to check
+(ARCHITECTURE "Flows" 1 and 3), and may later revoke the node.
+
+``POST /v1/nodes``                :class:`EnrolmentRequest`
+``POST /v1/nodes/{uuid}/revoke``  :class:`RevokeRequest` (body optional)
+
+Both are requests: fields they do not define are refused, so a misspelt
+``runtime_policy`` is an error, not an enrolment without a runtime policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from verifier.protocol.errors import FieldError
+from verifier.protocol.messages._fields import (
+    Reader,
+    b64,
+    canonical_uuid_field,
+    check_bool,
+    check_bytes,
+    check_str,
+)
+from verifier.protocol.policy import PcrPolicy
+from verifier.protocol.shares import KEY_BYTES
+
+__all__ = ["MAX_DETAIL", "MAX_POLICY_REF", "EnrolmentRequest", "RevokeRequest"]
+
+#: The longest stored-policy reference (``name``, ``name@version``, digest).
+MAX_POLICY_REF = 299
+#: The longest revocation detail a tenant may give.
+MAX_DETAIL = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class EnrolmentRequest:
+    """Enrol a node: V, the PCR policy, references to stored policies.
+
+    Attributes:
+        uuid: the node (canonical form).
+        v: the tenant's share V (:data:`~verifier.protocol.shares.KEY_BYTES`).
+        policy: allowed PCR values; may be empty when a runtime or
+            measured-boot policy is named.
+        runtime_policy: a stored IMA runtime policy reference, or None.
+        mb_policy: a stored measured-boot policy reference, or None.
+        await_instance: enrol ahead of the instance (Nova is creating it).
+
+    Raises:
+        FieldError: a field of the wrong type or size.
+        MalformedError: ``uuid`` is not a UUID, or the policy does not parse
+            (an empty one without a runtime or measured-boot policy).
+    """
+
+    uuid: str
+    v: bytes
+    policy: PcrPolicy
+    runtime_policy: str | None = None
+    mb_policy: str | None = None
+    await_instance: bool = False
+
+    _NAME = "enrolment request"
+
+    def __post_init__(self) -> None:
+        canonical = canonical_uuid_field(self._NAME, "uuid", self.uuid)
+        object.__setattr__(self, "uuid", canonical)
+        check_bytes(self._NAME, "v", self.v, KEY_BYTES, exact=KEY_BYTES)
+        if not isinstance(self.policy, PcrPolicy):
+            raise FieldError(self._NAME, "policy", "must be a PCR policy")
+        for name in ("runtime_policy", "mb_policy"):
+            check_str(
+                self._NAME, name, getattr(self, name), MAX_POLICY_REF, optional=True
+            )
+        check_bool(self._NAME, "await_instance", self.await_instance)
+
+    @property
+    def has_policy_refs(self) -> bool:
+        """True when a runtime or measured-boot policy is named."""
+        return self.runtime_policy is not None or self.mb_policy is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON body."""
+        return {
+            "uuid": self.uuid,
+            "v": b64(self.v),
+            "policy": self.policy.to_dict(),
+            "runtime_policy": self.runtime_policy,
+            "mb_policy": self.mb_policy,
+            "await_instance": self.await_instance,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> EnrolmentRequest:
+        """Parse a request body (unknown fields are refused).
+
+        A missing or null ``policy`` is the empty policy when a runtime or
+        measured-boot policy is named.
+
+        Raises:
+            MalformedError: as the constructor, or ``v`` is not base64.
+        """
+        r = Reader(data, cls._NAME)
+        uuid = r.get("uuid")
+        v = r.b64("v", KEY_BYTES)
+        refs = r.get("runtime_policy"), r.get("mb_policy")
+        document = r.get("policy")
+        with_refs = any(ref is not None for ref in refs)
+        if document is None and with_refs:
+            policy = PcrPolicy({})
+        else:
+            policy = PcrPolicy.from_dict(document, allow_empty=with_refs)
+        await_instance = r.get("await_instance")
+        r.finish()
+        return cls(
+            uuid,
+            v,
+            policy,
+            refs[0],
+            refs[1],
+            False if await_instance is None else await_instance,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RevokeRequest:
+    """The tenant revokes a node.
+
+    Attributes:
+        detail: why (recorded in the signed revocation event).
+
+    Raises:
+        FieldError: ``detail`` is not a string of at most
+            :data:`MAX_DETAIL` characters.
+    """
+
+    detail: str = "revoked by the tenant"
+
+    _NAME = "revoke request"
+
+    def __post_init__(self) -> None:
+        check_str(self._NAME, "detail", self.detail, MAX_DETAIL, min_len=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, data: object) -> RevokeRequest:
+        """Parse a request body (unknown fields are refused; an empty
+        object keeps the default detail).
+
+        Raises:
+            MalformedError: naming the field.
+        """
+        r = Reader(data, cls._NAME)
+        detail = r.get("detail")
+        r.finish()
+        return cls() if detail is None else cls(detail)
