@@ -29,7 +29,6 @@ from verifier.protocol import (
     EvidenceError,
     MalformedError,
     PcrPolicy,
-    Quote,
     TpmPublic,
     bind_nonce,
     canonical_uuid,
@@ -40,6 +39,7 @@ from verifier.protocol import (
     verify_quote,
 )
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
+from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,17 +167,18 @@ class Tenant:
         nonce = os.urandom(20)
         base = f"https://{record['host']}:{record['port']}"
         pcrs = policy.pcrs or (10,)  # a runtime-policy-only enrolment
-        params = {"nonce": nonce.hex(), "pcrs": ",".join(map(str, pcrs))}
+        params = QuoteRequest(nonce, tuple(pcrs)).to_query()
         try:
             answer = await self._agents.request(
                 "GET", base, record["tls_cert"], "/v1/quote", params=params
             )
-            nk = base64.b64decode(str(answer.get("nk")), validate=True)
+            parsed = QuoteAnswer.from_dict(answer)
+            nk = parsed.nk
             ak = AttestationKey(
                 TpmPublic.from_bytes(base64.b64decode(record["ak_public"])), True
             )
             verify_quote(
-                Quote.from_dict(answer.get("quote")),
+                parsed.quote,
                 ak=ak,
                 qualifying_data=bind_nonce(nonce, nk),
                 policy=policy,

@@ -43,6 +43,11 @@ from trusted_testing.softtpm import SoftTpm
 from trusted_testing.swtpm import free_ports
 from verifier.common import tls as tlsutil
 from verifier.protocol import EnvelopeError, bind_nonce, open_share
+from verifier.protocol.messages.quote import (
+    QuoteAnswer,
+    QuoteRequest,
+    QuoteRequestError,
+)
 
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 FIRST_ADDRESS = ipaddress.IPv4Address("127.1.0.1")
@@ -54,7 +59,6 @@ class EmulatedAgent:
     __slots__ = (
         "address",
         "nk",
-        "nk_b64",
         "nk_public",
         "quotes",
         "tpm",
@@ -68,7 +72,6 @@ class EmulatedAgent:
         self.tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
         self.nk = x25519.X25519PrivateKey.generate()
         self.nk_public = self.nk.public_key().public_bytes(*_RAW)
-        self.nk_b64 = base64.b64encode(self.nk_public).decode()
         self.quotes = 0
         self.v_received = False
 
@@ -112,7 +115,10 @@ class Fleet:
         if agent is None:
             return 404, {"error": "no agent at this address"}
         if method == "GET" and path == "/v1/quote":
-            return 200, self._quote(agent, query)
+            try:
+                return 200, self._quote(agent, query)
+            except QuoteRequestError as exc:
+                return 400, {"error": {"code": exc.code, "message": exc.detail}}
         if method == "POST" and path == "/v1/keys/v":
             data = json.loads(body)
             try:
@@ -126,16 +132,12 @@ class Fleet:
         return 404, {"error": "not found"}
 
     def _quote(self, agent: EmulatedAgent, query: dict[str, str]) -> dict[str, Any]:
-        nonce = bytes.fromhex(query["nonce"])
-        pcrs = tuple(int(p) for p in query["pcrs"].split(","))
-        with_csr = query.get("csr") == "1"
-        bound = (agent.nk_public, self._csr()) if with_csr else (agent.nk_public,)
-        quote = agent.tpm.quote(bind_nonce(nonce, *bound), pcrs)
+        asked = QuoteRequest.from_query(query)
+        csr = self._csr() if asked.csr else None
+        bound = (agent.nk_public, csr) if csr is not None else (agent.nk_public,)
+        quote = agent.tpm.quote(bind_nonce(asked.nonce, *bound), asked.pcrs)
         agent.quotes += 1
-        answer: dict[str, Any] = {"quote": quote.to_dict(), "nk": agent.nk_b64}
-        if with_csr:
-            answer["csr"] = base64.b64encode(self._csr()).decode()
-        return answer
+        return QuoteAnswer(quote, agent.nk_public, csr).to_dict()
 
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         if method == "GET" and path == "/_fleet/counters":
