@@ -38,9 +38,6 @@ __all__ = ["NodeAttestation"]
 
 #: How much of an agent's error message a verdict repeats.
 _MAX_ERROR = 300
-_STOP = Verdict(Action.STOP)
-_WAIT = Verdict(Action.WAIT)
-_ASK_AGAIN = Verdict(Action.ASK_AGAIN)
 _NOTHING_REPLAYED = ReplayState()  # shared: frozen
 
 
@@ -235,7 +232,7 @@ class NodeAttestation:
             ``ASK_AGAIN`` (good so far; evidence incomplete) or ``REVOKE``.
         """
         if self._state is NodeState.REVOKED:
-            return _STOP
+            return Verdict(Action.STOP)
         try:
             if not isinstance(answer, QuoteAnswer):
                 answer = QuoteAnswer.from_dict(answer)
@@ -256,11 +253,11 @@ class NodeAttestation:
             the reason ``unreachable``; a failed node stays failed.
         """
         if self._state is NodeState.REVOKED:
-            return _STOP
+            return Verdict(Action.STOP)
         self._unreachable += 1
         self._rounds = 0
         if self._unreachable < rules.max_unreachable or self._state is NodeState.FAILED:
-            return _WAIT
+            return Verdict(Action.WAIT)
         if rules.revoke_unreachable:
             return self._revoked("unreachable", detail)
         failed = Transition(NodeState.FAILED, "unreachable", detail)
@@ -273,7 +270,7 @@ class NodeAttestation:
             ``WAIT`` with the transition to ``attested``.
         """
         if self._state is NodeState.REVOKED:
-            return _STOP
+            return Verdict(Action.STOP)
         self._v_released = True
         attested = Transition(NodeState.ATTESTED, v_released=True)
         return Verdict(Action.WAIT, attested)
@@ -286,7 +283,7 @@ class NodeAttestation:
             ``REVOKE``, or ``STOP`` if it is revoked already.
         """
         if self._state is NodeState.REVOKED:
-            return _STOP
+            return Verdict(Action.STOP)
         return self._revoked(reason, detail)
 
     def apply(self, transition: Transition) -> None:
@@ -342,7 +339,7 @@ class NodeAttestation:
                     f"runtime evidence still incomplete after {rules.max_rounds}"
                     " quotes",
                 )
-            return _ASK_AGAIN
+            return Verdict(Action.ASK_AGAIN)
         return self._passed(request, answer, quoted, now)
 
     def _check_evidence(

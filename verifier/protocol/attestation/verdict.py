@@ -85,9 +85,11 @@ class Transition:
         return f"{self.reason}: {self.detail}"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class Verdict:
-    """The answer of the state machine to one input.
+    """The answer of the state machine to one input (one per quote: a
+    slotted dataclass, not a frozen one, to keep the check cheap; read it,
+    never change it).
 
     Attributes:
         action: what to do next.
