@@ -46,7 +46,7 @@ from verifier.exceptions import (
 )
 from verifier.notify import Outbox
 from verifier.notify.outbox import make_event
-from verifier.protocol import PcrPolicy, canonical_uuid, seal_share
+from verifier.protocol import MalformedError, PcrPolicy, canonical_uuid, seal_share
 from verifier.protocol.attestation import (
     Action,
     AttestationRules,
@@ -339,6 +339,7 @@ class Verifier(NodeQueries):
         if not self._still_attesting(node):
             return False
         request = node.request(os.urandom(20))
+        answer: object
         try:
             answer = await self._agents.request(
                 "GET",
@@ -351,6 +352,8 @@ class Verifier(NodeQueries):
             if self._still_attesting(node):
                 self._unreachable(node, str(exc))
             return False
+        except MalformedError as exc:  # it answered, but not with a JSON object
+            answer = exc
         if not self._still_attesting(node):  # revoked or deleted meanwhile
             return False
         verdict = node.judge(request, answer, self._clock(), self._rules)

@@ -223,7 +223,8 @@ class NodeAttestation:
 
         Args:
             request: what was asked (its nonce, and whether the CSR was).
-            answer: the JSON answer, or an already parsed one.
+            answer: the JSON answer, an already parsed one, or the
+                :class:`MalformedError` of an answer that was not JSON.
             now: the current time (seconds), kept as the attestation time.
             rules: the operator's rules.
 
@@ -234,6 +235,8 @@ class NodeAttestation:
         if self._state is NodeState.REVOKED:
             return Verdict(Action.STOP)
         try:
+            if isinstance(answer, MalformedError):
+                raise answer
             if not isinstance(answer, QuoteAnswer):
                 answer = QuoteAnswer.from_dict(answer)
             return self._judge(request, answer, now, rules)

@@ -26,7 +26,13 @@ from hypothesis import strategies as st
 from trusted_testing.eventlog import sample_log
 from trusted_testing.ima import boot_aggregate_entry, make_entry, pcr_values, to_ascii
 from trusted_testing.softtpm import SoftTpm
-from verifier.protocol import AttestationKey, PcrPolicy, TpmPublic, bind_nonce
+from verifier.protocol import (
+    AttestationKey,
+    MalformedError,
+    PcrPolicy,
+    TpmPublic,
+    bind_nonce,
+)
 from verifier.protocol.attestation import (
     Action,
     AttestationRules,
@@ -473,6 +479,12 @@ class AttackTest(MachineTestBase):
         machine = self.machine()
         for answer in (None, [], "quote", 42, b"bytes"):
             self.assert_revoked(self.round(machine, lambda r, a=answer: a), "malformed")
+
+    def test_answer_that_is_not_json_is_malformed(self) -> None:
+        machine = self.machine()
+        unreadable = MalformedError("agent answer", "response is not JSON")
+        change = self.assert_revoked(self.round(machine, unreadable), "malformed")
+        self.assertIn("not JSON", change.detail)
 
     def test_answer_without_quote_is_malformed(self) -> None:
         machine = self.machine()
