@@ -42,7 +42,6 @@ from verifier.common.tls import (
 )
 from verifier.common.tpm import Tpm
 from verifier.common.tpm_access import TpmAccess, TpmLike
-from verifier.common.web import b64
 from verifier.protocol import (
     EnvelopeError,
     MalformedError,
@@ -54,6 +53,7 @@ from verifier.protocol import (
     open_payload,
     open_share,
 )
+from verifier.protocol.messages.quote import QuoteAnswer
 from verifier.protocol.messages.registration import (
     ActivationChallenge,
     ActivationProof,
@@ -294,13 +294,11 @@ class Agent:
 
     # -- quotes ------------------------------------------------------------
 
-    async def quote(
-        self, nonce: bytes, pcrs: list[int], with_csr: bool
-    ) -> dict[str, Any]:
+    async def quote(self, nonce: bytes, pcrs: list[int], with_csr: bool) -> QuoteAnswer:
         """Quote ``pcrs`` with the nonce bound to NK (and the CSR).
 
         Returns:
-            ``{"quote": {...}, "nk": b64, "csr": b64}`` (csr only if asked).
+            The answer: the quote, NK and (only if asked) the CSR.
 
         Raises:
             TpmError: the TPM failed.
@@ -309,10 +307,7 @@ class Agent:
         qualifying = bind_nonce(nonce, *bound)
         raw = await self.tpm.run(lambda tpm: tpm.quote(qualifying, list(pcrs)))
         quote = Quote(raw.attest, raw.signature, dict(raw.pcr_values))
-        result: dict[str, Any] = {"quote": quote.to_dict(), "nk": b64(self.nk_public)}
-        if with_csr:
-            result["csr"] = b64(self.csr_der)
-        return result
+        return QuoteAnswer(quote, self.nk_public, self.csr_der if with_csr else None)
 
     # -- bootstrap -----------------------------------------------------------
 

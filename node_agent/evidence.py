@@ -10,12 +10,13 @@ appends an entry before extending PCR 10).
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 import os
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from verifier.protocol import MalformedError
 from verifier.protocol.ima.log import iter_binary_spans
+from verifier.protocol.messages.quote import MAX_MB_LOG_BYTES, ImaPart, QuoteAnswer
 
 __all__ = ["EvidenceReader", "ImaLogReader"]
 
@@ -23,7 +24,7 @@ DEFAULT_IMA_LOG = "/sys/kernel/security/ima/ascii_runtime_measurements"
 DEFAULT_MB_LOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
 #: Send at most this much of the list per answer (the verifier asks again).
 DEFAULT_MAX_BYTES = 4 << 20
-_MB_MAX = 1 << 20
+_MB_MAX = MAX_MB_LOG_BYTES
 _READ = 1 << 16
 
 
@@ -42,10 +43,9 @@ class ImaLogReader:
         self.max_bytes = max_bytes
         self._mark = (0, 0)  # (entry index, byte offset) of a known entry start
 
-    def read_from(self, index: int) -> dict[str, Any]:
-        """The wire form of the entries from ``index`` on (see
-        :mod:`verifier.protocol.evidence`). A list shorter than ``index``
-        was restarted by a reboot: it is sent from entry 0.
+    def read_from(self, index: int) -> ImaPart:
+        """The entries from ``index`` on. A list shorter than ``index`` was
+        restarted by a reboot: it is sent from entry 0.
 
         Raises:
             OSError: the list cannot be read.
@@ -61,15 +61,8 @@ class ImaLogReader:
             data, more = self._take(f)
         self._mark = (start, offset)
         if self.binary:
-            text = base64.b64encode(data).decode()
-        else:
-            text = data.decode("utf-8", "surrogateescape")
-        return {
-            "from": start,
-            "format": "binary" if self.binary else "ascii",
-            "entries": text,
-            "more": more,
-        }
+            return ImaPart(start, data, more)
+        return ImaPart(start, data.decode("utf-8", "surrogateescape"), more)
 
     def _seek(self, f: BinaryIO, index: int) -> int | None:
         """Position ``f`` at entry ``index``; None if the list is shorter."""
@@ -138,29 +131,36 @@ class EvidenceReader:
         self.ima = ImaLogReader(ima_path, ima_max_bytes) if ima_path else None
         self.mb_path = mb_path
 
-    def add_to(self, answer: dict[str, Any], ima_from: int | None, mb: bool) -> None:
-        """Add what the verifier asked for to a quote answer; what cannot be
-        read is reported as ``ima_error``/``mb_error`` (the verifier fails
-        the node: it asked because its policy needs it)."""
+    def add_to(
+        self, answer: QuoteAnswer, ima_from: int | None, mb: bool
+    ) -> QuoteAnswer:
+        """A quote answer with what the verifier asked for added; what
+        cannot be read is reported as ``ima_error``/``mb_error`` (the
+        verifier fails the node: it asked because its policy needs it)."""
+        ima, ima_error = None, None
         if ima_from is not None:
             if self.ima is None:
-                answer["ima_error"] = "this agent has no IMA log configured"
+                ima_error = "this agent has no IMA log configured"
             else:
                 try:
-                    answer["ima"] = self.ima.read_from(ima_from)
+                    ima = self.ima.read_from(ima_from)
                 except (OSError, MalformedError) as exc:
-                    answer["ima_error"] = f"{self.ima.path}: {exc}"
+                    ima_error = f"{self.ima.path}: {exc}"
+        mb_log, mb_error = None, None
         if mb:
-            if not self.mb_path:
-                answer["mb_error"] = "this agent has no firmware event log configured"
-                return
-            try:
-                with open(self.mb_path, "rb") as f:
-                    log = f.read(_MB_MAX + 1)
-            except OSError as exc:
-                answer["mb_error"] = f"{self.mb_path}: {exc}"
-                return
-            if len(log) > _MB_MAX:
-                answer["mb_error"] = f"{self.mb_path}: larger than {_MB_MAX} bytes"
-            else:
-                answer["mb_log"] = base64.b64encode(log).decode()
+            mb_log, mb_error = self._read_mb_log()
+        return dataclasses.replace(
+            answer, ima=ima, ima_error=ima_error, mb_log=mb_log, mb_error=mb_error
+        )
+
+    def _read_mb_log(self) -> tuple[bytes | None, str | None]:
+        if not self.mb_path:
+            return None, "this agent has no firmware event log configured"
+        try:
+            with open(self.mb_path, "rb") as f:
+                log = f.read(_MB_MAX + 1)
+        except OSError as exc:
+            return None, f"{self.mb_path}: {exc}"
+        if len(log) > _MB_MAX:
+            return None, f"{self.mb_path}: larger than {_MB_MAX} bytes"
+        return log, None

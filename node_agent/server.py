@@ -33,6 +33,7 @@ from verifier.common.web import (
     json_response,
     read_json,
 )
+from verifier.protocol.messages.quote import QuoteRequest, QuoteRequestError
 from verifier.protocol.messages.shares import (
     MAX_PAYLOAD_ENVELOPE,
     ShareAccepted,
@@ -44,74 +45,26 @@ __all__ = ["make_app"]
 
 _KEY = web.AppKey("agent", Agent)
 _EVIDENCE = web.AppKey("evidence", EvidenceReader)
-_NONCE_MIN, _NONCE_MAX = 8, 32
-_MAX_PCRS = 24
 #: The largest body: a payload envelope in base64 (4/3) and room for the rest.
 _CLIENT_MAX_SIZE = (MAX_PAYLOAD_ENVELOPE * 4) // 3 + 64 * 1024
 
 
-def _parse_nonce(text: str | None) -> bytes:
-    if not text:
-        raise RequestError("bad_nonce", "'nonce' is required (hex)")
-    try:
-        nonce = bytes.fromhex(text)
-    except ValueError:
-        raise RequestError("bad_nonce", "'nonce' is not hex")
-    if not _NONCE_MIN <= len(nonce) <= _NONCE_MAX:
-        raise RequestError(
-            "bad_nonce",
-            f"'nonce' must be {_NONCE_MIN}..{_NONCE_MAX} bytes, got {len(nonce)}",
-        )
-    return nonce
-
-
-def _parse_pcrs(text: str | None) -> list[int]:
-    if not text:
-        raise RequestError("bad_pcrs", "'pcrs' is required (e.g. pcrs=16,17)")
-    items = text.split(",")
-    if len(items) > _MAX_PCRS:
-        raise RequestError("bad_pcrs", f"'pcrs' lists more than {_MAX_PCRS} PCRs")
-    pcrs: set[int] = set()
-    for item in items:
-        item = item.strip()
-        if not (item.isascii() and item.isdigit()) or not 0 <= int(item) < 24:
-            raise RequestError("bad_pcrs", f"'pcrs': {item!r} is not a PCR index 0..23")
-        pcrs.add(int(item))
-    return sorted(pcrs)
-
-
-def _parse_flag(text: str | None, name: str) -> bool:
-    if text in (None, "", "0"):
-        return False
-    if text == "1":
-        return True
-    raise RequestError(f"bad_{name}", f"'{name}' must be 0 or 1")
-
-
 @allow("tenant", "verifier")
 async def _quote(request: web.Request) -> web.Response:
-    query = request.query
-    nonce = _parse_nonce(query.get("nonce"))
-    pcrs = _parse_pcrs(query.get("pcrs"))
-    with_csr = _parse_flag(query.get("csr"), "csr")
-    ima_from = _parse_index(query.get("ima_from"))
-    with_mb = _parse_flag(query.get("mb"), "mb")
     try:
-        result = await request.app[_KEY].quote(nonce, pcrs, with_csr)
+        asked = QuoteRequest.from_query(request.query)
+    except QuoteRequestError as exc:
+        raise RequestError(exc.code, exc.detail) from exc
+    try:
+        answer = await request.app[_KEY].quote(asked.nonce, list(asked.pcrs), asked.csr)
     except TpmError as exc:
         raise RequestError("tpm_error", str(exc), 503)
-    if ima_from is not None or with_mb:  # read after the quote: a superset
+    if asked.ima_from is not None or asked.mb:  # read after the quote: a superset
         reader = request.app[_EVIDENCE]
-        await asyncio.to_thread(reader.add_to, result, ima_from, with_mb)
-    return json_response(result)
-
-
-def _parse_index(text: str | None) -> int | None:
-    if text is None:
-        return None
-    if not (text.isascii() and text.isdigit()) or len(text) > 12:
-        raise RequestError("bad_ima_from", "'ima_from' must be an entry index")
-    return int(text)
+        answer = await asyncio.to_thread(
+            reader.add_to, answer, asked.ima_from, asked.mb
+        )
+    return json_response(answer.to_dict())
 
 
 @allow("tenant")

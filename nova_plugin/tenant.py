@@ -9,7 +9,6 @@ verifier accepted V, the enrolment is undone and the error says so.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import os
@@ -29,7 +28,6 @@ from verifier.protocol import (
     EvidenceError,
     MalformedError,
     PcrPolicy,
-    Quote,
     bind_nonce,
     canonical_uuid,
     generate_key,
@@ -41,6 +39,7 @@ from verifier.protocol import (
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
 from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
 from verifier.protocol.messages.policies import PolicyUpload
+from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
 from verifier.protocol.messages.registration import RegistrationRecord
 from verifier.protocol.messages.shares import ShareAccepted, ShareU
 
@@ -178,15 +177,16 @@ class Tenant:
         """Verify a fresh identity quote; return the node's transport key."""
         nonce = os.urandom(20)
         pcrs = policy.pcrs or (10,)  # a runtime-policy-only enrolment
-        params = {"nonce": nonce.hex(), "pcrs": ",".join(map(str, pcrs))}
+        params = QuoteRequest(nonce, tuple(pcrs)).to_query()
         try:
             answer = await self._agents.request(
                 "GET", record.base_url, record.tls_cert, "/v1/quote", params=params
             )
-            nk = base64.b64decode(str(answer.get("nk")), validate=True)
+            parsed = QuoteAnswer.from_dict(answer)
+            nk = parsed.nk
             ak = AttestationKey(record.ak_public, True)
             verify_quote(
-                Quote.from_dict(answer.get("quote")),
+                parsed.quote,
                 ak=ak,
                 qualifying_data=bind_nonce(nonce, nk),
                 policy=policy,

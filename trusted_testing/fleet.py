@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import functools
 import ipaddress
 import json
@@ -44,6 +43,11 @@ from trusted_testing.swtpm import free_ports
 from verifier.common import tls as tlsutil
 from verifier.protocol import EnvelopeError, MalformedError, bind_nonce, open_share
 from verifier.protocol.messages.errors import ErrorBody
+from verifier.protocol.messages.quote import (
+    QuoteAnswer,
+    QuoteRequest,
+    QuoteRequestError,
+)
 from verifier.protocol.messages.registration import (
     ActivationChallenge,
     ActivationProof,
@@ -66,7 +70,6 @@ class EmulatedAgent:
     __slots__ = (
         "address",
         "nk",
-        "nk_b64",
         "nk_public",
         "quotes",
         "tpm",
@@ -80,7 +83,6 @@ class EmulatedAgent:
         self.tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
         self.nk = x25519.X25519PrivateKey.generate()
         self.nk_public = self.nk.public_key().public_bytes(*_RAW)
-        self.nk_b64 = base64.b64encode(self.nk_public).decode()
         self.quotes = 0
         self.v_received = False
 
@@ -124,7 +126,10 @@ class Fleet:
         if agent is None:
             return 404, _error("not_found", "no agent at this address")
         if method == "GET" and path == "/v1/quote":
-            return 200, self._quote(agent, query)
+            try:
+                return 200, self._quote(agent, query)
+            except QuoteRequestError as exc:
+                return 400, _error(exc.code, exc.detail)
         if method == "POST" and path == "/v1/keys/v":
             try:
                 share = ShareV.from_dict(json.loads(body))
@@ -140,16 +145,12 @@ class Fleet:
         return 404, _error("not_found", "not found")
 
     def _quote(self, agent: EmulatedAgent, query: dict[str, str]) -> dict[str, Any]:
-        nonce = bytes.fromhex(query["nonce"])
-        pcrs = tuple(int(p) for p in query["pcrs"].split(","))
-        with_csr = query.get("csr") == "1"
-        bound = (agent.nk_public, self._csr()) if with_csr else (agent.nk_public,)
-        quote = agent.tpm.quote(bind_nonce(nonce, *bound), pcrs)
+        asked = QuoteRequest.from_query(query)
+        csr = self._csr() if asked.csr else None
+        bound = (agent.nk_public, csr) if csr is not None else (agent.nk_public,)
+        quote = agent.tpm.quote(bind_nonce(asked.nonce, *bound), asked.pcrs)
         agent.quotes += 1
-        answer: dict[str, Any] = {"quote": quote.to_dict(), "nk": agent.nk_b64}
-        if with_csr:
-            answer["csr"] = base64.b64encode(self._csr()).decode()
-        return answer
+        return QuoteAnswer(quote, agent.nk_public, csr).to_dict()
 
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         if method == "GET" and path == "/_fleet/counters":

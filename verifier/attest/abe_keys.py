@@ -32,13 +32,11 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
-from typing import Any
 
 from verifier.attest.clients import AgentClient
 from verifier.attest.node import LiveNode
 from verifier.exceptions import AgentUnreachableError, ConfigError
-from verifier.protocol import MalformedError, Quote, TpmAttest, seal_share
+from verifier.protocol import MalformedError, TpmAttest, seal_share
 from verifier.protocol.abe import (
     AbeError,
     MasterKey,
@@ -210,11 +208,9 @@ class AbeAuthority:
             self._delivered.pop(uuid, None)
         LOG.info("Node %s revoked: CP-ABE key epoch is now %d", uuid, self.epoch)
 
-    async def after_quote(
-        self, node: LiveNode, answer: Mapping[str, Any], nk: bytes
-    ) -> None:
-        """Give a node that just passed a quote the key for its attributes."""
-        attest = TpmAttest.from_bytes(Quote.from_dict(answer["quote"]).attest)
+    async def after_quote(self, node: LiveNode, attest: TpmAttest, nk: bytes) -> None:
+        """Give a node that just passed a quote (``attest``, bound to its
+        transport key ``nk``) the key for its attributes."""
         try:
             attrs = self.attributes(node.uuid, attest.pcr_digest)
         except (ConfigError, OSError) as exc:

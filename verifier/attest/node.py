@@ -1,18 +1,19 @@
-"""A node as the verifier sees it: its state, its view, its hot state."""
+"""A node as the verifier's service sees it: the core's attestation state
+(:class:`~verifier.protocol.attestation.NodeAttestation`) plus where to
+reach its agent and the share V it is owed; its view; its row.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from verifier.db import Node
 from verifier.protocol import AttestationKey, ClockState, PcrPolicy, TpmPublic
-from verifier.protocol.evidence import BOOT_PCRS
+from verifier.protocol.attestation import NodeAttestation, NodeState
 from verifier.protocol.ima import ReplayState, RuntimePolicy
-from verifier.protocol.ima.log import IMA_PCR
 from verifier.protocol.mb import MeasuredBootPolicy
 from verifier.protocol.messages.registration import RegistrationRecord
 
@@ -24,18 +25,6 @@ __all__ = [
     "registration_values",
     "view_of_row",
 ]
-
-
-class NodeState(enum.StrEnum):
-    #: enrolled at boot, before Nova reported the instance created
-    PENDING = "pending"
-    #: Nova created the instance; waiting for its agent's activated AK
-    CREATED = "created"
-    REGISTERED = "registered"
-    BOOTSTRAPPING = "bootstrapping"
-    ATTESTED = "attested"
-    FAILED = "failed"
-    REVOKED = "revoked"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,46 +118,49 @@ def shared_policy(text: str) -> PcrPolicy:
     return policy
 
 
-def _ima_state(row: Node) -> ReplayState:
+def _ima_state(row: Node) -> ReplayState | None:
     pcr = row.ima_pcr
     if row.ima_count is None or pcr is None or len(pcr) != 52:
-        return ReplayState()
+        return None
     return ReplayState(row.ima_count, pcr[:20], pcr[20:])
 
 
-@dataclasses.dataclass(slots=True)
-class LiveNode:
-    """A node this process attests: its policy, AK and hot state."""
+class LiveNode(NodeAttestation):
+    """A node this process attests: its attestation state (judged by the
+    core, never changed here) plus what the service's I/O needs.
 
-    uuid: str
-    state: NodeState
-    policy: PcrPolicy
-    ak: AttestationKey
-    base_url: str
-    tls_cert: str
-    v_share: bytes
-    clock: ClockState | None = None
-    last_attested_at: float | None = None
-    quotes_verified: int = 0
-    unreachable: int = 0
-    failure_reason: str | None = None
-    v_released: bool = False
-    dirty: bool = False
-    runtime_ref: str | None = None
-    runtime: RuntimePolicy | None = None
-    mb_ref: str | None = None
-    mb: MeasuredBootPolicy | None = None
-    ima: ReplayState = ReplayState()
-    mb_boot: int | None = None  # reset count of the boot whose log passed
-    quoted_pcrs: str = ""
+    Args:
+        uuid, policy, ak: as :class:`NodeAttestation`.
+        base_url: its agent's ``https://host:port``.
+        tls_cert: its agent's pinned TLS certificate (PEM).
+        v_share: the tenant's share V, released after its first good quote.
+        runtime_ref: the digest of its stored runtime policy, or None.
+        mb_ref: the digest of its stored measured-boot policy, or None.
+        judged: :class:`NodeAttestation`'s keyword arguments (its state as
+            last written).
+    """
 
-    def __post_init__(self) -> None:
-        pcrs = set(self.policy.pcrs)
-        if self.runtime is not None:
-            pcrs.add(IMA_PCR)
-        if self.mb is not None:
-            pcrs.update(BOOT_PCRS)
-        self.quoted_pcrs = ",".join(map(str, sorted(pcrs)))
+    __slots__ = ("base_url", "mb_ref", "runtime_ref", "tls_cert", "v_share")
+
+    def __init__(
+        self,
+        uuid: str,
+        policy: PcrPolicy,
+        ak: AttestationKey,
+        *,
+        base_url: str,
+        tls_cert: str,
+        v_share: bytes,
+        runtime_ref: str | None = None,
+        mb_ref: str | None = None,
+        **judged: Any,
+    ) -> None:
+        super().__init__(uuid, policy, ak, **judged)
+        self.base_url = base_url
+        self.tls_cert = tls_cert
+        self.v_share = v_share
+        self.runtime_ref = runtime_ref
+        self.mb_ref = mb_ref
 
     def view(self) -> NodeView:
         return NodeView(
@@ -203,21 +195,21 @@ class LiveNode:
         if row.clock is not None:
             clock = ClockState(row.reset_count or 0, row.restart_count or 0, row.clock)
         return cls(
-            uuid=row.uuid,
-            state=NodeState(row.state),
-            policy=shared_policy(row.policy),
-            ak=AttestationKey(TpmPublic.from_bytes(row.ak_public), activated=True),
+            row.uuid,
+            shared_policy(row.policy),
+            AttestationKey(TpmPublic.from_bytes(row.ak_public), activated=True),
             base_url=f"https://{row.host}:{row.port}",
             tls_cert=row.tls_cert,
             v_share=row.v_share,
+            runtime_ref=row.runtime_policy,
+            mb_ref=row.mb_policy,
+            state=NodeState(row.state),
+            runtime=runtime,
+            mb=mb,
             clock=clock,
+            ima=_ima_state(row),
             last_attested_at=row.last_attested_at,
             quotes_verified=row.quotes_verified,
             failure_reason=row.failure_reason,
             v_released=bool(row.v_released),
-            runtime_ref=row.runtime_policy,
-            runtime=runtime,
-            mb_ref=row.mb_policy,
-            mb=mb,
-            ima=_ima_state(row),
         )

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,7 +34,6 @@ from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.policies import PolicyStore
 from verifier.attest.queries import NodeQueries
-from verifier.attest.runtime import check_answer, quote_params
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
 from verifier.ca import CaError, CertificateAuthority
@@ -46,12 +45,12 @@ from verifier.exceptions import (
 )
 from verifier.notify import Outbox
 from verifier.notify.outbox import make_event
-from verifier.protocol import (
-    EvidenceError,
-    MalformedError,
-    PcrPolicy,
-    canonical_uuid,
-    seal_share,
+from verifier.protocol import MalformedError, PcrPolicy, canonical_uuid, seal_share
+from verifier.protocol.attestation import (
+    Action,
+    AttestationRules,
+    Transition,
+    Verdict,
 )
 from verifier.protocol.messages.shares import ShareV
 
@@ -59,8 +58,6 @@ __all__ = ["NodeState", "NodeView", "Verifier"]
 
 LOG = logging.getLogger(__name__)
 _FLUSH_INTERVAL = 5.0
-#: Quote rounds one attestation may take (a long IMA list comes in parts).
-_MAX_ROUNDS = 64
 
 
 class Verifier(NodeQueries):
@@ -124,8 +121,10 @@ class Verifier(NodeQueries):
             lambda node: next_delay(node, self._interval),
             max_in_flight,
         )
-        self._max_unreachable = max_unreachable
-        self._unreachable_action = unreachable_action
+        self._rules = AttestationRules(
+            max_unreachable=max_unreachable,
+            revoke_unreachable=unreachable_action == "revoke",
+        )
         self._outbox_interval = outbox_interval
         self._clock = clock
         self._ownership = ownership or AllNodes()
@@ -199,7 +198,7 @@ class Verifier(NodeQueries):
             if db_state is None:
                 self._release(node)
             elif db_state == NodeState.REVOKED and node.state != NodeState.REVOKED:
-                node.state = NodeState.REVOKED
+                node.revoked_elsewhere()
                 self._release(node)
             elif not owns(uuid):
                 await asyncio.to_thread(self.store.flush, [node])
@@ -316,8 +315,7 @@ class Verifier(NodeQueries):
         uuid = canonical_uuid(uuid)
         node = self._nodes.get(uuid)
         if node is not None:
-            if node.state != NodeState.REVOKED:
-                self._revoke(node, reason, detail)
+            self._act(node, node.revoke(reason, detail))
             return node.view()
         view = self.get(uuid)
         if view.state != NodeState.REVOKED:
@@ -332,79 +330,63 @@ class Verifier(NodeQueries):
         """Ask the node for one quote (more when its runtime evidence needs
         another round) and act on the verdict."""
         node = self._live(uuid)
-        for _ in range(_MAX_ROUNDS):
-            if node.state == NodeState.REVOKED or not await self._round(node):
-                return node.view()
-        if self._still_attesting(node):
-            self._revoke(
-                node,
-                "evidence_incomplete",
-                f"runtime evidence still incomplete after {_MAX_ROUNDS} quotes",
-            )
+        while await self._round(node):  # the node bounds its rounds
+            pass
         return node.view()
 
     async def _round(self, node: LiveNode) -> bool:
         """One quote round; True if another is needed at once."""
-        first = not node.v_released
-        nonce = os.urandom(20)
-        params = quote_params(node, nonce, first)
+        if not self._still_attesting(node):
+            return False
+        request = node.request(os.urandom(20))
+        answer: object
         try:
             answer = await self._agents.request(
-                "GET", node.base_url, node.tls_cert, "/v1/quote", params=params
+                "GET",
+                node.base_url,
+                node.tls_cert,
+                "/v1/quote",
+                params=request.to_query(),
             )
         except AgentUnreachableError as exc:
             if self._still_attesting(node):
                 self._unreachable(node, str(exc))
             return False
+        except MalformedError as exc:  # it answered, but not with a JSON object
+            answer = exc
         if not self._still_attesting(node):  # revoked or deleted meanwhile
             return False
-        try:
-            nk, csr, complete = self._check_answer(node, answer, nonce, first)
-        except (EvidenceError, MalformedError) as exc:
-            if isinstance(exc, EvidenceError):
-                reason, detail = exc.reason, exc.detail
-            else:
-                reason, detail = "malformed", str(exc)
-            LOG.warning("Node %s failed attestation: %s", node.uuid, exc)
-            self._revoke(node, reason, detail)
-            return False
-        if not complete:
+        verdict = node.judge(request, answer, self._clock(), self._rules)
+        if not verdict and verdict.transition is not None:
+            failed = verdict.transition.failure_reason
+            LOG.warning("Node %s failed attestation: %s", node.uuid, failed)
+        self._act(node, verdict)
+        if verdict.action is Action.ASK_AGAIN:
             return True
-        if first:
-            await self._release_v(node, nk, csr)
-        if self.abe is not None and self._still_attesting(node):
-            await self.abe.after_quote(node, answer, nk)
+        if verdict.action is Action.RELEASE_V:
+            await self._release_v(node, verdict)
+        if (
+            self.abe is not None
+            and verdict.attest is not None
+            and verdict.nk is not None
+            and self._still_attesting(node)
+        ):
+            await self.abe.after_quote(node, verdict.attest, verdict.nk)
         return False
 
     def _still_attesting(self, node: LiveNode) -> bool:
         return node.state != NodeState.REVOKED and self._nodes.get(node.uuid) is node
 
-    def _check_answer(
-        self, node: LiveNode, answer: Mapping[str, Any], nonce: bytes, first: bool
-    ) -> tuple[bytes, bytes | None, bool]:
-        nk, csr, complete = check_answer(node, answer, nonce, first)
-        if complete:
-            node.last_attested_at = self._clock()
-            node.quotes_verified += 1
-            node.unreachable = 0
-            if node.state == NodeState.FAILED:
-                back = NodeState.BOOTSTRAPPING
-                if node.v_released:
-                    back = NodeState.ATTESTED
-                self._set_state(node, back, None)
-        return nk, csr, complete
-
-    async def _release_v(self, node: LiveNode, nk: bytes, csr: bytes | None) -> None:
-        if node.state != NodeState.BOOTSTRAPPING:
-            self._set_state(node, NodeState.BOOTSTRAPPING, None)
+    async def _release_v(self, node: LiveNode, verdict: Verdict) -> None:
+        assert verdict.nk is not None  # a RELEASE_V verdict carries NK
         cert = None
-        if self._ca is not None and csr is not None:
+        if self._ca is not None and verdict.csr is not None:
             try:
-                cert = self._ca.sign_csr(csr, node.uuid).decode()
+                cert = self._ca.sign_csr(verdict.csr, node.uuid).decode()
             except CaError as exc:
-                self._revoke(node, "csr", str(exc))
+                self._act(node, node.revoke("csr", str(exc)))
                 return
-        body = ShareV(seal_share(nk, node.v_share, "V", node.uuid), cert)
+        body = ShareV(seal_share(verdict.nk, node.v_share, "V", node.uuid), cert)
         try:
             await self._agents.request(
                 "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body.to_dict()
@@ -414,38 +396,38 @@ class Verifier(NodeQueries):
             return
         if not self._still_attesting(node):  # revoked while V was in flight
             return
-        node.v_released = True
-        self._set_state(
-            node, NodeState.ATTESTED, None, identity_cert=cert, v_released=True
-        )
+        self._act(node, node.v_delivered(), identity_cert=cert)
         LOG.info("Node %s attested; V released", node.uuid)
 
     def _unreachable(self, node: LiveNode, detail: str) -> None:
-        node.unreachable += 1
+        verdict = node.transport_failed(detail, self._rules)
         LOG.debug("Node %s unreachable (%d): %s", node.uuid, node.unreachable, detail)
-        if node.unreachable < self._max_unreachable or node.state == NodeState.FAILED:
-            return
-        LOG.warning("Node %s missed %d rounds: %s", node.uuid, node.unreachable, detail)
-        if self._unreachable_action == "revoke":
-            self._revoke(node, "unreachable", detail)
-        else:
-            self._set_state(node, NodeState.FAILED, f"unreachable: {detail}")
+        if verdict.transition is not None:
+            LOG.warning(
+                "Node %s missed %d rounds: %s", node.uuid, node.unreachable, detail
+            )
+        self._act(node, verdict)
 
     # -- persistence -------------------------------------------------------
 
-    def _set_state(
-        self, node: LiveNode, state: NodeState, reason: str | None, **extra: Any
-    ) -> None:
-        if self.store.update_state(node, state, reason, **extra):
-            node.state, node.failure_reason = state, reason
+    def _act(self, node: LiveNode, verdict: Verdict, **extra: Any) -> None:
+        """Write the verdict's transition (a revocation with its signed
+        event), then enter it: state changes are written ahead."""
+        change = verdict.transition
+        if change is None:
+            return
+        if change.state == NodeState.REVOKED:
+            self._revoke(node, change)
+        elif self.store.update_state(node, change, **extra):
+            node.apply(change)
         else:  # revoked (or deleted) by another verifier meanwhile
-            node.state = NodeState.REVOKED
+            node.revoked_elsewhere()
 
-    def _revoke(self, node: LiveNode, reason: str, detail: str) -> None:
+    def _revoke(self, node: LiveNode, change: Transition) -> None:
+        reason, detail = change.reason or "revoked", change.detail
         signed = make_event(self._signing_key, node.uuid, reason, detail, self._clock())
         first = self.store.revoke(node.uuid, f"{reason}: {detail}", signed, node)
-        node.state = NodeState.REVOKED
-        node.failure_reason = f"{reason}: {detail}"
+        node.apply(change)
         if first:
             LOG.warning(
                 "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id

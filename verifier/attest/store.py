@@ -13,11 +13,11 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from verifier.attest.node import LiveNode, NodeState
 from verifier.db import Node
 from verifier.exceptions import ConflictError
 from verifier.notify.outbox import add_to_outbox
 from verifier.protocol import SignedEvent
+from verifier.protocol.attestation import NodeAttestation, NodeState, Transition
 
 _REVOKED = NodeState.REVOKED.value
 
@@ -73,30 +73,37 @@ class NodeStore:
             result = conn.execute(sa.select(Node.uuid, Node.state))
             return {uuid: state for uuid, state in result}
 
-    def _hot(self, node: LiveNode) -> dict[str, Any]:
+    def _hot(self, node: NodeAttestation) -> dict[str, Any]:
+        hot = node.snapshot()
         values: dict[str, Any] = {
-            "last_attested_at": node.last_attested_at,
-            "quotes_verified": node.quotes_verified,
+            "last_attested_at": hot.last_attested_at,
+            "quotes_verified": hot.quotes_verified,
             "updated_at": self._clock(),
         }
-        if node.runtime is not None:
-            values["ima_count"] = node.ima.count
-            values["ima_pcr"] = node.ima.sha1 + node.ima.sha256
-        if node.clock is not None:
-            values["reset_count"] = node.clock.reset_count
-            values["restart_count"] = node.clock.restart_count
-            values["clock"] = node.clock.clock
+        if hot.ima is not None:
+            values["ima_count"] = hot.ima.count
+            values["ima_pcr"] = hot.ima.sha1 + hot.ima.sha256
+        if hot.clock is not None:
+            values["reset_count"] = hot.clock.reset_count
+            values["restart_count"] = hot.clock.restart_count
+            values["clock"] = hot.clock.clock
         return values
 
     def update_state(
-        self, node: LiveNode, state: NodeState, reason: str | None, **extra: Any
+        self, node: NodeAttestation, change: Transition, **extra: Any
     ) -> bool:
-        """Write ``state`` and the hot state unless the node was revoked.
+        """Write ``change`` (and ``extra`` columns) and the hot state unless
+        the node was revoked.
 
         Returns:
             False if the row is revoked (or gone): the caller must stop.
         """
-        values = self._hot(node) | {"state": state.value, "failure_reason": reason}
+        values = self._hot(node) | {
+            "state": change.state.value,
+            "failure_reason": change.failure_reason,
+        }
+        if change.v_released:
+            values["v_released"] = True
         values.update(extra)
         with self.engine.begin() as conn:
             result = conn.execute(
@@ -108,7 +115,11 @@ class NodeStore:
         return result.rowcount == 1
 
     def revoke(
-        self, uuid: str, reason: str, signed: SignedEvent, hot: LiveNode | None
+        self,
+        uuid: str,
+        reason: str,
+        signed: SignedEvent,
+        hot: NodeAttestation | None,
     ) -> bool:
         """Revoke ``uuid`` and stage ``signed`` in one transaction, once.
 
@@ -132,7 +143,7 @@ class NodeStore:
             add_to_outbox(session, signed, now)
         return True
 
-    def flush(self, nodes: Iterable[LiveNode]) -> None:
+    def flush(self, nodes: Iterable[NodeAttestation]) -> None:
         """Write behind the hot state of ``nodes`` (never un-revokes)."""
         dirty = [n for n in nodes if n.dirty]
         if not dirty:

@@ -3,10 +3,9 @@ the UEFI (measured-boot) event log, checked against the quoted PCRs.
 
 A node answers a quote request with, besides the quote, the IMA entries
 from the index the verifier asked for (``ima``) and, when asked, its whole
-firmware event log (``mb_log``). The wire forms::
-
-    "ima": {"from": 120, "format": "ascii" | "binary", "entries": "<text|b64>"}
-    "mb_log": "<b64 of binary_bios_measurements>"
+firmware event log (``mb_log``); their wire forms are
+:mod:`verifier.protocol.messages.quote`'s (:class:`ImaPart`, the
+answer's ``mb_log`` bytes). Here their content is parsed and judged.
 
 The checks here are pure: the caller keeps the per-node
 :class:`~verifier.protocol.ima.ReplayState` between quotes and the shared
@@ -16,11 +15,9 @@ policy objects, and acts on the :class:`EvidenceError` raised (its
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping, Sequence
 
-from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.errors import EvidenceError
 from verifier.protocol.ima import (
     ImaEntry,
     ReplayState,
@@ -36,6 +33,12 @@ from verifier.protocol.ima.log import IMA_PCR
 from verifier.protocol.mb import MeasuredBootPolicy, check_against_pcrs, parse
 from verifier.protocol.mb import check as check_mb_policy
 from verifier.protocol.mb import replay as replay_boot
+from verifier.protocol.messages.quote import (
+    MAX_IMA_BYTES,
+    MAX_MB_LOG_BYTES,
+    ImaPart,
+    mb_log_from_wire,
+)
 
 __all__ = [
     "BOOT_PCRS",
@@ -45,18 +48,13 @@ __all__ = [
     "check_ima",
     "check_measured_boot",
     "extend_ima",
+    "ima_evidence",
     "parse_ima_evidence",
     "parse_mb_log",
 ]
 
 #: The PCRs a measured-boot log replays into (and boot_aggregate covers).
 BOOT_PCRS = tuple(range(10))
-#: The most IMA list one answer may carry (encoded); the agent sends less
-#: and the verifier asks for the rest on the next round.
-MAX_IMA_BYTES = 32 << 20
-#: The largest firmware event log accepted (real ones are 20-100 KiB).
-MAX_MB_LOG_BYTES = 1 << 20
-_STRUCT = "runtime evidence"
 
 
 class ImaEvidence:
@@ -73,33 +71,28 @@ class ImaEvidence:
         self.more = more
 
 
+def ima_evidence(part: ImaPart) -> ImaEvidence:
+    """Parse the entries of an answer's (already validated) IMA part.
+
+    Raises:
+        MalformedError: naming the entry that does not parse (truncated,
+            unknown template, ...).
+    """
+    if isinstance(part.entries, bytes):
+        entries = parse_binary(part.entries, part.first)
+    else:
+        entries = parse_ascii(part.entries, part.first)
+    return ImaEvidence(part.first, entries, part.more)
+
+
 def parse_ima_evidence(data: object) -> ImaEvidence:
-    """Parse the ``ima`` object of a quote answer.
+    """Parse the ``ima`` object of a quote answer and its entries.
 
     Raises:
         MalformedError: naming the bad field, or the entry that does not
             parse (truncated, unknown template, ...).
     """
-    if not isinstance(data, Mapping):
-        raise MalformedError(_STRUCT, "'ima' must be an object")
-    first = data.get("from")
-    if not isinstance(first, int) or isinstance(first, bool) or first < 0:
-        raise MalformedError(_STRUCT, "'ima.from' must be a non-negative integer")
-    form = data.get("format")
-    text = data.get("entries")
-    if not isinstance(text, str):
-        raise MalformedError(_STRUCT, "'ima.entries' must be a string")
-    if len(text) > MAX_IMA_BYTES:
-        raise MalformedError(_STRUCT, f"'ima.entries' exceeds {MAX_IMA_BYTES} bytes")
-    more = data.get("more", False)
-    if not isinstance(more, bool):
-        raise MalformedError(_STRUCT, "'ima.more' must be true or false")
-    if form == "ascii":
-        return ImaEvidence(first, parse_ascii(text, first), more)
-    if form == "binary":
-        entries = parse_binary(_b64(text, "ima.entries"), first)
-        return ImaEvidence(first, entries, more)
-    raise MalformedError(_STRUCT, "'ima.format' must be 'ascii' or 'binary'")
+    return ima_evidence(ImaPart.from_dict(data))
 
 
 def parse_mb_log(text: object) -> bytes:
@@ -108,18 +101,7 @@ def parse_mb_log(text: object) -> bytes:
     Raises:
         MalformedError: not base64 or too large.
     """
-    if not isinstance(text, str):
-        raise MalformedError(_STRUCT, "'mb_log' must be a base64 string")
-    if len(text) > MAX_MB_LOG_BYTES * 4 // 3 + 4:
-        raise MalformedError(_STRUCT, f"'mb_log' exceeds {MAX_MB_LOG_BYTES} bytes")
-    return _b64(text, "mb_log")
-
-
-def _b64(text: str, field: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise MalformedError(_STRUCT, f"'{field}' is not base64") from None
+    return mb_log_from_wire(text)
 
 
 def _check_start(state: ReplayState, evidence: ImaEvidence) -> None:

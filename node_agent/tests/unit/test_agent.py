@@ -261,7 +261,7 @@ class TestBootstrap(AgentTestBase):
 
 class TestQuote(AgentTestBase):
     def _verify(self, result, qualifying, pcrs=(16, 17)):
-        quote = Quote.from_dict(result["quote"])
+        quote = Quote.from_dict(result.to_dict()["quote"])
         ak = AttestationKey(TpmPublic.from_bytes(self.tpm.ak_public()), True)
         policy = PcrPolicy({i: frozenset({bytes(32)}) for i in pcrs})
         return verify_quote(quote, ak=ak, qualifying_data=qualifying, policy=policy)
@@ -269,8 +269,8 @@ class TestQuote(AgentTestBase):
     def test_quote_binds_nk(self):
         nonce = os.urandom(16)
         result = self.run_async(self.agent.quote(nonce, [16, 17], False))
-        self.assertNotIn("csr", result)
-        nk = base64.b64decode(result["nk"])
+        self.assertNotIn("csr", result.to_dict())
+        nk = base64.b64decode(result.to_dict()["nk"])
         self.assertEqual(self.agent.nk_public, nk)
         self.assertTrue(self._verify(result, bind_nonce(nonce, nk)))
         self.assertEqual(1, self.tpm.closed)  # shared: closed after use
@@ -278,8 +278,8 @@ class TestQuote(AgentTestBase):
     def test_quote_binds_nk_and_csr(self):
         nonce = os.urandom(32)
         result = self.run_async(self.agent.quote(nonce, [16, 17], True))
-        nk = base64.b64decode(result["nk"])
-        csr = base64.b64decode(result["csr"])
+        nk = base64.b64decode(result.to_dict()["nk"])
+        csr = base64.b64decode(result.to_dict()["csr"])
         csr_obj = x509.load_der_x509_csr(csr)
         self.assertEqual(self.uuid, csr_obj.subject.rfc4514_string()[3:])
         self.assertTrue(self._verify(result, bind_nonce(nonce, nk, csr)))

@@ -11,7 +11,9 @@ import testtools
 
 from node_agent.evidence import EvidenceReader, ImaLogReader
 from trusted_testing.ima import make_entry, to_ascii, to_binary
-from verifier.protocol.evidence import parse_ima_evidence
+from trusted_testing.softtpm import SoftTpm
+from verifier.protocol.evidence import ima_evidence
+from verifier.protocol.messages.quote import ImaPart, QuoteAnswer
 
 
 class ImaLogReaderTest(testtools.TestCase):
@@ -30,17 +32,17 @@ class ImaLogReaderTest(testtools.TestCase):
             f.write(data)
         return path
 
-    def paths(self, entries: list, answer: dict) -> list[str]:  # type: ignore[type-arg]
-        return [e.path for e in parse_ima_evidence(answer).entries]
+    def paths(self, entries: list, answer: ImaPart) -> list[str]:  # type: ignore[type-arg]
+        return [e.path for e in ima_evidence(answer).entries]
 
     def test_reads_from_an_index_in_both_forms(self) -> None:
         for name in ("ascii_runtime_measurements", "binary_runtime_measurements"):
             reader = ImaLogReader(self.write(name, self.entries))
             answer = reader.read_from(0)
-            self.assertEqual(50, len(parse_ima_evidence(answer).entries))
+            self.assertEqual(50, len(ima_evidence(answer).entries))
             answer = reader.read_from(47)
-            self.assertEqual(47, answer["from"])
-            self.assertFalse(answer["more"])
+            self.assertEqual(47, answer.first)
+            self.assertFalse(answer.more)
             self.assertEqual(
                 ["/bin/f47", "/bin/f48", "/bin/f49"], self.paths([], answer)
             )
@@ -54,7 +56,7 @@ class ImaLogReaderTest(testtools.TestCase):
             answer = reader.read_from(10)
             self.assertEqual(["/bin/f10", "/bin/f11"], self.paths([], answer))
             answer = reader.read_from(2)  # backwards: from the start again
-            self.assertEqual(10, len(parse_ima_evidence(answer).entries))
+            self.assertEqual(10, len(ima_evidence(answer).entries))
 
     def test_long_list_is_sent_in_whole_entries(self) -> None:
         for name in ("ascii_runtime_measurements", "binary_runtime_measurements"):
@@ -67,7 +69,7 @@ class ImaLogReaderTest(testtools.TestCase):
                 self.assertTrue(got, name)
                 seen += got
                 index += len(got)
-                if not answer["more"]:
+                if not answer.more:
                     break
             self.assertEqual([e.path for e in self.entries], seen)
 
@@ -77,34 +79,37 @@ class ImaLogReaderTest(testtools.TestCase):
         reader.read_from(40)
         self.write("ascii_runtime_measurements", self.entries[:5])
         answer = reader.read_from(40)
-        self.assertEqual(0, answer["from"])
-        self.assertEqual(5, len(parse_ima_evidence(answer).entries))
+        self.assertEqual(0, answer.first)
+        self.assertEqual(5, len(ima_evidence(answer).entries))
 
     def test_a_line_being_written_is_left_for_next_time(self) -> None:
         path = self.write("ascii_runtime_measurements", self.entries[:3])
         with open(path, "a") as f:
             f.write("10 abcd ima-ng sha256:00")
         answer = ImaLogReader(path).read_from(0)
-        self.assertEqual(3, len(parse_ima_evidence(answer).entries))
+        self.assertEqual(3, len(ima_evidence(answer).entries))
 
 
 class EvidenceReaderTest(testtools.TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        quote = SoftTpm().quote(b"q", (16,))
+        self.answer = QuoteAnswer(quote, bytes(32))
+
     def test_missing_sources_are_reported_not_raised(self) -> None:
         reader = EvidenceReader("/nonexistent/ima", "/nonexistent/bios")
-        answer: dict[str, object] = {}
-        reader.add_to(answer, 0, True)
-        self.assertIn("No such file", str(answer["ima_error"]))
-        self.assertIn("No such file", str(answer["mb_error"]))
-        answer = {}
-        EvidenceReader(None, None).add_to(answer, 0, True)
-        self.assertIn("no IMA log configured", str(answer["ima_error"]))
-        self.assertIn("no firmware event log", str(answer["mb_error"]))
+        answer = reader.add_to(self.answer, 0, True)
+        self.assertIn("No such file", str(answer.ima_error))
+        self.assertIn("No such file", str(answer.mb_error))
+        answer = EvidenceReader(None, None).add_to(self.answer, 0, True)
+        self.assertIn("no IMA log configured", str(answer.ima_error))
+        self.assertIn("no firmware event log", str(answer.mb_error))
 
     def test_firmware_log_is_sent_as_is(self) -> None:
         with tempfile.NamedTemporaryFile() as f:
             f.write(b"\x00log bytes")
             f.flush()
-            answer: dict[str, object] = {}
-            EvidenceReader(None, f.name).add_to(answer, None, True)
-        self.assertEqual(b"\x00log bytes", base64.b64decode(str(answer["mb_log"])))
-        self.assertNotIn("ima", answer)
+            answer = EvidenceReader(None, f.name).add_to(self.answer, None, True)
+        wire = answer.to_dict()
+        self.assertEqual(b"\x00log bytes", base64.b64decode(str(wire["mb_log"])))
+        self.assertNotIn("ima", wire)

@@ -224,7 +224,7 @@ class _RealLogChecks(_Base):
         self.assertEqual(self.tampered.pcrs["sha256"][10], later.pcr_values[10])
 
     def test_verifier_checks_catch_tampering_on_the_next_quote(self) -> None:
-        # What the verifier does on each quote (verifier.attest.runtime),
+        # What the verifier does on each quote (NodeAttestation.judge),
         # on the real guest's quotes and logs: the good read passes the
         # runtime and measured-boot policies built from it; on the next
         # quote, only the new entries are judged and the tampering is named.

@@ -35,7 +35,13 @@ from verifier.common.tls import self_signed_certificate
 from verifier.db import Node, OutboxEvent, make_engine, upgrade
 from verifier.exceptions import AgentUnreachableError, ConflictError, NotFoundError
 from verifier.notify import Notifier, Outbox
-from verifier.protocol import PcrPolicy, SignedEvent, bind_nonce, open_share
+from verifier.protocol import (
+    MalformedError,
+    PcrPolicy,
+    SignedEvent,
+    bind_nonce,
+    open_share,
+)
 from verifier.protocol.messages.registration import RegistrationRecord
 
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
@@ -60,6 +66,8 @@ class FakeAgent:
         unreachable: every request raises AgentUnreachableError.
         reject_v: POST /v1/keys/v raises AgentUnreachableError (e.g. 409).
         answer_hook: mutates the quote answer (bad shapes).
+        not_json: answers quotes with a body that is not JSON (the client
+            raises MalformedError, as AgentClient does).
         nk_override: the NK the agent hands out (and binds in its quote).
         before_answer: awaited before a quote answer is returned.
     """
@@ -83,6 +91,7 @@ class FakeAgent:
         )
         self.unreachable = False
         self.reject_v = False
+        self.not_json = False
         self.answer_hook: Callable[[dict[str, Any]], None] | None = None
         self.nk_override: bytes | None = None
         self.before_answer: Callable[[], Awaitable[None]] | None = None
@@ -155,6 +164,8 @@ class FakeAgents:
             raise AgentUnreachableError(f"agent {base}: certificate pin mismatch")
         if method == "GET" and path == "/v1/quote":
             assert params is not None
+            if agent.not_json:
+                raise MalformedError("agent answer", "response is not JSON")
             return await agent.quote(params)
         if method == "POST" and path == "/v1/keys/v":
             assert body is not None
@@ -536,6 +547,20 @@ class VerifierServiceTest(VerifierServiceBase):
 
     async def test_answer_without_csr_on_first_quote_revokes_malformed(self) -> None:
         await self._malformed(lambda a: a.pop("csr"))
+
+    async def test_answer_that_is_not_json_revokes_malformed(self) -> None:
+        # An agent answering 200 with a body that is not JSON is judged
+        # like any unparseable answer: revoked, not left as it was.
+        verifier = self.new_verifier()
+        agent = self.new_agent()
+        await self.enrol(verifier, agent)
+        await verifier.attest_once(agent.uuid)
+        agent.not_json = True
+        view = await verifier.attest_once(agent.uuid)
+        self.assertEqual("revoked", view.state)
+        self.assertIn("not JSON", view.failure_reason)
+        (event_row,) = self.outbox_rows()
+        self.assert_signed_event(event_row, agent.uuid, "malformed")
 
     async def test_short_nk_bound_in_quote_revokes_malformed(self) -> None:
         # The agent binds an NK that is not a 32-byte X25519 key into an

@@ -1,0 +1,411 @@
+"""The per-node attestation state machine: :class:`NodeAttestation` (see
+:mod:`verifier.protocol.attestation`)."""
+
+from __future__ import annotations
+
+import functools
+
+from verifier.protocol.attestation.verdict import (
+    Action,
+    AttestationRules,
+    HotState,
+    NodeState,
+    Transition,
+    Verdict,
+)
+from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.evidence import (
+    BOOT_PCRS,
+    check_ima,
+    check_measured_boot,
+    extend_ima,
+    ima_evidence,
+)
+from verifier.protocol.ima import ReplayState, RuntimePolicy
+from verifier.protocol.ima.log import IMA_PCR
+from verifier.protocol.mb import MeasuredBootPolicy
+from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
+from verifier.protocol.policy import PcrPolicy
+from verifier.protocol.quote import (
+    AttestationKey,
+    ClockState,
+    QuoteVerdict,
+    bind_nonce,
+    verify_quote,
+)
+
+__all__ = ["NodeAttestation"]
+
+#: How much of an agent's error message a verdict repeats.
+_MAX_ERROR = 300
+_NOTHING_REPLAYED = ReplayState()  # shared: frozen
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted_pcrs(policy_pcrs: tuple[int, ...], ima: bool, mb: bool) -> tuple[int, ...]:
+    # one shared tuple per distinct selection, not one per node
+    pcrs = set(policy_pcrs)
+    if ima:
+        pcrs.add(IMA_PCR)
+    if mb:
+        pcrs.update(BOOT_PCRS)
+    return tuple(sorted(pcrs))
+
+
+def _agent_error(error: str | None, reason: str) -> None:
+    if error is not None:
+        shown = error[:_MAX_ERROR]
+        raise EvidenceError(reason, f"the node could not send it: {shown}")
+
+
+class NodeAttestation:
+    """The attestation state of one node (see the module docstring).
+
+    Args:
+        uuid: the node.
+        policy: its PCR policy (may be empty with a runtime or measured-boot
+            policy).
+        ak: its attestation key, as the registrar vouched for it.
+        state: its state as last written.
+        runtime: its IMA runtime policy (shared), or None.
+        mb: its measured-boot policy (shared), or None.
+        clock: the TPM clock of its last accepted quote.
+        ima: the IMA replay state of its current boot.
+        last_attested_at: when its last good quote was judged.
+        quotes_verified: its good quotes so far.
+        failure_reason: why it failed or was revoked.
+        v_released: V was delivered to it.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_failure_reason",
+        "_ima",
+        "_last_attested_at",
+        "_mb_boot",
+        "_pcrs",
+        "_quotes_verified",
+        "_rounds",
+        "_state",
+        "_unreachable",
+        "_v_released",
+        "ak",
+        "dirty",
+        "mb",
+        "policy",
+        "runtime",
+        "uuid",
+    )
+
+    def __init__(
+        self,
+        uuid: str,
+        policy: PcrPolicy,
+        ak: AttestationKey,
+        *,
+        state: NodeState = NodeState.REGISTERED,
+        runtime: RuntimePolicy | None = None,
+        mb: MeasuredBootPolicy | None = None,
+        clock: ClockState | None = None,
+        ima: ReplayState | None = None,
+        last_attested_at: float | None = None,
+        quotes_verified: int = 0,
+        failure_reason: str | None = None,
+        v_released: bool = False,
+    ) -> None:
+        self.uuid = uuid
+        self.policy = policy
+        self.ak = ak
+        self.runtime = runtime
+        self.mb = mb
+        self._state = state
+        self._clock = clock
+        self._ima = ima if ima is not None else _NOTHING_REPLAYED
+        self._last_attested_at = last_attested_at
+        self._quotes_verified = quotes_verified
+        self._failure_reason = failure_reason
+        self._v_released = v_released
+        self._unreachable = 0
+        self._rounds = 0
+        self._mb_boot: int | None = None  # reset count of the boot whose log passed
+        self._pcrs = _quoted_pcrs(policy.pcrs, runtime is not None, mb is not None)
+        #: the hot state changed since it was last written behind; whoever
+        #: writes it (:meth:`snapshot`) clears this
+        self.dirty = False
+
+    # -- what the caller reads ----------------------------------------------
+
+    @property
+    def state(self) -> NodeState:
+        return self._state
+
+    @property
+    def failure_reason(self) -> str | None:
+        return self._failure_reason
+
+    @property
+    def v_released(self) -> bool:
+        return self._v_released
+
+    @property
+    def clock(self) -> ClockState | None:
+        return self._clock
+
+    @property
+    def ima(self) -> ReplayState:
+        return self._ima
+
+    @property
+    def mb_boot(self) -> int | None:
+        """The TPM reset count of the boot whose firmware log passed."""
+        return self._mb_boot
+
+    @property
+    def last_attested_at(self) -> float | None:
+        return self._last_attested_at
+
+    @property
+    def quotes_verified(self) -> int:
+        return self._quotes_verified
+
+    @property
+    def unreachable(self) -> int:
+        """Rounds in a row the node did not answer."""
+        return self._unreachable
+
+    @property
+    def quoted_pcrs(self) -> tuple[int, ...]:
+        """The PCRs asked for: the PCR policy's, plus 10 for IMA and 0-9
+        for measured boot."""
+        return self._pcrs
+
+    def snapshot(self) -> HotState:
+        """The hot state to write behind."""
+        return HotState(
+            self._last_attested_at,
+            self._quotes_verified,
+            self._clock,
+            self._ima if self.runtime is not None else None,
+        )
+
+    # -- inputs ----------------------------------------------------------------
+
+    def request(self, nonce: bytes) -> QuoteRequest:
+        """What to ask the node for next: its quote of :attr:`quoted_pcrs`
+        with ``nonce`` (and its CSR until V is released), the IMA entries
+        after those already replayed, and its firmware log once per boot.
+
+        Raises:
+            QuoteRequestError: ``nonce`` is not 8..32 bytes.
+        """
+        ima_from = self._ima.count if self.runtime is not None else None
+        mb = False
+        if self.mb is not None:
+            boot = self._clock.reset_count if self._clock is not None else None
+            mb = self._mb_boot is None or self._mb_boot != boot
+        return QuoteRequest(nonce, self._pcrs, not self._v_released, ima_from, mb)
+
+    def judge(
+        self,
+        request: QuoteRequest,
+        answer: object,
+        now: float,
+        rules: AttestationRules,
+    ) -> Verdict:
+        """Judge the node's answer to ``request`` (made by :meth:`request`):
+        its quote (bound to its transport key NK, and to its CSR when asked)
+        and its runtime evidence. Advances the clock and the IMA replay.
+
+        Never raises: whatever fails (an answer that is not an object or
+        does not parse, evidence that fails a check, an error of the checks
+        themselves) is a :attr:`Action.REVOKE` verdict naming the reason
+        (``malformed``, the failed check's, ``check_error``).
+
+        Args:
+            request: what was asked (its nonce, and whether the CSR was).
+            answer: the JSON answer, an already parsed one, or the
+                :class:`MalformedError` of an answer that was not JSON.
+            now: the current time (seconds), kept as the attestation time.
+            rules: the operator's rules.
+
+        Returns:
+            ``RELEASE_V`` (first good quote), ``WAIT`` (good),
+            ``ASK_AGAIN`` (good so far; evidence incomplete) or ``REVOKE``.
+        """
+        if self._state is NodeState.REVOKED:
+            return Verdict(Action.STOP)
+        try:
+            if isinstance(answer, MalformedError):
+                raise answer
+            if not isinstance(answer, QuoteAnswer):
+                answer = QuoteAnswer.from_dict(answer)
+            return self._judge(request, answer, now, rules)
+        except EvidenceError as exc:
+            return self._revoked(exc.reason, exc.detail)
+        except MalformedError as exc:
+            return self._revoked("malformed", str(exc))
+        except Exception as exc:  # fail closed: a check that breaks fails
+            return self._revoked("check_error", f"{type(exc).__name__}: {exc}")
+
+    def transport_failed(self, detail: str, rules: AttestationRules) -> Verdict:
+        """The node did not answer a request (``detail`` says why).
+
+        Returns:
+            ``WAIT``, or after ``rules.max_unreachable`` rounds in a row
+            ``FAIL`` (or ``REVOKE`` with ``rules.revoke_unreachable``) with
+            the reason ``unreachable``; a failed node stays failed.
+        """
+        if self._state is NodeState.REVOKED:
+            return Verdict(Action.STOP)
+        self._unreachable += 1
+        self._rounds = 0
+        if self._unreachable < rules.max_unreachable or self._state is NodeState.FAILED:
+            return Verdict(Action.WAIT)
+        if rules.revoke_unreachable:
+            return self._revoked("unreachable", detail)
+        failed = Transition(NodeState.FAILED, "unreachable", detail)
+        return Verdict(Action.FAIL, failed)
+
+    def v_delivered(self) -> Verdict:
+        """V (and the identity certificate) reached the node.
+
+        Returns:
+            ``WAIT`` with the transition to ``attested``.
+        """
+        if self._state is NodeState.REVOKED:
+            return Verdict(Action.STOP)
+        self._v_released = True
+        attested = Transition(NodeState.ATTESTED, v_released=True)
+        return Verdict(Action.WAIT, attested)
+
+    def revoke(self, reason: str, detail: str) -> Verdict:
+        """Revoke the node for a reason found outside the quote (its tenant
+        asks, its CSR is refused, ...).
+
+        Returns:
+            ``REVOKE``, or ``STOP`` if it is revoked already.
+        """
+        if self._state is NodeState.REVOKED:
+            return Verdict(Action.STOP)
+        return self._revoked(reason, detail)
+
+    def apply(self, transition: Transition) -> None:
+        """Enter ``transition``'s state, once it is written. Revocation is
+        final: a revoked node stays revoked."""
+        if self._state is NodeState.REVOKED:
+            return
+        self._state = transition.state
+        self._failure_reason = transition.failure_reason
+        if transition.v_released:
+            self._v_released = True
+
+    def revoked_elsewhere(self) -> None:
+        """The stored node is revoked (by another verifier, or its tenant
+        through one): stop judging it."""
+        self._state = NodeState.REVOKED
+
+    # -- judging ---------------------------------------------------------------
+
+    def _revoked(self, reason: str, detail: str) -> Verdict:
+        self._rounds = 0
+        return Verdict(Action.REVOKE, Transition(NodeState.REVOKED, reason, detail))
+
+    def _judge(
+        self,
+        request: QuoteRequest,
+        answer: QuoteAnswer,
+        now: float,
+        rules: AttestationRules,
+    ) -> Verdict:
+        if not request.csr:
+            qualifying = bind_nonce(request.nonce, answer.nk)
+        elif answer.csr is None:
+            raise MalformedError("agent answer", "'csr' missing")
+        else:
+            qualifying = bind_nonce(request.nonce, answer.nk, answer.csr)
+        quoted = verify_quote(
+            answer.quote,
+            ak=self.ak,
+            qualifying_data=qualifying,
+            policy=self.policy,
+            previous_clock=self._clock,
+        )
+        previous, self._clock = self._clock, quoted.clock
+        self.dirty = True
+        reset = quoted.clock.reset_count
+        rebooted = previous is not None and previous.reset_count != reset
+        if not self._check_evidence(answer, quoted, rebooted):
+            self._rounds += 1
+            if self._rounds >= rules.max_rounds:
+                return self._revoked(
+                    "evidence_incomplete",
+                    f"runtime evidence still incomplete after {rules.max_rounds}"
+                    " quotes",
+                )
+            return Verdict(Action.ASK_AGAIN)
+        return self._passed(request, answer, quoted, now)
+
+    def _check_evidence(
+        self, answer: QuoteAnswer, quoted: QuoteVerdict, rebooted: bool
+    ) -> bool:
+        """Check the runtime evidence of a verified quote, advancing the IMA
+        replay and the measured boot.
+
+        Returns:
+            True if the evidence is complete and good; False if another
+            round is needed first (the node rebooted and must resend from
+            the start, or it sent a long list in parts).
+
+        Raises:
+            EvidenceError: naming the failed check (and entry or event).
+            MalformedError: evidence that does not parse.
+        """
+        complete = True
+        reset = quoted.clock.reset_count
+        if rebooted:
+            self._ima = _NOTHING_REPLAYED
+            self._mb_boot = None
+        if self.mb is not None and self._mb_boot != reset:
+            _agent_error(answer.mb_error, "mb_log_unavailable")
+            if answer.mb_log is None:
+                complete = False  # asked before the reboot was known
+            else:
+                check_measured_boot(answer.mb_log, quoted.pcr_values, self.mb)
+                self._mb_boot = reset
+        if self.runtime is not None:
+            _agent_error(answer.ima_error, "ima_log_unavailable")
+            if answer.ima is None:
+                raise MalformedError("runtime evidence", "'ima' must be an object")
+            evidence = ima_evidence(answer.ima)
+            if rebooted and evidence.first != 0:
+                return False
+            if evidence.more:
+                self._ima = extend_ima(self._ima, evidence, self.runtime)
+                return False
+            self._ima = check_ima(self._ima, evidence, quoted.pcr_values, self.runtime)
+        return complete
+
+    def _passed(
+        self,
+        request: QuoteRequest,
+        answer: QuoteAnswer,
+        quoted: QuoteVerdict,
+        now: float,
+    ) -> Verdict:
+        self._rounds = 0
+        self._last_attested_at = now
+        self._quotes_verified += 1
+        self._unreachable = 0
+        state = self._state
+        if request.csr and not self._v_released:
+            to = None
+            if state is not NodeState.BOOTSTRAPPING:
+                to = Transition(NodeState.BOOTSTRAPPING)
+            return Verdict(Action.RELEASE_V, to, answer.nk, answer.csr, quoted.attest)
+        to = None
+        if state is NodeState.FAILED or (
+            state is NodeState.BOOTSTRAPPING and self._v_released
+        ):
+            back = NodeState.ATTESTED if self._v_released else NodeState.BOOTSTRAPPING
+            to = Transition(back)
+        return Verdict(Action.WAIT, to, answer.nk, None, quoted.attest)
