@@ -5,16 +5,21 @@ one line and exits 2), never a traceback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import sys
 from unittest import mock
 
 import testtools
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
 from verifier import conf as vconf
 from verifier.attest.ownership import ToozOwnership, make_ownership
+from verifier.cmd import nova_listener as nova_listener_cmd
 from verifier.cmd import verifier as verifier_cmd
 from verifier.exceptions import ConfigError
+from verifier.notify import load_notifiers
 
 
 def _conf(**groups: dict[str, object]) -> cfg.ConfigOpts:
@@ -59,3 +64,24 @@ class ServerExtrasTest(testtools.TestCase):
             exc = self.assertRaises(ConfigError, asyncio.run, ownership.start())
         self.assertIn("redis is not installed", str(exc))
         self.assertIn("pip install 'trusted-cloud[scale]'", str(exc))
+
+    def test_messaging_notifier_without_oslo_messaging(self) -> None:
+        public_key = ed25519.Ed25519PrivateKey.generate().public_key()
+        with mock.patch.dict(sys.modules, {"oslo_messaging": None}):
+            sys.modules.pop("verifier.notify.messaging", None)  # import afresh
+            exc = self.assertRaises(
+                ConfigError, load_notifiers, _conf(), ["messaging"], public_key
+            )
+        self.assertIn("notifier 'messaging' cannot start", str(exc))
+        self.assertIn("pip install 'trusted-cloud[messaging]'", str(exc))
+
+    def test_nova_listener_without_oslo_messaging_exits_2_in_one_line(self) -> None:
+        err = io.StringIO()
+        with (
+            mock.patch.dict(sys.modules, {"oslo_messaging": None}),
+            contextlib.redirect_stderr(err),
+        ):
+            code = nova_listener_cmd.main([])
+        self.assertEqual(2, code)
+        self.assertEqual(1, len(err.getvalue().splitlines()), err.getvalue())
+        self.assertIn("pip install 'trusted-cloud[messaging]'", err.getvalue())
