@@ -48,10 +48,16 @@ def _run(argv: list[str], **kw: object) -> str:
 
 
 def build_wheel(source: str, dest: str, env: dict[str, str] | None = None) -> str:
-    """The wheel of ``source`` (a checkout or an exported tree)."""
+    """The wheel of ``source`` (a checkout or an exported tree), built in
+    ``dest`` rather than in the source's ``build/`` (whose stale files would
+    be shipped)."""
+    os.makedirs(dest)
+    config = os.path.join(dest, "build.cfg")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(f"[build]\nbuild_base = {os.path.join(dest, 'build')}\n")
     _run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dest, source],
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "DIST_EXTRA_CONFIG": config, **(env or {})},
     )
     [name] = [n for n in os.listdir(dest) if n.endswith(".whl")]
     return os.path.join(dest, name)

@@ -81,13 +81,21 @@ def _run(argv: list[str], timeout: float = 600, **kw: object) -> str:
 def build_wheel(dest: str) -> tuple[str, str]:
     """(path of the wheel built from the checkout, the build's output).
 
-    One build at a time: pbr writes its metadata into the checkout.
+    setuptools builds in ``dest`` (``DIST_EXTRA_CONFIG``), not in the
+    checkout's ``build/``, whose stale files (modules since moved or
+    deleted) would end up in the wheel. One build at a time: pbr writes its
+    metadata into the checkout.
     """
+    config = os.path.join(dest, "build.cfg")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(f"[build]\nbuild_base = {os.path.join(dest, 'build')}\n")
+    env = {**os.environ, "DIST_EXTRA_CONFIG": config}
     os.makedirs(CACHE, exist_ok=True)
     with open(os.path.join(CACHE, "build.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         log = _run(
-            [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", dest, ROOT]
+            [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", dest, ROOT],
+            env=env,
         )
     [name] = [n for n in os.listdir(dest) if n.endswith(".whl")]
     return os.path.join(dest, name), log
