@@ -2,9 +2,9 @@
 'trusted-cloud[agent]'`` and ``[client]`` bring none of the other roles'
 packages, and their commands run.
 
-Each class builds the wheel once (``pip wheel``, checked for setuptools'
-"Package would be ignored" and for the test harness, which must not ship),
-then installs it with its extra. The venvs are kept under
+The wheel is built once per test process (``pip wheel``, checked for
+setuptools' "Package would be ignored" and for the test harness, which
+must not ship); each class installs it with its extra. The venvs are kept under
 ``~/.cache/trusted-cloud/role-venvs/``, keyed by the role, the interpreter
 and the wheel's requirements: a rerun reinstalls only the project (and
 lets pip resolve the extra again), a change of requirements builds a fresh
@@ -13,7 +13,9 @@ venv. The figures of every role are printed by ``tools/role_footprint.py``.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -76,6 +78,15 @@ def _run(argv: list[str], timeout: float = 600, **kw: object) -> str:
             f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
         )
     return str(proc.stdout) + str(proc.stderr)
+
+
+@functools.cache
+def built_wheel() -> tuple[str, str]:
+    """The wheel of the checkout, built once per test process (its
+    directory is removed when the process ends)."""
+    dest = tempfile.mkdtemp(prefix="test-install-wheel-")
+    atexit.register(shutil.rmtree, dest, True)
+    return build_wheel(dest)
 
 
 def build_wheel(dest: str) -> tuple[str, str]:
@@ -186,7 +197,6 @@ class _RoleChecks(_Base):
     ``testtools.TestCase``)."""
 
     ROLE: ClassVar[str]
-    tmp: ClassVar[str]
     venv: ClassVar[RoleVenv]
     wheel: ClassVar[str]
     build_log: ClassVar[str]
@@ -194,18 +204,12 @@ class _RoleChecks(_Base):
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix=f"test-install-{cls.ROLE}-")
-        try:
-            cls.wheel, cls.build_log = build_wheel(cls.tmp)
-            cls.venv = RoleVenv(cls.ROLE, cls.wheel)
-        except BaseException:
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-            raise
+        cls.wheel, cls.build_log = built_wheel()
+        cls.venv = RoleVenv(cls.ROLE, cls.wheel)
 
     @classmethod
     def tearDownClass(cls) -> None:
         cls.venv.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
         super().tearDownClass()
 
     def test_wheel_builds_without_ignored_packages(self) -> None:
