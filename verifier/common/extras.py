@@ -23,7 +23,6 @@ __all__ = [
     "DIST",
     "DRIVER_MODULES",
     "MissingExtraError",
-    "available",
     "explain",
     "extra_for",
     "require",
@@ -90,15 +89,6 @@ def _missing(extra: str) -> str | None:
         except ImportError:
             return module
     return None
-
-
-def available(extra: str) -> bool:
-    """Whether every module of the driver extra ``extra`` imports.
-
-    Raises:
-        KeyError: ``extra`` is not a driver extra.
-    """
-    return _missing(extra) is None
 
 
 def require(extra: str, feature: str) -> None:
