@@ -20,10 +20,15 @@ TRUSTED_AGENT_CONF=$TRUSTED_CLOUD_CONF_DIR/agent.conf
 TRUSTED_TENANT_RC=$TRUSTED_CLOUD_CONF_DIR/tenantrc
 
 # install_trusted_cloud - the TSS headers tpm2-pytss builds against, then
-# the project in develop mode (console scripts trusted-*)
+# the project in develop mode (console scripts trusted-*) with the extras of
+# the enabled services: server (registrar, verifier), agent
 function install_trusted_cloud {
     install_package libtss2-dev pkg-config
-    setup_develop "$TRUSTED_CLOUD_DIR"
+    local extras=server
+    if is_service_enabled trusted-agent; then
+        extras+=",agent"
+    fi
+    setup_develop "$TRUSTED_CLOUD_DIR" "$extras"
 }
 
 # _trusted_cloud_pki - the operator CA and one mTLS certificate per party

@@ -36,6 +36,7 @@ from ipsec_puppet_vault_hooks.exceptions import (
 )
 from ipsec_puppet_vault_hooks.keys import load_public_key
 from ipsec_puppet_vault_hooks.stores import DeadLetter, DeadLetterStore, DedupStore
+from verifier.common import extras
 from verifier.protocol import (
     EvidenceError,
     MalformedError,
@@ -73,8 +74,9 @@ def load_actions(conf: cfg.ConfigOpts, names: Sequence[str]) -> list[Action]:
         One built action per name.
 
     Raises:
-        HooksError: naming an unknown action, one that fails to load, or
-            one that is not an :class:`Action`.
+        HooksError: naming an unknown action, one that fails to load (or
+            the extra it needs, e.g. ``vault``), or one that is not an
+            :class:`Action`.
     """
     names = list(names)
     if not names:
@@ -87,7 +89,9 @@ def load_actions(conf: cfg.ConfigOpts, names: Sequence[str]) -> list[Action]:
         raise HooksError(f"unknown action(s): {', '.join(sorted(missing))}")
 
     def _failed(_mgr: object, entrypoint: Any, exc: BaseException) -> None:
-        raise HooksError(f"cannot load action {entrypoint.name!r}: {exc}") from exc
+        raise HooksError(
+            f"cannot load action {entrypoint.name!r}: {extras.explain(exc)}"
+        ) from exc
 
     try:
         manager: stevedore.NamedExtensionManager[Action] = (

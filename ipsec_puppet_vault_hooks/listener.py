@@ -8,11 +8,9 @@ Two transports feed one :class:`~ipsec_puppet_vault_hooks.consumer.Consumer`:
   run for that event id): the verifier's ``webhook`` notifier takes that
   as the acknowledgement. A body that is not an event gets 400, a bad
   signature 422, a state-saving failure 503, each with a JSON body.
-* **messaging**: an oslo.messaging notification listener on the durable
-  queue ``<topic>.warn``; the broker message is acknowledged after the
-  consumer returned, requeued when its state could not be saved, and
-  acknowledged (dropped, counted, logged) when the event is rejected, so
-  bad input never loops.
+* **messaging** (:mod:`ipsec_puppet_vault_hooks.messaging`, the
+  ``messaging`` extra): an oslo.messaging notification listener on the
+  durable queue ``<topic>.warn``.
 
 ``GET /v1/stats`` returns the counters.
 
@@ -30,9 +28,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import oslo_messaging
 from aiohttp import web
-from oslo_config import cfg
 from oslo_log import log as logging
 
 from ipsec_puppet_vault_hooks import _jsonl
@@ -48,13 +44,9 @@ from verifier.common.web import (
 )
 from verifier.protocol import RevocationEvent
 
-__all__ = ["EventHandler", "MessagingEndpoint", "Stats", "make_app", "messaging_server"]
+__all__ = ["EventHandler", "Stats", "make_app"]
 
 LOG = logging.getLogger(__name__)
-
-EVENT_TYPES = r"^trusted\."
-HANDLED: str = oslo_messaging.NotificationResult.HANDLED
-REQUEUE: str = oslo_messaging.NotificationResult.REQUEUE
 
 
 @dataclasses.dataclass
@@ -209,50 +201,3 @@ def make_app(handler: EventHandler, clients: list[str]) -> web.Application:
     app.router.add_post("/v1/events", _post_event)
     app.router.add_get("/v1/stats", _stats)
     return app
-
-
-class MessagingEndpoint:
-    """oslo.messaging notification endpoint for revocation events."""
-
-    filter_rule = oslo_messaging.NotificationFilter(event_type=EVENT_TYPES)
-
-    def __init__(self, handler: EventHandler) -> None:
-        self._handler = handler
-
-    def warn(
-        self,
-        ctxt: Mapping[str, Any],
-        publisher_id: str,
-        event_type: str,
-        payload: Any,
-        metadata: Mapping[str, Any],
-    ) -> str:
-        """Handle one notification; returns HANDLED or REQUEUE."""
-        if not isinstance(payload, Mapping):
-            with self._handler._lock:
-                self._handler.stats.received += 1
-                self._handler.stats.malformed += 1
-            LOG.warning("Dropped %s notification: payload is not an object", event_type)
-            return HANDLED
-        try:
-            self._handler.handle(payload)
-        except EventRejectedError:
-            return HANDLED
-        except HooksError:
-            return REQUEUE
-        return HANDLED
-
-
-def messaging_server(
-    conf: cfg.ConfigOpts, handler: EventHandler
-) -> oslo_messaging.MessageHandlingServer:
-    """A (not yet started) notification listener feeding ``handler``."""
-    group = conf.revocation_listener
-    transport = oslo_messaging.get_notification_transport(conf, url=group.transport_url)
-    return oslo_messaging.get_notification_listener(
-        transport,
-        [oslo_messaging.Target(topic=group.topic)],
-        [MessagingEndpoint(handler)],
-        executor="threading",
-        allow_requeue=True,
-    )

@@ -8,7 +8,9 @@
                      (``ShareV``; both in :mod:`verifier.protocol.messages.shares`)
 ``GET  /v1/status``  bootstrap state
 
-Policy-sealed data (CP-ABE keys, ``/v1/sealed``): :mod:`node_agent.abe`.
+Policy-sealed data (CP-ABE keys, ``/v1/sealed``): :mod:`node_agent.abe`,
+with the ``abe`` extra (pymcl); without it those routes answer 501
+``extra_not_installed`` naming the extra.
 
 Errors are JSON ``{"error": {"code", "message"}}`` (see :mod:`verifier.common.web`).
 """
@@ -20,10 +22,10 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
-from node_agent.abe import add_abe_routes
 from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import RefusedError, TpmError
+from verifier.common import extras
 from verifier.common.errors import RequestError
 from verifier.common.web import (
     Handler,
@@ -98,6 +100,29 @@ async def _refusals(request: web.Request, handler: Handler) -> web.StreamRespons
         raise RequestError(exc.code, exc.detail, exc.status) from exc
 
 
+def _not_installed(reason: str, *roles: str) -> Handler:
+    @allow(*roles)
+    async def handler(request: web.Request) -> web.Response:
+        raise RequestError("extra_not_installed", reason, 501)
+
+    return handler
+
+
+def _add_abe_routes(app: web.Application, agent: Agent) -> None:
+    """The CP-ABE routes; without the ``abe`` extra each answers 501."""
+    try:
+        extras.require("abe", "policy-sealed data (CP-ABE)")
+    except extras.MissingExtraError as exc:
+        reason = str(exc)
+        app.router.add_post("/v1/keys/abe", _not_installed(reason, "verifier"))
+        app.router.add_post("/v1/sealed", _not_installed(reason, "tenant"))
+        app.router.add_get("/v1/abe", _not_installed(reason, "tenant", "verifier"))
+        return
+    from node_agent.abe import add_abe_routes
+
+    add_abe_routes(app, agent)
+
+
 def make_app(
     agent: Agent,
     roles: Mapping[str, Collection[str]] | None = None,
@@ -122,5 +147,5 @@ def make_app(
     app.router.add_post("/v1/keys/u", _keys_u)
     app.router.add_post("/v1/keys/v", _keys_v)
     app.router.add_get("/v1/status", _status)
-    add_abe_routes(app, agent)
+    _add_abe_routes(app, agent)
     return app

@@ -28,7 +28,7 @@ from typing import Any
 from nova_plugin import userdata
 from nova_plugin.exceptions import ServiceError, TenantError
 from nova_plugin.tenant import Tenant
-from verifier.exceptions import AgentUnreachableError
+from verifier.common.errors import AgentUnreachableError
 from verifier.protocol import PcrPolicy, generate_key, seal_payload, split
 from verifier.protocol.messages.registration import RegistrationRecord
 

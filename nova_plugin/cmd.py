@@ -6,6 +6,9 @@ payload to a policy over attested node attributes (``seal --seal-policy``,
 Connection settings come from options or the environment
 (``TRUSTED_REGISTRAR_URL``, ``TRUSTED_VERIFIER_URL``, ``TRUSTED_CERT``,
 ``TRUSTED_KEY``, ``TRUSTED_CA``).
+
+``seal`` needs the ``abe`` extra (``pip install 'trusted-cloud[abe]'``);
+without it the command says so in one line and exits 2.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from nova_plugin.exceptions import TenantError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
 from nova_plugin.tenant import Tenant, TenantConfig
+from verifier.common import extras
 from verifier.protocol import MalformedError, PcrPolicy, TpmPublic
 
 _ENV = {
@@ -348,6 +352,12 @@ def _print(result: Any, as_json: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "seal":
+        try:
+            extras.require("abe", "trusted-tenant seal")
+        except extras.MissingExtraError as exc:
+            print(f"trusted-tenant: error: {exc}", file=sys.stderr)
+            return 2
     try:
         _print(asyncio.run(_run(args)), args.json)
     except (TenantError, MalformedError, OSError) as exc:

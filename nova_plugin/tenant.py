@@ -20,9 +20,9 @@ from urllib.parse import quote
 import aiohttp
 
 from nova_plugin.exceptions import AttestationFailedError, ServiceError
-from verifier.attest import AgentClient
 from verifier.common import tls as tlsutil
-from verifier.exceptions import AgentUnreachableError
+from verifier.common.agents import AgentClient
+from verifier.common.errors import AgentUnreachableError
 from verifier.protocol import (
     AttestationKey,
     EvidenceError,

@@ -2,7 +2,9 @@
 # Installs what `make demo` and `make test` need on a fresh Debian machine:
 # Debian packages (swtpm, TSS headers, a C toolchain for wheels that build
 # from source, shellcheck for the DevStack plugin) and a virtualenv in .venv
-# with the project in develop mode, Sphinx (doc/requirements.txt) and reno.
+# with the project in develop mode with every extra of setup.cfg (each role
+# and each optional driver: the tests exercise them all), the test tools,
+# Sphinx (doc/requirements.txt) and reno.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,18 +28,22 @@ fi
 
 PYTHON="${PYTHON:-python3}"
 stamp=".venv/.installed"
-inputs="requirements.txt test-requirements.txt doc/requirements.txt setup.cfg tools/apt-packages.txt"
+inputs="requirements.txt test-requirements.txt doc/requirements.txt setup.cfg tools/apt-packages.txt tools/install-deps.sh"
 if [ -f "$stamp" ] && [ -z "$(find $inputs -newer "$stamp")" ] \
-        && .venv/bin/python -c "import verifier, tpm2_pytss, sphinx, reno" 2>/dev/null; then
+        && .venv/bin/python -c "import verifier, tpm2_pytss, pymysql, sphinx, reno" 2>/dev/null; then
     exit 0
 fi
+# Every extra of setup.cfg: agent,client,server,hooks,vtpm,abe,messaging,...
+EXTRAS=$("$PYTHON" -c 'import configparser
+c = configparser.ConfigParser()
+c.read("setup.cfg")
+print(",".join(c["extras"]))')
 if [ ! -x .venv/bin/python ]; then
     echo "==> creating the virtualenv in .venv"
     "$PYTHON" -m venv .venv
 fi
 echo "==> installing Python packages (tpm2-pytss may build from source once)"
 .venv/bin/pip install -q --upgrade pip wheel setuptools
-.venv/bin/pip install -q -r requirements.txt -r test-requirements.txt \
-    -r doc/requirements.txt
-.venv/bin/pip install -q --no-deps -e .
+.venv/bin/pip install -q -r test-requirements.txt -r doc/requirements.txt \
+    -e ".[$EXTRAS]"
 touch "$stamp"

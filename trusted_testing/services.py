@@ -1,8 +1,9 @@
 """Shared SQL databases and coordination backends for scale-out tests and
-benchmarks: PostgreSQL and Redis on their standard local ports.
+benchmarks: PostgreSQL, MariaDB and Redis on their standard local ports.
 
-A test that needs them asks :func:`require_postgres_and_redis`, which says
-exactly what is missing (and how to start it) instead of failing obscurely.
+A test that needs them asks :func:`missing_services` (or
+:func:`missing_mariadb`), which says exactly what is missing (and how to
+start it) instead of failing obscurely.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import sqlalchemy as sa
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+#: MariaDB's root over loopback TCP (Debian's default grants it without a
+#: password from 127.0.0.1).
+MARIADB_ADMIN_URL = "mysql+pymysql://root@127.0.0.1:3306/"
 
 
 def _listening(host: str, port: int) -> bool:
@@ -67,3 +71,31 @@ def redis_coordination_url(membership_timeout: float) -> str:
         f"redis://{REDIS_HOST}:{REDIS_PORT}?membership_timeout={membership_timeout}"
         f"&timeout=5&namespace=tc-{uuid_mod.uuid4().hex[:12]}"
     )
+
+
+def missing_mariadb() -> str | None:
+    """What to start when MariaDB is not listening on 127.0.0.1:3306."""
+    if _listening("127.0.0.1", 3306):
+        return None
+    return (
+        "MariaDB on 127.0.0.1:3306 (apt-get install mariadb-server; "
+        "mysqld_safe --bind-address=127.0.0.1 &)"
+    )
+
+
+def scratch_mariadb() -> tuple[str, str]:
+    """Create a fresh MariaDB database; returns (bare ``mysql://`` URL as an
+    operator writes it, database name). Needs PyMySQL (the mysql extra)."""
+    name = f"tc_{uuid_mod.uuid4().hex[:12]}"
+    engine = sa.create_engine(MARIADB_ADMIN_URL)
+    with engine.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE `{name}`"))
+    engine.dispose()
+    return f"mysql://root@127.0.0.1:3306/{name}", name
+
+
+def drop_mariadb(name: str) -> None:
+    engine = sa.create_engine(MARIADB_ADMIN_URL)
+    with engine.connect() as conn:
+        conn.execute(sa.text(f"DROP DATABASE IF EXISTS `{name}`"))
+    engine.dispose()

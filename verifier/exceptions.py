@@ -1,11 +1,18 @@
 """Exceptions of the registrar and verifier services (not the protocol core,
 which has its own root in :mod:`verifier.protocol.errors`). Refusals of a
 request are the shared :class:`verifier.common.errors.RequestError` family,
-re-exported here."""
+and an unreachable agent the shared
+:class:`verifier.common.errors.AgentUnreachableError` (the tenant tools use
+the same agent client), re-exported here."""
 
 from __future__ import annotations
 
-from verifier.common.errors import ConflictError, NotFoundError, RequestError
+from verifier.common.errors import (
+    AgentUnreachableError,
+    ConflictError,
+    NotFoundError,
+    RequestError,
+)
 
 __all__ = [
     "AgentUnreachableError",
@@ -23,7 +30,3 @@ class VerifierError(Exception):
 
 class ConfigError(VerifierError):
     """The service is misconfigured (missing certificate, bad option)."""
-
-
-class AgentUnreachableError(VerifierError):
-    """A node agent did not answer (transport failure, not bad evidence)."""

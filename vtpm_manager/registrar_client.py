@@ -26,7 +26,7 @@ from vtpm_manager.exceptions import (
     RegistrarUnavailableError,
     RegistrationRefusedError,
 )
-from vtpm_manager.swtpm_state import EkIdentity
+from vtpm_manager.identity import EkIdentity
 
 __all__ = ["ProviderRegistrarClient"]
 

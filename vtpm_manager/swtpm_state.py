@@ -14,7 +14,6 @@ so a running domain's own swtpm is never disturbed.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import os
 import shutil
@@ -28,6 +27,7 @@ from collections.abc import Iterator
 from verifier.common.errors import TpmError
 from verifier.common.tpm import Tpm
 from vtpm_manager.exceptions import SwtpmSetupError
+from vtpm_manager.identity import EkIdentity
 from vtpm_manager.localca import free_ports, write_localca_config
 
 __all__ = [
@@ -43,14 +43,6 @@ _STATE_FILE = "tpm2-00.permall"
 _CIPHER = "aes-256-cbc"  # what libvirt passes for an encrypted state
 _SETUP_TIMEOUT = 120.0
 _START_TIMEOUT = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class EkIdentity:
-    """A vTPM's endorsement key as the guest's agent will present it."""
-
-    ek_public: bytes  # marshalled TPM2B_PUBLIC
-    ek_certificate: bytes | None  # DER
 
 
 def state_dir(storage_dir: str, domain_uuid: str) -> str:

@@ -3,7 +3,8 @@
 Verifies each signed event against ``[revocation_hooks]
 verifier_public_key`` and runs ``[revocation_hooks] actions``; events come
 from the HTTPS webhook and/or oslo.messaging (``[revocation_listener]
-transports``). See doc/source/user/revocation.rst.
+transports``; ``messaging`` needs the ``messaging`` extra). See
+doc/source/user/revocation.rst.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from oslo_log import log as logging
 from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks.consumer import Consumer
 from ipsec_puppet_vault_hooks.exceptions import HooksError
-from ipsec_puppet_vault_hooks.listener import EventHandler, make_app, messaging_server
+from ipsec_puppet_vault_hooks.listener import EventHandler, make_app
+from verifier.common import extras
 from verifier.common import tls as tlsutil
 
 LOG = logging.getLogger(__name__)
@@ -66,6 +68,12 @@ async def serve(conf: cfg.ConfigOpts) -> None:
     server = None
     runner = None
     if "messaging" in group.transports:
+        try:
+            extras.require("messaging", "[revocation_listener] transports = messaging")
+        except extras.MissingExtraError as exc:
+            raise HooksError(str(exc))
+        from ipsec_puppet_vault_hooks.messaging import messaging_server
+
         server = messaging_server(conf, handler)
         server.start()
         LOG.info("Consuming notifications on topic %s", group.topic)

@@ -5,7 +5,8 @@ processes sharing one SQL database split the nodes with a tooz partitioner
 (a consistent hash ring over the live members of a group, with membership
 kept by heartbeats in Redis, etcd, ZooKeeper, ...): :class:`ToozOwnership`.
 When a member stops heartbeating, the ring drops it and the survivors take
-its nodes at their next sync.
+its nodes at their next sync. tooz and its Redis driver are the ``scale``
+extra.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import socket
 from typing import Any
 
+from verifier.common import extras
 from verifier.exceptions import ConfigError
 
 LOG = logging.getLogger(__name__)
@@ -67,12 +69,23 @@ class ToozOwnership(Ownership):
         self._partitioner: Any = None
 
     async def start(self) -> None:
+        """Join the group.
+
+        Raises:
+            ConfigError: the backend's driver is not installed (e.g. redis
+                without the ``scale`` extra).
+        """
         await asyncio.to_thread(self._start)
 
     def _start(self) -> None:
         from tooz import coordination
 
-        coordinator = coordination.get_coordinator(self.url, self.member_id.encode())
+        try:
+            coordinator = coordination.get_coordinator(
+                self.url, self.member_id.encode()
+            )
+        except ImportError as exc:
+            raise ConfigError(f"[verifier] coordination_url: {extras.explain(exc)}")
         # tooz's own thread heartbeats, so a busy event loop never lets our
         # membership lapse
         coordinator.start(start_heart=True)
@@ -119,13 +132,17 @@ def make_ownership(
     """The ownership for the configuration (AllNodes without a URL).
 
     Raises:
-        ConfigError: if tooz is missing for a configured URL.
+        ConfigError: if tooz (the ``scale`` extra) is missing for a
+            configured URL.
     """
     if not coordination_url:
         return AllNodes()
     try:
-        import tooz  # noqa: F401
-    except ImportError:
-        raise ConfigError("[verifier] coordination_url needs the tooz package")
+        # Imported here, in the caller's thread: it imports eventlet, and a
+        # worker thread that imports eventlet never ends (asyncio.run then
+        # waits for ever for its default executor at shutdown).
+        import tooz.coordination  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"[verifier] coordination_url: {extras.explain(exc)}")
     member = member_id or f"{socket.gethostname()}-{os.getpid()}"
     return ToozOwnership(coordination_url, member, group)

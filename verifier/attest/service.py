@@ -17,12 +17,11 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from verifier.attest.abe_keys import AbeAuthority
 from verifier.attest.clients import AgentClient, RegistrarClient
 from verifier.attest.node import (
     LiveNode,
@@ -55,6 +54,9 @@ from verifier.protocol.attestation import (
 from verifier.protocol.messages.shares import ShareV
 
 __all__ = ["NodeState", "NodeView", "Verifier"]
+
+if TYPE_CHECKING:  # CP-ABE is the abe extra: imported only when enabled
+    from verifier.attest.abe_keys import AbeAuthority
 
 LOG = logging.getLogger(__name__)
 _FLUSH_INTERVAL = 5.0

@@ -2,7 +2,9 @@
 
 Runs on the provider's side next to the verifier: it reads the provider's
 notification bus (``[oslo_messaging_notifications] transport_url``) and
-calls the verifier with an operator certificate.
+calls the verifier with an operator certificate. It needs the
+``messaging`` extra besides ``server``; without it, it says so in one line
+and exits 2 (so oslo.messaging is imported only once that is checked).
 """
 
 from __future__ import annotations
@@ -13,20 +15,15 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-import oslo_messaging
 import stevedore
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from verifier.common import extras
 from verifier.common import tls as tlsutil
+from verifier.common.plugins import InstanceHook
 from verifier.conf import nova_listener as listener_conf
 from verifier.exceptions import ConfigError
-from verifier.nova_listener import (
-    InstanceEndpoint,
-    InstanceHook,
-    VerifierOperator,
-    make_listener,
-)
 
 LOG = logging.getLogger(__name__)
 
@@ -36,10 +33,21 @@ def _missing_hooks(names: Iterable[str]) -> None:
 
 
 def _hook_failed(_manager: Any, entrypoint: Any, exc: BaseException) -> None:
-    raise ConfigError(f"[nova_listener] hook {entrypoint.name}: {exc}") from exc
+    raise ConfigError(
+        f"[nova_listener] hook {entrypoint.name}: {extras.explain(exc)}"
+    ) from exc
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        extras.require("messaging", "trusted-nova-listener")
+    except extras.MissingExtraError as exc:
+        print(f"trusted-nova-listener: {exc}", file=sys.stderr)
+        return 2
+    import oslo_messaging
+
+    from verifier.nova_listener import InstanceEndpoint, VerifierOperator, make_listener
+
     conf = cfg.ConfigOpts()
     listener_conf.register_opts(conf)
     logging.register_options(conf)

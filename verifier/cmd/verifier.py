@@ -1,10 +1,16 @@
-"""``trusted-verifier``: the cloud verifier service."""
+"""``trusted-verifier``: the cloud verifier service.
+
+Optional parts need their extras: ``[abe] enabled`` the ``abe`` extra,
+``[monitor] enabled`` the ``tpm`` extra, ``[verifier] coordination_url``
+the ``scale`` extra; a missing one is a configuration error naming it.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
@@ -12,21 +18,48 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from oslo_config import cfg
 
 from verifier import db
-from verifier.api.abe_app import add_abe_routes
 from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
-from verifier.attest.abe_keys import AbeAuthority, ProviderAttributes
 from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
 from verifier.attest.policies import PolicyStore, VerifyingKey
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
+from verifier.common import extras
 from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
+
+if TYPE_CHECKING:
+    from verifier.attest.abe_keys import AbeAuthority
+
+
+def _require(extra: str, feature: str) -> None:
+    try:
+        extras.require(extra, feature)
+    except extras.MissingExtraError as exc:
+        raise ConfigError(str(exc))
+
+
+def build_abe(conf: cfg.ConfigOpts, agents: AgentClient) -> AbeAuthority | None:
+    """The CP-ABE authority, if ``[abe] enabled``.
+
+    Raises:
+        ConfigError: the ``abe`` extra is not installed.
+    """
+    if not conf.abe.enabled:
+        return None
+    _require("abe", "[abe] enabled")
+    from verifier.attest.abe_keys import AbeAuthority, ProviderAttributes
+
+    return AbeAuthority(
+        conf.abe.master_key_file,
+        ProviderAttributes(conf.abe.provider_attributes_file),
+        agents,
+    )
 
 
 def load_signing_key(path: str) -> ed25519.Ed25519PrivateKey:
@@ -84,13 +117,7 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     notifiers = load_notifiers(conf, group.notifiers, signing_key.public_key())
     client_ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
     agents = AgentClient(group.cert_file, group.key_file, group.agent_timeout)
-    abe = None
-    if conf.abe.enabled:
-        abe = AbeAuthority(
-            conf.abe.master_key_file,
-            ProviderAttributes(conf.abe.provider_attributes_file),
-            agents,
-        )
+    abe = build_abe(conf, agents)
     verifier = Verifier(
         engine,
         signing_key,
@@ -125,10 +152,15 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
 def build_monitor(
     conf: cfg.ConfigOpts,
 ) -> tuple[MonitorBatcher, HostTpm] | None:
-    """Monitor attestation from the host TPM, if ``[monitor] enabled``."""
+    """Monitor attestation from the host TPM, if ``[monitor] enabled``.
+
+    Raises:
+        ConfigError: the ``tpm`` extra is not installed.
+    """
     group = conf.monitor
     if not group.enabled:
         return None
+    _require("tpm", "[monitor] enabled")
     host = HostTpm(group.tcti, list(group.pcrs), group.ek_alg, group.ak_alg)
     batcher = MonitorBatcher(host.quote, group.window_ms / 1000.0, group.max_batch)
     return batcher, host
@@ -143,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         monitor = build_monitor(conf)
         routes: list[Callable[[web.Application], None]] = []
         if verifier.abe is not None:
+            from verifier.api.abe_app import add_abe_routes
+
             routes.append(functools.partial(add_abe_routes, authority=verifier.abe))
         if monitor is not None:
             batcher, host = monitor

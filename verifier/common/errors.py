@@ -7,6 +7,7 @@ answers a :class:`RequestError` with its JSON error body."""
 from __future__ import annotations
 
 __all__ = [
+    "AgentUnreachableError",
     "CommonError",
     "ConflictError",
     "NotFoundError",
@@ -51,6 +52,12 @@ class TransportError(CommonError):
     """An HTTP exchange failed before a usable answer: connection refused,
     TLS failure (including a peer certificate that is not the pinned one),
     timeout, or an answer that is not HTTP."""
+
+
+class AgentUnreachableError(TransportError):
+    """A node agent did not take a request: transport failure, a
+    certificate that is not the pinned one, or a non-2xx answer (bad
+    evidence in a 2xx answer is the protocol core's ``MalformedError``)."""
 
 
 class TpmError(CommonError):

@@ -1,4 +1,10 @@
-"""Storage: SQLAlchemy 2 models, alembic migrations, engine set-up."""
+"""Storage: SQLAlchemy 2 models, alembic migrations, engine set-up.
+
+SQLite needs nothing more; PostgreSQL needs the ``postgresql`` extra
+(psycopg 3) and MySQL/MariaDB the ``mysql`` extra (PyMySQL). A URL without
+a driver (``postgresql://``, ``mysql://``, ``mariadb://``) gets the one
+those extras install.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
+from sqlalchemy.exc import ArgumentError
 
+from verifier.common import extras
 from verifier.db.models import (
     Base,
     Node,
@@ -17,29 +25,61 @@ from verifier.db.models import (
     RegisteredAgent,
     StoredPolicy,
 )
+from verifier.exceptions import ConfigError
 
 __all__ = [
+    "DRIVERS",
     "Base",
     "Node",
     "OutboxEvent",
     "ProviderEk",
     "RegisteredAgent",
     "StoredPolicy",
+    "database_url",
     "make_engine",
     "upgrade",
 ]
 
 _MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
 
+#: Dialect -> the driver its extra installs (``postgresql``, ``mysql``).
+DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
+
+
+def database_url(url: str) -> sa.URL:
+    """``url`` parsed, with our extras' driver when it names none.
+
+    Raises:
+        ConfigError: not an SQLAlchemy URL.
+    """
+    try:
+        parsed = sa.make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"database connection: {exc}")
+    driver = DRIVERS.get(parsed.drivername)
+    if driver is not None:
+        parsed = parsed.set(drivername=f"{parsed.drivername}+{driver}")
+    return parsed
+
 
 def make_engine(url: str) -> sa.Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout and its
-    directory is created."""
+    directory is created.
+
+    Raises:
+        ConfigError: not an SQLAlchemy URL, or its driver is not installed
+            (the message names the extra).
+    """
     if url.startswith("sqlite:///") and not url.endswith(":memory:"):
         path = url[len("sqlite:///") :]
         if os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-    engine = sa.create_engine(url)
+    parsed = database_url(url)
+    try:
+        engine = sa.create_engine(parsed)
+    except ImportError as exc:
+        where = parsed.render_as_string(hide_password=True)
+        raise ConfigError(f"database connection {where}: {extras.explain(exc)}")
     if engine.dialect.name == "sqlite":
 
         @event.listens_for(engine, "connect")

@@ -10,6 +10,7 @@ import stevedore
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
+from verifier.common import extras
 from verifier.common.plugins import Notifier, NotifierError
 from verifier.exceptions import ConfigError
 
@@ -25,14 +26,16 @@ def load_notifiers(
 
     Raises:
         ConfigError: naming an unknown driver or one that cannot start
-            (its own configuration error).
+            (its own configuration error, or the extra it needs).
     """
     missing: list[str] = []
 
     def _failed(_mgr: object, entrypoint: Any, exc: BaseException) -> None:
         if isinstance(exc, ConfigError):
             raise exc
-        raise ConfigError(f"notifier {entrypoint.name!r} cannot start: {exc}") from exc
+        raise ConfigError(
+            f"notifier {entrypoint.name!r} cannot start: {extras.explain(exc)}"
+        ) from exc
 
     mgr: Any = stevedore.NamedExtensionManager(
         GROUP,

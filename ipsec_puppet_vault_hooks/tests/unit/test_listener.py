@@ -9,12 +9,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslotest import base
 
 from ipsec_puppet_vault_hooks import Consumer, DedupStore
-from ipsec_puppet_vault_hooks.listener import (
-    HANDLED,
-    REQUEUE,
-    EventHandler,
-    MessagingEndpoint,
-)
+from ipsec_puppet_vault_hooks.listener import EventHandler
+from ipsec_puppet_vault_hooks.messaging import HANDLED, REQUEUE, MessagingEndpoint
 from trusted_testing import hooks_events as utils
 
 

@@ -10,11 +10,13 @@ to NK, and tenants hand nodes sealed blobs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from verifier.protocol.abe import PublicParams
 from verifier.protocol.errors import FieldError, MalformedError
 from verifier.protocol.messages._fields import Reader, b64, check_bytes, check_int
+
+if TYPE_CHECKING:  # CP-ABE (pymcl) is the ``abe`` extra: loaded only for params
+    from verifier.protocol.abe import PublicParams
 
 __all__ = [
     "MAX_KEY_ENVELOPE",
@@ -52,6 +54,8 @@ class AbeParams:
     _NAME = "ABE parameters"
 
     def __post_init__(self) -> None:
+        from verifier.protocol.abe import PublicParams
+
         if not isinstance(self.params, PublicParams):
             raise FieldError(self._NAME, "params", "must be CP-ABE public parameters")
         check_int(self._NAME, "epoch", self.epoch, 0, _MAX_EPOCH)
@@ -70,6 +74,8 @@ class AbeParams:
         Raises:
             MalformedError: naming the field.
         """
+        from verifier.protocol.abe import PublicParams
+
         r = Reader(data, cls._NAME)
         pp = PublicParams.from_bytes(r.b64("params", MAX_PARAMS))
         if r.get("id") != pp.id.hex():

@@ -239,13 +239,22 @@ class DevstackConfigTest(_PluginTestCase):
         ds = self.devstack()
         calls = ds.phase("stack", "install")
         self.assertEqual(
-            [[os.path.join(ds.dest, "trusted-cloud")]], _calls(calls, "setup_develop")
+            [[os.path.join(ds.dest, "trusted-cloud"), "server"]],
+            _calls(calls, "setup_develop"),
         )
         self.assertEqual(
             [["libtss2-dev", "pkg-config"]], _calls(calls, "install_package")
         )
         self.assertEqual([], _calls(calls, "iniset"))
         self.assertFalse(os.path.exists(ds.conf_dir))
+
+    def test_stack_install_adds_the_agent_extra_with_the_agent(self) -> None:
+        ds = self.devstack(enabled=SERVICES + ",trusted-agent")
+        calls = ds.phase("stack", "install")
+        self.assertEqual(
+            [[os.path.join(ds.dest, "trusted-cloud"), "server,agent"]],
+            _calls(calls, "setup_develop"),
+        )
 
     def test_post_config_writes_registrar_and_verifier_conf(self) -> None:
         ds = self.devstack()

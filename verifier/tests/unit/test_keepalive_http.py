@@ -9,9 +9,9 @@ import tempfile
 import testtools
 from aiohttp import web
 
-from verifier.attest._http import HttpError, KeepAliveClient
 from verifier.ca import CertificateAuthority
 from verifier.common import tls as tlsutil
+from verifier.common._http import HttpError, KeepAliveClient
 
 
 class KeepAliveClientTest(testtools.TestCase):
