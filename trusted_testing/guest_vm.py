@@ -322,6 +322,8 @@ def _dib_env(root: str, wheelhouse: str) -> dict[str, str]:
         DIB_IMAGE_CACHE=os.path.join(root, "dib-cache"),
         DIB_TRUSTED_AGENT_WHEELHOUSE=wheelhouse,
     )
+    # Reuse the debootstrap tarball of an earlier build (apt upgrades it).
+    env.setdefault("DIB_DEBIAN_USE_DEBOOTSTRAP_CACHE", "1")
     env.setdefault("DIB_DISTRIBUTION_MIRROR", mirror)
     env.setdefault("DIB_DEBIAN_SECURITY_MIRROR", security)
     return env

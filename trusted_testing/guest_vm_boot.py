@@ -19,22 +19,35 @@ namespace).
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from types import TracebackType
 
-from trusted_testing.guest_vm import VmImage
+from trusted_testing.guest_vm import ImageError, VmImage, build
 from trusted_testing.procs import die_with_parent
 from trusted_testing.swtpm import free_ports
 
 OVMF = "/usr/share/ovmf/OVMF.fd"
 BOOT_TIMEOUT = 900.0
+BOOTSTRAP = "/etc/trusted-cloud/bootstrap.json"
+AGENT_PORT = 9002
+# Console lines (cleaned) that mark the stages of a boot.
+KERNEL_STARTED = re.compile(r"^\[\s*0\.0+\] Linux version", re.M)
+CLOUD_INIT_DONE = re.compile(
+    r"Cloud-init v\. \S+ finished at .*Up ([\d.]+) seconds", re.M
+)
+# trusted-agent.service logs to the console: "[ uptime] trusted-agent[pid]: ".
+AGENT_LOGGED = re.compile(r"^.*\btrusted-agent\[\d+\]: .*$", re.M)
 # Escape sequences of the firmware and of systemd's coloured status lines.
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[@-Z\\-_])")
 
@@ -305,3 +318,64 @@ class VmGuest:
                         f"[{name}] " + handle.read()[-800:].decode(errors="replace")
                     )
         return "\n".join(parts)
+
+
+def bootstrap_user_data(bootstrap: dict[str, object]) -> str:
+    """A cloud-config that writes ``bootstrap`` to :data:`BOOTSTRAP`."""
+    config = {
+        "write_files": [
+            {"path": BOOTSTRAP, "permissions": "0600", "content": json.dumps(bootstrap)}
+        ]
+    }
+    # JSON is YAML: cloud-init parses it as a cloud-config.
+    return "#cloud-config\n" + json.dumps(config, indent=1) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: boot the (cached) image once and print its timings."""
+    parser = argparse.ArgumentParser(
+        description="Boot the guest image (qemu TCG + OVMF + swtpm + NoCloud) "
+        "and print how long each stage took."
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument("--memory", type=int, default=1024, help="MiB")
+    args = parser.parse_args(argv)
+    try:
+        image = build()
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    node = str(uuid.uuid4())
+    guest = VmGuest(
+        image,
+        bootstrap_user_data({"uuid": node}),
+        instance_id=node,
+        memory_mb=args.memory,
+        forward=(AGENT_PORT,),
+        keep_dir=args.keep,
+    )
+    marks: list[tuple[str, float]] = []
+    try:
+        with guest:
+            for name, pattern in (
+                ("kernel started", KERNEL_STARTED),
+                ("cloud-init done", CLOUD_INIT_DONE),
+                ("agent logged", AGENT_LOGGED),
+            ):
+                guest.wait_for(pattern, what=name)
+                marks.append((name, guest.elapsed()))
+            uptime = CLOUD_INIT_DONE.search(guest.console())
+    except VmGuestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, seconds in marks:
+        print(f"{name}: {seconds:.1f} s after qemu started")
+    if uptime is not None:
+        print(f"cloud-init done at guest uptime {float(uptime.group(1)):.1f} s")
+    if args.keep:
+        print(f"work dir: {guest.workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
