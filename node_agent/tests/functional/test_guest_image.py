@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import time
+import urllib.request
 import uuid
 
 import fixtures
@@ -28,6 +29,8 @@ from trusted_testing.guest_vm_boot import (
     VmGuest,
 )
 
+# A guest port the probe serves the marker on (forwarded like the agent's).
+PROBE_PORT = 9003
 # Server-side distributions the agent's own extra must not pull in.
 SERVER_ONLY = ("sqlalchemy", "alembic", "libvirt-python", "oslo-messaging")
 PROBE = r"""#!/bin/sh
@@ -48,6 +51,10 @@ p help_rc "$?"
 p help_usage "$(head -n 1 /tmp/help.txt)"
 p help_config "$(grep -c -- --config-file /tmp/help.txt)"
 p unit "$(systemctl is-enabled trusted-agent.service)"
+p ipv4 "$(hostname -I)"
+# Serve the marker on a forwarded port: the host fetches it.
+cd /var/lib/trusted-guest-test
+setsid python3 -m http.server 9003 </dev/null >/dev/null 2>&1 &
 p venv_mb "$(du -sm /opt/trusted-agent | cut -f1)"
 p root_mb "$(df -m --output=used / | tail -n 1 | tr -d ' ')"
 p dists "$(/opt/trusted-agent/bin/python -c 'import importlib.metadata as m
@@ -74,6 +81,21 @@ def user_data(bootstrap: str, marker: str) -> str:
     }
     # JSON is YAML: cloud-init parses it as a cloud-config.
     return "#cloud-config\n" + json.dumps(config, indent=1) + "\n"
+
+
+def _fetch(port: int, path: str, timeout: float = 60.0) -> bytes:
+    """GET http://127.0.0.1:port/path, retrying while the server starts."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{port}{path}", timeout=10
+            ) as reply:
+                return bytes(reply.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 class TestGuestImageBuild(testtools.TestCase):
@@ -137,6 +159,7 @@ class TestGuestBoot(testtools.TestCase):
     guest_uptime: float
     bootstrap: str
     marker: str
+    fetched: bytes
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -148,7 +171,7 @@ class TestGuestBoot(testtools.TestCase):
             cls.image,
             user_data(cls.bootstrap, cls.marker),
             instance_id=str(uuid.uuid4()),
-            forward=(AGENT_PORT,),
+            forward=(AGENT_PORT, PROBE_PORT),
         )
         cls.guest.start()
         try:
@@ -158,6 +181,7 @@ class TestGuestBoot(testtools.TestCase):
             # The unit starts after cloud-init's final stage: wait for its log.
             cls.guest.wait_for(AGENT_LOGGED, 300.0, "the agent's first log line")
             cls.console = cls.guest.console()
+            cls.fetched = _fetch(cls.guest.ports[PROBE_PORT], "/marker")
         finally:
             cls.guest.stop()
         cls.probe = dict(_PROBE_LINE.findall(cls.console))
@@ -172,6 +196,13 @@ class TestGuestBoot(testtools.TestCase):
 
     def test_cloud_init_used_the_nocloud_seed(self) -> None:
         self.assertIn("DataSourceNoCloud", self.console)
+
+    def test_guest_network_is_qemu_user_networking(self) -> None:
+        # DHCP from qemu's user network (cloud-init's fallback config,
+        # rendered for systemd-networkd); the host reaches the guest only
+        # through a port forwarded from its own 127.0.0.1.
+        self.assertRegex(self.probe["ipv4"], r"^10\.0\.2\.\d+\b")
+        self.assertEqual(self.marker + "\n", self.fetched.decode())
 
     def test_vtpm_is_the_kernels_resource_manager(self) -> None:
         self.assertEqual("present", self.probe["tpmrm0"])
