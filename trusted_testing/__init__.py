@@ -1,6 +1,7 @@
 """The test harness: LocalCluster, the fleet emulator, soft TPM and kernel,
-swtpm and libvirt helpers, the measured guest and its image builder, and
-stand-ins for the services the tests start.
+swtpm and libvirt helpers, the measured guest and its image builder, the
+operator's guest image with the agent (``guest_vm``) and its boot
+(``guest_vm_boot``), and stand-ins for the services the tests start.
 
 Not shipped: it is not in ``setup.cfg``'s packages, and nothing under
 ``verifier``, ``node_agent``, ``nova_plugin``, ``vtpm_manager`` or

@@ -1,0 +1,381 @@
+"""Boot the operator's guest image (:mod:`trusted_testing.guest_vm`) under
+qemu with OVMF, a swtpm vTPM and a NoCloud seed, and read its serial console.
+
+The boot is what Nova does for an image with ``kernel_id``, ``ramdisk_id``
+and ``os_command_line`` on a flavor with ``hw:tpm_version=2.0``: qemu (TCG:
+these machines have no usable KVM) on q35 with OVMF (``-bios``), which
+measures the firmware and the kernel into the vTPM (SeaBIOS would not
+measure the kernel), the kernel and initramfs given directly, a TPM CRB
+device backed by ``swtpm socket --tpm2`` over a unix socket. The disk is a
+throw-away qcow2 overlay on the cached image. cloud-init finds its
+user-data on an ISO 9660 volume labelled ``cidata`` (NoCloud).
+
+The serial console goes to a file (``serial.log`` in the work directory):
+:meth:`VmGuest.console` returns it without CRs and ANSI escapes. The only
+network is qemu user networking, whose forwarded ports listen on
+127.0.0.1 of the host (never a private-range address in the host's
+namespace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from types import TracebackType
+
+from trusted_testing.guest_vm import ImageError, VmImage, build
+from trusted_testing.procs import die_with_parent
+from trusted_testing.swtpm import free_ports
+
+OVMF = "/usr/share/ovmf/OVMF.fd"
+BOOT_TIMEOUT = 900.0
+BOOTSTRAP = "/etc/trusted-cloud/bootstrap.json"
+AGENT_PORT = 9002
+# Console lines (cleaned) that mark the stages of a boot.
+KERNEL_STARTED = re.compile(r"^\[\s*0\.0+\] Linux version", re.M)
+CLOUD_INIT_DONE = re.compile(
+    r"Cloud-init v\. \S+ finished at .*Up ([\d.]+) seconds", re.M
+)
+# trusted-agent.service logs to the console: "[ uptime] trusted-agent[pid]: ".
+AGENT_LOGGED = re.compile(r"^.*\btrusted-agent\[\d+\]: .*$", re.M)
+# Escape sequences of the firmware and of systemd's coloured status lines.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[@-Z\\-_])")
+
+
+class VmGuestError(Exception):
+    """The guest did not start or did not reach a state in time."""
+
+
+def clean_console(raw: bytes) -> str:
+    """Serial console bytes as text: no CRs, no ANSI escapes.
+
+    Args:
+        raw: What qemu wrote to the serial file.
+
+    Returns:
+        The text, one console line per line.
+    """
+    text = raw.decode("utf-8", errors="replace").replace("\r", "")
+    return _ANSI.sub("", text)
+
+
+def make_seed(path: str, user_data: str, meta_data: str) -> None:
+    """Write a NoCloud seed: an ISO 9660 volume labelled ``cidata``.
+
+    Args:
+        path: The ISO file to create.
+        user_data: The user-data (a cloud-config, or a MIME multipart).
+        meta_data: The meta-data (YAML: ``instance-id``, ``local-hostname``).
+
+    Raises:
+        VmGuestError: If xorriso is missing or fails.
+    """
+    with tempfile.TemporaryDirectory(prefix="seed-") as tree:
+        for name, text in (("user-data", user_data), ("meta-data", meta_data)):
+            with open(os.path.join(tree, name), "w", encoding="utf-8") as handle:
+                handle.write(text)
+        argv = ["xorriso", "-as", "mkisofs", "-quiet", "-o", path]
+        argv += ["-volid", "cidata", "-joliet", "-rock", tree]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except FileNotFoundError as exc:
+            raise VmGuestError(
+                "xorriso is missing: install the Debian package xorriso"
+            ) from exc
+        if done.returncode:
+            raise VmGuestError(
+                f"xorriso failed ({done.returncode}): {done.stderr[-500:]}"
+            )
+
+
+class VmGuest:
+    """A running guest: qemu (TCG, q35, OVMF) + swtpm + a NoCloud seed."""
+
+    def __init__(
+        self,
+        image: VmImage,
+        user_data: str,
+        *,
+        instance_id: str = "trusted-guest",
+        memory_mb: int = 1024,
+        forward: Sequence[int] = (),
+        extra_cmdline: str = "panic=-1",
+        keep_dir: bool = False,
+    ) -> None:
+        """Prepare (but do not start) a guest.
+
+        Args:
+            image: The built image.
+            user_data: The user-data cloud-init reads from the seed.
+            instance_id: The NoCloud ``instance-id`` (a Nova instance UUID).
+            memory_mb: Guest memory.
+            forward: Guest TCP ports to forward from 127.0.0.1 of the host.
+            extra_cmdline: Appended to the image's kernel command line.
+            keep_dir: Keep the work directory (console log, disks) on stop.
+        """
+        self.image = image
+        self.user_data = user_data
+        self.instance_id = instance_id
+        self.memory_mb = memory_mb
+        self.forward = tuple(forward)
+        self.extra_cmdline = extra_cmdline
+        self.keep_dir = keep_dir
+        self.workdir = ""
+        self.ports: dict[int, int] = {}
+        self.started = 0.0
+        self._swtpm: subprocess.Popen[bytes] | None = None
+        self._qemu: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> VmGuest:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def serial_log(self) -> str:
+        """Path of the raw serial console file."""
+        return os.path.join(self.workdir, "serial.log")
+
+    def start(self) -> None:
+        """Start swtpm and qemu (returns once qemu runs; see :meth:`wait_for`).
+
+        Raises:
+            VmGuestError: If a tool is missing or a process exits at once.
+        """
+        self.workdir = tempfile.mkdtemp(prefix="trusted-vm-")
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        state = os.path.join(self.workdir, "tpm")
+        os.makedirs(state)
+        tpm_sock = os.path.join(self.workdir, "swtpm.sock")
+        seed = os.path.join(self.workdir, "seed.iso")
+        disk = os.path.join(self.workdir, "disk.qcow2")
+        meta = f"instance-id: {self.instance_id}\nlocal-hostname: trusted-guest\n"
+        make_seed(seed, self.user_data, meta)
+        self._check(
+            ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+             "-b", self.image.qcow2, disk],
+            "qemu-utils",
+        )  # fmt: skip
+        self._swtpm = self._spawn(
+            ["swtpm", "socket", "--tpm2",
+             "--ctrl", f"type=unixio,path={tpm_sock}",
+             "--tpmstate", f"dir={state}",
+             "--log", f"file={os.path.join(self.workdir, 'swtpm.log')}"],
+            "swtpm.out",
+            "swtpm",
+        )  # fmt: skip
+        self._wait_path(tpm_sock, self._swtpm, "swtpm", 30.0)
+        base = free_ports(len(self.forward)) if self.forward else 0
+        self.ports = {guest: base + i for i, guest in enumerate(self.forward)}
+        netdev = "user,id=n0" + "".join(
+            f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
+            for guest, host in self.ports.items()
+        )
+        self.started = time.monotonic()
+        self._qemu = self._spawn(
+            ["qemu-system-x86_64",
+             "-machine", "q35,accel=tcg", "-smp", "1", "-m", str(self.memory_mb),
+             "-bios", OVMF, "-display", "none", "-monitor", "none", "-no-reboot",
+             "-kernel", self.image.kernel, "-initrd", self.image.initrd,
+             "-append", f"{self.image.cmdline} {self.extra_cmdline}".strip(),
+             "-serial", f"file:{self.serial_log}",
+             "-chardev", f"socket,id=chrtpm,path={tpm_sock}",
+             "-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
+             "-device", "tpm-crb,tpmdev=tpm0",
+             "-drive", f"file={disk},if=virtio,format=qcow2",
+             "-drive", f"file={seed},if=virtio,format=raw,readonly=on",
+             "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"],
+            "qemu.out",
+            "qemu-system-x86",
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        """Kill qemu and swtpm (by PID) and remove the work directory."""
+        for proc in (self._qemu, self._swtpm):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self._qemu = self._swtpm = None
+        if self.workdir and not self.keep_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def console(self) -> str:
+        """The serial console so far, cleaned (:func:`clean_console`)."""
+        try:
+            with open(self.serial_log, "rb") as handle:
+                return clean_console(handle.read())
+        except FileNotFoundError:
+            return ""
+
+    def elapsed(self) -> float:
+        """Seconds since qemu was started."""
+        return time.monotonic() - self.started
+
+    def wait_for(
+        self, pattern: re.Pattern[str], timeout: float = BOOT_TIMEOUT, what: str = ""
+    ) -> re.Match[str]:
+        """Wait until the cleaned console matches ``pattern``.
+
+        Args:
+            pattern: A compiled regular expression (``re.M`` for line anchors).
+            timeout: Seconds to wait.
+            what: What is awaited, for the error.
+
+        Returns:
+            The first match.
+
+        Raises:
+            VmGuestError: On a timeout, or when qemu exits first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            found = pattern.search(self.console())
+            if found:
+                return found
+            if self._qemu is None or self._qemu.poll() is not None:
+                code = None if self._qemu is None else self._qemu.returncode
+                raise VmGuestError(
+                    f"qemu exited ({code}) before {what or pattern.pattern}\n"
+                    + self._tail()
+                )
+            if time.monotonic() > deadline:
+                raise VmGuestError(
+                    f"timed out after {timeout:.0f}s waiting for "
+                    f"{what or pattern.pattern}\n{self._tail()}"
+                )
+            time.sleep(0.5)
+
+    def _spawn(
+        self, argv: list[str], log: str, package: str
+    ) -> subprocess.Popen[bytes]:
+        with open(os.path.join(self.workdir, log), "wb") as out:
+            try:
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,  # noqa: PLW1509
+                )
+            except FileNotFoundError as exc:
+                raise VmGuestError(
+                    f"{argv[0]} is missing: install the Debian package {package}"
+                ) from exc
+
+    @staticmethod
+    def _check(argv: list[str], package: str) -> None:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        except FileNotFoundError as exc:
+            raise VmGuestError(
+                f"{argv[0]} is missing: install the Debian package {package}"
+            ) from exc
+        if done.returncode:
+            raise VmGuestError(f"{argv[0]} failed: {done.stderr[-500:]}")
+
+    def _wait_path(
+        self, path: str, proc: subprocess.Popen[bytes], name: str, timeout: float
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if proc.poll() is not None:
+                raise VmGuestError(f"{name} exited ({proc.returncode}): {self._tail()}")
+            if time.monotonic() > deadline:
+                raise VmGuestError(f"{path} did not appear in {timeout:.0f}s")
+            time.sleep(0.05)
+
+    def _tail(self) -> str:
+        parts = [f"[serial.log] {self.console()[-2000:]}"]
+        for name in ("qemu.out", "swtpm.out"):
+            path = os.path.join(self.workdir, name)
+            if os.path.exists(path):
+                with open(path, "rb") as handle:
+                    parts.append(
+                        f"[{name}] " + handle.read()[-800:].decode(errors="replace")
+                    )
+        return "\n".join(parts)
+
+
+def bootstrap_user_data(bootstrap: dict[str, object]) -> str:
+    """A cloud-config that writes ``bootstrap`` to :data:`BOOTSTRAP`."""
+    config = {
+        "write_files": [
+            {"path": BOOTSTRAP, "permissions": "0600", "content": json.dumps(bootstrap)}
+        ]
+    }
+    # JSON is YAML: cloud-init parses it as a cloud-config.
+    return "#cloud-config\n" + json.dumps(config, indent=1) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: boot the (cached) image once and print its timings."""
+    parser = argparse.ArgumentParser(
+        description="Boot the guest image (qemu TCG + OVMF + swtpm + NoCloud) "
+        "and print how long each stage took."
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    parser.add_argument("--memory", type=int, default=1024, help="MiB")
+    args = parser.parse_args(argv)
+    try:
+        image = build()
+    except ImageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    node = str(uuid.uuid4())
+    guest = VmGuest(
+        image,
+        bootstrap_user_data({"uuid": node}),
+        instance_id=node,
+        memory_mb=args.memory,
+        forward=(AGENT_PORT,),
+        keep_dir=args.keep,
+    )
+    marks: list[tuple[str, float]] = []
+    try:
+        with guest:
+            for name, pattern in (
+                ("kernel started", KERNEL_STARTED),
+                ("cloud-init done", CLOUD_INIT_DONE),
+                ("agent logged", AGENT_LOGGED),
+            ):
+                guest.wait_for(pattern, what=name)
+                marks.append((name, guest.elapsed()))
+            uptime = CLOUD_INIT_DONE.search(guest.console())
+    except VmGuestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, seconds in marks:
+        print(f"{name}: {seconds:.1f} s after qemu started")
+    if uptime is not None:
+        print(f"cloud-init done at guest uptime {float(uptime.group(1)):.1f} s")
+    if args.keep:
+        print(f"work dir: {guest.workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
