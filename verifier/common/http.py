@@ -1,0 +1,597 @@
+"""The one HTTP client of the project (STYLE rule 13).
+
+Every outgoing HTTP call of the services, the agent, the tenant tools, the
+revocation hooks and the vTPM manager goes through this module. Both
+clients frame requests and answers with the same HTTP/1.1 code
+(:mod:`verifier.common._http11`) and turn answers into the same
+:class:`Answer`:
+
+- :class:`AsyncClient` keeps connections alive per peer (the quote loop
+  sends one small request per node per round over a kept-alive mTLS
+  connection: a general client spends more CPU per request than the
+  signature check itself) and checks a pinned peer certificate right after
+  the handshake;
+- :class:`BlockingClient` makes one connection per call with the
+  :mod:`socket` and :mod:`ssl` modules, for synchronous callers (a hook
+  action in a worker thread, the autosign executable, the vTPM manager in
+  a libvirt hook, the outbox). It works whether or not an event loop runs
+  in the calling thread, which ``asyncio.run`` of the async client would
+  not.
+
+Each public ``request`` wraps a private ``_request`` and turns any failure
+-- refused connection, TLS failure, a certificate that is not the pinned
+one, timeout, an answer that is not HTTP, is too large, or is not JSON
+when JSON was expected -- into :class:`~verifier.common.errors.TransportError`.
+An answer with a 4xx or 5xx status is not a failure of the transport: it is
+returned, with its JSON error body (``{"error": {"code", "message"}}``)
+parsed into :attr:`Answer.error`, for the caller to map to its own errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import ssl
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import orjson
+
+from verifier.common._http11 import ProtocolError, Response, ResponseParser
+from verifier.common._http11 import request_bytes as _request_bytes
+from verifier.common.errors import TransportError
+
+__all__ = [
+    "MAX_ANSWER",
+    "Answer",
+    "AsyncClient",
+    "BlockingClient",
+    "ErrorBody",
+]
+
+MAX_ANSWER = 8 * 1024 * 1024  # an IMA list part (4 MiB) and a firmware log
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_READ_SIZE = 256 * 1024
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ErrorBody:
+    """What a refusal says.
+
+    Attributes:
+        code: the stable error code of our JSON error body, if any.
+        message: its message, else the start of the body or the reason.
+    """
+
+    code: str | None
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer of any status.
+
+    Attributes:
+        status: the HTTP status.
+        headers: field names lower-cased.
+        body: the raw body.
+        data: the parsed JSON body: of a 2xx answer when JSON was expected
+            (None if the body was empty), of another answer when it is JSON.
+    """
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+    data: Any = None
+
+    @property
+    def ok(self) -> bool:
+        """A 2xx answer."""
+        return 200 <= self.status < 300
+
+    def text(self, limit: int = 300) -> str:
+        """The start of the body as text, for messages."""
+        return self.body[:limit].decode("utf-8", "replace").strip()
+
+    @property
+    def error(self) -> ErrorBody:
+        """The code and message of a refusal (our JSON error body, or the
+        start of whatever the peer sent)."""
+        err = self.data.get("error") if isinstance(self.data, dict) else None
+        if isinstance(err, dict):
+            code = err.get("code")
+            message = err.get("message")
+            return ErrorBody(
+                str(code) if code is not None else None,
+                str(message) if message is not None else str(err)[:300],
+            )
+        return ErrorBody(None, self.text() or f"HTTP {self.status}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Origin:
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A request ready to send (see :meth:`_ClientBase._prepare`)."""
+
+    method: str
+    origin: _Origin
+    data: bytes
+    pin: bytes | None
+    expect_json: bool
+    max_answer: int
+
+
+def _split(url: str, params: Mapping[str, str] | None) -> tuple[_Origin, str]:
+    """Origin and request target of an absolute http(s) URL.
+
+    Raises:
+        ValueError: not an absolute http:// or https:// URL.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s)://host URL: {url[:200]!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials in a URL are not accepted")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    target = parts.path or "/"
+    query = "&".join(q for q in (parts.query, urlencode(params or {})) if q)
+    if query:
+        target += "?" + query
+    return _Origin(parts.scheme, parts.hostname, port), target
+
+
+def _describe(exc: BaseException) -> str:
+    """A short reason for a failed exchange."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS certificate not accepted: {exc.verify_message}"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, (ValueError, _PinMismatchError)):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _PinMismatchError(ssl.SSLError):
+    """The peer's certificate is not the pinned one."""
+
+
+def _check_pin(ssl_object: ssl.SSLObject | ssl.SSLSocket | None, pin: bytes) -> None:
+    peer = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+    if peer != pin:
+        raise _PinMismatchError("server certificate is not the pinned one")
+
+
+class _ClientBase:
+    """What both clients share: configuration, request and answer building.
+
+    Args:
+        context: TLS client context for https:// URLs (None: the system's
+            CAs, without a client certificate). With ``pin`` requests it
+            may skip certificate verification (see
+            :func:`verifier.common.tls.pinning_client_context`).
+        timeout: seconds for one whole exchange, connection included.
+        max_answer: the largest answer body accepted (bytes).
+    """
+
+    def __init__(
+        self,
+        context: ssl.SSLContext | None = None,
+        timeout: float = 10.0,
+        max_answer: int = MAX_ANSWER,
+    ) -> None:
+        self._context = context
+        self.timeout = timeout
+        self._max_answer = max_answer
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = ssl.create_default_context()
+        return self._context
+
+    def _prepare(
+        self,
+        method: str,
+        url: str,
+        params: Mapping[str, str] | None,
+        json: Any,
+        headers: Mapping[str, str] | None,
+        pin: bytes | None,
+        expect_json: bool,
+        max_answer: int | None,
+        extra: Mapping[str, str],
+    ) -> _Prepared:
+        origin, target = _split(url, params)
+        if pin is not None and not origin.tls:
+            raise ValueError("a pinned peer needs an https:// URL")
+        fields = dict(extra)
+        if expect_json:
+            fields["Accept"] = "application/json"
+        body = None
+        if json is not None:
+            body = orjson.dumps(json)
+            fields["Content-Type"] = "application/json"
+        fields.update(headers or {})
+        data = _request_bytes(method, origin.host, origin.port, target, fields, body)
+        limit = self._max_answer if max_answer is None else max_answer
+        return _Prepared(method, origin, data, pin, expect_json, limit)
+
+    @staticmethod
+    def _answer(prepared: _Prepared, response: Response) -> Answer:
+        """The answer, its JSON body parsed.
+
+        Raises:
+            ValueError: a 2xx body that is not JSON when JSON was expected.
+        """
+        body = response.body
+        data = None
+        if body and 200 <= response.status < 300:
+            if prepared.expect_json:
+                try:
+                    data = orjson.loads(body)
+                except orjson.JSONDecodeError:
+                    raise ValueError("the answer is not JSON") from None
+        elif body[:1] in (b"{", b"["):
+            try:
+                data = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                data = None
+        return Answer(response.status, response.headers, body, data)
+
+    @staticmethod
+    def _failure(method: str, url: str, exc: BaseException) -> TransportError:
+        where = url.split("?", 1)[0][:200]
+        return TransportError(f"{method} {where}: {_describe(exc)}")
+
+
+class _StaleError(Exception):
+    """A kept-alive connection was closed by the peer before it answered."""
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection; the parser of the pending answer is fed
+    straight from :meth:`data_received`."""
+
+    __slots__ = ("_parser", "_waiter", "idle_since", "lost", "pin", "transport")
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.pin: bytes | None = None
+        self.idle_since = 0.0
+        self.lost = False
+        self._parser: ResponseParser | None = None
+        self._waiter: asyncio.Future[Response] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        parser = self._parser
+        if parser is None or parser.done:  # unsolicited bytes: desynchronised
+            self.close()
+            return
+        try:
+            parser.feed(data)
+        except ProtocolError as exc:
+            self._settle(exc)
+            return
+        if parser.done:
+            self._settle(None)
+
+    def eof_received(self) -> bool | None:
+        parser = self._parser
+        if parser is not None and not parser.done:
+            try:
+                parser.feed_eof()
+            except ProtocolError as exc:
+                self._settle(exc)
+                return None
+            self._settle(None)
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._settle(exc or ConnectionResetError("connection closed by the peer"))
+
+    def _settle(self, exc: BaseException | None) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        if exc is not None:
+            waiter.set_exception(exc)
+        else:
+            assert self._parser is not None and self._parser.result is not None
+            waiter.set_result(self._parser.result)
+
+    async def exchange(self, data: bytes, parser: ResponseParser) -> Response:
+        """Write one request and wait for its answer."""
+        assert self.transport is not None
+        waiter: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._parser, self._waiter = parser, waiter
+        try:
+            self.transport.write(data)
+            return await waiter
+        finally:
+            self._parser = self._waiter = None
+
+    def usable(self, now: float, idle_timeout: float) -> bool:
+        transport = self.transport
+        return (
+            not self.lost
+            and transport is not None
+            and not transport.is_closing()
+            and now - self.idle_since < idle_timeout
+        )
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class AsyncClient(_ClientBase):
+    """HTTP/1.1 over kept-alive connections, for asyncio callers.
+
+    Args:
+        context: see :class:`_ClientBase`.
+        timeout: seconds for one whole exchange, connection included.
+        max_answer: the largest answer body accepted (bytes).
+        max_idle: idle connections kept per peer.
+        idle_timeout: seconds an idle connection is kept (below the 75 s
+            after which aiohttp servers close them).
+    """
+
+    def __init__(
+        self,
+        context: ssl.SSLContext | None = None,
+        timeout: float = 10.0,
+        max_answer: int = MAX_ANSWER,
+        max_idle: int = 4,
+        idle_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(context, timeout, max_answer)
+        self._max_idle = max_idle
+        self._idle_timeout = idle_timeout
+        self._idle: dict[_Origin, list[_Connection]] = {}
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        pin: bytes | None = None,
+        expect_json: bool = True,
+        max_answer: int | None = None,
+    ) -> Answer:
+        """One exchange; the answer whatever its status.
+
+        Args:
+            method: the HTTP method.
+            url: absolute http:// or https:// URL.
+            params: query parameters added to the URL's.
+            json: sent as the JSON body when not None.
+            headers: further request header fields.
+            pin: DER of the only peer certificate accepted (https only),
+                compared right after the handshake, before the request.
+            expect_json: a 2xx answer with a body must be JSON.
+            max_answer: this call's answer size limit.
+
+        Raises:
+            TransportError: no usable answer (see the module docstring).
+        """
+        try:
+            return await self._request(
+                self._prepare(
+                    method, url, params, json, headers, pin, expect_json, max_answer, {}
+                )
+            )
+        except TransportError:
+            raise
+        except Exception as exc:  # the one client: any failure is the transport's
+            raise self._failure(method, url, exc) from exc
+
+    async def _request(self, prepared: _Prepared) -> Answer:
+        async with asyncio.timeout(self.timeout):
+            try:
+                return await self._exchange(prepared, may_retry=True)
+            except _StaleError:
+                return await self._exchange(prepared, may_retry=False)
+
+    async def _exchange(self, prepared: _Prepared, may_retry: bool) -> Answer:
+        """One exchange over a kept-alive or a new connection.
+
+        Raises:
+            _StaleError: ``may_retry`` and an idempotent request found its
+                kept-alive connection closed before any answer.
+        """
+        conn = self._take(prepared.origin, prepared.pin)
+        reused = conn is not None
+        if conn is None:
+            conn = await self._connect(prepared.origin, prepared.pin)
+        parser = ResponseParser(prepared.max_answer, prepared.method == "HEAD")
+        response = None
+        try:
+            response = await conn.exchange(prepared.data, parser)
+        except (ConnectionError, ProtocolError) as exc:
+            if (
+                may_retry
+                and reused
+                and parser.received == 0
+                and prepared.method in _IDEMPOTENT
+            ):
+                raise _StaleError from exc
+            raise
+        finally:
+            if response is not None and response.reusable:
+                self._put(prepared.origin, conn)
+            else:
+                conn.close()
+        return self._answer(prepared, response)
+
+    async def _connect(self, origin: _Origin, pin: bytes | None) -> _Connection:
+        loop = asyncio.get_running_loop()
+        context = self._tls_context() if origin.tls else None
+        _, conn = await loop.create_connection(
+            _Connection,
+            origin.host,
+            origin.port,
+            ssl=context,
+            server_hostname=origin.host if context else None,
+        )
+        if pin is not None:
+            assert conn.transport is not None
+            try:
+                _check_pin(conn.transport.get_extra_info("ssl_object"), pin)
+            except _PinMismatchError:
+                conn.close()
+                raise
+            conn.pin = pin
+        return conn
+
+    def _take(self, origin: _Origin, pin: bytes | None) -> _Connection | None:
+        idle = self._idle.get(origin)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.pin == pin and conn.usable(now, self._idle_timeout):
+                return conn
+            conn.close()
+        return None
+
+    def _put(self, origin: _Origin, conn: _Connection) -> None:
+        idle = self._idle.setdefault(origin, [])
+        if len(idle) >= self._max_idle:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    def forget(self, url: str) -> None:
+        """Close the idle connections to the origin of ``url`` (a peer we
+        stop talking to)."""
+        try:
+            origin, _ = _split(url, None)
+        except ValueError:
+            return
+        for conn in self._idle.pop(origin, ()):
+            conn.close()
+
+    async def close(self) -> None:
+        """Close every idle connection."""
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class BlockingClient(_ClientBase):
+    """HTTP/1.1 for synchronous callers, one connection per call.
+
+    Args:
+        context: see :class:`_ClientBase`.
+        timeout: seconds for one whole exchange, connection included.
+        max_answer: the largest answer body accepted (bytes).
+    """
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        pin: bytes | None = None,
+        expect_json: bool = True,
+        max_answer: int | None = None,
+    ) -> Answer:
+        """One exchange; the answer whatever its status (arguments as in
+        :meth:`AsyncClient.request`).
+
+        Raises:
+            TransportError: no usable answer (see the module docstring).
+        """
+        try:
+            prepared = self._prepare(
+                method,
+                url,
+                params,
+                json,
+                headers,
+                pin,
+                expect_json,
+                max_answer,
+                {"Connection": "close"},
+            )
+            return self._request(prepared)
+        except TransportError:
+            raise
+        except Exception as exc:  # the one client: any failure is the transport's
+            raise self._failure(method, url, exc) from exc
+
+    def _request(self, prepared: _Prepared) -> Answer:
+        deadline = time.monotonic() + self.timeout
+
+        def remaining() -> float:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            return left
+
+        origin = prepared.origin
+        parser = ResponseParser(prepared.max_answer, prepared.method == "HEAD")
+        with socket.create_connection(
+            (origin.host, origin.port), timeout=remaining()
+        ) as raw:
+            sock: socket.socket = raw
+            if origin.tls:
+                raw.settimeout(remaining())
+                tls = self._tls_context().wrap_socket(
+                    raw, server_hostname=origin.host, suppress_ragged_eofs=False
+                )
+                if prepared.pin is not None:
+                    _check_pin(tls, prepared.pin)
+                sock = tls
+            try:
+                sock.settimeout(remaining())
+                sock.sendall(prepared.data)
+                while not parser.done:
+                    sock.settimeout(remaining())
+                    chunk = sock.recv(_READ_SIZE)
+                    if not chunk:
+                        parser.feed_eof()
+                        break
+                    parser.feed(chunk)
+            finally:
+                sock.close()
+        assert parser.result is not None
+        return self._answer(prepared, parser.result)
