@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 import os
 import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-
-from nova_plugin.exceptions import AttestationFailedError, ServiceError
-from verifier.attest import AgentClient
+from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
 from verifier.common import tls as tlsutil
-from verifier.exceptions import AgentUnreachableError
+from verifier.common.agent_client import AgentClient
+from verifier.common.errors import TransportError
+from verifier.common.http import AsyncClient
 from verifier.protocol import (
     AttestationKey,
     EvidenceError,
@@ -72,39 +70,68 @@ class Tenant:
             config.cert_file, config.key_file, config.ca_file
         )
         self._agents = AgentClient(config.cert_file, config.key_file, config.timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            timeout = aiohttp.ClientTimeout(total=self._config.timeout)
-            self._session = aiohttp.ClientSession(timeout=timeout)
-        return self._session
+        self._http = AsyncClient(self._ssl, config.timeout)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._http.close()
         await self._agents.close()
 
     async def _call(
         self, method: str, url: str, body: Mapping[str, Any] | None = None
     ) -> tuple[int, Any]:
+        """One call to the registrar or the verifier; (status, JSON object,
+        empty for an answer without a body).
+
+        Raises:
+            ServiceError: unreachable, a non-2xx answer, or not an object.
+        """
         try:
-            async with self._get_session().request(
-                method, url, json=body, ssl=self._ssl
-            ) as resp:
-                text = await resp.text()
-                data = json.loads(text) if text else None
-                if resp.status // 100 != 2:
-                    error = data.get("error", {}) if isinstance(data, dict) else {}
-                    message = error.get("message") or text
-                    raise ServiceError(
-                        f"{method} {url}: {resp.status} {message}",
-                        resp.status,
-                        error.get("code"),
-                    )
-                return resp.status, data
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise ServiceError(f"{method} {url}: {exc or type(exc).__name__}")
+            answer = await self._http.request(method, url, json=body)
+        except TransportError as exc:
+            raise ServiceError(str(exc))
+        if not answer.ok:
+            error = answer.error
+            raise ServiceError(
+                f"{method} {url}: {answer.status} {error.message}",
+                answer.status,
+                error.code,
+            )
+        if answer.data is not None and not isinstance(answer.data, dict):
+            raise ServiceError(f"{method} {url}: the answer is not a JSON object")
+        return answer.status, answer.data or {}
+
+    async def _agent(
+        self,
+        uuid: str,
+        record: Mapping[str, Any],
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """One call to a node's agent, its TLS certificate pinned from the
+        registrar's ``record``; the JSON answer.
+
+        Raises:
+            AgentError: unreachable, another certificate, or a non-2xx answer.
+        """
+        base = f"https://{record['host']}:{record['port']}"
+        try:
+            answer = await self._agents.request(
+                method, base, record["tls_cert"], path, params=params, body=body
+            )
+        except TransportError as exc:
+            raise AgentError(f"node {uuid}: agent unreachable: {exc}")
+        if not answer.ok:
+            error = answer.error
+            raise AgentError(
+                f"node {uuid}: agent answered {answer.status} to {path}: "
+                f"{error.message}",
+                answer.status,
+                error.code,
+            )
+        return answer.data
 
     @property
     def verifier_url(self) -> str:
@@ -130,13 +157,10 @@ class Tenant:
             ServiceError: unknown node, unreachable, or a non-2xx answer.
         """
         record = await self.identity(canonical_uuid(uuid))
-        base = f"https://{record['host']}:{record['port']}"
-        try:
-            return await self._agents.request(
-                method, base, record["tls_cert"], path, body=body
-            )
-        except (AgentUnreachableError, MalformedError) as exc:
-            raise ServiceError(f"node {uuid}: {exc}")
+        answer = await self._agent(uuid, record, method, path, body=body)
+        if not isinstance(answer, dict):
+            raise AgentError(f"node {uuid}: the agent's answer is not an object")
+        return answer
 
     async def identity(self, uuid: str) -> Mapping[str, Any]:
         """The registrar's record; raises ServiceError unless AK activated."""
@@ -165,13 +189,12 @@ class Tenant:
     ) -> bytes:
         """Verify a fresh identity quote; return the node's transport key."""
         nonce = os.urandom(20)
-        base = f"https://{record['host']}:{record['port']}"
         pcrs = policy.pcrs or (10,)  # a runtime-policy-only enrolment
         params = {"nonce": nonce.hex(), "pcrs": ",".join(map(str, pcrs))}
+        answer = await self._agent(uuid, record, "GET", "/v1/quote", params=params)
         try:
-            answer = await self._agents.request(
-                "GET", base, record["tls_cert"], "/v1/quote", params=params
-            )
+            if not isinstance(answer, dict):
+                raise MalformedError("agent answer", "response is not a JSON object")
             nk = base64.b64decode(str(answer.get("nk")), validate=True)
             ak = AttestationKey(
                 TpmPublic.from_bytes(base64.b64decode(record["ak_public"])), True
@@ -182,8 +205,6 @@ class Tenant:
                 qualifying_data=bind_nonce(nonce, nk),
                 policy=policy,
             )
-        except AgentUnreachableError as exc:
-            raise ServiceError(f"node {uuid}: {exc}")
         except (EvidenceError, MalformedError, ValueError) as exc:
             raise AttestationFailedError(
                 f"node {uuid} failed its identity quote, nothing was sent: {exc}"
@@ -228,7 +249,7 @@ class Tenant:
         )
         try:
             await self.send_u(uuid, record, nk, u_share, sealed)
-        except AgentUnreachableError as exc:
+        except AgentError as exc:
             await self._undo(uuid, exc)
         return EnrolResult(uuid, view["state"], policy.pcrs)
 
@@ -269,19 +290,16 @@ class Tenant:
             True if this completed the node's bootstrap (V was there).
 
         Raises:
-            AgentUnreachableError: the agent did not take it.
+            AgentError: the agent did not take it.
         """
-        base = f"https://{record['host']}:{record['port']}"
         body: dict[str, Any] = {
             "u": _b64(seal_share(nk, u_share, "U", uuid)),
             "payload": _b64(sealed),
         }
         if payload_id is not None:
             body["payload_id"] = payload_id
-        answer = await self._agents.request(
-            "POST", base, record["tls_cert"], "/v1/keys/u", body=body
-        )
-        return bool(answer.get("bootstrapped"))
+        answer = await self._agent(uuid, record, "POST", "/v1/keys/u", body=body)
+        return isinstance(answer, dict) and bool(answer.get("bootstrapped"))
 
     async def _undo(self, uuid: str, cause: Exception) -> None:
         try:

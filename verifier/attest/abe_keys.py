@@ -233,7 +233,7 @@ class AbeAuthority:
             "epoch": epoch,
         }
         try:
-            await self._agents.request(
+            await self._agents.call(
                 "POST", node.base_url, node.tls_cert, "/v1/keys/abe", body=body
             )
         except AgentUnreachableError as exc:

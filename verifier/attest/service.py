@@ -349,7 +349,7 @@ class Verifier(NodeQueries):
         nonce = os.urandom(20)
         params = quote_params(node, nonce, first)
         try:
-            answer = await self._agents.request(
+            answer = await self._agents.call(
                 "GET", node.base_url, node.tls_cert, "/v1/quote", params=params
             )
         except AgentUnreachableError as exc:
@@ -411,7 +411,7 @@ class Verifier(NodeQueries):
             "identity_cert": cert,
         }
         try:
-            await self._agents.request(
+            await self._agents.call(
                 "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body
             )
         except AgentUnreachableError as exc:
