@@ -27,7 +27,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
@@ -36,6 +35,8 @@ from oslo_config import cfg
 
 from node_agent.exceptions import NodeAgentError, RefusedError, RegistrationError
 from node_agent.payload import run_payload, unwrap, write_file
+from verifier.common.errors import TransportError
+from verifier.common.http import AsyncClient
 from verifier.common.tls import (
     client_context,
     self_signed_certificate,
@@ -64,7 +65,7 @@ PAYLOAD_STATUS = "payload.status"
 IDENTITY_CERT = "identity.pem"
 IDENTITY_KEY = "identity-key.pem"
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
-_HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
+_HTTP_TIMEOUT = 30.0
 
 
 @dataclass
@@ -208,32 +209,24 @@ class Agent:
     # -- registration --------------------------------------------------------
 
     async def _post(
-        self, session: aiohttp.ClientSession, url: str, body: dict[str, Any]
+        self, http: AsyncClient, url: str, body: dict[str, Any]
     ) -> dict[str, Any]:
         try:
-            async with session.post(url, json=body) as resp:
-                text = await resp.text()
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            answer = await http.request("POST", url, json=body)
+        except TransportError as exc:
             raise RegistrationError(
                 f"registrar {self.registrar_url} unreachable: {exc}", retryable=True
             )
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if status >= 400:
-            message = text[:200]
-            if isinstance(data, dict) and isinstance(data.get("error"), dict):
-                err = data["error"]
-                message = f"{err.get('code')}: {err.get('message')}"
+        if not answer.ok:
+            error = answer.error
+            message = f"{error.code}: {error.message}" if error.code else error.message
             raise RegistrationError(
-                f"registrar answered {status} to {url}: {message}",
-                retryable=status >= 500,
+                f"registrar answered {answer.status} to {url}: {message}",
+                retryable=answer.status >= 500,
             )
-        if not isinstance(data, dict):
+        if not isinstance(answer.data, dict):
             raise RegistrationError(f"registrar answered {url} with non-JSON")
-        return data
+        return answer.data
 
     async def register(self) -> None:
         """Register EK, EK cert, AK, TLS cert and address; activate the AK.
@@ -258,12 +251,8 @@ class Agent:
             "host": self.contact_host,
             "port": self.port,
         }
-        ctx = self._client_ssl_context()
-        connector = aiohttp.TCPConnector(ssl=ctx if ctx is not None else False)
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=_HTTP_TIMEOUT
-        ) as session:
-            challenge = await self._post(session, url, body)
+        async with AsyncClient(self._client_ssl_context(), _HTTP_TIMEOUT) as http:
+            challenge = await self._post(http, url, body)
             try:
                 blob = _unb64(challenge["credential_blob"])
                 secret = _unb64(challenge["encrypted_secret"])
@@ -273,7 +262,7 @@ class Agent:
                 lambda tpm: tpm.activate_credential(blob, secret)
             )
             result = await self._post(
-                session, f"{url}/activate", {"credential": b64(credential)}
+                http, f"{url}/activate", {"credential": b64(credential)}
             )
         if result.get("activated") is not True:
             raise RegistrationError("registrar did not confirm AK activation")
