@@ -36,7 +36,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlencode, urlsplit
 
 import orjson
@@ -278,8 +278,8 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[Response] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         parser = self._parser

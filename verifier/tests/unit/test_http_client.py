@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 import testtools
+import uvloop
 from aiohttp import web
 
 from verifier.ca import CertificateAuthority
@@ -190,6 +191,7 @@ def _free_port() -> int:
 
 class _Base(testtools.TestCase):
     fx: _Fixture
+    use_uvloop = False
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -211,6 +213,8 @@ class _Base(testtools.TestCase):
             async with AsyncClient(ctx or self.fx.ca_context(), **kw) as client:
                 return await body(client)
 
+        if self.use_uvloop:
+            return uvloop.run(main())
         return asyncio.run(main())
 
 
@@ -425,6 +429,13 @@ class AsyncClientTest(_Base):
                 "GET", self.fx.plain_url + "/q", headers={"X": "a\r\nHost: evil"}
             ),
         )
+
+
+class AsyncClientOnUvloopTest(AsyncClientTest):
+    """The same, on uvloop (the verifier's loop): its transports are not
+    asyncio's classes."""
+
+    use_uvloop = True
 
 
 class BlockingClientTest(_Base):
