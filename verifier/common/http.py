@@ -159,7 +159,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS certificate not accepted: {exc.verify_message}"
+        return f"TLS certificate not accepted ({exc.reason}: {exc.verify_message})"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
     if isinstance(exc, (ValueError, _PinMismatchError)):
@@ -210,6 +210,7 @@ class _ClientBase:
         url: str,
         params: Mapping[str, str] | None,
         json: Any,
+        content: bytes | None,
         headers: Mapping[str, str] | None,
         pin: bytes | None,
         expect_json: bool,
@@ -222,8 +223,10 @@ class _ClientBase:
         fields = dict(extra)
         if expect_json:
             fields["Accept"] = "application/json"
-        body = None
+        body = content
         if json is not None:
+            if content is not None:
+                raise ValueError("a request has a JSON body or content, not both")
             body = orjson.dumps(json)
             fields["Content-Type"] = "application/json"
         fields.update(headers or {})
@@ -376,6 +379,7 @@ class AsyncClient(_ClientBase):
         *,
         params: Mapping[str, str] | None = None,
         json: Any = None,
+        content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         pin: bytes | None = None,
         expect_json: bool = True,
@@ -388,6 +392,7 @@ class AsyncClient(_ClientBase):
             url: absolute http:// or https:// URL.
             params: query parameters added to the URL's.
             json: sent as the JSON body when not None.
+            content: a raw body (give its Content-Type in ``headers``).
             headers: further request header fields.
             pin: DER of the only peer certificate accepted (https only),
                 compared right after the handshake, before the request.
@@ -400,7 +405,16 @@ class AsyncClient(_ClientBase):
         try:
             return await self._request(
                 self._prepare(
-                    method, url, params, json, headers, pin, expect_json, max_answer, {}
+                    method,
+                    url,
+                    params,
+                    json,
+                    content,
+                    headers,
+                    pin,
+                    expect_json,
+                    max_answer,
+                    {},
                 )
             )
         except TransportError:
@@ -529,6 +543,7 @@ class BlockingClient(_ClientBase):
         *,
         params: Mapping[str, str] | None = None,
         json: Any = None,
+        content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         pin: bytes | None = None,
         expect_json: bool = True,
@@ -546,6 +561,7 @@ class BlockingClient(_ClientBase):
                 url,
                 params,
                 json,
+                content,
                 headers,
                 pin,
                 expect_json,

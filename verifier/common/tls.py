@@ -59,11 +59,23 @@ def server_context_from_pem(
     return ctx
 
 
-def client_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
-    """A client context presenting our certificate, trusting ``ca_file``."""
+def client_context(
+    cert_file: str | None, key_file: str | None, ca_file: str | None
+) -> ssl.SSLContext:
+    """A client context presenting our certificate, trusting ``ca_file``.
+
+    Args:
+        cert_file: our certificate (PEM); None: present none.
+        key_file: its key (None: in ``cert_file``).
+        ca_file: the CAs trusted for servers; None: the system's.
+
+    Raises:
+        OSError: a file cannot be read (:class:`ssl.SSLError`: not PEM).
+    """
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert_file, key_file)
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file)
     return ctx
 
 

@@ -516,6 +516,15 @@ class BlockingClientTest(_Base):
         answer = self.client().request("POST", self.fx.plain_url + "/p", json=[1])
         self.assertEqual((201, [1]), (answer.status, answer.data))
 
+    def test_raw_content_body(self) -> None:
+        answer = self.client().request(
+            "POST",
+            self.fx.tls_url + "/p",
+            content=b'{"raw": 1}',
+            headers={"Content-Type": "application/json"},
+        )
+        self.assertEqual((201, {"raw": 1}), (answer.status, answer.data))
+
     def test_works_inside_a_running_event_loop(self) -> None:
         async def main() -> Answer:
             return self.client().request("GET", self.fx.tls_url + "/q?x=1")
