@@ -11,27 +11,33 @@ raises :class:`ProtocolError`.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
+from typing import NamedTuple
 
-__all__ = ["MAX_HEAD", "ProtocolError", "Response", "ResponseParser", "request_bytes"]
+__all__ = [
+    "MAX_HEAD",
+    "ProtocolError",
+    "Response",
+    "ResponseParser",
+    "authority",
+    "request_bytes",
+]
 
 MAX_HEAD = 16 * 1024  # status line and header fields
 _MAX_FIELDS = 100
 _MAX_CHUNK_LINE = 1024
 _NO_BODY_STATUS = frozenset({204, 304})
+_NO_FIELDS: Mapping[str, str] = MappingProxyType({})
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
-_DIGITS = re.compile(r"[0-9]{1,19}")
 
 
 class ProtocolError(ValueError):
     """The peer's bytes are not an acceptable HTTP/1.x answer."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Response:
+class Response(NamedTuple):
     """A complete answer.
 
     Attributes:
@@ -49,10 +55,14 @@ class Response:
     reusable: bool
 
 
+def authority(host: str, port: int) -> str:
+    """The ``Host`` field's value for ``host`` and ``port``."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def request_bytes(
     method: str,
     host: str,
-    port: int,
     target: str,
     headers: Mapping[str, str],
     body: bytes | None,
@@ -61,38 +71,37 @@ def request_bytes(
 
     Args:
         method: the method (upper case).
-        host: the ``Host`` field's host.
-        port: the ``Host`` field's port.
+        host: the ``Host`` field's value (see :func:`authority`).
         target: origin-form target (path and query).
         headers: further fields (``Content-Length`` is added here).
         body: the body, or None.
 
     Raises:
-        ProtocolError: a field or the target contains CR, LF or NUL.
+        ProtocolError: a field contains CR, LF or NUL, or the target a
+            space.
     """
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}:{port}"]
-    lines.extend(f"{name}: {value}" for name, value in headers.items())
+    fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+    lines = 2 + len(headers)
     if body is not None:
-        lines.append(f"Content-Length: {len(body)}")
+        fields += f"Content-Length: {len(body)}\r\n"
+        lines += 1
     elif method in ("POST", "PUT", "PATCH"):
-        lines.append("Content-Length: 0")
-    for line in lines:
-        if "\r" in line or "\n" in line or "\0" in line:
-            raise ProtocolError("a request field contains CR, LF or NUL")
-    head = "\r\n".join(lines)
-    return head.encode("latin-1") + b"\r\n\r\n" + (body or b"")
+        fields += "Content-Length: 0\r\n"
+        lines += 1
+    head = f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n{fields}\r\n"
+    # a CR, LF or NUL in any part would split or end the head early
+    if (
+        head.count("\n") != lines + 1
+        or head.count("\r") != lines + 1
+        or "\0" in head
+        or " " in target
+    ):
+        raise ProtocolError("a request field contains CR, LF, NUL or a space")
+    return head.encode("latin-1") + (body or b"")
 
 
-class _State(enum.Enum):
-    HEAD = 1
-    LENGTH = 2
-    CHUNK_SIZE = 3
-    CHUNK_DATA = 4
-    TRAILERS = 5
-    UNTIL_CLOSE = 6
-    DONE = 7
+# reader states (plain ints: enum member access costs on this hot path)
+_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _TRAILERS, _UNTIL_CLOSE, _DONE = range(7)
 
 
 class ResponseParser:
@@ -107,21 +116,21 @@ class ResponseParser:
         self._max_body = max_body
         self._head_request = head_request
         self._buf = bytearray()
-        self._state = _State.HEAD
+        self._state = _HEAD
         self._scan = 0  # where to look for the end of the head next
         self._need = 0  # bytes of body (or chunk) still expected
-        self._chunks: list[bytes] = []
+        self._chunks: list[bytes] | None = None  # made for a chunked body
         self._size = 0
         self._status = 0
         self._reason = ""
-        self._headers: dict[str, str] = {}
+        self._headers: Mapping[str, str] = _NO_FIELDS
         self._reusable = True
         self.received = 0
         self.result: Response | None = None
 
     @property
     def done(self) -> bool:
-        return self._state is _State.DONE
+        return self._state == _DONE
 
     def feed(self, data: bytes) -> None:
         """Take the next bytes of the answer.
@@ -129,22 +138,49 @@ class ResponseParser:
         Raises:
             ProtocolError: malformed, too large, or bytes after the answer.
         """
-        if self._state is _State.DONE:
+        state = self._state
+        if state == _DONE:
             raise ProtocolError("bytes after the end of the answer")
         self.received += len(data)
+        if state == _HEAD and not self._buf:
+            # the usual case: the whole head in one read
+            end = data.find(b"\r\n\r\n", 0, MAX_HEAD + 4)
+            if end >= 0:
+                self._parse_head(data[:end])
+                data = data[end + 4 :]
+                state = self._state
+        if state == _LENGTH:
+            self._body(data)
+            return
         self._buf += data
         pos = 0
-        while not self.done:
+        while self._state != _DONE:
             step = self._step(pos)
             if step is None:
                 break
             pos = step
         del self._buf[:pos]
         self._scan = max(0, self._scan - pos)
-        if self.done and self._buf and self.result is not None:
+        if self._state == _DONE and self._buf and self.result is not None:
             # stray bytes after the answer: keep it, never reuse the connection
-            self.result = dataclasses.replace(self.result, reusable=False)
+            self.result = self.result._replace(reusable=False)
             self._buf.clear()
+
+    def _body(self, data: bytes) -> None:
+        """Take bytes of a Content-Length body."""
+        need, buf = self._need, self._buf
+        if not buf and len(data) >= need:
+            body, extra = (data, False) if len(data) == need else (data[:need], True)
+        else:
+            buf += data
+            if len(buf) < need:
+                return
+            body, extra = bytes(buf[:need]), len(buf) > need
+            buf.clear()
+        self._finish(body)
+        if extra and self.result is not None:
+            # stray bytes after the answer: keep it, never reuse the connection
+            self.result = self.result._replace(reusable=False)
 
     def feed_eof(self) -> None:
         """The peer closed the connection.
@@ -152,10 +188,10 @@ class ResponseParser:
         Raises:
             ProtocolError: the answer was not complete.
         """
-        if self._state is _State.UNTIL_CLOSE:
+        if self._state == _UNTIL_CLOSE:
             self._finish(bytes(self._buf))
             self._buf.clear()
-        elif self._state is not _State.DONE:
+        elif self._state != _DONE:
             raise ProtocolError(
                 "connection closed before a complete answer"
                 if self.received
@@ -166,24 +202,25 @@ class ResponseParser:
         """Advance by one element from ``pos``; None when more bytes are needed."""
         buf = self._buf
         state = self._state
-        if state is _State.HEAD:
+        if state == _HEAD:
             return self._head(pos)
-        if state is _State.LENGTH:
+        if state == _LENGTH:
             if len(buf) - pos < self._need:
                 return None
             self._finish(bytes(buf[pos : pos + self._need]))
             return pos + self._need
-        if state is _State.CHUNK_SIZE:
+        if state == _CHUNK_SIZE:
             return self._chunk_size(pos)
-        if state is _State.CHUNK_DATA:
+        if state == _CHUNK_DATA:
             if len(buf) - pos < self._need + 2:
                 return None
             if buf[pos + self._need : pos + self._need + 2] != b"\r\n":
                 raise ProtocolError("chunk not followed by CRLF")
+            assert self._chunks is not None
             self._chunks.append(bytes(buf[pos : pos + self._need]))
-            self._state = _State.CHUNK_SIZE
+            self._state = _CHUNK_SIZE
             return pos + self._need + 2
-        if state is _State.TRAILERS:
+        if state == _TRAILERS:
             return self._trailer(pos)
         # UNTIL_CLOSE: keep everything until feed_eof, within the limit
         if len(buf) - pos > self._max_body:
@@ -204,19 +241,20 @@ class ResponseParser:
         return end + 4
 
     def _parse_head(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        if len(lines) > _MAX_FIELDS + 1:
-            raise ProtocolError("too many header fields")
-        version, _, rest = lines[0].partition(" ")
+        text = head.decode("latin-1")
+        if "\0" in text or text.count("\r\n") > _MAX_FIELDS:
+            raise ProtocolError("malformed or too many header fields")
+        status_line, _, fields = text.partition("\r\n")
+        version, _, rest = status_line.partition(" ")
         code, _, reason = rest.partition(" ")
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
+        if version != "HTTP/1.1" and version != "HTTP/1.0":
             raise ProtocolError("not an HTTP/1.x answer")
-        if len(code) != 3 or not code.isdigit() or not 100 <= int(code) <= 599:
+        if len(code) != 3 or not code.isdigit() or not "100" <= code <= "599":
             raise ProtocolError(f"bad status code {code[:10]!r}")
         headers: dict[str, str] = {}
-        for line in lines[1:]:
+        for line in fields.split("\r\n") if fields else ():
             name, colon, value = line.partition(":")
-            if not colon or not name or name != name.strip() or "\0" in line:
+            if not colon or not name or name[0] in " \t" or name[-1] in " \t":
                 raise ProtocolError("malformed header field")
             key = name.lower()
             value = value.strip(" \t")
@@ -225,8 +263,9 @@ class ResponseParser:
         if status < 200:  # 1xx: an interim answer; the real one follows
             return
         self._status, self._reason, self._headers = status, reason, headers
-        self._reusable = version == "HTTP/1.1" and not _has_token(
-            headers.get("connection", ""), "close"
+        connection = headers.get("connection")
+        self._reusable = version == "HTTP/1.1" and (
+            connection is None or not _has_token(connection, "close")
         )
         self._framing(headers)
 
@@ -240,18 +279,21 @@ class ResponseParser:
                 raise ProtocolError("both Transfer-Encoding and Content-Length")
             if coding.strip().lower() != "chunked":
                 raise ProtocolError(f"unsupported Transfer-Encoding {coding[:40]!r}")
-            self._state = _State.CHUNK_SIZE
+            self._state = _CHUNK_SIZE
+            self._chunks = []
         elif length is not None:
-            values = {v.strip() for v in length.split(",")}
-            if len(values) != 1 or not _DIGITS.fullmatch(value := values.pop()):
+            if "," in length:  # repeated: acceptable only if all equal
+                values = {v.strip() for v in length.split(",")}
+                length = values.pop() if len(values) == 1 else ""
+            if not (length.isascii() and length.isdigit() and len(length) < 19):
                 raise ProtocolError("bad Content-Length")
-            self._need = int(value)
+            self._need = int(length)
             if self._need > self._max_body:
                 raise ProtocolError(f"answer larger than {self._max_body} bytes")
-            self._state = _State.LENGTH
+            self._state = _LENGTH
         else:
             self._reusable = False
-            self._state = _State.UNTIL_CLOSE
+            self._state = _UNTIL_CLOSE
 
     def _chunk_size(self, pos: int) -> int | None:
         end = self._buf.find(b"\r\n", pos)
@@ -267,7 +309,7 @@ class ResponseParser:
         if self._size > self._max_body:
             raise ProtocolError(f"answer larger than {self._max_body} bytes")
         self._need = size
-        self._state = _State.CHUNK_DATA if size else _State.TRAILERS
+        self._state = _CHUNK_DATA if size else _TRAILERS
         return end + 2
 
     def _trailer(self, pos: int) -> int | None:
@@ -277,7 +319,7 @@ class ResponseParser:
                 raise ProtocolError("trailer too large")
             return None
         if end == pos:  # the empty line ending the answer
-            self._finish(b"".join(self._chunks))
+            self._finish(b"".join(self._chunks or ()))
         return end + 2
 
     def _finish(self, body: bytes) -> None:
@@ -286,7 +328,7 @@ class ResponseParser:
         self.result = Response(
             self._status, self._reason, self._headers, body, self._reusable
         )
-        self._state = _State.DONE
+        self._state = _DONE
 
 
 def _has_token(value: str, token: str) -> bool:

@@ -31,17 +31,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import socket
 import ssl
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 from urllib.parse import urlencode, urlsplit
 
 import orjson
 
-from verifier.common._http11 import ProtocolError, Response, ResponseParser
+from verifier.common._http11 import ProtocolError, Response, ResponseParser, authority
 from verifier.common._http11 import request_bytes as _request_bytes
 from verifier.common.errors import TransportError
 
@@ -56,6 +57,9 @@ __all__ = [
 MAX_ANSWER = 8 * 1024 * 1024  # an IMA list part (4 MiB) and a firmware log
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _READ_SIZE = 256 * 1024
+_URL = re.compile(r"(https?://[^/?#]*)(.*)", re.IGNORECASE | re.DOTALL)
+_SAFE = re.compile(r"[A-Za-z0-9_.~-]*")
+_MAX_ORIGINS = 100_000  # origins remembered per client (one per peer)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -117,13 +121,14 @@ class _Origin:
     scheme: str
     host: str
     port: int
+    authority: str  # the Host field
 
     @property
     def tls(self) -> bool:
         return self.scheme == "https"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class _Prepared:
     """A request ready to send (see :meth:`_ClientBase._prepare`)."""
 
@@ -135,23 +140,42 @@ class _Prepared:
     max_answer: int
 
 
-def _split(url: str, params: Mapping[str, str] | None) -> tuple[_Origin, str]:
-    """Origin and request target of an absolute http(s) URL.
+def _origin(head: str) -> _Origin:
+    """The origin ``scheme://host[:port]``.
 
     Raises:
-        ValueError: not an absolute http:// or https:// URL.
+        ValueError: not an http:// or https:// origin with a host.
     """
-    parts = urlsplit(url)
+    parts = urlsplit(head)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s)://host URL: {url[:200]!r}")
+        raise ValueError(f"not an http(s)://host URL: {head[:200]!r}")
     if parts.username is not None or parts.password is not None:
         raise ValueError("credentials in a URL are not accepted")
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    target = parts.path or "/"
-    query = "&".join(q for q in (parts.query, urlencode(params or {})) if q)
-    if query:
-        target += "?" + query
-    return _Origin(parts.scheme, parts.hostname, port), target
+    return _Origin(parts.scheme, parts.hostname, port, authority(parts.hostname, port))
+
+
+def _query(params: Mapping[str, str]) -> str:
+    """``urlencode(params)``, faster when nothing needs quoting."""
+    safe = _SAFE.fullmatch
+    return "&".join(
+        f"{k}={v}" if safe(k) and safe(v) else urlencode({k: v})
+        for k, v in params.items()
+    )
+
+
+def _split(url: str) -> tuple[str, str]:
+    """(origin, rest) of a URL: ``https://h:1`` and ``/p?q``.
+
+    Raises:
+        ValueError: not an absolute http(s) URL.
+    """
+    match = _URL.match(url)
+    if match is None:
+        raise ValueError(f"not an http(s)://host URL: {url[:200]!r}")
+    head, tail = match.groups()
+    tail = tail.partition("#")[0]
+    return head, tail if tail.startswith("/") else "/" + tail
 
 
 def _describe(exc: BaseException) -> str:
@@ -189,6 +213,8 @@ class _ClientBase:
         max_answer: the largest answer body accepted (bytes).
     """
 
+    _EXTRA_FIELDS: ClassVar[Mapping[str, str]] = {}
+
     def __init__(
         self,
         context: ssl.SSLContext | None = None,
@@ -198,6 +224,32 @@ class _ClientBase:
         self._context = context
         self.timeout = timeout
         self._max_answer = max_answer
+        self._origins: dict[str, _Origin] = {}
+        # header fields of every request (never mutated: copied to add some)
+        self._fields: Mapping[str, str] = dict(self._EXTRA_FIELDS)
+        self._json_fields: Mapping[str, str] = {
+            **self._EXTRA_FIELDS,
+            "Accept": "application/json",
+        }
+
+    def _target(
+        self, url: str, params: Mapping[str, str] | None
+    ) -> tuple[_Origin, str]:
+        """Origin and request target of ``url`` with ``params`` added.
+
+        Raises:
+            ValueError: not an absolute http(s) URL.
+        """
+        head, target = _split(url)
+        origin = self._origins.get(head)
+        if origin is None:
+            origin = _origin(head)
+            if len(self._origins) >= _MAX_ORIGINS:
+                self._origins.clear()
+            self._origins[head] = origin
+        if params:
+            target += ("&" if "?" in target else "?") + _query(params)
+        return origin, target
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._context is None:
@@ -215,22 +267,20 @@ class _ClientBase:
         pin: bytes | None,
         expect_json: bool,
         max_answer: int | None,
-        extra: Mapping[str, str],
     ) -> _Prepared:
-        origin, target = _split(url, params)
+        origin, target = self._target(url, params)
         if pin is not None and not origin.tls:
             raise ValueError("a pinned peer needs an https:// URL")
-        fields = dict(extra)
-        if expect_json:
-            fields["Accept"] = "application/json"
+        fields = self._json_fields if expect_json else self._fields
         body = content
         if json is not None:
             if content is not None:
                 raise ValueError("a request has a JSON body or content, not both")
             body = orjson.dumps(json)
-            fields["Content-Type"] = "application/json"
-        fields.update(headers or {})
-        data = _request_bytes(method, origin.host, origin.port, target, fields, body)
+            fields = {**fields, "Content-Type": "application/json"}
+        if headers:
+            fields = {**fields, **headers}
+        data = _request_bytes(method, origin.authority, target, fields, body)
         limit = self._max_answer if max_answer is None else max_answer
         return _Prepared(method, origin, data, pin, expect_json, limit)
 
@@ -414,7 +464,6 @@ class AsyncClient(_ClientBase):
                     pin,
                     expect_json,
                     max_answer,
-                    {},
                 )
             )
         except TransportError:
@@ -502,7 +551,7 @@ class AsyncClient(_ClientBase):
         """Close the idle connections to the origin of ``url`` (a peer we
         stop talking to)."""
         try:
-            origin, _ = _split(url, None)
+            origin, _ = self._target(url, None)
         except ValueError:
             return
         for conn in self._idle.pop(origin, ()):
@@ -536,6 +585,8 @@ class BlockingClient(_ClientBase):
         max_answer: the largest answer body accepted (bytes).
     """
 
+    _EXTRA_FIELDS: ClassVar[Mapping[str, str]] = {"Connection": "close"}
+
     def request(
         self,
         method: str,
@@ -566,7 +617,6 @@ class BlockingClient(_ClientBase):
                 pin,
                 expect_json,
                 max_answer,
-                {"Connection": "close"},
             )
             return self._request(prepared)
         except TransportError:
