@@ -7,6 +7,10 @@ bus or libvirt.
 - :mod:`verifier.common.web`: JSON error bodies, bounded request reading
   and client-certificate roles for the aiohttp servers;
 - :mod:`verifier.common.tls`: TLS contexts, pinning, self-signed keys;
+- :mod:`verifier.common.http`: the one HTTP client (async keep-alive and
+  blocking), whose every failure is a :class:`~verifier.common.errors.TransportError`;
+- :mod:`verifier.common.agent_client`: requests to node agents, each
+  agent's certificate pinned;
 - :mod:`verifier.common.plugins`: the extension points other packages
   implement (revocation notifiers, Nova instance hooks);
 - :mod:`verifier.common.tpm` (needs ``tpm2-pytss``): a TPM device or

@@ -11,24 +11,32 @@ raises :class:`ProtocolError`.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NamedTuple
+from urllib.parse import urlencode, urlsplit
 
 __all__ = [
     "MAX_HEAD",
+    "Origin",
     "ProtocolError",
     "Response",
     "ResponseParser",
     "authority",
+    "origin",
+    "query",
     "request_bytes",
+    "split_url",
 ]
 
 MAX_HEAD = 16 * 1024  # status line and header fields
 _MAX_FIELDS = 100
 _MAX_CHUNK_LINE = 1024
 _NO_BODY_STATUS = frozenset({204, 304})
+_URL = re.compile(r"(https?://[^/?#]*)(.*)", re.IGNORECASE | re.DOTALL)
+_SAFE = re.compile(r"[A-Za-z0-9_.~-]*")
 _NO_FIELDS: Mapping[str, str] = MappingProxyType({})
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
@@ -53,6 +61,59 @@ class Response(NamedTuple):
     headers: Mapping[str, str]
     body: bytes
     reusable: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Origin:
+    """Where requests go: scheme, host and port (RFC 9110 section 4.3.1)."""
+
+    scheme: str
+    host: str
+    port: int
+    authority: str  # the Host field
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+
+def origin(head: str) -> Origin:
+    """The origin ``scheme://host[:port]``.
+
+    Raises:
+        ValueError: not an http:// or https:// origin with a host.
+    """
+    parts = urlsplit(head)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s)://host URL: {head[:200]!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials in a URL are not accepted")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return Origin(parts.scheme, parts.hostname, port, authority(parts.hostname, port))
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(origin, target) of an absolute URL: ``https://h:1`` and ``/p?q``
+    (a fragment dropped).
+
+    Raises:
+        ValueError: not an absolute http(s) URL.
+    """
+    match = _URL.match(url)
+    if match is None:
+        raise ValueError(f"not an http(s)://host URL: {url[:200]!r}")
+    head, tail = match.groups()
+    tail = tail.partition("#")[0]
+    return head, tail if tail.startswith("/") else "/" + tail
+
+
+def query(params: Mapping[str, str]) -> str:
+    """``urlencode(params)``, faster when nothing needs quoting."""
+    safe = _SAFE.fullmatch
+    return "&".join(
+        f"{k}={v}" if safe(k) and safe(v) else urlencode({k: v})
+        for k, v in params.items()
+    )
 
 
 def authority(host: str, port: int) -> str:

@@ -3,8 +3,8 @@
 Every outgoing HTTP call of the services, the agent, the tenant tools, the
 revocation hooks and the vTPM manager goes through this module. Both
 clients frame requests and answers with the same HTTP/1.1 code
-(:mod:`verifier.common._http11`) and turn answers into the same
-:class:`Answer`:
+(:mod:`verifier.common._http11`, without I/O) and turn answers into the
+same :class:`Answer`:
 
 - :class:`AsyncClient` keeps connections alive per peer (the quote loop
   sends one small request per node per round over a kept-alive mTLS
@@ -31,20 +31,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 import socket
 import ssl
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, ClassVar, cast
-from urllib.parse import urlencode, urlsplit
+from typing import Any, ClassVar
 
 import orjson
 
-from verifier.common._http11 import ProtocolError, Response, ResponseParser, authority
-from verifier.common._http11 import request_bytes as _request_bytes
+from verifier.common import _http11
+from verifier.common._http11 import Origin, ProtocolError, Response, ResponseParser
+from verifier.common._http_pool import Pool
 from verifier.common.errors import TransportError
+from verifier.common.tls import PinMismatchError, check_pin
 
 __all__ = [
     "MAX_ANSWER",
@@ -57,8 +57,6 @@ __all__ = [
 MAX_ANSWER = 8 * 1024 * 1024  # an IMA list part (4 MiB) and a firmware log
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _READ_SIZE = 256 * 1024
-_URL = re.compile(r"(https?://[^/?#]*)(.*)", re.IGNORECASE | re.DOTALL)
-_SAFE = re.compile(r"[A-Za-z0-9_.~-]*")
 _MAX_ORIGINS = 100_000  # origins remembered per client (one per peer)
 
 
@@ -116,66 +114,16 @@ class Answer:
         return ErrorBody(None, self.text() or f"HTTP {self.status}")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Origin:
-    scheme: str
-    host: str
-    port: int
-    authority: str  # the Host field
-
-    @property
-    def tls(self) -> bool:
-        return self.scheme == "https"
-
-
 @dataclasses.dataclass(slots=True)
 class _Prepared:
     """A request ready to send (see :meth:`_ClientBase._prepare`)."""
 
     method: str
-    origin: _Origin
+    origin: Origin
     data: bytes
     pin: bytes | None
     expect_json: bool
     max_answer: int
-
-
-def _origin(head: str) -> _Origin:
-    """The origin ``scheme://host[:port]``.
-
-    Raises:
-        ValueError: not an http:// or https:// origin with a host.
-    """
-    parts = urlsplit(head)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s)://host URL: {head[:200]!r}")
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("credentials in a URL are not accepted")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return _Origin(parts.scheme, parts.hostname, port, authority(parts.hostname, port))
-
-
-def _query(params: Mapping[str, str]) -> str:
-    """``urlencode(params)``, faster when nothing needs quoting."""
-    safe = _SAFE.fullmatch
-    return "&".join(
-        f"{k}={v}" if safe(k) and safe(v) else urlencode({k: v})
-        for k, v in params.items()
-    )
-
-
-def _split(url: str) -> tuple[str, str]:
-    """(origin, rest) of a URL: ``https://h:1`` and ``/p?q``.
-
-    Raises:
-        ValueError: not an absolute http(s) URL.
-    """
-    match = _URL.match(url)
-    if match is None:
-        raise ValueError(f"not an http(s)://host URL: {url[:200]!r}")
-    head, tail = match.groups()
-    tail = tail.partition("#")[0]
-    return head, tail if tail.startswith("/") else "/" + tail
 
 
 def _describe(exc: BaseException) -> str:
@@ -186,19 +134,9 @@ def _describe(exc: BaseException) -> str:
         return f"TLS certificate not accepted ({exc.reason}: {exc.verify_message})"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
-    if isinstance(exc, (ValueError, _PinMismatchError)):
+    if isinstance(exc, (ValueError, PinMismatchError)):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
-
-
-class _PinMismatchError(ssl.SSLError):
-    """The peer's certificate is not the pinned one."""
-
-
-def _check_pin(ssl_object: ssl.SSLObject | ssl.SSLSocket | None, pin: bytes) -> None:
-    peer = ssl_object.getpeercert(binary_form=True) if ssl_object else None
-    if peer != pin:
-        raise _PinMismatchError("server certificate is not the pinned one")
 
 
 class _ClientBase:
@@ -224,7 +162,7 @@ class _ClientBase:
         self._context = context
         self.timeout = timeout
         self._max_answer = max_answer
-        self._origins: dict[str, _Origin] = {}
+        self._origins: dict[str, Origin] = {}
         # header fields of every request (never mutated: copied to add some)
         self._fields: Mapping[str, str] = dict(self._EXTRA_FIELDS)
         self._json_fields: Mapping[str, str] = {
@@ -232,23 +170,21 @@ class _ClientBase:
             "Accept": "application/json",
         }
 
-    def _target(
-        self, url: str, params: Mapping[str, str] | None
-    ) -> tuple[_Origin, str]:
+    def _target(self, url: str, params: Mapping[str, str] | None) -> tuple[Origin, str]:
         """Origin and request target of ``url`` with ``params`` added.
 
         Raises:
             ValueError: not an absolute http(s) URL.
         """
-        head, target = _split(url)
+        head, target = _http11.split_url(url)
         origin = self._origins.get(head)
         if origin is None:
-            origin = _origin(head)
+            origin = _http11.origin(head)
             if len(self._origins) >= _MAX_ORIGINS:
                 self._origins.clear()
             self._origins[head] = origin
         if params:
-            target += ("&" if "?" in target else "?") + _query(params)
+            target += ("&" if "?" in target else "?") + _http11.query(params)
         return origin, target
 
     def _tls_context(self) -> ssl.SSLContext:
@@ -280,7 +216,7 @@ class _ClientBase:
             fields = {**fields, "Content-Type": "application/json"}
         if headers:
             fields = {**fields, **headers}
-        data = _request_bytes(method, origin.authority, target, fields, body)
+        data = _http11.request_bytes(method, origin.authority, target, fields, body)
         limit = self._max_answer if max_answer is None else max_answer
         return _Prepared(method, origin, data, pin, expect_json, limit)
 
@@ -316,87 +252,6 @@ class _StaleError(Exception):
     """A kept-alive connection was closed by the peer before it answered."""
 
 
-class _Connection(asyncio.Protocol):
-    """One kept-alive connection; the parser of the pending answer is fed
-    straight from :meth:`data_received`."""
-
-    __slots__ = ("_parser", "_waiter", "idle_since", "lost", "pin", "transport")
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.pin: bytes | None = None
-        self.idle_since = 0.0
-        self.lost = False
-        self._parser: ResponseParser | None = None
-        self._waiter: asyncio.Future[Response] | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        parser = self._parser
-        if parser is None or parser.done:  # unsolicited bytes: desynchronised
-            self.close()
-            return
-        try:
-            parser.feed(data)
-        except ProtocolError as exc:
-            self._settle(exc)
-            return
-        if parser.done:
-            self._settle(None)
-
-    def eof_received(self) -> bool | None:
-        parser = self._parser
-        if parser is not None and not parser.done:
-            try:
-                parser.feed_eof()
-            except ProtocolError as exc:
-                self._settle(exc)
-                return None
-            self._settle(None)
-        return None  # close the transport
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self._settle(exc or ConnectionResetError("connection closed by the peer"))
-
-    def _settle(self, exc: BaseException | None) -> None:
-        waiter = self._waiter
-        if waiter is None or waiter.done():
-            return
-        if exc is not None:
-            waiter.set_exception(exc)
-        else:
-            assert self._parser is not None and self._parser.result is not None
-            waiter.set_result(self._parser.result)
-
-    async def exchange(self, data: bytes, parser: ResponseParser) -> Response:
-        """Write one request and wait for its answer."""
-        assert self.transport is not None
-        waiter: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._parser, self._waiter = parser, waiter
-        try:
-            self.transport.write(data)
-            return await waiter
-        finally:
-            self._parser = self._waiter = None
-
-    def usable(self, now: float, idle_timeout: float) -> bool:
-        transport = self.transport
-        return (
-            not self.lost
-            and transport is not None
-            and not transport.is_closing()
-            and now - self.idle_since < idle_timeout
-        )
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.abort()
-
-
 class AsyncClient(_ClientBase):
     """HTTP/1.1 over kept-alive connections, for asyncio callers.
 
@@ -418,9 +273,7 @@ class AsyncClient(_ClientBase):
         idle_timeout: float = 30.0,
     ) -> None:
         super().__init__(context, timeout, max_answer)
-        self._max_idle = max_idle
-        self._idle_timeout = idle_timeout
-        self._idle: dict[_Origin, list[_Connection]] = {}
+        self._pool = Pool(max_idle, idle_timeout)
 
     async def request(
         self,
@@ -485,10 +338,12 @@ class AsyncClient(_ClientBase):
             _StaleError: ``may_retry`` and an idempotent request found its
                 kept-alive connection closed before any answer.
         """
-        conn = self._take(prepared.origin, prepared.pin)
+        origin = prepared.origin
+        conn = self._pool.take(origin, prepared.pin)
         reused = conn is not None
         if conn is None:
-            conn = await self._connect(prepared.origin, prepared.pin)
+            context = self._tls_context() if origin.tls else None
+            conn = await self._pool.connect(origin, context, prepared.pin)
         parser = ResponseParser(prepared.max_answer, prepared.method == "HEAD")
         response = None
         try:
@@ -504,48 +359,10 @@ class AsyncClient(_ClientBase):
             raise
         finally:
             if response is not None and response.reusable:
-                self._put(prepared.origin, conn)
+                self._pool.put(origin, conn)
             else:
                 conn.close()
         return self._answer(prepared, response)
-
-    async def _connect(self, origin: _Origin, pin: bytes | None) -> _Connection:
-        loop = asyncio.get_running_loop()
-        context = self._tls_context() if origin.tls else None
-        _, conn = await loop.create_connection(
-            _Connection,
-            origin.host,
-            origin.port,
-            ssl=context,
-            server_hostname=origin.host if context else None,
-        )
-        if pin is not None:
-            assert conn.transport is not None
-            try:
-                _check_pin(conn.transport.get_extra_info("ssl_object"), pin)
-            except _PinMismatchError:
-                conn.close()
-                raise
-            conn.pin = pin
-        return conn
-
-    def _take(self, origin: _Origin, pin: bytes | None) -> _Connection | None:
-        idle = self._idle.get(origin)
-        now = time.monotonic()
-        while idle:
-            conn = idle.pop()
-            if conn.pin == pin and conn.usable(now, self._idle_timeout):
-                return conn
-            conn.close()
-        return None
-
-    def _put(self, origin: _Origin, conn: _Connection) -> None:
-        idle = self._idle.setdefault(origin, [])
-        if len(idle) >= self._max_idle:
-            conn.close()
-            return
-        conn.idle_since = time.monotonic()
-        idle.append(conn)
 
     def forget(self, url: str) -> None:
         """Close the idle connections to the origin of ``url`` (a peer we
@@ -554,15 +371,12 @@ class AsyncClient(_ClientBase):
             origin, _ = self._target(url, None)
         except ValueError:
             return
-        for conn in self._idle.pop(origin, ()):
-            conn.close()
+        self._pool.forget(origin)
 
     async def close(self) -> None:
-        """Close every idle connection."""
-        for idle in self._idle.values():
-            for conn in idle:
-                conn.close()
-        self._idle.clear()
+        """Close every idle connection (connections in use are closed when
+        their exchange ends)."""
+        self._pool.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -645,7 +459,7 @@ class BlockingClient(_ClientBase):
                     raw, server_hostname=origin.host, suppress_ragged_eofs=False
                 )
                 if prepared.pin is not None:
-                    _check_pin(tls, prepared.pin)
+                    check_pin(tls, prepared.pin)
                 sock = tls
             try:
                 sock.settimeout(remaining())

@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 __all__ = [
+    "PinMismatchError",
+    "check_pin",
     "client_context",
     "pinned_client_context",
     "pinned_der",
@@ -140,6 +142,22 @@ def pinned_der(cert_pem: str) -> bytes:
     return x509.load_pem_x509_certificate(cert_pem.encode()).public_bytes(
         serialization.Encoding.DER
     )
+
+
+class PinMismatchError(ssl.SSLError):
+    """The peer's certificate is not the pinned one."""
+
+
+def check_pin(ssl_object: ssl.SSLObject | ssl.SSLSocket | None, pin: bytes) -> None:
+    """Accept the peer of a finished handshake only if its certificate is
+    exactly ``pin`` (DER, see :func:`pinned_der`).
+
+    Raises:
+        PinMismatchError: another certificate, or none.
+    """
+    peer = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+    if peer != pin:
+        raise PinMismatchError("server certificate is not the pinned one")
 
 
 def self_signed_builder(

@@ -9,6 +9,8 @@ import asyncio
 import os
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -583,3 +585,17 @@ class ResponseParserTest(testtools.TestCase):
     def test_header_block_too_large_is_refused(self) -> None:
         raw = b"HTTP/1.1 200 OK\r\nX: " + b"a" * (MAX_HEAD + 10)
         self.assertRaises(ProtocolError, ResponseParser(10).feed, raw)
+
+
+class ImportTest(testtools.TestCase):
+    def test_client_needs_no_service_dependency(self) -> None:
+        code = (
+            "import sys, verifier.common.http, verifier.common.agent_client\n"
+            "heavy = {'sqlalchemy', 'oslo_messaging', 'libvirt', 'tpm2_pytss',"
+            " 'aiohttp', 'requests'}\n"
+            "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        self.assertEqual("[]", out.stdout.strip())
