@@ -248,10 +248,6 @@ class _ClientBase:
         return TransportError(f"{method} {where}: {_describe(exc)}")
 
 
-class _StaleError(Exception):
-    """A kept-alive connection was closed by the peer before it answered."""
-
-
 class AsyncClient(_ClientBase):
     """HTTP/1.1 over kept-alive connections, for asyncio callers.
 
@@ -325,44 +321,36 @@ class AsyncClient(_ClientBase):
             raise self._failure(method, url, exc) from exc
 
     async def _request(self, prepared: _Prepared) -> Answer:
-        async with asyncio.timeout(self.timeout):
-            try:
-                return await self._exchange(prepared, may_retry=True)
-            except _StaleError:
-                return await self._exchange(prepared, may_retry=False)
-
-    async def _exchange(self, prepared: _Prepared, may_retry: bool) -> Answer:
-        """One exchange over a kept-alive or a new connection.
-
-        Raises:
-            _StaleError: ``may_retry`` and an idempotent request found its
-                kept-alive connection closed before any answer.
-        """
         origin = prepared.origin
-        conn = self._pool.take(origin, prepared.pin)
-        reused = conn is not None
-        if conn is None:
-            context = self._tls_context() if origin.tls else None
-            conn = await self._pool.connect(origin, context, prepared.pin)
-        parser = ResponseParser(prepared.max_answer, prepared.method == "HEAD")
-        response = None
-        try:
-            response = await conn.exchange(prepared.data, parser)
-        except (ConnectionError, ProtocolError) as exc:
-            if (
-                may_retry
-                and reused
-                and parser.received == 0
-                and prepared.method in _IDEMPOTENT
-            ):
-                raise _StaleError from exc
-            raise
-        finally:
-            if response is not None and response.reusable:
-                self._pool.put(origin, conn)
-            else:
-                conn.close()
-        return self._answer(prepared, response)
+        async with asyncio.timeout(self.timeout):
+            for attempt in (1, 2):
+                conn = self._pool.take(origin, prepared.pin)
+                reused = conn is not None
+                if conn is None:
+                    context = self._tls_context() if origin.tls else None
+                    conn = await self._pool.connect(origin, context, prepared.pin)
+                parser = ResponseParser(prepared.max_answer, prepared.method == "HEAD")
+                response = None
+                try:
+                    response = await conn.exchange(prepared.data, parser)
+                except (ConnectionError, ProtocolError):
+                    # a kept-alive connection the peer closed meanwhile: nothing
+                    # was answered, so an idempotent request is sent once more
+                    if (
+                        attempt == 1
+                        and reused
+                        and parser.received == 0
+                        and prepared.method in _IDEMPOTENT
+                    ):
+                        continue
+                    raise
+                finally:
+                    if response is not None and response.reusable:
+                        self._pool.put(origin, conn)
+                    else:
+                        conn.close()
+                return self._answer(prepared, response)
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     def forget(self, url: str) -> None:
         """Close the idle connections to the origin of ``url`` (a peer we
