@@ -34,9 +34,11 @@ from cryptography import x509
 from cryptography.x509.oid import AttributeOID, NameOID
 from oslo_config import cfg
 
-from ipsec_puppet_vault_hooks import _https
 from ipsec_puppet_vault_hooks._certname import CertnameTemplate
 from ipsec_puppet_vault_hooks.conf import puppet_autosign as autosign_conf
+from verifier.common import tls as tlsutil
+from verifier.common.errors import TransportError
+from verifier.common.http import BlockingClient
 
 __all__ = ["PP_UUID_OID", "Verdict", "check_request", "main"]
 
@@ -151,12 +153,14 @@ def check_request(conf: cfg.ConfigOpts, certname: str, csr_pem: bytes) -> Verdic
             "and ca_file must be set",
         )
     url = opts.verifier_url.rstrip("/") + "/v1/nodes/" + urllib.parse.quote(uuid)
+    if not url.startswith("https://"):
+        return Verdict(False, f"configuration: refusing a non-HTTPS URL: {url}")
     try:
-        context = _https.client_context(opts.cert_file, opts.key_file, opts.ca_file)
-        resp = _https.request("GET", url, context, timeout=opts.timeout)
-    except (_https.TransportError, OSError) as exc:
+        context = tlsutil.client_context(opts.cert_file, opts.key_file, opts.ca_file)
+        resp = BlockingClient(context, opts.timeout).request("GET", url)
+    except (TransportError, OSError) as exc:
         return Verdict(False, f"verifier unreachable: {exc}")
-    data = resp.json()
+    data = resp.data
     if resp.status == 404:
         return Verdict(False, f"node {uuid} is not enrolled with the verifier")
     if resp.status != 200 or not isinstance(data, dict):

@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
@@ -35,6 +34,8 @@ from oslo_config import cfg
 
 from node_agent.exceptions import NodeAgentError, RefusedError, RegistrationError
 from node_agent.payload import run_payload, unwrap, write_file
+from verifier.common.errors import TransportError
+from verifier.common.http import AsyncClient
 from verifier.common.tls import (
     client_context,
     self_signed_certificate,
@@ -71,7 +72,7 @@ PAYLOAD_STATUS = "payload.status"
 IDENTITY_CERT = "identity.pem"
 IDENTITY_KEY = "identity-key.pem"
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
-_HTTP_TIMEOUT = aiohttp.ClientTimeout(total=30)
+_HTTP_TIMEOUT = 30.0
 
 
 @dataclass
@@ -215,32 +216,24 @@ class Agent:
     # -- registration --------------------------------------------------------
 
     async def _post(
-        self, session: aiohttp.ClientSession, url: str, body: dict[str, Any]
+        self, http: AsyncClient, url: str, body: dict[str, Any]
     ) -> dict[str, Any]:
         try:
-            async with session.post(url, json=body) as resp:
-                text = await resp.text()
-                status = resp.status
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            answer = await http.request("POST", url, json=body)
+        except TransportError as exc:
             raise RegistrationError(
                 f"registrar {self.registrar_url} unreachable: {exc}", retryable=True
             )
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if status >= 400:
-            message = text[:200]
-            if isinstance(data, dict) and isinstance(data.get("error"), dict):
-                err = data["error"]
-                message = f"{err.get('code')}: {err.get('message')}"
+        if not answer.ok:
+            error = answer.error
+            message = f"{error.code}: {error.message}" if error.code else error.message
             raise RegistrationError(
-                f"registrar answered {status} to {url}: {message}",
-                retryable=status >= 500,
+                f"registrar answered {answer.status} to {url}: {message}",
+                retryable=answer.status >= 500,
             )
-        if not isinstance(data, dict):
+        if not isinstance(answer.data, dict):
             raise RegistrationError(f"registrar answered {url} with non-JSON")
-        return data
+        return answer.data
 
     async def register(self) -> None:
         """Register EK, EK cert, AK, TLS cert and address; activate the AK.
@@ -268,12 +261,8 @@ class Agent:
             )
         except MalformedError as exc:
             raise RegistrationError(f"cannot register: {exc}")
-        ctx = self._client_ssl_context()
-        connector = aiohttp.TCPConnector(ssl=ctx if ctx is not None else False)
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=_HTTP_TIMEOUT
-        ) as session:
-            answer = await self._post(session, url, body.to_dict())
+        async with AsyncClient(self._client_ssl_context(), _HTTP_TIMEOUT) as http:
+            answer = await self._post(http, url, body.to_dict())
             try:
                 challenge = ActivationChallenge.from_dict(answer)
             except MalformedError as exc:
@@ -284,7 +273,7 @@ class Agent:
                 )
             )
             proof = ActivationProof(credential)
-            result = await self._post(session, f"{url}/activate", proof.to_dict())
+            result = await self._post(http, f"{url}/activate", proof.to_dict())
         try:
             activated = ActivationResult.from_dict(result)
         except MalformedError as exc:

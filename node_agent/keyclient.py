@@ -13,12 +13,13 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-import aiohttp
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from node_agent.exceptions import NodeAgentError
+from verifier.common.errors import TransportError
+from verifier.common.http import AsyncClient
 from verifier.common.tls import client_context
 from verifier.protocol.lkh import LkhError, LkhMember, RekeyMessage, Welcome
 from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
@@ -29,7 +30,9 @@ from verifier.protocol.messages.keyservice import (
 )
 from verifier.protocol.regression import ReaderState
 
-__all__ = ["GroupKey", "KeyClient", "KeyServiceError"]
+__all__ = ["GroupKey", "KeyClient", "KeyServiceError", "KeyServiceUnreachableError"]
+
+_TIMEOUT = 10.0
 
 
 class KeyServiceError(NodeAgentError):
@@ -44,6 +47,11 @@ class KeyServiceError(NodeAgentError):
         super().__init__(f"HTTP {status} {code}: {message}")
         self.status = status
         self.code = code
+
+
+class KeyServiceUnreachableError(NodeAgentError):
+    """The verifier or key service could not be reached, or its answer was
+    not usable (the message names the transport failure)."""
 
 
 class GroupKey:
@@ -103,21 +111,29 @@ class KeyClient:
         url: str,
         token: str | None = None,
         body: Any = None,
+        *,
+        pem: bool = False,
     ) -> Any:
+        """One call; the JSON answer (the text with ``pem``).
+
+        Raises:
+            KeyServiceError: a refusal (4xx/5xx).
+            KeyServiceUnreachableError: no usable answer.
+        """
         headers = {"Authorization": f"Capability {token}"} if token else {}
-        connector = aiohttp.TCPConnector(ssl=ctx)
-        timeout = aiohttp.ClientTimeout(total=10)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as s:
-            async with s.request(method, url, json=body, headers=headers) as r:
-                if r.content_type == "application/x-pem-file":
-                    return await r.text()
-                data = await r.json(content_type=None)
-                if r.status >= 400:
-                    err = (data or {}).get("error", {})
-                    raise KeyServiceError(
-                        r.status, err.get("code", "error"), err.get("message", "")
-                    )
-                return data
+        try:
+            async with AsyncClient(ctx, _TIMEOUT) as http:
+                answer = await http.request(
+                    method, url, json=body, headers=headers, expect_json=not pem
+                )
+        except TransportError as exc:
+            raise KeyServiceUnreachableError(str(exc))
+        if not answer.ok:
+            error = answer.error
+            raise KeyServiceError(answer.status, error.code or "error", error.message)
+        if pem:
+            return answer.body.decode("ascii", "replace")
+        return answer.data
 
     async def capability(self, obj: str, rights: str) -> str:
         """A fresh capability token from the verifier.
@@ -130,9 +146,11 @@ class KeyClient:
         data = await self._call(self._agent_ctx, "POST", url, body=body)
         return CapabilityGrant.from_dict(data).token
 
-    async def _ks(self, method: str, path: str, token: str | None = None) -> Any:
+    async def _ks(
+        self, method: str, path: str, token: str | None = None, *, pem: bool = False
+    ) -> Any:
         return await self._call(
-            self._identity_ctx, method, self._keyservice + path, token
+            self._identity_ctx, method, self._keyservice + path, token, pem=pem
         )
 
     async def secret(self, name: str) -> bytes:
@@ -143,7 +161,7 @@ class KeyClient:
 
     async def _controller_key(self) -> ed25519.Ed25519PublicKey:
         if self._controller is None:
-            pem = await self._ks("GET", "/v1/signing-key")
+            pem = await self._ks("GET", "/v1/signing-key", pem=True)
             key = serialization.load_pem_public_key(pem.encode())
             if not isinstance(key, ed25519.Ed25519PublicKey):
                 raise KeyServiceError(200, "bad_signing_key", "not Ed25519")

@@ -26,9 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nova_plugin import userdata
-from nova_plugin.exceptions import ServiceError, TenantError
+from nova_plugin.exceptions import AgentError, ServiceError, TenantError
 from nova_plugin.tenant import Tenant
-from verifier.common.errors import AgentUnreachableError
 from verifier.protocol import PcrPolicy, generate_key, seal_payload, split
 from verifier.protocol.messages.registration import RegistrationRecord
 
@@ -281,7 +280,7 @@ class TrustedBoot:
             await self._tenant.send_u(
                 uuid, record, nk, self._u[uuid], sealed, payload_id=boot_id
             )
-        except AgentUnreachableError as exc:
+        except AgentError as exc:
             raise ServiceError(f"sending U to {uuid} failed: {exc}")
         self._progress(f"{uuid}: U sent; waiting for the verifier's first quote")
         await self._poll(lambda: self._attested(uuid), deadline, f"{uuid}: attestation")

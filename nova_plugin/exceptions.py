@@ -25,3 +25,8 @@ class ServiceError(TenantError):
         super().__init__(message)
         self.status = status
         self.code = code
+
+
+class AgentError(ServiceError):
+    """A node's agent could not be reached (or presented another
+    certificate than the registered one), or refused the request."""

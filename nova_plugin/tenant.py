@@ -10,19 +10,17 @@ verifier accepted V, the enrolment is undone and the error says so.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-
-from nova_plugin.exceptions import AttestationFailedError, ServiceError
+from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
 from verifier.common import tls as tlsutil
-from verifier.common.agents import AgentClient
-from verifier.common.errors import AgentUnreachableError
+from verifier.common.agent_client import AgentClient
+from verifier.common.errors import TransportError
+from verifier.common.http import AsyncClient
 from verifier.protocol import (
     AttestationKey,
     EvidenceError,
@@ -70,39 +68,67 @@ class Tenant:
             config.cert_file, config.key_file, config.ca_file
         )
         self._agents = AgentClient(config.cert_file, config.key_file, config.timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            timeout = aiohttp.ClientTimeout(total=self._config.timeout)
-            self._session = aiohttp.ClientSession(timeout=timeout)
-        return self._session
+        self._http = AsyncClient(self._ssl, config.timeout)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._http.close()
         await self._agents.close()
 
     async def _call(
         self, method: str, url: str, body: Mapping[str, Any] | None = None
     ) -> tuple[int, Any]:
+        """One call to the registrar or the verifier; (status, JSON object,
+        empty for an answer without a body).
+
+        Raises:
+            ServiceError: unreachable, a non-2xx answer, or not an object.
+        """
         try:
-            async with self._get_session().request(
-                method, url, json=body, ssl=self._ssl
-            ) as resp:
-                text = await resp.text()
-                data = json.loads(text) if text else None
-                if resp.status // 100 != 2:
-                    error = data.get("error", {}) if isinstance(data, dict) else {}
-                    message = error.get("message") or text
-                    raise ServiceError(
-                        f"{method} {url}: {resp.status} {message}",
-                        resp.status,
-                        error.get("code"),
-                    )
-                return resp.status, data
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise ServiceError(f"{method} {url}: {exc or type(exc).__name__}")
+            answer = await self._http.request(method, url, json=body)
+        except TransportError as exc:
+            raise ServiceError(str(exc))
+        if not answer.ok:
+            error = answer.error
+            raise ServiceError(
+                f"{method} {url}: {answer.status} {error.message}",
+                answer.status,
+                error.code,
+            )
+        if answer.data is not None and not isinstance(answer.data, dict):
+            raise ServiceError(f"{method} {url}: the answer is not a JSON object")
+        return answer.status, answer.data or {}
+
+    async def _agent(
+        self,
+        uuid: str,
+        record: RegistrationRecord,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """One call to a node's agent, its TLS certificate pinned from the
+        registrar's ``record``; the JSON answer.
+
+        Raises:
+            AgentError: unreachable, another certificate, or a non-2xx answer.
+        """
+        try:
+            answer = await self._agents.request(
+                method, record.base_url, record.tls_cert, path, params=params, body=body
+            )
+        except TransportError as exc:
+            raise AgentError(f"node {uuid}: agent unreachable: {exc}")
+        if not answer.ok:
+            error = answer.error
+            raise AgentError(
+                f"node {uuid}: agent answered {answer.status} to {path}: "
+                f"{error.message}",
+                answer.status,
+                error.code,
+            )
+        return answer.data
 
     @property
     def verifier_url(self) -> str:
@@ -128,12 +154,10 @@ class Tenant:
             ServiceError: unknown node, unreachable, or a non-2xx answer.
         """
         record = await self.identity(canonical_uuid(uuid))
-        try:
-            return await self._agents.request(
-                method, record.base_url, record.tls_cert, path, body=body
-            )
-        except (AgentUnreachableError, MalformedError) as exc:
-            raise ServiceError(f"node {uuid}: {exc}")
+        answer = await self._agent(uuid, record, method, path, body=body)
+        if not isinstance(answer, dict):
+            raise AgentError(f"node {uuid}: the agent's answer is not an object")
+        return answer
 
     async def identity(self, uuid: str) -> RegistrationRecord:
         """The registrar's record of the node once its AK is activated.
@@ -178,10 +202,8 @@ class Tenant:
         nonce = os.urandom(20)
         pcrs = policy.pcrs or (10,)  # a runtime-policy-only enrolment
         params = QuoteRequest(nonce, tuple(pcrs)).to_query()
+        answer = await self._agent(uuid, record, "GET", "/v1/quote", params=params)
         try:
-            answer = await self._agents.request(
-                "GET", record.base_url, record.tls_cert, "/v1/quote", params=params
-            )
             parsed = QuoteAnswer.from_dict(answer)
             nk = parsed.nk
             ak = AttestationKey(record.ak_public, True)
@@ -191,8 +213,6 @@ class Tenant:
                 qualifying_data=bind_nonce(nonce, nk),
                 policy=policy,
             )
-        except AgentUnreachableError as exc:
-            raise ServiceError(f"node {uuid}: {exc}")
         except (EvidenceError, MalformedError, ValueError) as exc:
             raise AttestationFailedError(
                 f"node {uuid} failed its identity quote, nothing was sent: {exc}"
@@ -230,7 +250,7 @@ class Tenant:
         )
         try:
             await self.send_u(uuid, record, nk, u_share, sealed)
-        except AgentUnreachableError as exc:
+        except AgentError as exc:
             await self._undo(uuid, exc)
         return EnrolResult(uuid, view["state"], policy.pcrs)
 
@@ -265,14 +285,16 @@ class Tenant:
             True if this completed the node's bootstrap (V was there).
 
         Raises:
-            AgentUnreachableError: the agent did not take it.
-            MalformedError: its answer is malformed.
+            AgentError: the agent did not take it, or its answer is malformed.
         """
         body = ShareU(seal_share(nk, u_share, "U", uuid), sealed, payload_id)
-        answer = await self._agents.request(
-            "POST", record.base_url, record.tls_cert, "/v1/keys/u", body=body.to_dict()
+        answer = await self._agent(
+            uuid, record, "POST", "/v1/keys/u", body=body.to_dict()
         )
-        return ShareAccepted.from_dict(answer).bootstrapped
+        try:
+            return ShareAccepted.from_dict(answer).bootstrapped
+        except MalformedError as exc:
+            raise AgentError(f"node {uuid}: {exc}")
 
     async def _undo(self, uuid: str, cause: Exception) -> None:
         try:

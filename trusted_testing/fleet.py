@@ -41,6 +41,7 @@ from trusted_testing.cluster import die_with_parent
 from trusted_testing.softtpm import SoftTpm
 from trusted_testing.swtpm import free_ports
 from verifier.common import tls as tlsutil
+from verifier.common.http import BlockingClient
 from verifier.protocol import EnvelopeError, MalformedError, bind_nonce, open_share
 from verifier.protocol.messages.errors import ErrorBody
 from verifier.protocol.messages.quote import (
@@ -292,21 +293,18 @@ class FleetProcess:
         self.uuids, self.pcr16 = ready["uuids"], ready["pcr16"]
 
     def _control(self, method: str, path: str, body: Any = None) -> Any:
-        import requests
-
-        session = requests.Session()
-        session.trust_env = False
-        session.cert = (
+        ctx = tlsutil.client_context(
             os.path.join(self.pki, "tenant.pem"),
             os.path.join(self.pki, "tenant-key.pem"),
+            # the emulator's one self-signed certificate, written at its start
+            os.path.join(self.workdir, "tls-cert.pem"),
         )
-        # the emulator's one self-signed certificate, written at its start
-        session.verify = os.path.join(self.workdir, "tls-cert.pem")
-        resp = session.request(
-            method, f"https://127.0.0.1:{self.port}{path}", json=body, timeout=10
+        answer = BlockingClient(ctx, 10).request(
+            method, f"https://127.0.0.1:{self.port}{path}", json=body
         )
-        resp.raise_for_status()
-        return resp.json()
+        if not answer.ok:
+            raise RuntimeError(f"fleet control {path}: HTTP {answer.status}")
+        return answer.data
 
     def counters(self) -> dict[str, int]:
         """Quotes answered per agent UUID."""

@@ -15,9 +15,9 @@ import sys
 import tempfile
 import time
 
-import requests
-
 from trusted_testing.cluster import die_with_parent, free_port
+from verifier.common.errors import TransportError
+from verifier.common.http import BlockingClient
 
 
 def bao_binary() -> str:
@@ -72,9 +72,12 @@ class OpenBaoDev:
                 with open(self.log, encoding="utf-8", errors="replace") as f:
                     raise RuntimeError(f"bao exited: {f.read()[-2000:]}")
             try:
-                if requests.get(f"{self.url}/v1/sys/health", timeout=2).ok:
+                health = BlockingClient(timeout=2).request(
+                    "GET", f"{self.url}/v1/sys/health", expect_json=False
+                )
+                if health.ok:
                     return
-            except requests.RequestException:
+            except TransportError:
                 pass
             time.sleep(0.1)
         self.stop()

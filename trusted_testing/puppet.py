@@ -17,10 +17,10 @@ import ssl
 import subprocess
 import textwrap
 import time
-import urllib.error
-import urllib.request
 
 from trusted_testing.cluster import die_with_parent, free_port
+from verifier.common.errors import TransportError
+from verifier.common.http import BlockingClient
 
 PUPPETSERVER_JAR = "/usr/share/puppetserver/puppetserver.jar"
 BOOTSTRAP_CONFIG = "/etc/puppet/puppetserver/services.d"
@@ -277,14 +277,14 @@ class PuppetServer:
         ctx = ssl.create_default_context(cafile=self.ca_cert)
         ctx.check_hostname = False
         try:
-            with urllib.request.urlopen(  # noqa: S310 (https only)
+            answer = BlockingClient(ctx, 10).request(
+                "GET",
                 f"https://127.0.0.1:{self.port}/status/v1/simple",
-                context=ctx,
-                timeout=10,
-            ) as resp:
-                return str(resp.read().decode().strip())
-        except (OSError, urllib.error.URLError):
+                expect_json=False,
+            )
+        except TransportError:
             return None
+        return answer.text() if answer.ok else None
 
     def stop(self) -> None:
         """Kill the server's process group (idempotent)."""

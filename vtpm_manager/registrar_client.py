@@ -7,14 +7,14 @@ answers are retried with exponential backoff; a 4xx answer is final.
 
 from __future__ import annotations
 
-import http.client
-import json
 import ssl
 import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from verifier.common.errors import TransportError
+from verifier.common.http import BlockingClient
 from verifier.protocol import TpmPublic
 from verifier.protocol.messages.provider import (
     ProviderEkRecord,
@@ -55,41 +55,14 @@ class ProviderRegistrarClient:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(f"bad registrar URL {url!r}")
-        self._https = parsed.scheme == "https"
+        self._base = url.rstrip("/")
         self._host = parsed.hostname
-        self._port = parsed.port or (443 if self._https else 80)
-        self._ssl = ssl_context
+        self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self._http = BlockingClient(ssl_context, timeout)
         self._retries = retries
         self._backoff = backoff
-        self._timeout = timeout
         self._sleep = sleep
         self.delays: list[float] = []
-
-    def _once(
-        self, method: str, path: str, body: dict[str, Any] | None
-    ) -> tuple[int, dict[str, Any]]:
-        conn: http.client.HTTPConnection
-        if self._https:
-            conn = http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._timeout, context=self._ssl
-            )
-        else:
-            conn = http.client.HTTPConnection(
-                self._host, self._port, timeout=self._timeout
-            )
-        try:
-            payload = json.dumps(body).encode() if body is not None else None
-            headers = {"Content-Type": "application/json"} if payload else {}
-            conn.request(method, path, body=payload, headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read()
-        finally:
-            conn.close()
-        try:
-            data = json.loads(raw) if raw else {}
-        except ValueError:
-            data = {}
-        return resp.status, data if isinstance(data, dict) else {}
 
     def _call(
         self, method: str, path: str, body: dict[str, Any] | None = None
@@ -102,24 +75,24 @@ class ProviderRegistrarClient:
                 self._sleep(delay)
                 delay *= 2
             try:
-                status, data = self._once(method, path, body)
-            except (OSError, http.client.HTTPException) as exc:
-                last = f"{type(exc).__name__}: {exc}"
+                answer = self._http.request(method, self._base + path, json=body)
+            except TransportError as exc:
+                last = str(exc)
                 continue
-            if status >= 500:
-                last = f"HTTP {status}"
+            if answer.status >= 500:
+                last = f"HTTP {answer.status}"
                 continue
-            if status >= 400:
-                error = data.get("error") or {}
-                code = str(error.get("code", "error"))
-                message = str(error.get("message", f"HTTP {status}"))
+            if answer.status >= 400:
+                error = answer.error
+                code = error.code or "error"
                 cls = (
                     EkConflictError
-                    if status == 409 and "ek" in code
+                    if answer.status == 409 and "ek" in code
                     else RegistrationRefusedError
                 )
-                raise cls(status, code, message)
-            return status, data
+                raise cls(answer.status, code, error.message)
+            data = answer.data if isinstance(answer.data, dict) else {}
+            return answer.status, data
         raise RegistrarUnavailableError(
             f"registrar at {self._host}:{self._port} unreachable after "
             f"{self._retries + 1} attempts ({last})"

@@ -23,11 +23,13 @@ from typing import Any
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from ipsec_puppet_vault_hooks import _https
 from ipsec_puppet_vault_hooks._certname import CertnameTemplate
 from ipsec_puppet_vault_hooks.actions.base import Action
 from ipsec_puppet_vault_hooks.conf import action_puppet as action_puppet_conf
 from ipsec_puppet_vault_hooks.exceptions import ActionError
+from verifier.common import tls as tlsutil
+from verifier.common.errors import TransportError
+from verifier.common.http import Answer, BlockingClient
 from verifier.protocol import RevocationEvent
 
 __all__ = ["PuppetAction"]
@@ -51,14 +53,14 @@ class PuppetAction(Action):
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         super().__init__(conf)
         action_puppet_conf.register_opts(conf)
-        self._context: ssl.SSLContext | None = None
+        self._http: BlockingClient | None = None
 
     @property
     def _opts(self) -> Any:
         return self.conf.action_puppet
 
-    def _tls(self, event: RevocationEvent) -> ssl.SSLContext:
-        if self._context is None:
+    def _client(self, event: RevocationEvent) -> BlockingClient:
+        if self._http is None:
             o = self._opts
             if not (o.server_url and o.cert_file and o.key_file and o.ca_file):
                 raise ActionError(
@@ -67,8 +69,12 @@ class PuppetAction(Action):
                     "[action_puppet] server_url, cert_file, key_file and "
                     "ca_file must be set",
                 )
-            self._context = _https.client_context(o.cert_file, o.key_file, o.ca_file)
-        return self._context
+            try:
+                ctx = tlsutil.client_context(o.cert_file, o.key_file, o.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise ActionError(self.name, event.id, f"TLS files: {exc}") from exc
+            self._http = BlockingClient(ctx, o.timeout)
+        return self._http
 
     def _handle(self, event: RevocationEvent) -> None:
         try:
@@ -77,10 +83,10 @@ class PuppetAction(Action):
             )
         except ValueError as exc:
             raise ActionError(self.name, event.id, str(exc)) from exc
-        context = self._tls(event)
-        self._revoke(event, certname, context)
+        http = self._client(event)
+        self._revoke(event, certname, http)
         if self._opts.puppetdb_url:
-            self._deactivate(event, certname, context)
+            self._deactivate(event, certname, http)
 
     # -- puppetserver CA -------------------------------------------------------
 
@@ -89,14 +95,14 @@ class PuppetAction(Action):
         event: RevocationEvent,
         method: str,
         url: str,
-        context: ssl.SSLContext,
+        http: BlockingClient,
         body: object = None,
-    ) -> _https.HttpResponse:
+    ) -> Answer:
+        if not url.startswith("https://"):
+            raise ActionError(self.name, event.id, f"refusing a non-HTTPS URL: {url}")
         try:
-            resp = _https.request(
-                method, url, context, body=body, timeout=self._opts.timeout
-            )
-        except _https.TransportError as exc:
+            resp = http.request(method, url, json=body, expect_json=method == "GET")
+        except TransportError as exc:
             raise ActionError(self.name, event.id, str(exc)) from exc
         if resp.status in (401, 403):
             raise ActionError(
@@ -108,14 +114,14 @@ class PuppetAction(Action):
         return resp
 
     def _state(
-        self, event: RevocationEvent, url: str, context: ssl.SSLContext
+        self, event: RevocationEvent, url: str, http: BlockingClient
     ) -> str | None:
         """The certificate's state (``requested``, ``signed``, ``revoked``),
         or None when the CA knows no certificate or request for it."""
-        resp = self._call(event, "GET", url, context)
+        resp = self._call(event, "GET", url, http)
         if resp.status == 404:
             return None
-        data = resp.json()
+        data = resp.data
         if resp.status != 200 or not isinstance(data, dict):
             raise ActionError(
                 self.name,
@@ -125,14 +131,14 @@ class PuppetAction(Action):
         return str(data.get("state"))
 
     def _revoke(
-        self, event: RevocationEvent, certname: str, context: ssl.SSLContext
+        self, event: RevocationEvent, certname: str, http: BlockingClient
     ) -> None:
         url = (
             self._opts.server_url.rstrip("/")
             + _STATUS_PATH
             + urllib.parse.quote(certname, safe="")
         )
-        state = self._state(event, url, context)
+        state = self._state(event, url, http)
         if state is None:
             LOG.info("Puppet CA has no certificate for %s: nothing to revoke", certname)
             return
@@ -140,16 +146,16 @@ class PuppetAction(Action):
             LOG.info("Puppet certificate of %s is already revoked", certname)
             return
         if state == "requested":
-            resp = self._call(event, "DELETE", url, context)
+            resp = self._call(event, "DELETE", url, http)
             verb = "deleted the pending certificate request of"
         else:
             resp = self._call(
-                event, "PUT", url, context, body={"desired_state": "revoked"}
+                event, "PUT", url, http, body={"desired_state": "revoked"}
             )
             verb = "revoked the Puppet certificate of"
         if resp.status not in (200, 204):
             # A concurrent revocation (another consumer) is fine too.
-            if self._state(event, url, context) in (None, "revoked"):
+            if self._state(event, url, http) in (None, "revoked"):
                 return
             raise ActionError(
                 self.name,
@@ -161,14 +167,14 @@ class PuppetAction(Action):
     # -- PuppetDB ---------------------------------------------------------------
 
     def _deactivate(
-        self, event: RevocationEvent, certname: str, context: ssl.SSLContext
+        self, event: RevocationEvent, certname: str, http: BlockingClient
     ) -> None:
         query = urllib.parse.urlencode(
             {"command": "deactivate node", "version": 3, "certname": certname}
         )
         url = self._opts.puppetdb_url.rstrip("/") + _PUPPETDB_COMMAND_PATH + "?" + query
         body = {"certname": certname, "producer_timestamp": event.created_at}
-        resp = self._call(event, "POST", url, context, body=body)
+        resp = self._call(event, "POST", url, http, body=body)
         if resp.status != 200:
             raise ActionError(
                 self.name,

@@ -40,7 +40,7 @@ _CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 class _Silent:
     """An agent client whose requests never finish (no traffic at all)."""
 
-    async def request(self, *args: Any, **kwargs: Any) -> Any:
+    async def call(self, *args: Any, **kwargs: Any) -> Any:
         await asyncio.Event().wait()
 
     def forget(self, base: str, agent_cert: str) -> None:

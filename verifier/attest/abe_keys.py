@@ -224,7 +224,7 @@ class AbeAuthority:
             seal_share(nk, key, "ABE", node.uuid), self.pp.to_bytes(), epoch
         )
         try:
-            await self._agents.request(
+            await self._agents.call(
                 "POST",
                 node.base_url,
                 node.tls_cert,

@@ -1,6 +1,10 @@
-"""HTTP clients of the verifier: to the registrar (here, one kept-alive
-aiohttp session) and to node agents (the shared
-:class:`verifier.common.agents.AgentClient`, re-exported here).
+"""HTTP clients of the verifier: to the registrar and to node agents.
+
+Both go through the one client (:mod:`verifier.common.http`); here its
+:class:`~verifier.common.errors.TransportError` and refusals become the
+verifier's errors. Agents present a self-signed certificate that the
+registrar recorded at registration; we pin exactly that certificate
+(:class:`verifier.common.agent_client.AgentClient`).
 """
 
 from __future__ import annotations
@@ -9,31 +13,16 @@ import ssl
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
+import orjson
 
-from verifier.common.agents import AgentClient
-from verifier.exceptions import NotFoundError, RequestError
+from verifier.common import agent_client
+from verifier.common.errors import TransportError
+from verifier.common.http import AsyncClient
+from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = ["AgentClient", "RegistrarClient"]
-
-
-async def _json(resp: aiohttp.ClientResponse, what: str) -> Mapping[str, Any]:
-    try:
-        data = await resp.json(content_type=None)
-    except (ValueError, aiohttp.ContentTypeError):
-        raise MalformedError(what, "response is not JSON")
-    if not isinstance(data, dict):
-        raise MalformedError(what, "response is not a JSON object")
-    return data
-
-
-def _error_message(data: Mapping[str, Any]) -> str:
-    err = data.get("error")
-    if isinstance(err, dict):
-        return str(err.get("message", err))
-    return str(data)
 
 
 def _record(uuid: str, data: Mapping[str, Any]) -> RegistrationRecord:
@@ -53,14 +42,7 @@ class RegistrarClient:
 
     def __init__(self, base_url: str, ssl_context: ssl.SSLContext, timeout: float):
         self._base = base_url.rstrip("/")
-        self._ssl = ssl_context
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
-        return self._session
+        self._http = AsyncClient(ssl_context, timeout)
 
     async def get_agent(self, uuid: str) -> RegistrationRecord:
         """The registrar's record of ``uuid``.
@@ -71,22 +53,65 @@ class RegistrarClient:
                 its record is malformed or of another node (502
                 ``registrar_malformed``).
         """
-        url = f"{self._base}/v1/agents/{uuid}"
         try:
-            async with self._get_session().get(url, ssl=self._ssl) as resp:
-                data = await _json(resp, "registrar answer")
-                if resp.status == 404:
-                    raise NotFoundError(
-                        "unknown_node", f"the registrar does not know node {uuid}"
-                    )
-                if resp.status != 200:
-                    raise RequestError("registrar_error", _error_message(data), 502)
-        except (TimeoutError, aiohttp.ClientError, MalformedError) as exc:
+            answer = await self._http.request("GET", f"{self._base}/v1/agents/{uuid}")
+        except TransportError as exc:
             raise RequestError(
                 "registrar_unreachable", f"cannot reach the registrar: {exc}", 502
             )
-        return _record(uuid, data)
+        if answer.status == 404:
+            raise NotFoundError(
+                "unknown_node", f"the registrar does not know node {uuid}"
+            )
+        if answer.status != 200:
+            raise RequestError("registrar_error", answer.error.message, 502)
+        return _record(uuid, answer.data)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._http.close()
+
+
+class AgentClient(agent_client.AgentClient):
+    """The verifier's requests to node agents: a 2xx JSON object, or the
+    verifier's errors."""
+
+    async def call(
+        self,
+        method: str,
+        base: str,
+        agent_cert: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Mapping[str, Any]:
+        """One request to an agent (arguments as in :meth:`request`).
+
+        Raises:
+            AgentUnreachableError: transport failure or a non-2xx answer.
+            MalformedError: a 2xx answer that is not a JSON object (bad
+                evidence: the node fails its check, it is not unreachable).
+        """
+        try:
+            answer = await self.request(
+                method,
+                base,
+                agent_cert,
+                path,
+                params=params,
+                body=body,
+                expect_json=False,  # a body that is not JSON is bad evidence
+            )
+        except TransportError as exc:
+            raise AgentUnreachableError(f"agent {base} unreachable: {exc}")
+        if not answer.ok:
+            raise AgentUnreachableError(
+                f"agent answered {answer.status} to {path}: {answer.error.message}"
+            )
+        try:
+            data = orjson.loads(answer.body)
+        except orjson.JSONDecodeError:
+            raise MalformedError("agent answer", "response is not JSON")
+        if not isinstance(data, dict):
+            raise MalformedError("agent answer", "response is not a JSON object")
+        return data

@@ -343,7 +343,7 @@ class Verifier(NodeQueries):
         request = node.request(os.urandom(20))
         answer: object
         try:
-            answer = await self._agents.request(
+            answer = await self._agents.call(
                 "GET",
                 node.base_url,
                 node.tls_cert,
@@ -390,7 +390,7 @@ class Verifier(NodeQueries):
                 return
         body = ShareV(seal_share(verdict.nk, node.v_share, "V", node.uuid), cert)
         try:
-            await self._agents.request(
+            await self._agents.call(
                 "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body.to_dict()
             )
         except AgentUnreachableError as exc:

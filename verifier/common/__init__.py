@@ -7,10 +7,12 @@ bus or libvirt.
 - :mod:`verifier.common.web`: JSON error bodies, bounded request reading
   and client-certificate roles for the aiohttp servers;
 - :mod:`verifier.common.tls`: TLS contexts, pinning, self-signed keys;
-- :mod:`verifier.common.agents`: the one client to node agents (pinned
-  TLS, kept-alive connections), for the verifier and the tenant tools;
 - :mod:`verifier.common.extras`: which optional extra a feature needs,
   and the one-line error when it is not installed;
+- :mod:`verifier.common.http`: the one HTTP client (async keep-alive and
+  blocking), whose every failure is a :class:`~verifier.common.errors.TransportError`;
+- :mod:`verifier.common.agent_client`: requests to node agents, each
+  agent's certificate pinned;
 - :mod:`verifier.common.plugins`: the extension points other packages
   implement (revocation notifiers, Nova instance hooks);
 - :mod:`verifier.common.tpm` (needs ``tpm2-pytss``): a TPM device or

@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 __all__ = [
+    "PinMismatchError",
+    "check_pin",
     "client_context",
     "pinned_client_context",
     "pinned_der",
@@ -59,11 +61,23 @@ def server_context_from_pem(
     return ctx
 
 
-def client_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
-    """A client context presenting our certificate, trusting ``ca_file``."""
+def client_context(
+    cert_file: str | None, key_file: str | None, ca_file: str | None
+) -> ssl.SSLContext:
+    """A client context presenting our certificate, trusting ``ca_file``.
+
+    Args:
+        cert_file: our certificate (PEM); None: present none.
+        key_file: its key (None: in ``cert_file``).
+        ca_file: the CAs trusted for servers; None: the system's.
+
+    Raises:
+        OSError: a file cannot be read (:class:`ssl.SSLError`: not PEM).
+    """
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert_file, key_file)
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file)
     return ctx
 
 
@@ -128,6 +142,22 @@ def pinned_der(cert_pem: str) -> bytes:
     return x509.load_pem_x509_certificate(cert_pem.encode()).public_bytes(
         serialization.Encoding.DER
     )
+
+
+class PinMismatchError(ssl.SSLError):
+    """The peer's certificate is not the pinned one."""
+
+
+def check_pin(ssl_object: ssl.SSLObject | ssl.SSLSocket | None, pin: bytes) -> None:
+    """Accept the peer of a finished handshake only if its certificate is
+    exactly ``pin`` (DER, see :func:`pinned_der`).
+
+    Raises:
+        PinMismatchError: another certificate, or none.
+    """
+    peer = ssl_object.getpeercert(binary_form=True) if ssl_object else None
+    if peer != pin:
+        raise PinMismatchError("server certificate is not the pinned one")
 
 
 def self_signed_builder(

@@ -4,8 +4,6 @@ rotates its filegroups (one message revokes everything the node holds)."""
 
 from __future__ import annotations
 
-import http.client
-import json
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -14,10 +12,14 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
 from verifier.common import tls as tlsutil
+from verifier.common.errors import TransportError
+from verifier.common.http import BlockingClient
 from verifier.conf import keyservice as keyservice_conf
 from verifier.notify.base import Notifier, NotifierError
 
 __all__ = ["KeyServiceNotifier"]
+
+_MAX_ANSWER = 65536
 
 
 class KeyServiceNotifier(Notifier):
@@ -35,31 +37,20 @@ class KeyServiceNotifier(Notifier):
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "https" or not parts.hostname:
             raise NotifierError(f"keyservice: {url!r} is not an https URL")
-        self._host = parts.hostname
-        self._port = parts.port or 443
-        self._path = parts.path.rstrip("/") + "/v1/revocations"
+        self._url = url.rstrip("/") + "/v1/revocations"
         group = conf.verifier
-        self._ctx = tlsutil.client_context(
-            group.cert_file, group.key_file, group.ca_file
-        )
+        ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
+        self._http = BlockingClient(ctx, timeout=10.0, max_answer=_MAX_ANSWER)
 
     def _deliver(self, event: Mapping[str, Any]) -> bool:
-        conn = http.client.HTTPSConnection(
-            self._host, self._port, context=self._ctx, timeout=10
-        )
         try:
-            conn.request(
-                "POST",
-                self._path,
-                body=json.dumps(dict(event)),
-                headers={"Content-Type": "application/json"},
+            answer = self._http.request(
+                "POST", self._url, json=dict(event), expect_json=False
             )
-            response = conn.getresponse()
-            body = response.read(4096)
-        finally:
-            conn.close()
-        if response.status != 200:
+        except TransportError as exc:
+            raise NotifierError(f"keyservice: {exc}") from exc
+        if answer.status != 200:
             raise NotifierError(
-                f"keyservice: HTTP {response.status}: {body.decode(errors='replace')}"
+                f"keyservice: HTTP {answer.status}: {answer.error.message}"
             )
         return True

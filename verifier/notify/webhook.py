@@ -9,8 +9,6 @@ again with exponential back-off (``[verifier] outbox_retry_delay``).
 
 from __future__ import annotations
 
-import http.client
-import json
 import ssl
 import urllib.parse
 from collections.abc import Mapping
@@ -20,6 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
 from verifier.common import tls as tlsutil
+from verifier.common.errors import TransportError
+from verifier.common.http import BlockingClient
 from verifier.conf import notifiers as notifiers_conf
 from verifier.exceptions import ConfigError
 from verifier.notify.base import Notifier, NotifierError
@@ -45,11 +45,12 @@ class WebhookNotifier(Notifier):
         group = conf.notifier_webhook
         if not group.urls:
             raise ConfigError("[notifier_webhook] urls is empty")
-        self._urls = [urllib.parse.urlsplit(u) for u in group.urls]
+        self._urls = list(group.urls)
         for url in self._urls:
-            if url.scheme != "https" or not url.hostname:
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme != "https" or not parts.hostname:
                 raise ConfigError(
-                    f"[notifier_webhook] urls: {url.geturl()!r} is not an https:// URL"
+                    f"[notifier_webhook] urls: {url!r} is not an https:// URL"
                 )
         cert = group.cert_file or conf.verifier.cert_file
         key = group.key_file or conf.verifier.key_file
@@ -60,36 +61,22 @@ class WebhookNotifier(Notifier):
                 "(or the [verifier] ones)"
             )
         try:
-            self._ctx: ssl.SSLContext = tlsutil.client_context(cert, key, ca)
+            ctx = tlsutil.client_context(cert, key, ca)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"[notifier_webhook] TLS files: {exc}") from exc
-        self._timeout = group.timeout
+        self._http = BlockingClient(ctx, group.timeout, max_answer=_MAX_ANSWER)
 
     def _deliver(self, event: Mapping[str, Any]) -> bool:
-        body = json.dumps(event).encode()
         for url in self._urls:
-            self._post(url, body)
+            self._post(url, event)
         return True
 
-    def _post(self, url: urllib.parse.SplitResult, body: bytes) -> None:
-        assert url.hostname is not None
-        conn = http.client.HTTPSConnection(
-            url.hostname, url.port or 443, timeout=self._timeout, context=self._ctx
-        )
+    def _post(self, url: str, event: Mapping[str, Any]) -> None:
         try:
-            conn.request(
-                "POST",
-                url.path or "/",
-                body=body,
-                headers={"Content-Type": "application/json"},
-            )
-            answer = conn.getresponse()
-            text = answer.read(_MAX_ANSWER).decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException) as exc:
-            raise NotifierError(f"webhook {url.geturl()}: {exc}") from exc
-        finally:
-            conn.close()
-        if not 200 <= answer.status < 300:
+            answer = self._http.request("POST", url, json=event, expect_json=False)
+        except TransportError as exc:
+            raise NotifierError(f"webhook {url}: {exc}") from exc
+        if not answer.ok:
             raise NotifierError(
-                f"webhook {url.geturl()}: HTTP {answer.status} {text[:200]}"
+                f"webhook {url}: HTTP {answer.status} {answer.error.message[:200]}"
             )

@@ -21,16 +21,15 @@ that harmless); any other hook failure is logged.
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import oslo_messaging
 
+from verifier.common.errors import TransportError
+from verifier.common.http import BlockingClient
 from verifier.nova_listener.hooks import (
     InstanceHook,
     InstanceHookError,
@@ -70,23 +69,18 @@ class VerifierOperator:
         if not url.startswith(("https://", "http://")):
             raise ValueError(f"verifier URL {url!r} is not http(s)")
         self._url = url.rstrip("/")
-        self._context = context
-        self._timeout = timeout
+        self._http = BlockingClient(context, timeout)
 
     def _call(self, method: str, path: str) -> int:
-        url = self._url + path  # http(s) only, checked in __init__
-        req = urllib.request.Request(url, method=method, data=b"")  # noqa: S310
         try:
-            with urllib.request.urlopen(  # noqa: S310
-                req, timeout=self._timeout, context=self._context
-            ) as resp:
-                return int(resp.status)
-        except urllib.error.HTTPError as exc:
-            if exc.code in (404, 409):
-                return exc.code
-            raise ListenerError(f"{method} {path}: HTTP {exc.code} {_reason(exc)}")
-        except (OSError, ValueError) as exc:
-            raise ListenerError(f"{method} {path}: {exc}")
+            answer = self._http.request(method, self._url + path, expect_json=False)
+        except TransportError as exc:
+            raise ListenerError(str(exc))
+        if answer.ok or answer.status in (404, 409):
+            return answer.status
+        raise ListenerError(
+            f"{method} {path}: HTTP {answer.status} {answer.error.message}"
+        )
 
     def instance_created(self, uuid: str) -> bool:
         """Returns: False if the verifier does not know the node."""
@@ -95,13 +89,6 @@ class VerifierOperator:
     def unenrol(self, uuid: str) -> bool:
         """Returns: False if the verifier does not know the node."""
         return self._call("DELETE", f"/v1/nodes/{uuid}") == 204
-
-
-def _reason(exc: urllib.error.HTTPError) -> str:
-    try:
-        return str(json.loads(exc.read())["error"]["message"])
-    except (ValueError, KeyError, TypeError, OSError):
-        return str(exc.reason)
 
 
 def instance_uuid(payload: Any) -> str | None:

@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import tempfile
 import textwrap
-import urllib.request
 import uuid as uuid_mod
 
 import testtools
@@ -32,13 +31,14 @@ from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 from testtools.content import text_content
 
-from ipsec_puppet_vault_hooks import _https
 from ipsec_puppet_vault_hooks.actions.puppet import PuppetAction
 from trusted_testing.cluster import PCR, LocalCluster, _script, wait_until
 from trusted_testing.puppet import (
     HOOK_CERTNAME,
     PuppetServer,
 )
+from verifier.common import tls as tlsutil
+from verifier.common.http import Answer, BlockingClient
 from verifier.protocol import PcrPolicy, SignedEvent
 
 PAYLOAD = b"#!/bin/sh\ntrue\n"
@@ -143,12 +143,16 @@ class PuppetRevocationTest(testtools.TestCase):
         )
 
     @classmethod
-    def _ca(cls, method: str, path: str, **kw: object) -> _https.HttpResponse:
+    def _ca(
+        cls, method: str, path: str, body: object = None, expect_json: bool = False
+    ) -> Answer:
         """A CA API call with the server's own certificate (it carries
         ``pp_cli_auth``, as ``puppetserver ca`` uses it)."""
         s = cls.server
-        ctx = _https.client_context(s.host_cert, s.host_key, s.ca_cert)
-        return _https.request(method, s.url + path, ctx, timeout=60, **kw)  # type: ignore[arg-type]
+        ctx = tlsutil.client_context(s.host_cert, s.host_key, s.ca_cert)
+        return BlockingClient(ctx, 60).request(
+            method, s.url + path, json=body, expect_json=expect_json
+        )
 
     @classmethod
     def _make_hook_certificate(cls) -> None:
@@ -164,18 +168,22 @@ class PuppetRevocationTest(testtools.TestCase):
             .sign(key, hashes.SHA256())
         )
         s = cls.server
-        ctx = _https.client_context(None, None, s.ca_cert)
-        req = urllib.request.Request(
+        ctx = tlsutil.client_context(None, None, s.ca_cert)
+        resp = BlockingClient(ctx, 60).request(
+            "PUT",
             f"{s.url}/puppet-ca/v1/certificate_request/{HOOK_CERTNAME}",
-            data=csr.public_bytes(serialization.Encoding.PEM),
-            method="PUT",
+            content=csr.public_bytes(serialization.Encoding.PEM),
             headers={"Content-Type": "text/plain"},
+            expect_json=False,
         )
-        with urllib.request.urlopen(req, context=ctx, timeout=60) as resp:  # noqa: S310
-            assert resp.status == 200, resp.status
+        assert resp.status == 200, resp.status
         # The autosign policy refused it (not a node certname).
-        status = cls._ca("GET", f"/puppet-ca/v1/certificate_status/{HOOK_CERTNAME}")
-        assert status.json()["state"] == "requested", status
+        status = cls._ca(
+            "GET",
+            f"/puppet-ca/v1/certificate_status/{HOOK_CERTNAME}",
+            expect_json=True,
+        )
+        assert status.data["state"] == "requested", status
         signed = cls._ca(
             "PUT",
             f"/puppet-ca/v1/certificate_status/{HOOK_CERTNAME}",
@@ -236,8 +244,10 @@ class PuppetRevocationTest(testtools.TestCase):
         )
 
     def cert_state(self, certname: str) -> str | None:
-        resp = self._ca("GET", f"/puppet-ca/v1/certificate_status/{certname}")
-        return None if resp.status == 404 else str(resp.json()["state"])
+        resp = self._ca(
+            "GET", f"/puppet-ca/v1/certificate_status/{certname}", expect_json=True
+        )
+        return None if resp.status == 404 else str(resp.data["state"])
 
     def puppet_action(self) -> PuppetAction:
         conf = cfg.ConfigOpts()
@@ -302,12 +312,13 @@ class PuppetRevocationTest(testtools.TestCase):
 
         # puppetserver's CRL lists the node's certificate ...
         crl = x509.load_pem_x509_crl(
-            _https.request(
+            BlockingClient(tlsutil.client_context(None, None, self.server.ca_cert), 60)
+            .request(
                 "GET",
                 f"{self.server.url}/puppet-ca/v1/certificate_revocation_list/ca",
-                _https.client_context(None, None, self.server.ca_cert),
-                timeout=60,
-            ).body
+                expect_json=False,
+            )
+            .body
         )
         ssldir = os.path.join(self.tmp, "agents", uuid, "ssl")
         with open(os.path.join(ssldir, "certs", f"{uuid}.pem"), "rb") as f:

@@ -147,7 +147,7 @@ class FakeAgents:
     def add(self, agent: FakeAgent) -> None:
         self.agents[agent.base_url] = agent
 
-    async def request(
+    async def call(
         self,
         method: str,
         base: str,
