@@ -122,9 +122,9 @@ class Tenant:
             raise AgentError(f"node {uuid}: agent unreachable: {exc}")
         if not answer.ok:
             error = answer.error
+            detail = f"{error.code}: {error.message}" if error.code else error.message
             raise AgentError(
-                f"node {uuid}: agent answered {answer.status} to {path}: "
-                f"{error.message}",
+                f"node {uuid}: agent answered {answer.status} to {path}: {detail}",
                 answer.status,
                 error.code,
             )

@@ -41,9 +41,9 @@ import time
 from types import TracebackType
 from typing import BinaryIO
 
-from trusted_testing.cluster import die_with_parent
 from trusted_testing.guest_capture import Capture, measured_boot_reference
 from trusted_testing.guest_image import GuestImage, build, make_writable_disk
+from trusted_testing.procs import spawn
 from verifier.protocol.credential import CredentialChallenge
 
 OVMF = "/usr/share/ovmf/OVMF.fd"
@@ -204,20 +204,12 @@ class Guest:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _spawn(self, argv: list[str], log: str) -> subprocess.Popen[bytes]:
-        with open(os.path.join(self.workdir, log), "wb") as out:
-            try:
-                return subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent,  # noqa: PLW1509
-                )
-            except FileNotFoundError as exc:
-                raise GuestError(
-                    f"{argv[0]} is missing (see tools/apt-packages.txt)"
-                ) from exc
+        try:
+            return spawn(argv, os.path.join(self.workdir, log))
+        except FileNotFoundError as exc:
+            raise GuestError(
+                f"{argv[0]} is missing (see tools/apt-packages.txt)"
+            ) from exc
 
     def _wait_path(
         self, path: str, proc: subprocess.Popen[bytes], name: str, timeout: float

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from trusted_testing.guest_vm import ImageError, VmImage, build
-from trusted_testing.procs import die_with_parent
+from trusted_testing.procs import spawn
 from trusted_testing.swtpm import free_ports
 
 OVMF = "/usr/share/ovmf/OVMF.fd"
@@ -271,20 +271,12 @@ class VmGuest:
     def _spawn(
         self, argv: list[str], log: str, package: str
     ) -> subprocess.Popen[bytes]:
-        with open(os.path.join(self.workdir, log), "wb") as out:
-            try:
-                return subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent,  # noqa: PLW1509
-                )
-            except FileNotFoundError as exc:
-                raise VmGuestError(
-                    f"{argv[0]} is missing: install the Debian package {package}"
-                ) from exc
+        try:
+            return spawn(argv, os.path.join(self.workdir, log))
+        except FileNotFoundError as exc:
+            raise VmGuestError(
+                f"{argv[0]} is missing: install the Debian package {package}"
+            ) from exc
 
     @staticmethod
     def _check(argv: list[str], package: str) -> None:

@@ -16,6 +16,24 @@ __all__ = ["die_with_parent", "wait_port", "wait_until"]
 _PR_SET_PDEATHSIG = 1
 
 
+def spawn(argv: list[str], log_path: str) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own, its output to ``log_path``,
+    stopped when this process dies (:func:`die_with_parent`).
+
+    Raises:
+        FileNotFoundError: the program is not installed.
+    """
+    with open(log_path, "wb") as out:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,  # noqa: PLW1509
+        )
+
+
 def die_with_parent() -> None:
     """In a child before exec: get SIGTERM when the parent dies, however it
     dies, so a killed test run or benchmark leaves no service behind."""
