@@ -86,6 +86,13 @@ def bind_nonce(nonce: bytes, *bound: bytes) -> bytes:
 def check_ak_template(ak: TpmPublic) -> None:
     """Require that ``ak`` is a TPM-resident restricted signing key.
 
+    ``noDA`` is accepted and not required: it only spares the node's own
+    availability (a TPM in dictionary-attack lockout still quotes with it),
+    and AKs registered before the agent set it stay valid.
+
+    Args:
+        ak: the AK's public area.
+
     Raises:
         EvidenceError: ``ak_template`` if it could sign arbitrary data or
             leave the TPM.

@@ -357,6 +357,15 @@ class QuoteAttackTest(testtools.TestCase):
             )
         check_ak_template(self.tpm.ak)  # the honest template passes
 
+    def test_ak_with_or_without_no_da_is_accepted(self) -> None:
+        # noDA is the agent's template (lockout cannot stop quotes); an AK
+        # registered before it, without noDA, stays valid.
+        self.assertTrue(self.tpm.ak.attributes & t.ATTR_NO_DA)
+        scheme = self.tpm.ak.scheme
+        without = self.tpm.ak.attributes & ~t.ATTR_NO_DA
+        check_ak_template(t.make_public(self.tpm.ak_key.public_key(), without, scheme))
+        check_ak_template(self.tpm.ak)
+
     # -- positive paths
 
     def test_ecc_ak_quote_verifies(self) -> None:
