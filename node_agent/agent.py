@@ -1,13 +1,15 @@
 """The node agent: TPM identity, quotes and the U/V payload bootstrap.
 
-At start the agent makes fresh, memory-only keys:
+At start the agent makes fresh, memory-only keys (but for its TLS key):
 
 * NK, an X25519 share-transport key: the tenant seals share U and the
   verifier seals share V to it; the agent commits to NK inside its quotes;
 * a P-256 identity key with a CSR (CN = node UUID), committed to in the
   first quote, which the verifier's CA turns into the node's identity cert;
 * a self-signed TLS certificate, registered with the registrar so that
-  verifiers and tenants can pin it.
+  verifiers and tenants can pin it; unlike the others it is kept in
+  ``work_dir`` and reused at each start (:mod:`node_agent.tls_state`), so
+  the pin still holds after the agent restarts.
 
 When both shares have arrived the agent recombines K = U xor V, decrypts
 the tenant payload, forgets U, V and K, and runs the payload if it is a
@@ -34,13 +36,10 @@ from oslo_config import cfg
 
 from node_agent.exceptions import NodeAgentError, RefusedError, RegistrationError
 from node_agent.payload import run_payload, unwrap, write_file
+from node_agent.tls_state import load_or_create
 from verifier.common.errors import TransportError
 from verifier.common.http import AsyncClient
-from verifier.common.tls import (
-    client_context,
-    self_signed_certificate,
-    server_context_from_pem,
-)
+from verifier.common.tls import client_context, server_context_from_pem
 from verifier.common.tpm import Tpm
 from verifier.common.tpm_access import TpmAccess, TpmLike
 from verifier.protocol import (
@@ -102,6 +101,7 @@ class Agent:
 
     Raises:
         MalformedError: if ``uuid`` is not a UUID.
+        NodeAgentError: if the TLS state in ``work_dir`` is corrupt.
     """
 
     def __init__(
@@ -139,8 +139,8 @@ class Agent:
             .sign(self._identity_key, hashes.SHA256())
             .public_bytes(serialization.Encoding.DER)
         )
-        self._tls_key_pem, self.tls_cert_pem = self_signed_certificate(
-            self.uuid, [contact_host]
+        self._tls_key_pem, self.tls_cert_pem = load_or_create(
+            self.work_dir, self.uuid, contact_host
         )
 
         self._state_lock = asyncio.Lock()

@@ -1,5 +1,6 @@
 """TPM object templates and TSS structure helpers of the agent's TPM layer:
-the restricted signing AK template, sha256 PCR selections, comparing two
+the restricted signing AK template (noDA, so dictionary-attack lockout
+never stops attestation), sha256 PCR selections, comparing two
 TPMT_PUBLIC areas, and the length of a DER object read from NV."""
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _AK_ATTRIBUTES = (
     | TPMA_OBJECT.FIXEDPARENT
     | TPMA_OBJECT.SENSITIVEDATAORIGIN
     | TPMA_OBJECT.USERWITHAUTH
+    | TPMA_OBJECT.NODA
     | TPMA_OBJECT.RESTRICTED
     | TPMA_OBJECT.SIGN_ENCRYPT
 )
@@ -43,6 +45,11 @@ _AK_ATTRIBUTES = (
 
 def ak_template(ak_alg: str) -> TPM2B_PUBLIC:
     """Build the restricted signing AK template.
+
+    The AK has an empty auth value and ``noDA`` set: it is exempt from the
+    TPM's dictionary-attack protection, so a TPM in lockout (failed
+    authorisations elsewhere, or unclean restarts counted as failures)
+    still quotes.
 
     Args:
         ak_alg: ``"ecc"`` (NIST P-256, ECDSA-SHA256) or ``"rsa"`` (RSA 2048,

@@ -86,6 +86,13 @@ def bind_nonce(nonce: bytes, *bound: bytes) -> bytes:
 def check_ak_template(ak: TpmPublic) -> None:
     """Require that ``ak`` is a TPM-resident restricted signing key.
 
+    ``noDA`` is accepted and not required: it only spares the node's own
+    availability (a TPM in dictionary-attack lockout still quotes with it),
+    and AKs registered before the agent set it stay valid.
+
+    Args:
+        ak: the AK's public area.
+
     Raises:
         EvidenceError: ``ak_template`` if it could sign arbitrary data or
             leave the TPM.
@@ -291,6 +298,24 @@ def _verify_signature(key: AttestationKey, sig: TpmSignature, data: bytes) -> No
 
 
 def _check_clock(info: ClockInfo, previous: ClockState | None) -> None:
+    """Refuse a quote from an older TPM state than the last accepted one.
+
+    TPM 2.0 Part 1, Clock and Time: ``resetCount`` goes up at each TPM Reset
+    (a reboot) and ``restartCount`` at each TPM Restart or Resume within one
+    reset. Clock is only saved to NV now and then, so after a stop without
+    an orderly shutdown it comes back from the last saved value: lower than
+    what the TPM reported before, whatever ``safe`` says by the time the
+    verifier sees the next quote. A lower Clock is therefore honest after a
+    reset or restart, and an attack only within the same reset and restart;
+    counts going backwards are always a replayed older state.
+
+    Args:
+        info: the clock information of the quote being verified.
+        previous: the clock of the node's last accepted quote, if any.
+
+    Raises:
+        EvidenceError: ``clock_rollback`` for an older state.
+    """
     if previous is None:
         return
     if info.reset_count < previous.reset_count or (
@@ -298,8 +323,11 @@ def _check_clock(info: ClockInfo, previous: ClockState | None) -> None:
         and info.restart_count < previous.restart_count
     ):
         raise EvidenceError("clock_rollback", "TPM reset/restart count went backwards")
-    rebooted_unsafely = info.reset_count > previous.reset_count and not info.safe
-    if info.clock < previous.clock and not rebooted_unsafely:
+    same_run = (info.reset_count, info.restart_count) == (
+        previous.reset_count,
+        previous.restart_count,
+    )
+    if same_run and info.clock < previous.clock:
         raise EvidenceError(
             "clock_rollback",
             f"TPM clock {info.clock} is before the last accepted {previous.clock}",

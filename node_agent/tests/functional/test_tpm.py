@@ -13,12 +13,22 @@ from tpm2_pytss import (
     ESAPI,
     ESYS_TR,
     TPM2_ALG,
+    TPM2_RC,
+    TPM2_RH,
     TPM2_SE,
     TPM2_ST,
+    TPM2B_AUTH,
+    TPM2B_DIGEST,
     TPM2B_PUBLIC,
+    TPM2B_SENSITIVE_CREATE,
+    TPMA_OBJECT,
     TPMS_ATTEST,
+    TPMS_SENSITIVE_CREATE,
+    TPMT_SIG_SCHEME,
     TPMT_SIGNATURE,
     TPMT_SYM_DEF,
+    TPMT_TK_HASHCHECK,
+    TSS2_Exception,
 )
 from tpm2_pytss.utils import make_credential
 
@@ -258,3 +268,53 @@ class TestTpmSwtpmStopped(testtools.TestCase):
         self.addCleanup(second.stop)
         error = self.assertRaises(TpmError, second.start)
         self.assertIn("in use", str(error))
+
+
+class TestAkSurvivesLockout(testtools.TestCase):
+    """The AK is noDA: a TPM in dictionary-attack lockout still quotes."""
+
+    def test_ak_has_no_da_and_quotes_in_lockout(self):
+        tmp = self.useFixture(fixtures.TempDir()).path
+        swtpm = Swtpm(
+            os.path.join(tmp, "state"),
+            free_port_pair(),
+            os.path.join(tmp, "localca"),
+        )
+        swtpm.start()
+        self.addCleanup(swtpm.stop)
+        tpm = Tpm(swtpm.tcti)
+        self.addCleanup(tpm.close)
+        ak, _ = TPM2B_PUBLIC.unmarshal(tpm.ak_public())
+        self.assertTrue(ak.publicArea.objectAttributes & TPMA_OBJECT.NODA)
+        ctx = tpm.ctx
+        # One failed authorisation locks the TPM out.
+        ctx.dictionary_attack_parameters(1, 3600, 3600, ESYS_TR.LOCKOUT)
+        template = TPM2B_PUBLIC.parse(
+            "ecc256:ecdsa-sha256",
+            TPMA_OBJECT.USERWITHAUTH
+            | TPMA_OBJECT.SIGN_ENCRYPT
+            | TPMA_OBJECT.FIXEDTPM
+            | TPMA_OBJECT.FIXEDPARENT
+            | TPMA_OBJECT.SENSITIVEDATAORIGIN,
+        )
+        sensitive = TPM2B_SENSITIVE_CREATE(
+            TPMS_SENSITIVE_CREATE(userAuth=TPM2B_AUTH(b"right"))
+        )
+        key, _, _, _, _ = ctx.create_primary(sensitive, template, ESYS_TR.OWNER)
+        self.addCleanup(ctx.flush_context, key)
+        ctx.tr_set_auth(key, b"wrong")
+        digest = TPM2B_DIGEST(b"d" * 32)
+        ticket = TPMT_TK_HASHCHECK(tag=TPM2_ST.HASHCHECK, hierarchy=TPM2_RH.NULL)
+        scheme = TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL)
+        failed = self.assertRaises(
+            TSS2_Exception, ctx.sign, key, digest, scheme, ticket
+        )
+        self.assertEqual(TPM2_RC.AUTH_FAIL, failed.error)
+        ctx.tr_set_auth(key, b"right")
+        locked = self.assertRaises(
+            TSS2_Exception, ctx.sign, key, digest, scheme, ticket
+        )
+        self.assertEqual(TPM2_RC.LOCKOUT, locked.error)
+        quote = tpm.quote(b"n" * 32, [16])
+        attest, _ = TPMS_ATTEST.unmarshal(quote.attest)
+        self.assertEqual(b"n" * 32, bytes(attest.extraData))

@@ -253,17 +253,24 @@ class NodeAttestation:
         Returns:
             ``WAIT``, or after ``rules.max_unreachable`` rounds in a row
             ``FAIL`` (or ``REVOKE`` with ``rules.revoke_unreachable``) with
-            the reason ``unreachable``; a failed node stays failed.
+            the reason ``unreachable``; a failed node stays failed, and a
+            round failing for another reason than the stored one returns
+            ``WAIT`` with a transition to the same state carrying the
+            latest reason, so the status shows the current failure.
         """
         if self._state is NodeState.REVOKED:
             return Verdict(Action.STOP)
         self._unreachable += 1
         self._rounds = 0
-        if self._unreachable < rules.max_unreachable or self._state is NodeState.FAILED:
+        failed = Transition(NodeState.FAILED, "unreachable", detail)
+        if self._state is NodeState.FAILED:
+            if failed.failure_reason == self._failure_reason:
+                return Verdict(Action.WAIT)
+            return Verdict(Action.WAIT, failed)
+        if self._unreachable < rules.max_unreachable:
             return Verdict(Action.WAIT)
         if rules.revoke_unreachable:
             return self._revoked("unreachable", detail)
-        failed = Transition(NodeState.FAILED, "unreachable", detail)
         return Verdict(Action.FAIL, failed)
 
     def v_delivered(self) -> Verdict:

@@ -466,6 +466,27 @@ class VerifierServiceTest(VerifierServiceBase):
         self.assertIsNone(row.failure_reason)
         self.assertEqual([], self.outbox_rows())
 
+    async def test_failed_node_shows_the_latest_failure_reason(self) -> None:
+        verifier = self.new_verifier()
+        agent = self.new_agent()
+        await self.enrol(verifier, agent)
+        await verifier.attest_once(agent.uuid)
+        agent.unreachable = True
+        for _ in range(5):
+            view = await verifier.attest_once(agent.uuid)
+        self.assertEqual("failed", view.state)
+        self.assertIn("refused", view.failure_reason)
+        # The agent is back but with another TLS certificate: the reason
+        # shown and stored is the pin mismatch of this round.
+        agent.unreachable = False
+        agent.tls_cert = "another certificate"
+        view = await verifier.attest_once(agent.uuid)
+        self.assertEqual("failed", view.state)
+        self.assertIn("certificate pin mismatch", view.failure_reason)
+        row = self.row(agent.uuid)
+        assert row is not None
+        self.assertIn("certificate pin mismatch", row.failure_reason)
+
     # -- revocation ---------------------------------------------------------
 
     async def test_pcr_mismatch_revokes_with_signed_event(self) -> None:

@@ -243,6 +243,24 @@ class TransitionTest(MachineTestBase):
             )
         self.assertEqual(NodeState.FAILED, machine.state)
 
+    def test_failed_node_keeps_the_latest_failure_reason(self) -> None:
+        machine = self.attested()
+        for _ in range(RULES.max_unreachable):
+            verdict = machine.transport_failed("refused", RULES)
+        self.apply(machine, verdict)
+        verdict = machine.transport_failed("pin mismatch", RULES)
+        self.assertEqual(Action.WAIT, verdict.action)
+        self.assertEqual(
+            Transition(NodeState.FAILED, "unreachable", "pin mismatch"),
+            verdict.transition,
+        )
+        self.apply(machine, verdict)
+        self.assertEqual("unreachable: pin mismatch", machine.failure_reason)
+        self.assertEqual(NodeState.FAILED, machine.state)
+        # the same reason again: nothing new to write
+        verdict = machine.transport_failed("pin mismatch", RULES)
+        self.assertEqual(Verdict(Action.WAIT), verdict)
+
     def test_unreachable_node_is_revoked_under_the_revoke_rule(self) -> None:
         machine = self.attested()
         rules = dataclasses.replace(RULES, revoke_unreachable=True)

@@ -282,20 +282,43 @@ class QuoteAttackTest(testtools.TestCase):
         verdict = self._verify(quote, previous_clock=previous)
         self.assertEqual(ClockState(3, 0, 5), verdict.clock)
 
-    def test_safe_reboot_may_not_move_clock_back(self) -> None:
+    def test_reboot_after_unclean_stop_is_accepted(self) -> None:
+        # The clock came back from its last NV save and ``safe`` is set
+        # again by the time of the quote: a TPM Reset, not a rollback.
         self.tpm.reset_count = 3
         quote = self.tpm.quote(self.qd, (16,))
         info = TpmAttest.from_bytes(quote.attest).clock_info
         quote = _resign(self.tpm, quote, clock_info=dataclasses.replace(info, clock=5))
         previous = ClockState(reset_count=2, restart_count=0, clock=10**9)
-        self._assert_evidence("clock_rollback", quote, previous_clock=previous)
+        verdict = self._verify(quote, previous_clock=previous)
+        self.assertEqual(ClockState(3, 0, 5), verdict.clock)
 
-    def test_unsafe_clock_without_reset_may_not_move_back(self) -> None:
+    def test_restart_after_unclean_stop_is_accepted(self) -> None:
+        self.tpm.reset_count, self.tpm.restart_count = 2, 4
         quote = self.tpm.quote(self.qd, (16,))
         info = TpmAttest.from_bytes(quote.attest).clock_info
-        unsafe = dataclasses.replace(info, clock=5, safe=False)
-        quote = _resign(self.tpm, quote, clock_info=unsafe)
-        previous = ClockState(reset_count=0, restart_count=0, clock=10**9)
+        quote = _resign(self.tpm, quote, clock_info=dataclasses.replace(info, clock=5))
+        previous = ClockState(reset_count=2, restart_count=3, clock=10**9)
+        verdict = self._verify(quote, previous_clock=previous)
+        self.assertEqual(ClockState(2, 4, 5), verdict.clock)
+
+    def test_replayed_older_state_is_rejected(self) -> None:
+        # An older vTPM state restored: a lower resetCount, even with a
+        # clock well ahead of the last accepted one.
+        self.tpm.reset_count = 2
+        quote = self.tpm.quote(self.qd, (16,))
+        info = TpmAttest.from_bytes(quote.attest).clock_info
+        later = dataclasses.replace(info, clock=10**10)
+        quote = _resign(self.tpm, quote, clock_info=later)
+        previous = ClockState(reset_count=3, restart_count=0, clock=10**9)
+        self._assert_evidence("clock_rollback", quote, previous_clock=previous)
+
+    def test_same_boot_lower_clock_is_rejected(self) -> None:
+        self.tpm.reset_count, self.tpm.restart_count = 3, 1
+        quote = self.tpm.quote(self.qd, (16,))
+        info = TpmAttest.from_bytes(quote.attest).clock_info
+        quote = _resign(self.tpm, quote, clock_info=dataclasses.replace(info, clock=5))
+        previous = ClockState(reset_count=3, restart_count=1, clock=10**9)
         self._assert_evidence("clock_rollback", quote, previous_clock=previous)
 
     def test_clock_moving_forward_is_accepted(self) -> None:
@@ -333,6 +356,15 @@ class QuoteAttackTest(testtools.TestCase):
                 "ak_template", quote, ak=AttestationKey(public, activated=True)
             )
         check_ak_template(self.tpm.ak)  # the honest template passes
+
+    def test_ak_with_or_without_no_da_is_accepted(self) -> None:
+        # noDA is the agent's template (lockout cannot stop quotes); an AK
+        # registered before it, without noDA, stays valid.
+        self.assertTrue(self.tpm.ak.attributes & t.ATTR_NO_DA)
+        scheme = self.tpm.ak.scheme
+        without = self.tpm.ak.attributes & ~t.ATTR_NO_DA
+        check_ak_template(t.make_public(self.tpm.ak_key.public_key(), without, scheme))
+        check_ak_template(self.tpm.ak)
 
     # -- positive paths
 
