@@ -231,7 +231,7 @@ class AbeAuthority:
                 "/v1/keys/abe",
                 body=delivery.to_dict(),
             )
-        except AgentUnreachableError as exc:
+        except (AgentUnreachableError, MalformedError) as exc:  # retried next quote
             LOG.warning("Could not deliver a CP-ABE key to %s yet: %s", node.uuid, exc)
             return
         if epoch == self.epoch:

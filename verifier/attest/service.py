@@ -396,6 +396,9 @@ class Verifier(NodeQueries):
         except AgentUnreachableError as exc:
             LOG.warning("Could not deliver V to node %s yet: %s", node.uuid, exc)
             return
+        except MalformedError as exc:  # it took V but answered with no object
+            self._act(node, node.revoke("malformed", str(exc)))
+            return
         if not self._still_attesting(node):  # revoked while V was in flight
             return
         self._act(node, node.v_delivered(), identity_cert=cert)

@@ -68,6 +68,7 @@ class FakeAgent:
         answer_hook: mutates the quote answer (bad shapes).
         not_json: answers quotes with a body that is not JSON (the client
             raises MalformedError, as AgentClient does).
+        v_not_json: answers POST /v1/keys/v that way.
         nk_override: the NK the agent hands out (and binds in its quote).
         before_answer: awaited before a quote answer is returned.
     """
@@ -92,6 +93,7 @@ class FakeAgent:
         self.unreachable = False
         self.reject_v = False
         self.not_json = False
+        self.v_not_json = False
         self.answer_hook: Callable[[dict[str, Any]], None] | None = None
         self.nk_override: bytes | None = None
         self.before_answer: Callable[[], Awaitable[None]] | None = None
@@ -172,6 +174,8 @@ class FakeAgents:
             if agent.reject_v:
                 raise AgentUnreachableError("agent answered 409 to /v1/keys/v")
             agent.v_posts.append(dict(body))
+            if agent.v_not_json:
+                raise MalformedError("agent answer", "response is not JSON")
             return {"bootstrapped": False}
         raise AgentUnreachableError(f"agent answered 404 to {path}")
 
@@ -577,6 +581,20 @@ class VerifierServiceTest(VerifierServiceBase):
         await self.enrol(verifier, agent)
         await verifier.attest_once(agent.uuid)
         agent.not_json = True
+        view = await verifier.attest_once(agent.uuid)
+        self.assertEqual("revoked", view.state)
+        self.assertIn("not JSON", view.failure_reason)
+        (event_row,) = self.outbox_rows()
+        self.assert_signed_event(event_row, agent.uuid, "malformed")
+
+    async def test_v_delivery_answered_not_json_revokes_malformed(self) -> None:
+        # The agent takes V but answers with a body that is not JSON: the
+        # node fails closed (revoked, signed event), never left bootstrapping
+        # with the error escaping the quote loop.
+        verifier = self.new_verifier()
+        agent = self.new_agent()
+        await self.enrol(verifier, agent)
+        agent.v_not_json = True
         view = await verifier.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertIn("not JSON", view.failure_reason)
