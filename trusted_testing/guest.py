@@ -32,7 +32,6 @@ import binascii
 import os
 import re
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -44,9 +43,16 @@ from typing import BinaryIO
 from trusted_testing.guest_capture import Capture, measured_boot_reference
 from trusted_testing.guest_image import GuestImage, build, make_writable_disk
 from trusted_testing.procs import spawn
+from trusted_testing.qemu import (
+    OVMF,
+    file_tails,
+    kill_groups,
+    swtpm_argv,
+    tpm_qemu_args,
+    wait_path,
+)
 from verifier.protocol.credential import CredentialChallenge
 
-OVMF = "/usr/share/ovmf/OVMF.fd"
 CMDLINE = "console=ttyS0 ima_policy=tcb ima_hash=sha256 no_timer_check panic=-1"
 BIOS_LOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
 IMA_ASCII = "/sys/kernel/security/ima/ascii_runtime_measurements"
@@ -139,21 +145,11 @@ class Guest:
     def _start(self) -> None:
         assert self.image is not None
         started = time.monotonic()
-        state = os.path.join(self.workdir, "tpm")
-        os.makedirs(state)
-        tpm_sock = os.path.join(self.workdir, "swtpm.sock")
+        swtpm, tpm_sock = swtpm_argv(self.workdir)
         serial_sock = os.path.join(self.workdir, "serial.sock")
         disk = os.path.join(self.workdir, "writable.img")
         make_writable_disk(self.image, disk)
-        self._swtpm = self._spawn(
-            [
-                "swtpm", "socket", "--tpm2",
-                "--ctrl", f"type=unixio,path={tpm_sock}",
-                "--tpmstate", f"dir={state}",
-                "--log", f"file={os.path.join(self.workdir, 'swtpm.log')}",
-            ],
-            "swtpm.out",
-        )  # fmt: skip
+        self._swtpm = self._spawn(swtpm, "swtpm.out")
         self._wait_path(tpm_sock, self._swtpm, "swtpm", 30.0)
         self._qemu = self._spawn(
             [
@@ -164,9 +160,7 @@ class Guest:
                 "-append", CMDLINE,
                 "-chardev", f"socket,id=ser0,path={serial_sock},server=on,wait=on",
                 "-serial", "chardev:ser0",
-                "-chardev", f"socket,id=chrtpm,path={tpm_sock}",
-                "-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
-                "-device", "tpm-crb,tpmdev=tpm0",
+                *tpm_qemu_args(tpm_sock),
                 "-drive",
                 f"file={self.image.squashfs},if=virtio,format=raw,readonly=on",
                 "-drive", f"file={disk},if=virtio,format=raw",
@@ -191,10 +185,7 @@ class Guest:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        for proc in (self._qemu, self._swtpm):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        kill_groups(self._qemu, self._swtpm)
         self._qemu = self._swtpm = None
         transcript = self._transcript
         if transcript is not None:
@@ -214,24 +205,16 @@ class Guest:
     def _wait_path(
         self, path: str, proc: subprocess.Popen[bytes], name: str, timeout: float
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(path):
-            if proc.poll() is not None:
-                raise GuestError(f"{name} exited ({proc.returncode}): {self._tail()}")
-            if time.monotonic() > deadline:
-                raise GuestError(f"{path} did not appear in {timeout:.0f}s")
-            time.sleep(0.05)
+        wait_path(
+            path,
+            proc,
+            timeout,
+            lambda why: GuestError(f"{name}: {why}: {self._tail()}"),
+        )
 
     def _tail(self) -> str:
-        parts = []
-        for name in ("qemu.out", "swtpm.out", "serial.log"):
-            path = os.path.join(self.workdir, name)
-            if os.path.exists(path):
-                with open(path, "rb") as handle:
-                    parts.append(
-                        f"[{name}] " + handle.read()[-1500:].decode(errors="replace")
-                    )
-        return "\n".join(parts)
+        names = ("qemu.out", "swtpm.out", "serial.log")
+        return "\n".join(file_tails(self.workdir, names, 1500))
 
     # -- serial protocol ---------------------------------------------------
 

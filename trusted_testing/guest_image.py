@@ -297,12 +297,12 @@ def build(root: str | None = None, *, rebuild: bool = False) -> GuestImage:
     """
     root = root or cache_dir()
     os.makedirs(root, exist_ok=True)
-    with _locked(root):
+    with cache_lock(root):
         return _build(root, rebuild)
 
 
 @contextlib.contextmanager
-def _locked(root: str) -> Iterator[None]:
+def cache_lock(root: str) -> Iterator[None]:
     """Serialize builds sharing one cache (several test runs, worktrees)."""
     with open(os.path.join(root, ".lock"), "w", encoding="ascii") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -31,8 +31,6 @@ Run ``python -m trusted_testing.guest_vm build [--rebuild]`` (or
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -42,9 +40,10 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from email.parser import HeaderParser
+
+from trusted_testing.guest_image import cache_lock
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ELEMENTS_PATH = os.path.join(REPO, "elements")
@@ -329,17 +328,6 @@ def _dib_env(root: str, wheelhouse: str) -> dict[str, str]:
     return env
 
 
-@contextlib.contextmanager
-def _locked(root: str) -> Iterator[None]:
-    """Serialize builds sharing one cache (several test runs, worktrees)."""
-    with open(os.path.join(root, ".lock"), "w", encoding="ascii") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _image(directory: str) -> VmImage | None:
     try:
         with open(os.path.join(directory, _BUILD_JSON), encoding="utf-8") as handle:
@@ -376,7 +364,7 @@ def build(root: str | None = None, *, rebuild: bool = False) -> VmImage:
     os.makedirs(root, exist_ok=True)
     key = input_key()
     target = os.path.join(root, key)
-    with _locked(root):
+    with cache_lock(root):
         cached = None if rebuild else _image(target)
         if cached is not None:
             os.utime(target)  # most recently used: kept by _prune

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,9 +34,16 @@ from types import TracebackType
 
 from trusted_testing.guest_vm import ImageError, VmImage, build
 from trusted_testing.procs import spawn
+from trusted_testing.qemu import (
+    OVMF,
+    file_tails,
+    kill_groups,
+    swtpm_argv,
+    tpm_qemu_args,
+    wait_path,
+)
 from trusted_testing.swtpm import free_ports
 
-OVMF = "/usr/share/ovmf/OVMF.fd"
 BOOT_TIMEOUT = 900.0
 BOOTSTRAP = "/etc/trusted-cloud/bootstrap.json"
 AGENT_PORT = 9002
@@ -167,9 +173,7 @@ class VmGuest:
             raise
 
     def _start(self) -> None:
-        state = os.path.join(self.workdir, "tpm")
-        os.makedirs(state)
-        tpm_sock = os.path.join(self.workdir, "swtpm.sock")
+        swtpm, tpm_sock = swtpm_argv(self.workdir)
         seed = os.path.join(self.workdir, "seed.iso")
         disk = os.path.join(self.workdir, "disk.qcow2")
         meta = f"instance-id: {self.instance_id}\nlocal-hostname: trusted-guest\n"
@@ -179,14 +183,7 @@ class VmGuest:
              "-b", self.image.qcow2, disk],
             "qemu-utils",
         )  # fmt: skip
-        self._swtpm = self._spawn(
-            ["swtpm", "socket", "--tpm2",
-             "--ctrl", f"type=unixio,path={tpm_sock}",
-             "--tpmstate", f"dir={state}",
-             "--log", f"file={os.path.join(self.workdir, 'swtpm.log')}"],
-            "swtpm.out",
-            "swtpm",
-        )  # fmt: skip
+        self._swtpm = self._spawn(swtpm, "swtpm.out", "swtpm")
         self._wait_path(tpm_sock, self._swtpm, "swtpm", 30.0)
         base = free_ports(len(self.forward)) if self.forward else 0
         self.ports = {guest: base + i for i, guest in enumerate(self.forward)}
@@ -202,9 +199,7 @@ class VmGuest:
              "-kernel", self.image.kernel, "-initrd", self.image.initrd,
              "-append", f"{self.image.cmdline} {self.extra_cmdline}".strip(),
              "-serial", f"file:{self.serial_log}",
-             "-chardev", f"socket,id=chrtpm,path={tpm_sock}",
-             "-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
-             "-device", "tpm-crb,tpmdev=tpm0",
+             *tpm_qemu_args(tpm_sock),
              "-drive", f"file={disk},if=virtio,format=qcow2",
              "-drive", f"file={seed},if=virtio,format=raw,readonly=on",
              "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"],
@@ -214,10 +209,7 @@ class VmGuest:
 
     def stop(self) -> None:
         """Kill qemu and swtpm (by PID) and remove the work directory."""
-        for proc in (self._qemu, self._swtpm):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        kill_groups(self._qemu, self._swtpm)
         self._qemu = self._swtpm = None
         if self.workdir and not self.keep_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -292,23 +284,16 @@ class VmGuest:
     def _wait_path(
         self, path: str, proc: subprocess.Popen[bytes], name: str, timeout: float
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(path):
-            if proc.poll() is not None:
-                raise VmGuestError(f"{name} exited ({proc.returncode}): {self._tail()}")
-            if time.monotonic() > deadline:
-                raise VmGuestError(f"{path} did not appear in {timeout:.0f}s")
-            time.sleep(0.05)
+        wait_path(
+            path,
+            proc,
+            timeout,
+            lambda why: VmGuestError(f"{name}: {why}: {self._tail()}"),
+        )
 
     def _tail(self) -> str:
         parts = [f"[serial.log] {self.console()[-2000:]}"]
-        for name in ("qemu.out", "swtpm.out"):
-            path = os.path.join(self.workdir, name)
-            if os.path.exists(path):
-                with open(path, "rb") as handle:
-                    parts.append(
-                        f"[{name}] " + handle.read()[-800:].decode(errors="replace")
-                    )
+        parts += file_tails(self.workdir, ("qemu.out", "swtpm.out"), 800)
         return "\n".join(parts)
 
 
