@@ -232,18 +232,22 @@ class TestTpmOnSwtpm(SwtpmTestCase):
         )
 
 
+def _private_swtpm(case: testtools.TestCase) -> Swtpm:
+    """A started swtpm of ``case``'s own (stopped at its cleanup)."""
+    tmp = case.useFixture(fixtures.TempDir()).path
+    swtpm = Swtpm(
+        os.path.join(tmp, "state"), free_port_pair(), os.path.join(tmp, "localca")
+    )
+    swtpm.start()
+    case.addCleanup(swtpm.stop)
+    return swtpm
+
+
 class TestTpmSwtpmStopped(testtools.TestCase):
     """A TPM that goes away yields TpmError, never a raw TSS2_Exception."""
 
     def test_quote_after_stop_raises_tpm_error(self):
-        tmp = self.useFixture(fixtures.TempDir()).path
-        swtpm = Swtpm(
-            os.path.join(tmp, "state"),
-            free_port_pair(),
-            os.path.join(tmp, "localca"),
-        )
-        swtpm.start()
-        self.addCleanup(swtpm.stop)
+        swtpm = _private_swtpm(self)
         tpm = Tpm(swtpm.tcti)
         self.addCleanup(tpm.close)
         first_ek, first_ak = tpm.ek_public(), tpm.ak_public()
@@ -274,14 +278,7 @@ class TestAkSurvivesLockout(testtools.TestCase):
     """The AK is noDA: a TPM in dictionary-attack lockout still quotes."""
 
     def test_ak_has_no_da_and_quotes_in_lockout(self):
-        tmp = self.useFixture(fixtures.TempDir()).path
-        swtpm = Swtpm(
-            os.path.join(tmp, "state"),
-            free_port_pair(),
-            os.path.join(tmp, "localca"),
-        )
-        swtpm.start()
-        self.addCleanup(swtpm.stop)
+        swtpm = _private_swtpm(self)
         tpm = Tpm(swtpm.tcti)
         self.addCleanup(tpm.close)
         ak, _ = TPM2B_PUBLIC.unmarshal(tpm.ak_public())
