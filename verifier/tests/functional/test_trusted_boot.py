@@ -245,7 +245,8 @@ class TrustedBootTest(testtools.TestCase):
         )
         self.assertEqual(403, r.status_code)
         self.assertEqual("activation_failed", r.json()["error"]["code"])
-        self.assertFalse(self.http.call("GET", url).json()["activated"])
+        # Nothing is in force before the AK is activated.
+        self.assertEqual(404, self.http.call("GET", url).status_code)
 
     def test_identity_quote_failing_policy_sends_nothing(self) -> None:
         handle = self.evil_agent()
