@@ -6,8 +6,12 @@ GROUP = "registrar"
 
 _OPTS = [
     cfg.HostAddressOpt("host", default="127.0.0.1", help="Address to listen on."),
-    cfg.PortOpt("port", default=8891, help="Port to listen on (HTTPS; client certificates optional, see "
-        "ek_ca_bundle)."),
+    cfg.PortOpt(
+        "port",
+        default=8891,
+        help="Port to listen on (HTTPS; client certificates optional, see "
+        "ek_ca_bundle).",
+    ),
     cfg.StrOpt(
         "database_connection",
         default="sqlite:////var/lib/trusted-cloud/registrar.sqlite",

@@ -89,9 +89,7 @@ async def _register(request: web.Request) -> web.Response:
         port=body.port,
     )
     registrar = request.app[_KEY]
-    challenge = await asyncio.to_thread(
-        registrar.register, reg, is_anonymous(request)
-    )
+    challenge = await asyncio.to_thread(registrar.register, reg, is_anonymous(request))
     answer = ActivationChallenge(challenge.credential_blob, challenge.encrypted_secret)
     return json_response(answer.to_dict())
 

@@ -213,12 +213,12 @@ class RegistrarTest(testtools.TestCase):
             challenge.credential_blob, challenge.encrypted_secret
         )
         self.registrar.activate(self.uuid, credential)
-        self.assertEqual(self.tpm.ak.to_bytes(), self.registrar.get(self.uuid).ak_public)
+        self.assertEqual(
+            self.tpm.ak.to_bytes(), self.registrar.get(self.uuid).ak_public
+        )
 
     def test_pending_registrations_per_node_are_bounded(self) -> None:
-        challenges = [
-            self.registrar.register(self.registration()) for _ in range(6)
-        ]
+        challenges = [self.registrar.register(self.registration()) for _ in range(6)]
         oldest = self.tpm.activate_credential(
             challenges[0].credential_blob, challenges[0].encrypted_secret
         )
