@@ -167,3 +167,31 @@ class UserDataPayloadTest(AgentTestBase):
         self.assertEqual("shares_mismatch", exc.code)
         self.assertFalse(self.agent.bootstrapped)
         self.assertFalse(os.path.exists(self.path("payload")))
+
+
+class BadPayloadTest(UserDataPayloadTest):
+    """A payload that decrypts but does not unpack: refused, nothing runs,
+    the reason stays in the status."""
+
+    def test_payload_that_does_not_unpack_runs_nothing(self):
+        key = generate_key()
+        u, v = split(key)
+        boot_id = str(uuid_mod.uuid4())
+        nk = self.agent.nk_public
+        self.agent.boot_payload = BootPayload(
+            seal_payload(key, b"TCZ1" + b"not zlib", boot_id), boot_id
+        )
+
+        async def go():
+            await self.agent.receive_u(seal_share(nk, u, "U", self.uuid))
+            await self.agent.receive_v(seal_share(nk, v, "V", self.uuid), None)
+
+        exc = self.assertRaises(RefusedError, self.run_async, go())
+        self.assertEqual("bad_payload", exc.code)
+        status = self.agent.status()
+        self.assertEqual("bad_payload", status["last_error"]["code"])
+        self.assertEqual(
+            (False, False, False),
+            (status["bootstrapped"], status["has_u"], status["has_v"]),
+        )
+        self.assertFalse(os.path.exists(self.path("payload")))
