@@ -180,7 +180,7 @@ class Agent:
             ca_file=settings.ca_file,
             cert_file=opts.cert_file,
             key_file=opts.key_file,
-            contact_host=opts.contact_host or opts.host,
+            contact_host=settings.contact_host,
             port=opts.port,
             payload_timeout=opts.payload_timeout,
             contact_port=opts.contact_port,

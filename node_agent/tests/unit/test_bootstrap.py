@@ -9,7 +9,7 @@ import uuid as uuid_mod
 from oslo_config import cfg
 
 from node_agent import conf as agent_conf
-from node_agent.bootstrap import BOOTSTRAP_CA, BootPayload, resolve
+from node_agent.bootstrap import BOOTSTRAP_CA, BootPayload, contact_address, resolve
 from node_agent.exceptions import BootstrapError, RefusedError
 from node_agent.tests.unit.test_agent import SCRIPT, AgentTestBase
 from nova_plugin.userdata import build_user_data, compress_payload
@@ -115,6 +115,32 @@ class ResolveTest(AgentTestBase):
         settings = resolve(self.conf.agent)
         self.assertIsNone(settings.boot_payload)
         self.assertIn("carries no trusted-boot payload", settings.no_payload_reason)
+
+
+class ContactAddressTest(AgentTestBase):
+    def test_a_listening_address_is_the_contact_address(self):
+        self.assertEqual("192.0.2.5", contact_address("192.0.2.5", None))
+
+    def test_wildcard_registers_the_address_of_the_route_to_the_registrar(self):
+        url = "https://127.0.0.1:8891"
+        self.assertEqual("127.0.0.1", contact_address("0.0.0.0", url))
+
+    def test_wildcard_without_registrar_is_a_bootstrap_error(self):
+        self.assertRaises(BootstrapError, contact_address, "0.0.0.0", None)
+
+    def test_contact_host_set_wins(self):
+        conf = cfg.ConfigOpts()
+        agent_conf.register_opts(conf)
+        conf([], project="trusted-cloud-test")
+        for name, value in {
+            "uuid": self.uuid,
+            "host": "0.0.0.0",
+            "contact_host": "203.0.113.4",
+            "bootstrap_file": "",
+            "user_data_file": "",
+        }.items():
+            conf.set_override(name, value, group="agent")
+        self.assertEqual("203.0.113.4", resolve(conf.agent).contact_host)
 
 
 class UserDataPayloadTest(AgentTestBase):
