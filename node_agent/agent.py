@@ -35,19 +35,16 @@ from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 
 from node_agent.bootstrap import BootPayload, resolve
-from node_agent.exceptions import NodeAgentError, RefusedError, RegistrationError
+from node_agent.exceptions import BootstrapError, RefusedError
 from node_agent.payload import run_payload, unwrap, write_file
+from node_agent.registration import Contact, register
 from node_agent.tls_state import load_or_create
-from verifier.common.errors import TransportError
-from verifier.common.http import AsyncClient
-from verifier.common.tls import client_context, server_context_from_pem
+from verifier.common.tls import server_context_from_pem
 from verifier.common.tpm import Tpm
 from verifier.common.tpm_access import TpmAccess, TpmLike
 from verifier.protocol import (
     EnvelopeError,
-    MalformedError,
     Quote,
-    TpmPublic,
     bind_nonce,
     canonical_uuid,
     combine,
@@ -55,12 +52,6 @@ from verifier.protocol import (
     open_share,
 )
 from verifier.protocol.messages.quote import QuoteAnswer
-from verifier.protocol.messages.registration import (
-    ActivationChallenge,
-    ActivationProof,
-    ActivationResult,
-    RegistrationRequest,
-)
 
 __all__ = ["Agent", "TpmAccess", "TpmLike"]
 
@@ -72,7 +63,6 @@ PAYLOAD_STATUS = "payload.status"
 IDENTITY_CERT = "identity.pem"
 IDENTITY_KEY = "identity-key.pem"
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
-_HTTP_TIMEOUT = 30.0
 
 
 @dataclass
@@ -163,6 +153,8 @@ class Agent:
         #: ``time.monotonic()`` when the payload was decrypted (benchmarks).
         self.bootstrapped_at: float | None = None
         self.payload_exit_code: int | None = None
+        #: the last bootstrap refusal, shown by ``status()``
+        self.last_error: dict[str, str] | None = None
         self._payload_task: asyncio.Task[int | None] | None = None
 
     @classmethod
@@ -188,7 +180,7 @@ class Agent:
             ca_file=settings.ca_file,
             cert_file=opts.cert_file,
             key_file=opts.key_file,
-            contact_host=opts.contact_host or opts.host,
+            contact_host=settings.contact_host,
             port=opts.port,
             payload_timeout=opts.payload_timeout,
             contact_port=opts.contact_port,
@@ -203,106 +195,45 @@ class Agent:
         required from ``ca_file``. Writes the TLS key (0600) to work_dir.
 
         Raises:
-            NodeAgentError: if ``ca_file`` is not set or unreadable.
+            BootstrapError: if ``ca_file`` is not set or unreadable.
         """
         if not self.ca_file:
-            raise NodeAgentError("[agent] ca_file is required to serve HTTPS")
+            raise BootstrapError(
+                "[agent] ca_file (or the ca_pem of the bootstrap file) is "
+                "required to serve HTTPS"
+            )
         try:
             with open(self.ca_file, encoding="utf-8") as f:
                 ca_pem = f.read()
         except OSError as exc:
-            raise NodeAgentError(f"cannot read ca_file {self.ca_file}: {exc}")
+            raise BootstrapError(f"cannot read ca_file {self.ca_file}: {exc}")
         os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
         return server_context_from_pem(
             self.tls_cert_pem, self._tls_key_pem, ca_pem, self.work_dir
         )
 
-    def _client_ssl_context(self) -> ssl.SSLContext | None:
-        assert self.registrar_url is not None
-        if not self.registrar_url.startswith("https:"):
-            return None
-        if not self.ca_file:
-            raise RegistrationError(
-                "[agent] ca_file (or the ca_pem of the bootstrap file) is "
-                "required for an https registrar"
-            )
-        if bool(self.cert_file) != bool(self.key_file):
-            raise RegistrationError("[agent] cert_file and key_file go together")
-        # Without cert_file the agent registers anonymously: its identity is
-        # its TPM (the registrar checks the EK certificate chain); the
-        # registrar's certificate and host name are checked against ca_file.
-        try:
-            return client_context(self.cert_file, self.key_file, self.ca_file)
-        except (OSError, ssl.SSLError) as exc:
-            raise RegistrationError(f"cannot load the TLS credentials: {exc}")
-
     # -- registration --------------------------------------------------------
 
-    async def _post(
-        self, http: AsyncClient, url: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
-        try:
-            answer = await http.request("POST", url, json=body)
-        except TransportError as exc:
-            raise RegistrationError(
-                f"registrar {self.registrar_url} unreachable: {exc}", retryable=True
-            )
-        if not answer.ok:
-            error = answer.error
-            message = f"{error.code}: {error.message}" if error.code else error.message
-            raise RegistrationError(
-                f"registrar answered {answer.status} to {url}: {message}",
-                retryable=answer.status >= 500,
-            )
-        if not isinstance(answer.data, dict):
-            raise RegistrationError(f"registrar answered {url} with non-JSON")
-        return answer.data
-
     async def register(self) -> None:
-        """Register EK, EK cert, AK, TLS cert and address; activate the AK.
+        """Register EK, EK cert, AK, TLS cert and address; activate the AK
+        (:func:`node_agent.registration.register`).
 
         Raises:
+            BootstrapError: the registrar or its CA is not configured.
             RegistrationError: the registrar is unreachable or refused.
             TpmError: the TPM failed.
         """
-        if not self.registrar_url:
-            raise RegistrationError("[agent] registrar_url is not set")
-
-        def identity(tpm: TpmLike) -> tuple[bytes, bytes | None, bytes]:
-            return tpm.ek_public(), tpm.ek_certificate(), tpm.ak_public()
-
-        ek_public, ek_cert, ak_public = await self.tpm.run(identity)
-        url = f"{self.registrar_url}/v1/agents/{self.uuid}"
-        try:
-            body = RegistrationRequest(
-                ek_public=TpmPublic.from_bytes(ek_public),
-                ek_certificate=ek_cert or None,
-                ak_public=TpmPublic.from_bytes(ak_public),
-                tls_cert=self.tls_cert_pem.decode(),
-                host=self.contact_host,
-                port=self.contact_port or self.port,
-            )
-        except MalformedError as exc:
-            raise RegistrationError(f"cannot register: {exc}")
-        async with AsyncClient(self._client_ssl_context(), _HTTP_TIMEOUT) as http:
-            answer = await self._post(http, url, body.to_dict())
-            try:
-                challenge = ActivationChallenge.from_dict(answer)
-            except MalformedError as exc:
-                raise RegistrationError(f"registrar sent a malformed challenge: {exc}")
-            credential = await self.tpm.run(
-                lambda tpm: tpm.activate_credential(
-                    challenge.credential_blob, challenge.encrypted_secret
-                )
-            )
-            proof = ActivationProof(credential)
-            result = await self._post(http, f"{url}/activate", proof.to_dict())
-        try:
-            activated = ActivationResult.from_dict(result)
-        except MalformedError as exc:
-            raise RegistrationError(f"registrar sent a malformed answer: {exc}")
-        if activated.uuid != self.uuid or not activated.activated:
-            raise RegistrationError("registrar did not confirm AK activation")
+        contact = Contact(
+            uuid=self.uuid,
+            registrar_url=self.registrar_url,
+            ca_file=self.ca_file,
+            cert_file=self.cert_file,
+            key_file=self.key_file,
+            tls_cert_pem=self.tls_cert_pem,
+            host=self.contact_host,
+            port=self.contact_port or self.port,
+        )
+        await register(contact, self.tpm)
 
     # -- quotes ------------------------------------------------------------
 
@@ -350,7 +281,7 @@ class Agent:
         """
         if payload_envelope is None:
             if self.boot_payload is None:
-                raise RefusedError(
+                raise self._refuse(
                     "no_payload",
                     f"U came without a payload and {self.no_payload_reason}",
                     409,
@@ -429,11 +360,17 @@ class Agent:
                 self._u = None
             else:
                 self._v = None
-            raise RefusedError(
-                "shares_mismatch", "shares do not combine to the payload key"
+            raise self._refuse(
+                "shares_mismatch",
+                f"the payload does not decrypt with U xor V ({received} "
+                "discarded, nothing ran)",
             )
         if self._u.payload_id is not None:  # sealed by the boot wrapper
-            plaintext = unwrap(plaintext, 16 * 1024 * 1024)
+            try:
+                plaintext = unwrap(plaintext, 16 * 1024 * 1024)
+            except RefusedError as exc:
+                self._u = self._v = None  # both shares are spent
+                raise self._refuse(exc.code, f"{exc.detail} (nothing ran)")
         self.bootstrapped_at = time.monotonic()
         identity_cert = self._v.identity_cert
         del key
@@ -451,6 +388,12 @@ class Agent:
                 self.uuid,
             )
         return True
+
+    def _refuse(self, code: str, detail: str, status: int = 400) -> RefusedError:
+        """Log a bootstrap failure (one line), keep it for ``status()``."""
+        LOG.error("bootstrap of node %s refused: %s: %s", self.uuid, code, detail)
+        self.last_error = {"code": code, "message": detail}
+        return RefusedError(code, detail, status)
 
     def _install(self, plaintext: bytes, identity_cert: bytes | None) -> None:
         os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
@@ -517,6 +460,7 @@ class Agent:
             "has_u": self._u is not None,
             "has_v": self._v is not None,
             "payload_exit_code": self.payload_exit_code,
+            "last_error": self.last_error,
         }
 
     async def close(self) -> None:

@@ -22,13 +22,16 @@ only reads files and turns failures into :class:`BootstrapError`.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import logging
 import os
+import socket
+from urllib.parse import urlsplit
 
 from oslo_config import cfg
 
-from node_agent.exceptions import BootstrapError
+from node_agent.exceptions import BootstrapError, NodeAgentError
 from node_agent.payload import write_file
 from verifier.protocol import MalformedError, canonical_uuid
 from verifier.protocol.userdata import (
@@ -37,7 +40,7 @@ from verifier.protocol.userdata import (
     parse_user_data,
 )
 
-__all__ = ["BootPayload", "Settings", "read_bootstrap", "resolve"]
+__all__ = ["BootPayload", "Settings", "contact_address", "read_bootstrap", "resolve"]
 
 LOG = logging.getLogger(__name__)
 BOOTSTRAP_CA = "bootstrap-ca.pem"
@@ -63,6 +66,7 @@ class Settings:
         ca_file: the operator CA file (None: not configured anywhere).
         boot_payload: the payload from the user-data, if there is one.
         no_payload_reason: why there is none (for the tenant's refusal).
+        contact_host: the address registered for verifiers and tenants.
     """
 
     uuid: str
@@ -70,6 +74,7 @@ class Settings:
     ca_file: str | None
     boot_payload: BootPayload | None
     no_payload_reason: str
+    contact_host: str
 
 
 def _read(path: str, limit: int) -> bytes | None:
@@ -160,12 +165,51 @@ def read_boot_payload(path: str) -> tuple[BootPayload | None, str]:
     return BootPayload(parsed.envelope, parsed.config.boot_id), ""
 
 
+def contact_address(host: str, registrar_url: str | None) -> str:
+    """The address others reach the agent at when it listens on ``host``.
+
+    A wildcard ``host`` (``0.0.0.0``, ``::``) is not an address: the agent
+    then registers the local address of its route to the registrar (the
+    instance's address on the cloud network). Behind NAT or port forwarding
+    set ``[agent] contact_host`` and ``contact_port`` instead (e.g. in
+    ``/etc/trusted-cloud/agent.conf.d/`` from vendor-data).
+
+    Raises:
+        NodeAgentError: no route to the registrar (the network is not up
+            yet; the agent is restarted).
+    """
+    try:
+        wildcard = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        wildcard = False
+    if not wildcard:
+        return host
+    target = urlsplit(registrar_url or "").hostname
+    if not target:
+        raise BootstrapError(
+            f"[agent] host is {host}, and without contact_host or a registrar "
+            "URL the agent does not know which address to register"
+        )
+    try:
+        info = socket.getaddrinfo(target, 443, type=socket.SOCK_DGRAM)
+        family, _, _, _, address = info[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)  # no packet is sent: only a route lookup
+            return str(probe.getsockname()[0])
+    except OSError as exc:
+        raise NodeAgentError(
+            f"no route to the registrar {target} to find this node's address: {exc}"
+        )
+
+
 def resolve(opts: cfg.ConfigOpts.GroupAttr) -> Settings:
     """Merge the ``[agent]`` options with what cloud-init wrote.
 
     Raises:
         BootstrapError: a bootstrap file that is unreadable or malformed, no
             usable node UUID, or a CA that cannot be written.
+        NodeAgentError: no route to the registrar to find the address to
+            register (see :func:`contact_address`).
     """
     config = read_bootstrap(opts.bootstrap_file)
     uuid = opts.uuid or instance_uuid(opts.instance_data_file, opts.instance_id_file)
@@ -187,4 +231,5 @@ def resolve(opts: cfg.ConfigOpts.GroupAttr) -> Settings:
             config.boot_id,
             payload.boot_id,
         )
-    return Settings(uuid, registrar_url, ca_file, payload, reason)
+    contact = opts.contact_host or contact_address(opts.host, registrar_url)
+    return Settings(uuid, registrar_url, ca_file, payload, reason, contact)

@@ -1,8 +1,25 @@
 """``trusted-agent``: run the node agent.
 
-Starts the HTTPS API, registers the node with the registrar (retrying for
-about a minute while the registrar is not reachable), activates the AK, and
-serves until SIGTERM or SIGINT.
+Starts the HTTPS API, registers the node with the registrar, activates the
+AK, and serves until SIGTERM or SIGINT.
+
+What goes wrong, and what the agent does (each logged as one line; in the
+guest image the log also goes to the serial console, which Nova's console
+log shows the tenant):
+
+* configuration (no bootstrap file and no ``registrar_url``, a malformed
+  bootstrap file, no usable node UUID, no CA): exit status 2 at once, which
+  the image's systemd unit does not restart; nothing will change by
+  itself;
+* registrar unreachable or answering 5xx, the TPM missing or failing
+  (a vTPM that comes late), or the registrar refusing (it may be
+  reconfigured, e.g. given the EK anchors, or a stale registration
+  deleted): retried for as long as the agent runs, with a backoff capped at
+  :data:`BACKOFF_MAX` seconds; each new reason is logged once, the same
+  reason again at most every :data:`REPEAT_LOG` seconds;
+* a payload that does not decrypt or unpack: the share that completed the
+  pair is refused (the tenant or the verifier sees the code), nothing runs,
+  and ``GET /v1/status`` keeps the reason (``last_error``).
 """
 
 from __future__ import annotations
@@ -13,7 +30,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 
 from aiohttp import web
 from oslo_config import cfg
@@ -22,47 +39,83 @@ from oslo_log import log
 from node_agent import conf as agent_conf
 from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
-from node_agent.exceptions import NodeAgentError, RegistrationError, TpmError
+from node_agent.exceptions import (
+    BootstrapError,
+    NodeAgentError,
+    RegistrationError,
+    TpmError,
+)
 from node_agent.server import make_app
 from verifier.protocol import MalformedError
 
 LOG = logging.getLogger(__name__)
-_REGISTER_DEADLINE = 60.0
-_BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 10.0
+BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
+#: Seconds between two log lines for the same, still failing, reason.
+REPEAT_LOG = 600.0
+EXIT_CONFIG = 2
+
+
+def tpm_hint(tcti: str) -> str:
+    """A reason a TPM device is missing, or '' if it is not a device TCTI
+    or the device exists."""
+    if not tcti.startswith("device:"):
+        return ""
+    path = tcti.partition(":")[2] or "/dev/tpmrm0"
+    if os.path.exists(path):
+        return ""
+    return (
+        f"no TPM device {path}: the instance has no vTPM (a flavor with "
+        "hw:tpm_version=2.0?) or its driver is not loaded yet"
+    )
+
+
+def _reason(exc: Exception, hint: str) -> str:
+    if isinstance(exc, TpmError):
+        return f"TPM error: {hint or exc}"
+    return str(exc)
 
 
 async def register_with_retry(
-    agent: Agent, deadline: float = _REGISTER_DEADLINE
+    agent: Agent,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    hint: Callable[[], str] = lambda: "",
 ) -> None:
-    """Register and activate, retrying with backoff while it may help.
+    """Register and activate, retrying with a capped backoff until it works.
+
+    Args:
+        agent: the agent.
+        sleep: waits between attempts (tests pass a recorder).
+        clock: seconds, for spacing repeated log lines.
+        hint: a clearer reason for TPM errors (e.g. no device), or ''.
 
     Raises:
-        RegistrationError: refused, or still unreachable after ``deadline`` s.
-        TpmError: the TPM failed.
+        BootstrapError: the registrar or its CA is not configured.
     """
-    give_up = time.monotonic() + deadline
-    delay, attempt = _BACKOFF_FIRST, 0
+    delay, attempt = BACKOFF_FIRST, 0
+    last_reason, last_logged = "", 0.0
     while True:
         attempt += 1
         try:
             await agent.register()
             break
-        except RegistrationError as exc:
-            failure = exc
+        except (RegistrationError, TpmError) as exc:
+            reason = _reason(exc, hint())
         # Logged outside the except block: oslo.log would append the
         # exception a second time.
-        left = give_up - time.monotonic()
-        if not failure.retryable or left <= 0:
-            raise failure
-        wait = min(delay, left)
-        LOG.warning(
-            "registration attempt %d failed (%s); retrying in %.0f s",
-            attempt,
-            failure,
-            wait,
-        )
-        await asyncio.sleep(wait)
-        delay = min(delay * 2, _BACKOFF_MAX)
+        now = clock()
+        if reason != last_reason or now - last_logged >= REPEAT_LOG:
+            LOG.warning(
+                "registration of node %s failed (attempt %d): %s; retrying "
+                "with backoff up to %.0f s",
+                agent.uuid,
+                attempt,
+                reason,
+                BACKOFF_MAX,
+            )
+            last_reason, last_logged = reason, now
+        await sleep(delay)
+        delay = min(delay * 2, BACKOFF_MAX)
     LOG.info("registered and activated AK for node %s", agent.uuid)
 
 
@@ -71,11 +124,15 @@ async def serve(
     host: str,
     roles: Mapping[str, Collection[str]] | None = None,
     evidence: EvidenceReader | None = None,
+    tcti: str = "",
 ) -> int:
     """Serve the API, register, and wait for SIGTERM/SIGINT.
 
     Returns:
         The process exit code.
+
+    Raises:
+        BootstrapError: the registrar or the CA is not configured.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -93,7 +150,9 @@ async def serve(
         LOG.info(
             "node agent %s listening on https://%s:%d", agent.uuid, host, agent.port
         )
-        registration = asyncio.create_task(register_with_retry(agent))
+        registration = asyncio.create_task(
+            register_with_retry(agent, hint=lambda: tpm_hint(tcti))
+        )
         stopper = asyncio.create_task(stop.wait())
         await asyncio.wait({registration, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if registration.done():
@@ -108,20 +167,65 @@ async def serve(
         await agent.close()
 
 
+def _describe(agent: Agent) -> None:
+    """One line on what the agent starts with (never a secret)."""
+    if agent.boot_payload is not None:
+        payload = f"payload from the user-data (boot id {agent.boot_payload.boot_id})"
+    else:
+        payload = f"no payload in the user-data ({agent.no_payload_reason})"
+    LOG.info(
+        "node agent %s: registrar %s, CA %s, %s, %s",
+        agent.uuid,
+        agent.registrar_url,
+        agent.ca_file,
+        "client certificate " + agent.cert_file
+        if agent.cert_file
+        else "no client certificate (identity by the TPM)",
+        payload,
+    )
+
+
+def _start(conf: cfg.ConfigOpts) -> Agent:
+    """The agent, checked for what it needs before it can register.
+
+    Raises:
+        BootstrapError: not configured (see :func:`main`).
+        MalformedError: ``uuid`` is not a UUID.
+    """
+    agent = Agent.from_conf(conf)
+    if not agent.registrar_url:
+        where = conf.agent.bootstrap_file or "no bootstrap file"
+        raise BootstrapError(
+            f"no registrar: [agent] registrar_url is unset and {where} does not "
+            "exist (was this instance booted with 'trusted-nova boot'?)"
+        )
+    os.makedirs(agent.work_dir, mode=0o700, exist_ok=True)
+    _describe(agent)
+    return agent
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``trusted-agent``."""
+    """Entry point of ``trusted-agent``.
+
+    Returns:
+        0 when stopped by a signal, 2 on a configuration error, 1 on any
+        other failure.
+    """
     conf = cfg.ConfigOpts()
     agent_conf.register_opts(conf)
     log.register_options(conf)
-    conf(
-        sys.argv[1:] if argv is None else argv,
-        project="trusted-cloud",
-        prog="trusted-agent",
-    )
+    try:
+        conf(
+            sys.argv[1:] if argv is None else argv,
+            project="trusted-cloud",
+            prog="trusted-agent",
+        )
+    except cfg.Error as exc:
+        print(f"trusted-agent: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     log.setup(conf, "trusted-agent")
     try:
-        agent = Agent.from_conf(conf)
-        os.makedirs(agent.work_dir, mode=0o700, exist_ok=True)
+        agent = _start(conf)
         roles = {
             "tenant": conf.agent.tenant_clients,
             "verifier": conf.agent.verifier_clients,
@@ -131,8 +235,13 @@ def main(argv: list[str] | None = None) -> int:
             conf.agent.mb_log_path or None,
             conf.agent.ima_max_bytes,
         )
-        return asyncio.run(serve(agent, conf.agent.host, roles, evidence))
-    except (NodeAgentError, MalformedError, OSError) as exc:
+        return asyncio.run(
+            serve(agent, conf.agent.host, roles, evidence, conf.agent.tcti)
+        )
+    except (BootstrapError, MalformedError) as exc:
+        LOG.error("node agent not started: configuration error: %s", exc)
+        return EXIT_CONFIG
+    except (NodeAgentError, OSError) as exc:
         kind = "TPM error" if isinstance(exc, TpmError) else "error"
         LOG.error("node agent failed: %s: %s", kind, exc)
         return 1

@@ -67,7 +67,8 @@ _OPTS = [
         "contact_host",
         help="Address the registrar tells verifiers and tenants to contact "
         "this agent at (and the subject alternative name of its TLS "
-        "certificate). Defaults to 'host'.",
+        "certificate). Defaults to 'host', or, when 'host' is a wildcard "
+        "(0.0.0.0, ::), to the local address of the route to the registrar.",
     ),
     cfg.PortOpt(
         "contact_port",

@@ -25,6 +25,7 @@ os.environ["OS_NOVA_DISABLE_EVENTLET_PATCHING"] = "1"
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import base64  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -126,9 +127,11 @@ class BootBench(nova_boot_cases.TrustedNovaBootTest):
     def sealing(self) -> float:
         from nova_plugin.boot import prepare_user_data
 
+        with open(self.cluster.pki_file("ca.pem"), encoding="utf-8") as f:
+            ca_pem = f.read()
         start = time.perf_counter()
         for _ in range(100):
-            prepare_user_data(nova_boot_cases.PAYLOAD, "https://r", "PEM")
+            prepare_user_data(nova_boot_cases.PAYLOAD, "https://r", ca_pem)
         return (time.perf_counter() - start) / 100
 
     def bootstrapped(self) -> float:
@@ -137,7 +140,13 @@ class BootBench(nova_boot_cases.TrustedNovaBootTest):
         def agent() -> None:
             found = nova_boot_cases.wait_until(lambda: self.servers(), 30, 0.1)
             if found:
-                self.cluster.add_node(found[0]["id"])
+                # the guest's agent has the user-data (U comes alone)
+                uuid = found[0]["id"]
+                view = self.admin_api.get_server(uuid)
+                path = os.path.join(self.cluster.workdir, f"user-data-{uuid}")
+                with open(path, "wb") as f:
+                    f.write(base64.b64decode(view["OS-EXT-SRV-ATTR:user_data"]))
+                self.cluster.add_node(uuid, {"user_data_file": path})
             done.wait()
 
         thread = threading.Thread(target=agent)

@@ -9,6 +9,7 @@ the time given, and its public key is exactly the EK the node presented.
 from __future__ import annotations
 
 import datetime
+import uuid as uuid_mod
 from collections.abc import Sequence
 
 from cryptography import x509
@@ -18,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from verifier.protocol.errors import EvidenceError, MalformedError
 from verifier.protocol.tpm import TpmPublic
 
-__all__ = ["check_ek_certificate", "load_anchors"]
+__all__ = ["check_ek_certificate", "load_anchors", "named_instance"]
 
 
 def load_anchors(pem_bundle: bytes) -> list[x509.Certificate]:
@@ -93,3 +94,31 @@ def check_ek_certificate(
             "ek_certificate", "EK certificate is for another key than the EK"
         )
     return cert
+
+
+def named_instance(cert_der: bytes) -> str | None:
+    """The instance UUID an EK certificate names, if it names one.
+
+    libvirt runs ``swtpm_setup --vmid <domain>:<uuid>`` and swtpm's local
+    CA writes that string as the certificate's subject common name; a TPM
+    vendor's EK certificate names no instance.
+
+    Returns:
+        The UUID after the last ``:`` of the subject CN (canonical form), or
+        None if the CN has no such part or the certificate does not parse.
+    """
+    try:
+        cert = x509.load_der_x509_certificate(cert_der)
+        names = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    except ValueError:
+        return None
+    for name in names:
+        value = name.value if isinstance(name.value, str) else ""
+        head, sep, tail = value.rpartition(":")
+        if not sep:
+            continue
+        try:
+            return str(uuid_mod.UUID(tail))
+        except ValueError:
+            continue
+    return None

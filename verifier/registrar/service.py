@@ -38,7 +38,7 @@ from verifier.protocol import (
     make_credential,
 )
 from verifier.protocol.credential import check_ek_template
-from verifier.protocol.ekcert import check_ek_certificate
+from verifier.protocol.ekcert import check_ek_certificate, named_instance
 
 #: Seconds a pending registration may wait for its activation.
 PENDING_TTL = 600.0
@@ -158,6 +158,13 @@ class Registrar:
                 "ek_certificate_required",
                 "a registration without a client certificate must carry an EK "
                 "certificate that chains to the registrar's EK anchors",
+                403,
+            )
+        named = named_instance(reg.ek_certificate)
+        if named is not None and named != canonical_uuid(reg.uuid):
+            raise RequestError(
+                "ek_certificate_other_instance",
+                f"the EK certificate names instance {named}, not {reg.uuid}",
                 403,
             )
 

@@ -116,6 +116,7 @@ class TestBootstrap(AgentTestBase):
                 "has_u": False,
                 "has_v": False,
                 "payload_exit_code": 3,
+                "last_error": None,
             },
             status,
         )

@@ -9,7 +9,7 @@ import uuid as uuid_mod
 from oslo_config import cfg
 
 from node_agent import conf as agent_conf
-from node_agent.bootstrap import BOOTSTRAP_CA, BootPayload, resolve
+from node_agent.bootstrap import BOOTSTRAP_CA, BootPayload, contact_address, resolve
 from node_agent.exceptions import BootstrapError, RefusedError
 from node_agent.tests.unit.test_agent import SCRIPT, AgentTestBase
 from nova_plugin.userdata import build_user_data, compress_payload
@@ -117,6 +117,32 @@ class ResolveTest(AgentTestBase):
         self.assertIn("carries no trusted-boot payload", settings.no_payload_reason)
 
 
+class ContactAddressTest(AgentTestBase):
+    def test_a_listening_address_is_the_contact_address(self):
+        self.assertEqual("192.0.2.5", contact_address("192.0.2.5", None))
+
+    def test_wildcard_registers_the_address_of_the_route_to_the_registrar(self):
+        url = "https://127.0.0.1:8891"
+        self.assertEqual("127.0.0.1", contact_address("0.0.0.0", url))
+
+    def test_wildcard_without_registrar_is_a_bootstrap_error(self):
+        self.assertRaises(BootstrapError, contact_address, "0.0.0.0", None)
+
+    def test_contact_host_set_wins(self):
+        conf = cfg.ConfigOpts()
+        agent_conf.register_opts(conf)
+        conf([], project="trusted-cloud-test")
+        for name, value in {
+            "uuid": self.uuid,
+            "host": "0.0.0.0",
+            "contact_host": "203.0.113.4",
+            "bootstrap_file": "",
+            "user_data_file": "",
+        }.items():
+            conf.set_override(name, value, group="agent")
+        self.assertEqual("203.0.113.4", resolve(conf.agent).contact_host)
+
+
 class UserDataPayloadTest(AgentTestBase):
     """U alone: the payload is the one of the user-data."""
 
@@ -166,4 +192,32 @@ class UserDataPayloadTest(AgentTestBase):
         exc = self.assertRaises(RefusedError, self.run_async, go())
         self.assertEqual("shares_mismatch", exc.code)
         self.assertFalse(self.agent.bootstrapped)
+        self.assertFalse(os.path.exists(self.path("payload")))
+
+
+class BadPayloadTest(UserDataPayloadTest):
+    """A payload that decrypts but does not unpack: refused, nothing runs,
+    the reason stays in the status."""
+
+    def test_payload_that_does_not_unpack_runs_nothing(self):
+        key = generate_key()
+        u, v = split(key)
+        boot_id = str(uuid_mod.uuid4())
+        nk = self.agent.nk_public
+        self.agent.boot_payload = BootPayload(
+            seal_payload(key, b"TCZ1" + b"not zlib", boot_id), boot_id
+        )
+
+        async def go():
+            await self.agent.receive_u(seal_share(nk, u, "U", self.uuid))
+            await self.agent.receive_v(seal_share(nk, v, "V", self.uuid), None)
+
+        exc = self.assertRaises(RefusedError, self.run_async, go())
+        self.assertEqual("bad_payload", exc.code)
+        status = self.agent.status()
+        self.assertEqual("bad_payload", status["last_error"]["code"])
+        self.assertEqual(
+            (False, False, False),
+            (status["bootstrapped"], status["has_u"], status["has_v"]),
+        )
         self.assertFalse(os.path.exists(self.path("payload")))

@@ -52,12 +52,16 @@ def _ek_cert(
     ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
     public_key: object,
     valid_days: int = 365,
+    common_name: str | None = None,
 ) -> bytes:
     ca_key, ca_cert = ca
     now = datetime.datetime.now(datetime.UTC)
+    subject = (
+        [x509.NameAttribute(NameOID.COMMON_NAME, common_name)] if common_name else []
+    )
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([]))
+        .subject_name(x509.Name(subject))
         .issuer_name(ca_cert.subject)
         .public_key(public_key)  # type: ignore[arg-type]
         .serial_number(x509.random_serial_number())
@@ -391,6 +395,32 @@ class RegistrarTest(testtools.TestCase):
             )
         self.assertEqual("ek_certificate", ctx.exception.code)
 
+    def test_anonymous_registration_with_ek_cert_naming_another_instance_is_refused(
+        self,
+    ) -> None:
+        ca = _ca("swtpm-localca")
+        self.registrar = Registrar(self.engine, [ca[1]])
+        other = str(uuid_mod.uuid4())
+        cert = _ek_cert(
+            ca, self.tpm.ek_key.public_key(), common_name=f"instance-00000007:{other}"
+        )
+        with self.assertRaises(RequestError) as ctx:
+            self.registrar.register(
+                self.registration(ek_certificate=cert), anonymous=True
+            )
+        self.assertEqual((403, "ek_certificate_other_instance"),
+                         (ctx.exception.status, ctx.exception.code))  # fmt: skip
+
+    def test_anonymous_registration_with_ek_cert_naming_this_instance(self) -> None:
+        ca = _ca("swtpm-localca")
+        self.registrar = Registrar(self.engine, [ca[1]])
+        name = f"instance-00000007:{self.uuid.upper()}"
+        cert = _ek_cert(ca, self.tpm.ek_key.public_key(), common_name=name)
+        challenge = self.registrar.register(
+            self.registration(ek_certificate=cert), anonymous=True
+        )
+        self.assertTrue(challenge.credential_blob)
+
     def test_anonymous_registration_without_anchors_is_refused(self) -> None:
         ca = _ca("swtpm-localca")
         cert = _ek_cert(ca, self.tpm.ek_key.public_key())
@@ -400,3 +430,18 @@ class RegistrarTest(testtools.TestCase):
             )
         self.assertEqual((403, "anonymous_registration_disabled"),
                          (ctx.exception.status, ctx.exception.code))  # fmt: skip
+
+
+class NamedInstanceTest(testtools.TestCase):
+    def test_swtpm_vmid_names_the_instance(self) -> None:
+        from verifier.protocol.ekcert import named_instance
+
+        key = ec.generate_private_key(ec.SECP256R1()).public_key()
+        uuid = str(uuid_mod.uuid4())
+        ca = _ca("swtpm-localca")
+        cert = _ek_cert(ca, key, common_name=f"instance-0000000a:{uuid.upper()}")
+        self.assertEqual(uuid, named_instance(cert))
+        self.assertIsNone(named_instance(_ek_cert(ca, key, common_name="STM TPM EK")))
+        self.assertIsNone(named_instance(_ek_cert(ca, key, common_name="a:b")))
+        self.assertIsNone(named_instance(_ek_cert(ca, key)))
+        self.assertIsNone(named_instance(b"\x30\x03junk"))
