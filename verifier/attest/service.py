@@ -44,13 +44,20 @@ from verifier.exceptions import (
 )
 from verifier.notify import Outbox
 from verifier.notify.outbox import make_event
-from verifier.protocol import MalformedError, PcrPolicy, canonical_uuid, seal_share
+from verifier.protocol import (
+    MalformedError,
+    PcrPolicy,
+    SignedEvent,
+    canonical_uuid,
+    seal_share,
+)
 from verifier.protocol.attestation import (
     Action,
     AttestationRules,
     Transition,
     Verdict,
 )
+from verifier.protocol.events import NODE_FAILED
 from verifier.protocol.messages.shares import ShareV
 
 __all__ = ["NodeState", "NodeView", "Verifier"]
@@ -337,9 +344,30 @@ class Verifier(NodeQueries):
         return node.view()
 
     async def _round(self, node: LiveNode) -> bool:
-        """One quote round; True if another is needed at once."""
+        """One quote round; True if another is needed at once.
+
+        Fails closed: whatever goes wrong while the evidence is obtained or
+        judged, V released or keys issued is a verdict on the node -- an
+        answer that does not parse revokes it (``malformed``), a transport
+        failure counts towards ``unreachable``, and any other error fails it
+        at once (``internal_error``, :meth:`NodeAttestation.round_failed`).
+        Only a database error (the verdict cannot be written; the next round
+        judges again) and cancellation propagate.
+        """
         if not self._still_attesting(node):
             return False
+        try:
+            return await self._quote_round(node)
+        except (asyncio.CancelledError, sa.exc.SQLAlchemyError):
+            raise
+        except Exception as exc:  # fail closed: see the docstring
+            LOG.exception("Node %s: its quote round broke", node.uuid)
+            if self._still_attesting(node):
+                detail = f"{type(exc).__name__}: {exc}"
+                self._act(node, node.round_failed("internal_error", detail))
+            return False
+
+    async def _quote_round(self, node: LiveNode) -> bool:
         request = node.request(os.urandom(20))
         answer: object
         try:
@@ -423,10 +451,32 @@ class Verifier(NodeQueries):
             return
         if change.state == NodeState.REVOKED:
             self._revoke(node, change)
-        elif self.store.update_state(node, change, **extra):
+            return
+        event = None
+        if change.state == NodeState.FAILED and node.state != NodeState.FAILED:
+            event = self._failed_event(node, change)
+        if self.store.update_state(node, change, event, **extra):
             node.apply(change)
+            if event is not None:
+                LOG.warning(
+                    "Node %s failed (%s); event %s",
+                    node.uuid,
+                    change.reason,
+                    event.event.id,
+                )
+                self._outbox_wakeup.set()  # deliver the event now
         else:  # revoked (or deleted) by another verifier meanwhile
             node.revoked_elsewhere()
+
+    def _failed_event(self, node: LiveNode, change: Transition) -> SignedEvent:
+        """The signed ``node.failed`` event of a node leaving ``attested``
+        (or not reaching it) without being revoked: consumers learn that the
+        verifier no longer vouches for it (doc/source/admin/events.rst)."""
+        reason, detail = change.reason or "failed", change.detail
+        signed = make_event(
+            self._signing_key, node.uuid, reason, detail, self._clock(), NODE_FAILED
+        )
+        return signed
 
     def _revoke(self, node: LiveNode, change: Transition) -> None:
         reason, detail = change.reason or "revoked", change.detail
