@@ -44,7 +44,7 @@ _PAIRS = (b"[]", b"{}", b"[}", b"{]")
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 
 
-class _Refused(ValueError):
+class _RefusedError(ValueError):
     """A literal out of range (turned into MalformedError by loads)."""
 
 
@@ -70,24 +70,24 @@ def too_deep(text: bytes, max_depth: int) -> bool:
 
 def _parse_int(literal: str) -> int:
     if len(literal) > _MAX_INT_DIGITS:
-        raise _Refused(f"integer {literal[:24]}... is out of range")
+        raise _RefusedError(f"integer {literal[:24]}... is out of range")
     value = int(literal)
     if not MIN_INT <= value <= MAX_INT:
-        raise _Refused(f"integer {literal} is out of range")
+        raise _RefusedError(f"integer {literal} is out of range")
     return value
 
 
 def _parse_float(literal: str) -> float:
     if len(literal) > 64:
-        raise _Refused(f"number {literal[:24]}... is too long")
+        raise _RefusedError(f"number {literal[:24]}... is too long")
     value = float(literal)
     if not math.isfinite(value):
-        raise _Refused(f"number {literal} is not finite")
+        raise _RefusedError(f"number {literal} is not finite")
     return value
 
 
 def _parse_constant(name: str) -> Any:
-    raise _Refused(f"{name} is not JSON")
+    raise _RefusedError(f"{name} is not JSON")
 
 
 def loads(
@@ -127,7 +127,7 @@ def loads(
             parse_float=_parse_float,
             parse_constant=_parse_constant,
         )
-    except _Refused as exc:
+    except _RefusedError as exc:
         raise MalformedError(what, str(exc)) from None
     except json.JSONDecodeError as exc:
         raise MalformedError(

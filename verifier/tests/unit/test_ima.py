@@ -143,7 +143,9 @@ class ParseTest(testtools.TestCase):
         # Issue 18: raised UnicodeEncodeError, outside the project's errors.
         line = "10 " + "00" * 20 + " ima-ng sha256\u00e9:" + "00" * 32 + " /bin/sh\n"
         exc = self.assertRaises(MalformedError, parse_ascii, line)
-        self.assertIn("entry 0: digest algorithm 'sha256\u00e9' is not ASCII", exc.detail)
+        self.assertIn(
+            "entry 0: digest algorithm 'sha256\u00e9' is not ASCII", exc.detail
+        )
 
     def test_ascii_line_with_non_ascii_pcr_digits_is_malformed(self) -> None:
         line = "\u0661\u0660 " + "00" * 20 + " ima-ng sha256:" + "00" * 32 + " /x\n"
