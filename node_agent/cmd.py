@@ -24,6 +24,7 @@ from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import NodeAgentError, RegistrationError, TpmError
 from node_agent.server import make_app
+from verifier.common import config
 from verifier.protocol import MalformedError
 
 LOG = logging.getLogger(__name__)
@@ -113,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     conf = cfg.ConfigOpts()
     agent_conf.register_opts(conf)
     log.register_options(conf)
-    conf(
-        sys.argv[1:] if argv is None else argv,
-        project="trusted-cloud",
-        prog="trusted-agent",
-    )
+    config.load(conf, argv, "trusted-agent")  # one line and exit 2 on errors
     log.setup(conf, "trusted-agent")
     try:
         agent = Agent.from_conf(conf)
