@@ -84,9 +84,7 @@ class RevocationEvent:
         if self.version != EVENT_VERSION:
             raise MalformedError("revocation event", f"unknown version {self.version}")
         if self.type not in EVENT_TYPES:
-            raise MalformedError(
-                "revocation event", f"unknown type {self.type[:64]!r}"
-            )
+            raise MalformedError("revocation event", f"unknown type {self.type[:64]!r}")
 
     def canonical_bytes(self) -> bytes:
         return json.dumps(
