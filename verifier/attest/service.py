@@ -47,7 +47,6 @@ from verifier.notify.outbox import make_event
 from verifier.protocol import (
     MalformedError,
     PcrPolicy,
-    SignedEvent,
     canonical_uuid,
     seal_share,
 )
@@ -454,7 +453,16 @@ class Verifier(NodeQueries):
             return
         event = None
         if change.state == NodeState.FAILED and node.state != NodeState.FAILED:
-            event = self._failed_event(node, change)
+            # out of attested (or short of it), unrevoked: consumers learn
+            # that we no longer vouch for it (doc/source/admin/fail-closed)
+            event = make_event(
+                self._signing_key,
+                node.uuid,
+                change.reason or "failed",
+                change.detail,
+                self._clock(),
+                NODE_FAILED,
+            )
         if self.store.update_state(node, change, event, **extra):
             node.apply(change)
             if event is not None:
@@ -467,16 +475,6 @@ class Verifier(NodeQueries):
                 self._outbox_wakeup.set()  # deliver the event now
         else:  # revoked (or deleted) by another verifier meanwhile
             node.revoked_elsewhere()
-
-    def _failed_event(self, node: LiveNode, change: Transition) -> SignedEvent:
-        """The signed ``node.failed`` event of a node leaving ``attested``
-        (or not reaching it) without being revoked: consumers learn that the
-        verifier no longer vouches for it (doc/source/admin/events.rst)."""
-        reason, detail = change.reason or "failed", change.detail
-        signed = make_event(
-            self._signing_key, node.uuid, reason, detail, self._clock(), NODE_FAILED
-        )
-        return signed
 
     def _revoke(self, node: LiveNode, change: Transition) -> None:
         reason, detail = change.reason or "revoked", change.detail
