@@ -429,6 +429,35 @@ def _message_seeds() -> list[bytes]:
     return [bytes([i]) + b'{"a": 1}' for i in range(len(classes))]
 
 
+def _user_data(data: bytes) -> object:
+    """The agent's reading of cloud-init's files: user-data (MIME, maybe
+    gzip) or, with a leading ``b``, the bootstrap file."""
+    from verifier.protocol.userdata import BootstrapConfig, parse_user_data
+
+    if data[:1] == b"b":
+        return BootstrapConfig.from_json(data[1:])
+    return parse_user_data(data[1:])
+
+
+def _user_data_seeds() -> list[bytes]:
+    config = {"boot_id": NODE, "registrar_url": "https://127.0.0.1:8891"}
+    cloud = "#cloud-config\n" + json.dumps(
+        {
+            "write_files": [
+                {
+                    "path": "/etc/trusted-cloud/bootstrap.json",
+                    "content": json.dumps(config),
+                }
+            ]
+        }
+    )
+    mime = (
+        'Content-Type: multipart/mixed; boundary="b"\nMIME-Version: 1.0\n\n'
+        "--b\nContent-Type: text/cloud-config\n\n" + cloud + "\n--b--\n"
+    )
+    return [b"b" + _dump(config), b"u" + mime.encode()]
+
+
 def _json_text(data: bytes) -> object:
     return jsonlimits.loads(data)
 
@@ -474,6 +503,7 @@ def _targets() -> dict[str, Target]:
         Target("capability", _capability, _capability_seeds),
         Target("rekey", _rekey, _rekey_seeds),
         Target("wire_message", _wire_message, _message_seeds),
+        Target("user_data", _user_data, _user_data_seeds),
         Target("json", _json_text, lambda: [b'{"a": [1, 2.5, "x", null]}']),
         Target("abe_blob", _abe_blob, _abe_seeds),
         Target("ek_anchors", _ek_anchors, lambda: [b"-----BEGIN CERTIFICATE-----\n"]),

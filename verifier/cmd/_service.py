@@ -32,9 +32,11 @@ def setup(argv: list[str] | None, project: str) -> cfg.ConfigOpts:
     return conf
 
 
-def server_tls(group: cfg.ConfigOpts.GroupAttr) -> ssl.SSLContext:
+def server_tls(
+    group: cfg.ConfigOpts.GroupAttr, client_cert_optional: bool = False
+) -> ssl.SSLContext:
     """The mTLS server context of ``group``'s ``cert_file``, ``key_file``
-    and ``ca_file``.
+    and ``ca_file`` (see :func:`verifier.common.tls.server_context`).
 
     Raises:
         ConfigError: naming the option and the file that cannot be read or
@@ -49,7 +51,12 @@ def server_tls(group: cfg.ConfigOpts.GroupAttr) -> ssl.SSLContext:
         except OSError as exc:
             raise ConfigError(f"[{name}] {opt} {path}: {exc.strerror or exc}")
     try:
-        return tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
+        return tlsutil.server_context(
+            group.cert_file,
+            group.key_file,
+            group.ca_file,
+            client_cert_optional=client_cert_optional,
+        )
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(
             f"[{name}] cert_file {group.cert_file}, key_file {group.key_file}, "

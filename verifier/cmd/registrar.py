@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = db.make_engine(group.database_connection)
         db.upgrade(engine)
         registrar = Registrar(engine, anchors, group.require_ek_certificate)
-        ctx = _service.server_tls(group)
+        ctx = _service.server_tls(group, client_cert_optional=True)
         roles = {
             "agent": group.agent_clients,
             "reader": group.reader_clients,

@@ -81,6 +81,13 @@ class JsonLimitsTest(testtools.TestCase):
         text = b'"\\' * 500_000
         self.assertRaises(MalformedError, jsonlimits.loads, text)
 
+    def test_bootstrap_file_nested_deeply_is_malformed(self) -> None:
+        # raised RecursionError (outside the project's errors) before
+        from verifier.protocol.userdata import BootstrapConfig
+
+        exc = self.assertRaises(MalformedError, BootstrapConfig.from_json, DEEP)
+        self.assertIn("nested more than 64 levels", exc.detail)
+
     def test_request_bodies_map_to_bad_json(self) -> None:
         for body in (DEEP, BIG_INT, b"[1]", b"\xff", b"{"):
             exc = self.assertRaises(RequestError, parse_json_body, body)
