@@ -2,7 +2,9 @@
 
 For each delivery the :class:`Consumer`:
 
-1. parses the wire form (a malformed event is rejected);
+1. parses the wire form (a malformed event is rejected); a ``node.failed``
+   event (the verifier no longer vouches for the node) runs the
+   ``failed_actions``, by default the same actions as a revocation;
 2. picks the verifier key named by ``key_id`` and verifies the signature
    (an event signed by an unknown key or not verifying is rejected);
 3. skips events whose id it has already processed (acked as duplicate);
@@ -43,7 +45,7 @@ from verifier.protocol import (
     RevocationEvent,
     SignedEvent,
 )
-from verifier.protocol.events import key_id
+from verifier.protocol.events import NODE_FAILED, key_id
 
 __all__ = [
     "ACTIONS_NAMESPACE",
@@ -149,6 +151,9 @@ class Consumer:
         dead_letters: dead-letter store (default: in memory).
         sleep: called with the back-off delay (tests pass a fake).
         conf: configuration passed to actions loaded by name.
+        failed_actions: the actions run for ``node.failed`` events
+            (default: ``actions``: a failed node is cut off like a revoked
+            one).
 
     Raises:
         HooksError: if there is no public key, ``max_attempts`` < 1,
@@ -166,6 +171,7 @@ class Consumer:
         dead_letters: DeadLetterStore | None = None,
         sleep: Callable[[float], None] = time.sleep,
         conf: cfg.ConfigOpts | None = None,
+        failed_actions: Sequence[Action | str] | None = None,
     ) -> None:
         if not public_keys:
             raise HooksError("at least one verifier public key is required")
@@ -175,6 +181,11 @@ class Consumer:
             raise HooksError(f"retry_delay must be >= 0, not {retry_delay}")
         self._keys = {key_id(k): k for k in public_keys}
         self.actions = self._build_actions(actions, conf)
+        self.failed_actions = (
+            self.actions
+            if failed_actions is None
+            else self._build_actions(failed_actions, conf)
+        )
         self.max_attempts = max_attempts
         self.retry_delay = retry_delay
         self.dedup = dedup if dedup is not None else DedupStore()
@@ -243,6 +254,9 @@ class Consumer:
             dead_letters=dead_letters,
             sleep=sleep,
             conf=conf,
+            failed_actions=(
+                None if group.failed_actions is None else list(group.failed_actions)
+            ),
         )
 
     def consume(self, data: Mapping[str, Any] | SignedEvent) -> ConsumeResult:
@@ -283,7 +297,8 @@ class Consumer:
 
         dead: list[str] = []
         event_dict = dataclasses.asdict(event)
-        for action in self.actions:
+        actions = self.failed_actions if event.type == NODE_FAILED else self.actions
+        for action in actions:
             error = self._run(action, event)
             if error is not None:
                 self.dead_letters.add(

@@ -46,6 +46,7 @@ from node_agent.exceptions import (
     TpmError,
 )
 from node_agent.server import make_app
+from verifier.common import config
 from verifier.protocol import MalformedError
 
 LOG = logging.getLogger(__name__)
@@ -214,15 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     conf = cfg.ConfigOpts()
     agent_conf.register_opts(conf)
     log.register_options(conf)
-    try:
-        conf(
-            sys.argv[1:] if argv is None else argv,
-            project="trusted-cloud",
-            prog="trusted-agent",
-        )
-    except cfg.Error as exc:
-        print(f"trusted-agent: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+    try:  # one line and exit status 2 on a configuration error
+        config.load(conf, argv, "trusted-agent")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
     log.setup(conf, "trusted-agent")
     try:
         agent = _start(conf)

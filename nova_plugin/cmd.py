@@ -18,16 +18,17 @@ import asyncio
 import base64
 import json
 import os
+import ssl
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from nova_plugin.exceptions import TenantError
+from nova_plugin.exceptions import TenantError, UsageError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
 from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.common import extras
-from verifier.protocol import MalformedError, PcrPolicy, TpmPublic
+from verifier.protocol import MalformedError, PcrPolicy, TpmPublic, jsonlimits
 
 _ENV = {
     "registrar": "TRUSTED_REGISTRAR_URL",
@@ -36,6 +37,9 @@ _ENV = {
     "key": "TRUSTED_KEY",
     "ca": "TRUSTED_CA",
 }
+
+
+_MAX_POLICY_FILE = 1 << 20  # a PCR policy is a few KiB
 
 
 def _pcr_options(parser: argparse.ArgumentParser, whose: str) -> None:
@@ -158,23 +162,53 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _readable(option: str, path: str) -> None:
+    """Raises: UsageError naming ``option`` and ``path`` if it cannot be read."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
+
+
+def _policy_file(path: str) -> PcrPolicy:
+    """The PCR policy in ``path``.
+
+    Raises:
+        UsageError: naming the file and, for JSON errors, the position.
+    """
+    try:
+        with open(path, "rb") as f:
+            text = f.read(_MAX_POLICY_FILE + 1)
+    except OSError as exc:
+        raise UsageError(f"--policy {path}: {exc.strerror or exc}") from None
+    if len(text) > _MAX_POLICY_FILE:
+        raise UsageError(f"--policy {path}: larger than {_MAX_POLICY_FILE} bytes")
+    try:
+        return PcrPolicy.from_dict(jsonlimits.loads(text, f"--policy {path}"))
+    except MalformedError as exc:
+        raise UsageError(f"--policy {path}: {exc.detail}") from None
+
+
 def _policy(args: argparse.Namespace) -> PcrPolicy:
     if args.policy:
-        with open(args.policy, encoding="utf-8") as f:
-            return PcrPolicy.from_dict(json.load(f))
+        return _policy_file(args.policy)
     pcrs: dict[str, list[str]] = {}
     for item in args.pcr:
         index, sep, value = item.partition("=")
         if not sep:
-            raise TenantError(f"--pcr {item!r}: expected N=HEX")
+            raise UsageError(f"--pcr {item!r}: expected N=HEX")
         pcrs.setdefault(index, []).append(value)
     if not pcrs:
         if args.runtime_policy or args.mb_policy:
             return PcrPolicy({})
-        raise TenantError(
+        raise UsageError(
             "give --pcr N=HEX, --policy FILE, --runtime-policy or --mb-policy"
         )
-    return PcrPolicy.from_dict({"pcrs": pcrs})
+    try:
+        return PcrPolicy.from_dict({"pcrs": pcrs})
+    except MalformedError as exc:
+        raise UsageError(f"--pcr: {exc.detail}") from None
 
 
 def _describe(node: Mapping[str, Any]) -> str:
@@ -250,18 +284,28 @@ async def _run(args: argparse.Namespace) -> Any:
     ]
     missing = [n for n in needed if not getattr(args, n)]
     if missing:
-        raise TenantError(
+        raise UsageError(
             "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
         )
-    tenant = Tenant(
-        TenantConfig(
-            (args.registrar or "").rstrip("/"),
-            args.verifier.rstrip("/"),
-            args.cert,
-            args.key,
-            args.ca,
+    for name in ("cert", "key", "ca"):
+        _readable(f"--{name} (or ${_ENV[name]})", getattr(args, name))
+    if args.command == "enrol":
+        _readable("--payload", args.payload)
+    try:
+        tenant = Tenant(
+            TenantConfig(
+                (args.registrar or "").rstrip("/"),
+                args.verifier.rstrip("/"),
+                args.cert,
+                args.key,
+                args.ca,
+            )
         )
-    )
+    except ssl.SSLError as exc:
+        raise UsageError(
+            f"--cert {args.cert}, --key {args.key}, --ca {args.ca}: not a usable "
+            f"certificate, key and CA (PEM): {exc}"
+        ) from None
     try:
         if args.command in ("seal", "send-sealed"):
             return await _sealing(tenant, args)
@@ -303,11 +347,13 @@ async def _run(args: argparse.Namespace) -> Any:
 async def _policy_command(tenant: Tenant, args: argparse.Namespace) -> Any:
     kind, command = args.kind, args.policy_command
     if command == "add":
-        with open(args.file, encoding="utf-8") as f:
-            try:
-                document = json.load(f)
-            except ValueError as exc:
-                raise TenantError(f"{args.file} is not JSON: {exc}")
+        try:
+            with open(args.file, "rb") as f:
+                document = jsonlimits.loads(f.read(), args.file, object_only=True)
+        except OSError as exc:
+            raise UsageError(f"{args.file}: {exc.strerror or exc}") from None
+        except MalformedError as exc:
+            raise UsageError(f"{args.file}: {exc.detail}") from None
         signature = None
         if args.signature:
             with open(args.signature, "rb") as f:
@@ -360,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         _print(asyncio.run(_run(args)), args.json)
+    except UsageError as exc:
+        print(f"trusted-tenant: error: {exc}", file=sys.stderr)
+        return 2
     except (TenantError, MalformedError, OSError) as exc:
         print(f"trusted-tenant: error: {exc}", file=sys.stderr)
         return 1

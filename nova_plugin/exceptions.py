@@ -7,6 +7,11 @@ class TenantError(Exception):
     """Root of the tenant tools' errors; the message is meant for the user."""
 
 
+class UsageError(TenantError):
+    """A bad command line or input file (exit status 2); the message names
+    the option or file and the position."""
+
+
 class AttestationFailedError(TenantError):
     """The node's identity quote did not verify: nothing was sent to it."""
 

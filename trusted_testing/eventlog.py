@@ -18,12 +18,19 @@ from verifier.protocol.mb.eventlog import (
     EV_NO_ACTION,
     EV_S_CRTM_VERSION,
     EV_SEPARATOR,
+    HASHLIB_NAMES,
     SPEC_ID_SIGNATURE,
 )
 from verifier.protocol.mb.policy import EFI_GLOBAL_VARIABLE
 from verifier.protocol.mb.replay import STARTUP_LOCALITY
 
-__all__ = ["LogWriter", "efi_variable_data", "sample_log", "spec_id_data"]
+__all__ = [
+    "LegacyLogWriter",
+    "LogWriter",
+    "efi_variable_data",
+    "sample_log",
+    "spec_id_data",
+]
 
 _ALG_IDS = {name: alg for alg, (name, _) in ALGORITHMS.items()}
 
@@ -81,14 +88,44 @@ class LogWriter:
         """
         if digests is None:
             content = data if measured is None else measured
+            names = {b: HASHLIB_NAMES.get(b, b) for b in self.banks}
             if event_type == EV_NO_ACTION:
-                digests = {b: bytes(hashlib.new(b).digest_size) for b in self.banks}
+                digests = {
+                    b: bytes(hashlib.new(h).digest_size) for b, h in names.items()
+                }
             else:
-                digests = {b: hashlib.new(b, content).digest() for b in self.banks}
+                digests = {
+                    b: hashlib.new(h, content).digest() for b, h in names.items()
+                }
         self._out += struct.pack("<III", pcr, event_type, len(digests))
         for name, digest in digests.items():
             self._out += struct.pack("<H", _ALG_IDS[name]) + digest
         self._out += struct.pack("<I", len(data)) + data
+        return self
+
+    def build(self) -> bytes:
+        """The log bytes."""
+        return bytes(self._out)
+
+
+class LegacyLogWriter:
+    """Accumulates ``TCG_PCR_EVENT`` entries: a legacy SHA-1 log (TCG 1.2
+    format, no Spec ID Event03), as TPM 1.2 and many TPM 2.0 firmwares
+    write it."""
+
+    def __init__(self) -> None:
+        self._out = bytearray()
+
+    def add(
+        self, pcr: int, event_type: int, data: bytes, measured: bytes | None = None
+    ) -> LegacyLogWriter:
+        """Append an event whose digest is SHA-1 of ``measured`` (default
+        ``data``; all zero for ``EV_NO_ACTION``)."""
+        content = data if measured is None else measured
+        digest = (
+            bytes(20) if event_type == EV_NO_ACTION else hashlib.sha1(content).digest()
+        )
+        self._out += struct.pack("<II20sI", pcr, event_type, digest, len(data)) + data
         return self
 
     def build(self) -> bytes:

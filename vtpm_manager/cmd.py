@@ -20,6 +20,7 @@ import sys
 
 from oslo_config import cfg
 
+from verifier.common import config
 from verifier.common import tls as tlsutil
 from vtpm_manager import conf as vtpm_conf
 from vtpm_manager.exceptions import VtpmError
@@ -88,12 +89,8 @@ def _load(files: list[str]) -> cfg.ConfigOpts:
     args: list[str] = []
     for f in files:
         args += ["--config-file", f]
-    conf(
-        args,
-        project="trusted-cloud",
-        prog="trusted-vtpm-manager",
-        default_config_files=[],
-    )
+    # one line and exit 2 on a configuration error
+    config.load(conf, args, "trusted-vtpm-manager", default_config_files=[])
     return conf
 
 

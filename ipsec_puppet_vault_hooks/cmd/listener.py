@@ -25,7 +25,7 @@ from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks.consumer import Consumer
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from ipsec_puppet_vault_hooks.listener import EventHandler, make_app
-from verifier.common import extras
+from verifier.common import config, extras
 from verifier.common import tls as tlsutil
 
 LOG = logging.getLogger(__name__)
@@ -47,10 +47,10 @@ def setup(argv: list[str] | None) -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
     hooks_conf.register_opts(conf)
     logging.register_options(conf)
-    conf(
-        sys.argv[1:] if argv is None else argv,
-        project="trusted-cloud",
-        prog="trusted-revocation-listener",
+    config.load(
+        conf,
+        argv,
+        "trusted-revocation-listener",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     logging.setup(conf, "trusted-cloud")

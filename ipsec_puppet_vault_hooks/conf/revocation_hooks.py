@@ -18,6 +18,15 @@ _OPTS: list[cfg.Opt] = [
         "``ipsec_puppet_vault_hooks.actions`` group) run for every verified "
         "revocation event, in order.",
     ),
+    cfg.ListOpt(
+        "failed_actions",
+        help="Names of the actions run for a verified ``node.failed`` event "
+        "(the verifier can no longer vouch for a node that was attested: it "
+        "stopped answering, or a round of its attestation broke; the "
+        "verifier keeps polling it). Unset: the same as ``actions`` -- fail "
+        "closed, the node is cut off like a revoked one. Set it to ``log`` "
+        "to only record such events.",
+    ),
     cfg.StrOpt(
         "verifier_public_key",
         help="Path to the verifier's Ed25519 public key (PEM). Events not "

@@ -15,12 +15,11 @@ instead of the API's small default.
 from __future__ import annotations
 
 import asyncio
-import json
 
 from aiohttp import web
 
 from verifier.attest.policies import PolicyStore
-from verifier.common.web import allow, json_response
+from verifier.common.web import allow, json_response, parse_json_body
 from verifier.exceptions import RequestError
 from verifier.protocol.messages.policies import PolicyUpload
 
@@ -30,30 +29,32 @@ _STORE = web.AppKey("policies", PolicyStore)
 _LIMIT = web.AppKey("policy_max_bytes", int)
 
 
+def _too_large(limit: int) -> RequestError:
+    return RequestError(
+        "policy_too_large", f"policy upload exceeds the limit of {limit} bytes", 413
+    )
+
+
 async def _read_limited(request: web.Request, limit: int) -> bytes:
+    """The whole body, read chunk by chunk until its end (one ``read`` of
+    the stream returns only what has arrived), refused once it passes
+    ``limit`` bytes.
+
+    Raises:
+        RequestError: ``policy_too_large`` (413).
+    """
     if request.content_length is not None and request.content_length > limit:
-        raise RequestError(
-            "policy_too_large",
-            f"policy upload of {request.content_length} bytes exceeds the limit "
-            f"of {limit} bytes",
-            413,
-        )
-    body = await request.content.read(limit + 1)
-    if len(body) > limit:
-        raise RequestError(
-            "policy_too_large", f"policy upload exceeds the limit of {limit} bytes", 413
-        )
-    return body
+        raise _too_large(limit)
+    body = bytearray()
+    while chunk := await request.content.read(min(limit + 1 - len(body), 1 << 20)):
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
 
 
 def _parse_upload(body: bytes) -> PolicyUpload:
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError("bad_json", f"request body is not valid JSON: {exc}")
-    if not isinstance(data, dict):
-        raise RequestError("bad_json", "request body must be a JSON object")
-    return PolicyUpload.from_dict(data)
+    return PolicyUpload.from_dict(parse_json_body(body))
 
 
 @allow("tenant")

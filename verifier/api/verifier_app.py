@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.attest import Verifier
 from verifier.attest.grants import CapabilityIssuer
+from verifier.common import openapi
 from verifier.common.web import (
     allow,
     authz_middleware,
@@ -109,7 +110,7 @@ async def _capability(request: web.Request) -> web.Response:
     issuer = request.app.get(_ISSUER)
     if issuer is None:
         raise RequestError(
-            "not_configured", "capabilities are off ([capabilities] key_file)", 501
+            "not_configured", "capabilities are off ([capabilities] key_file)", 404
         )
     body = CapabilityRequest.from_dict(await read_json(request))
     cap = issuer.issue(request.match_info["uuid"], body.obj, body.rights)
@@ -163,6 +164,7 @@ def make_app(
     add_policy_routes(app, verifier.policies, policy_max_bytes)
     for add in routes:
         add(app)
+    openapi.add_route(app, "trusted-cloud verifier")
     return app
 
 

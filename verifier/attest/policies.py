@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,6 +28,7 @@ from verifier.db import Node, StoredPolicy
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
 from verifier.protocol.ima import RuntimePolicy
+from verifier.protocol.ima.policy import MAX_VERSION
 from verifier.protocol.mb import MeasuredBootPolicy
 
 __all__ = ["KINDS", "PolicyStore", "VerifyingKey", "canonical"]
@@ -37,6 +39,7 @@ KINDS = (RUNTIME, MEASURED_BOOT)
 _COLUMN = {RUNTIME: Node.runtime_policy, MEASURED_BOOT: Node.mb_policy}
 Parsed = RuntimePolicy | MeasuredBootPolicy
 VerifyingKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
+_VERSION = re.compile(r"[0-9]{1,10}")
 
 
 def canonical(document: Mapping[str, Any]) -> bytes:
@@ -212,8 +215,14 @@ class PolicyStore:
         query = sa.select(StoredPolicy).where(StoredPolicy.kind == kind)
         name, at, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
         if at:
-            if not version.isdigit():
-                raise RequestError("bad_field", f"bad policy version in {ref!r}")
+            # ASCII digits only (str.isdigit also takes "²"), and a version
+            # a stored policy can have: the database column is 64-bit
+            if not _VERSION.fullmatch(version) or int(version) > MAX_VERSION:
+                raise RequestError(
+                    "bad_field",
+                    f"bad policy version in {ref[:200]!r}: "
+                    f"an integer from 0 to {MAX_VERSION}",
+                )
             query = query.where(
                 StoredPolicy.name == name, StoredPolicy.version == int(version)
             )

@@ -44,13 +44,19 @@ from verifier.exceptions import (
 )
 from verifier.notify import Outbox
 from verifier.notify.outbox import make_event
-from verifier.protocol import MalformedError, PcrPolicy, canonical_uuid, seal_share
+from verifier.protocol import (
+    MalformedError,
+    PcrPolicy,
+    canonical_uuid,
+    seal_share,
+)
 from verifier.protocol.attestation import (
     Action,
     AttestationRules,
     Transition,
     Verdict,
 )
+from verifier.protocol.events import NODE_FAILED
 from verifier.protocol.messages.shares import ShareV
 
 __all__ = ["NodeState", "NodeView", "Verifier"]
@@ -337,9 +343,30 @@ class Verifier(NodeQueries):
         return node.view()
 
     async def _round(self, node: LiveNode) -> bool:
-        """One quote round; True if another is needed at once."""
+        """One quote round; True if another is needed at once.
+
+        Fails closed: whatever goes wrong while the evidence is obtained or
+        judged, V released or keys issued is a verdict on the node -- an
+        answer that does not parse revokes it (``malformed``), a transport
+        failure counts towards ``unreachable``, and any other error fails it
+        at once (``internal_error``, :meth:`NodeAttestation.round_failed`).
+        Only a database error (the verdict cannot be written; the next round
+        judges again) and cancellation propagate.
+        """
         if not self._still_attesting(node):
             return False
+        try:
+            return await self._quote_round(node)
+        except (asyncio.CancelledError, sa.exc.SQLAlchemyError):
+            raise
+        except Exception as exc:  # fail closed: see the docstring
+            LOG.exception("Node %s: its quote round broke", node.uuid)
+            if self._still_attesting(node):
+                detail = f"{type(exc).__name__}: {exc}"
+                self._act(node, node.round_failed("internal_error", detail))
+            return False
+
+    async def _quote_round(self, node: LiveNode) -> bool:
         request = node.request(os.urandom(20))
         answer: object
         try:
@@ -423,8 +450,29 @@ class Verifier(NodeQueries):
             return
         if change.state == NodeState.REVOKED:
             self._revoke(node, change)
-        elif self.store.update_state(node, change, **extra):
+            return
+        event = None
+        if change.state == NodeState.FAILED and node.state != NodeState.FAILED:
+            # out of attested (or short of it), unrevoked: consumers learn
+            # that we no longer vouch for it (doc/source/admin/fail-closed)
+            event = make_event(
+                self._signing_key,
+                node.uuid,
+                change.reason or "failed",
+                change.detail,
+                self._clock(),
+                NODE_FAILED,
+            )
+        if self.store.update_state(node, change, event, **extra):
             node.apply(change)
+            if event is not None:
+                LOG.warning(
+                    "Node %s failed (%s); event %s",
+                    node.uuid,
+                    change.reason,
+                    event.event.id,
+                )
+                self._outbox_wakeup.set()  # deliver the event now
         else:  # revoked (or deleted) by another verifier meanwhile
             node.revoked_elsewhere()
 

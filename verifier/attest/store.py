@@ -90,10 +90,17 @@ class NodeStore:
         return values
 
     def update_state(
-        self, node: NodeAttestation, change: Transition, **extra: Any
+        self,
+        node: NodeAttestation,
+        change: Transition,
+        event: SignedEvent | None = None,
+        **extra: Any,
     ) -> bool:
         """Write ``change`` (and ``extra`` columns) and the hot state unless
-        the node was revoked.
+        the node was revoked; with ``event`` (of a change to ``failed``),
+        stage it in the same transaction if this write is the one that
+        takes the node into ``change.state`` (once, whichever of several
+        verifiers writes first).
 
         Returns:
             False if the row is revoked (or gone): the caller must stop.
@@ -105,14 +112,19 @@ class NodeStore:
         if change.v_released:
             values["v_released"] = True
         values.update(extra)
-        with self.engine.begin() as conn:
-            result = conn.execute(
-                sa.update(Node)
-                .where(Node.uuid == node.uuid, Node.state != _REVOKED)
-                .values(**values)
-            )
+        with Session(self.engine) as session, session.begin():
+            update = sa.update(Node).where(Node.uuid == node.uuid).values(**values)
+            if event is not None:
+                entered = session.execute(
+                    update.where(Node.state.not_in((_REVOKED, change.state.value)))
+                )
+                if entered.rowcount == 1:  # type: ignore[attr-defined]
+                    add_to_outbox(session, event, self._clock())
+                    node.dirty = False
+                    return True
+            result = session.execute(update.where(Node.state != _REVOKED))
         node.dirty = False
-        return result.rowcount == 1
+        return result.rowcount == 1  # type: ignore[attr-defined,no-any-return]
 
     def revoke(
         self,

@@ -15,6 +15,8 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from verifier import conf as vconf
+from verifier.common import config
+from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 
 LOG = logging.getLogger(__name__)
@@ -25,9 +27,42 @@ def setup(argv: list[str] | None, project: str) -> cfg.ConfigOpts:
     conf = cfg.ConfigOpts()
     vconf.register_opts(conf)
     logging.register_options(conf)
-    conf(sys.argv[1:] if argv is None else argv, project="trusted-cloud", prog=project)
+    config.load(conf, argv, project)  # one line and exit 2 on any error
     logging.setup(conf, "trusted-cloud")
     return conf
+
+
+def server_tls(
+    group: cfg.ConfigOpts.GroupAttr, client_cert_optional: bool = False
+) -> ssl.SSLContext:
+    """The mTLS server context of ``group``'s ``cert_file``, ``key_file``
+    and ``ca_file`` (see :func:`verifier.common.tls.server_context`).
+
+    Raises:
+        ConfigError: naming the option and the file that cannot be read or
+            is not PEM.
+    """
+    name = group._group.name
+    for opt in ("cert_file", "key_file", "ca_file"):
+        path = getattr(group, opt)
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            raise ConfigError(f"[{name}] {opt} {path}: {exc.strerror or exc}")
+    try:
+        return tlsutil.server_context(
+            group.cert_file,
+            group.key_file,
+            group.ca_file,
+            client_cert_optional=client_cert_optional,
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"[{name}] cert_file {group.cert_file}, key_file {group.key_file}, "
+            f"ca_file {group.ca_file}: not a usable certificate, key and CA "
+            f"(PEM): {exc}"
+        )
 
 
 def require(group: cfg.ConfigOpts.GroupAttr, *names: str) -> None:
@@ -70,6 +105,10 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> int:
         uvloop.run(main())
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    except (cfg.Error, ValueError) as exc:  # an option read after start
+        line = " ".join(str(exc).splitlines())
+        print(f"configuration error: {line}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from verifier.api.verifier_app import public_pem
 from verifier.cmd import _service
 from verifier.cmd.verifier import load_signing_key
-from verifier.common import tls as tlsutil
 from verifier.keyservice import KeyService, make_app
 from verifier.keyservice.keys import load_mac_key, load_public_key
 
@@ -34,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             state_file=group.state_file,
             degree=group.lkh_degree,
         )
-        ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
+        ctx = _service.server_tls(group)
         roles = {"tenant": group.tenant_clients, "verifier": group.verifier_clients}
         app = make_app(service, public_pem(signing_key.public_key()), roles)
         await _service.serve(app, group.host, group.port, ctx)

@@ -19,7 +19,7 @@ import stevedore
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from verifier.common import extras
+from verifier.common import config, extras
 from verifier.common import tls as tlsutil
 from verifier.common.plugins import InstanceHook
 from verifier.conf import nova_listener as listener_conf
@@ -52,11 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     listener_conf.register_opts(conf)
     logging.register_options(conf)
     oslo_messaging.set_transport_defaults("nova")
-    conf(
-        sys.argv[1:] if argv is None else argv,
-        project="trusted-cloud",
-        prog="trusted-nova-listener",
-    )
+    config.load(conf, argv, "trusted-nova-listener")
     logging.setup(conf, "trusted-cloud")
     group = conf.nova_listener
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from verifier import db
 from verifier.cmd import _service
-from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 from verifier.protocol import MalformedError
 from verifier.protocol.ekcert import load_anchors
@@ -27,9 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = db.make_engine(group.database_connection)
         db.upgrade(engine)
         registrar = Registrar(engine, anchors, group.require_ek_certificate)
-        ctx = tlsutil.server_context(
-            group.cert_file, group.key_file, group.ca_file, client_cert_optional=True
-        )
+        ctx = _service.server_tls(group, client_cert_optional=True)
         roles = {
             "agent": group.agent_clients,
             "reader": group.reader_clients,

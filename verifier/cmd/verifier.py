@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             routes.append(
                 functools.partial(add_monitor_routes, batcher=batcher, host=host)
             )
-        ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
+        ctx = _service.server_tls(group)
         caps = conf.capabilities
         issuer = None
         if caps.key_file:

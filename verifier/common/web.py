@@ -9,7 +9,6 @@ never a traceback.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from verifier.common.errors import RequestError
+from verifier.protocol import jsonlimits
 from verifier.protocol.errors import EnvelopeError, MalformedError
 from verifier.protocol.messages.errors import MAX_ERROR_MESSAGE, ErrorBody
 
@@ -27,6 +27,7 @@ __all__ = [
     "error_middleware",
     "json_response",
     "is_anonymous",
+    "parse_json_body",
     "peer_common_name",
     "read_json",
 ]
@@ -62,19 +63,32 @@ async def error_middleware(
         return _error(500, "internal", "internal error; see the service log")
 
 
-async def read_json(request: web.Request) -> Mapping[str, Any]:
-    """The request body as a JSON object.
+def parse_json_body(body: bytes) -> Mapping[str, Any]:
+    """A request body as a JSON object, within the limits of
+    :mod:`verifier.protocol.jsonlimits` (nesting depth, 64-bit integers,
+    finite numbers).
 
     Raises:
-        RequestError: ``bad_json`` if the body is not a JSON object.
+        RequestError: ``bad_json`` (400) naming what is wrong and where.
     """
     try:
-        data = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError("bad_json", f"request body is not valid JSON: {exc}")
-    if not isinstance(data, dict):
-        raise RequestError("bad_json", "request body must be a JSON object")
+        data: Mapping[str, Any] = jsonlimits.loads(
+            body, "request body", object_only=True
+        )
+    except MalformedError as exc:
+        raise RequestError("bad_json", exc.detail) from None
     return data
+
+
+async def read_json(request: web.Request) -> Mapping[str, Any]:
+    """The whole request body (up to the application's ``client_max_size``,
+    else 413 ``too_large``) as a JSON object.
+
+    Raises:
+        RequestError: ``bad_json`` if the body is not a JSON object within
+            the limits (see :func:`parse_json_body`).
+    """
+    return parse_json_body(await request.read())
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
+from verifier.common import openapi
 from verifier.common.web import (
     allow,
     authz_middleware,
@@ -154,6 +155,7 @@ def make_app(
     app.router.add_post("/v1/revocations", _revocation)
     app.router.add_get("/v1/signing-key", _signing_key)
     app.router.add_get("/v1/stats", _stats)
+    openapi.add_route(app, "trusted-cloud key service")
     return app
 
 

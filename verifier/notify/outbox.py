@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from verifier.db import OutboxEvent
 from verifier.notify.base import Notifier, NotifierError
 from verifier.protocol import RevocationEvent, SignedEvent
+from verifier.protocol.events import NODE_REVOKED
 
 LOG = logging.getLogger(__name__)
 
@@ -25,10 +26,14 @@ def make_event(
     reason: str,
     detail: str,
     now: float,
+    kind: str = NODE_REVOKED,
 ) -> SignedEvent:
-    """A new signed revocation event for ``node_uuid``."""
+    """A new signed event of type ``kind`` (revoked, or failed) for
+    ``node_uuid``."""
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-    event = RevocationEvent(str(uuid_mod.uuid4()), node_uuid, reason, detail, created)
+    event = RevocationEvent(
+        str(uuid_mod.uuid4()), node_uuid, reason, detail, created, kind
+    )
     return event.sign(signing_key)
 
 

@@ -1,6 +1,10 @@
 """Signed revocation events.
 
-A :class:`RevocationEvent` says that a node is no longer trusted. Its
+A :class:`RevocationEvent` says that a node is no longer trusted: its
+``type`` is ``node.revoked`` (final: it failed a check or was revoked on
+request) or ``node.failed`` (the verifier can no longer vouch for it: it
+stopped answering, or a round could not be completed; the verifier keeps
+polling it and a good quote makes it ``attested`` again, with no event). Its
 canonical form is UTF-8 JSON with sorted keys and no whitespace; the
 verifier signs those bytes with Ed25519. A :class:`SignedEvent` carries the
 event, the signature and the signing key's id (SHA-256 of the raw public
@@ -26,9 +30,22 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from verifier.protocol.envelope import canonical_uuid
 from verifier.protocol.errors import EvidenceError, MalformedError
 
-__all__ = ["EVENT_VERSION", "RevocationEvent", "SignedEvent", "key_id"]
+__all__ = [
+    "EVENT_TYPES",
+    "EVENT_VERSION",
+    "NODE_FAILED",
+    "NODE_REVOKED",
+    "RevocationEvent",
+    "SignedEvent",
+    "key_id",
+]
 
 EVENT_VERSION = 1
+#: The node failed a check or was revoked on request (final).
+NODE_REVOKED = "node.revoked"
+#: The node left ``attested`` without being revoked (e.g. unreachable).
+NODE_FAILED = "node.failed"
+EVENT_TYPES = frozenset({NODE_REVOKED, NODE_FAILED})
 _FIELDS = ("version", "id", "node_uuid", "reason", "detail", "created_at", "type")
 
 
@@ -42,7 +59,7 @@ def key_id(public_key: ed25519.Ed25519PublicKey) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RevocationEvent:
-    """A node is revoked.
+    """A node is revoked, or failed (see the module docstring).
 
     Attributes:
         id: unique event id (UUID string); consumers deduplicate on it.
@@ -50,6 +67,7 @@ class RevocationEvent:
         reason: machine-readable code (e.g. ``pcr_policy``).
         detail: human-readable explanation.
         created_at: ISO 8601 UTC timestamp given by the caller.
+        type: :data:`NODE_REVOKED` or :data:`NODE_FAILED`.
     """
 
     id: str
@@ -57,7 +75,7 @@ class RevocationEvent:
     reason: str
     detail: str
     created_at: str
-    type: str = "node.revoked"
+    type: str = NODE_REVOKED
     version: int = EVENT_VERSION
 
     def __post_init__(self) -> None:
@@ -65,6 +83,8 @@ class RevocationEvent:
         canonical_uuid(self.node_uuid)
         if self.version != EVENT_VERSION:
             raise MalformedError("revocation event", f"unknown version {self.version}")
+        if self.type not in EVENT_TYPES:
+            raise MalformedError("revocation event", f"unknown type {self.type[:64]!r}")
 
     def canonical_bytes(self) -> bytes:
         return json.dumps(

@@ -33,6 +33,7 @@ from verifier.protocol.ima.log import IMA_PCR
 from verifier.protocol.mb import MeasuredBootPolicy, check_against_pcrs, parse
 from verifier.protocol.mb import check as check_mb_policy
 from verifier.protocol.mb import replay as replay_boot
+from verifier.protocol.mb.eventlog import LEGACY_SHA1
 from verifier.protocol.messages.quote import (
     MAX_IMA_BYTES,
     MAX_MB_LOG_BYTES,
@@ -177,18 +178,32 @@ def check_measured_boot(
     """Replay the firmware event log into PCRs 0-9 and judge it.
 
     Every quoted PCR among 0-9 must equal the log's replay (sha256 bank).
+    A legacy SHA-1 log replays the sha256 bank only when it extends nothing
+    (e.g. a lone ``StartupLocality`` event): its events carry SHA-1
+    digests, and quotes cover the sha256 bank.
 
     Raises:
-        MalformedError: the log does not parse (naming the event).
+        MalformedError: the log does not parse (naming the format seen and
+            the event).
         EvidenceError: ``mb_pcr_mismatch`` naming the PCR,
-            ``mb_missing_digest``, or ``mb_policy`` naming the events the
-            policy refuses.
+            ``mb_missing_digest`` (naming the format of a legacy log), or
+            ``mb_policy`` naming the events the policy refuses.
     """
-    events = parse(log).events
+    parsed = parse(log)
+    events = parsed.events
     quoted = {i: v for i, v in pcr_values.items() if i in BOOT_PCRS}
     if not quoted:
         raise EvidenceError("pcr_selection", "no PCR among 0-9 was quoted")
-    replayed = replay_boot(events, ("sha256",), BOOT_PCRS)["sha256"]
+    try:
+        replayed = replay_boot(events, ("sha256",), BOOT_PCRS)["sha256"]
+    except EvidenceError as exc:
+        if parsed.format != LEGACY_SHA1:
+            raise
+        raise EvidenceError(
+            exc.reason,
+            f"{exc.detail}: a {LEGACY_SHA1} log (no Spec ID Event03) has SHA-1 "
+            "digests only, and quotes cover the sha256 bank",
+        ) from None
     check_against_pcrs(replayed, quoted)
     if policy is not None:
         check_mb_policy(policy, events)

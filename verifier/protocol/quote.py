@@ -357,7 +357,13 @@ def _check_pcrs(attest: TpmAttest, quote: Quote, policy: PcrPolicy) -> dict[int,
     values = {i: quote.pcr_values[i] for i in quoted}
     bad = policy.mismatches(values)
     if bad:
-        raise EvidenceError("pcr_policy", f"PCR {bad} not allowed by policy")
+        shown = ", ".join(
+            f"PCR {i} = {values[i].hex()}" if i in values else f"PCR {i} missing"
+            for i in bad[:4]
+        )
+        raise EvidenceError(
+            "pcr_policy", f"the node reported {shown}: not allowed by the policy"
+        )
     return values
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 import dataclasses
 import email
 import email.policy
-import json
 import zlib
 from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography import x509
 
+from verifier.protocol import jsonlimits
 from verifier.protocol.envelope import canonical_uuid
 from verifier.protocol.errors import MalformedError
 
@@ -146,9 +146,9 @@ class BootstrapConfig:
         if len(raw) > MAX_BOOTSTRAP_BYTES:
             raise MalformedError(_STRUCTURE, f"larger than {MAX_BOOTSTRAP_BYTES} bytes")
         try:
-            data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise MalformedError(_STRUCTURE, f"not JSON: {exc}")
+            data = jsonlimits.loads(raw, _STRUCTURE)
+        except MalformedError as exc:  # depth, integers, syntax: named
+            raise MalformedError(_STRUCTURE, f"not JSON: {exc.detail}") from None
         return cls.from_dict(data)
 
 
@@ -178,10 +178,10 @@ def _config_of(text: str) -> BootstrapConfig:
     if first.strip() != "#cloud-config":
         raise MalformedError("user-data", "cloud-config part without its header")
     try:
-        doc = json.loads(body)
+        doc = jsonlimits.loads(body, "user-data")
         content = doc["write_files"][0]["content"]
         path = doc["write_files"][0]["path"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+    except (MalformedError, KeyError, IndexError, TypeError) as exc:
         raise MalformedError("user-data", f"cloud-config part is not ours: {exc!r}")
     if path != BOOTSTRAP_PATH or not isinstance(content, str):
         raise MalformedError("user-data", "cloud-config part writes no bootstrap file")

@@ -26,6 +26,7 @@ class OptsTestCase(base.BaseTestCase):
             {
                 "revocation_hooks": {
                     "actions",
+                    "failed_actions",
                     "verifier_public_key",
                     "max_attempts",
                     "retry_delay",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import uuid
 
 import fixtures
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -19,6 +20,8 @@ from ipsec_puppet_vault_hooks import (
     HooksError,
 )
 from trusted_testing import hooks_events as utils
+from verifier.protocol import RevocationEvent, SignedEvent
+from verifier.protocol.events import NODE_FAILED
 
 
 class ConsumerTestCase(base.BaseTestCase):
@@ -44,6 +47,36 @@ class ConsumerTestCase(base.BaseTestCase):
         self.assertEqual(ConsumeResult(signed.event.id, acked=True), result)
         self.assertEqual([signed.event.id], self.first.handled)
         self.assertEqual([signed.event.id], self.second.handled)
+
+    def _failed_event(self) -> SignedEvent:
+        return RevocationEvent(
+            str(uuid.uuid4()),
+            str(uuid.uuid4()),
+            "unreachable",
+            "agent unreachable: connection refused",
+            "2024-05-01T12:00:00Z",
+            NODE_FAILED,
+        ).sign(self.key)
+
+    def test_failed_event_runs_the_revocation_actions_by_default(self) -> None:
+        # Fail closed (issue 18): a node the verifier no longer vouches for
+        # is cut off like a revoked one unless the operator says otherwise.
+        signed = self._failed_event()
+        self.assertTrue(self._consumer().consume(signed.to_dict()).acked)
+        self.assertEqual([signed.event.id], self.first.handled)
+        self.assertEqual([signed.event.id], self.second.handled)
+
+    def test_failed_event_runs_only_the_failed_actions_when_set(self) -> None:
+        only_log = utils.RecordingAction("log")
+        consumer = self._consumer(failed_actions=[only_log])
+        signed = self._failed_event()
+        self.assertTrue(consumer.consume(signed.to_dict()).acked)
+        self.assertEqual([signed.event.id], only_log.handled)
+        self.assertEqual([], self.first.handled)
+        revoked = utils.make_event(self.key)
+        consumer.consume(revoked.to_dict())
+        self.assertEqual([revoked.event.id], self.first.handled)
+        self.assertEqual([signed.event.id], only_log.handled)
 
     def test_accepts_parsed_signed_event(self) -> None:
         signed = utils.make_event(self.key)

@@ -344,6 +344,16 @@ class TestAgentApi(AgentTestBase):
         result = self._request("GET", f"/v1/quote?nonce={'00' * 16}&pcrs=16&csr=yes")
         self._assert_error(400, "bad_csr", result, "csr")
 
+    def test_deeply_nested_json_is_400_bad_json(self):
+        # Issue 18: answered 500 (RecursionError in json.loads).
+        deep = b'{"u": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+        result = self._request("POST", "/v1/keys/u", data=deep)
+        self._assert_error(400, "bad_json", result, "nested")
+
+    def test_integer_over_64_bits_is_400_bad_json(self):
+        result = self._request("POST", "/v1/keys/v", data=b'{"v": 1' + b"0" * 30 + b"}")
+        self._assert_error(400, "bad_json", result, "out of range")
+
     def test_bad_json(self):
         result = self._request("POST", "/v1/keys/u", data=b"{not json")
         self._assert_error(400, "bad_json", result)

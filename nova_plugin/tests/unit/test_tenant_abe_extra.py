@@ -44,8 +44,9 @@ class SealWithoutAbeTest(testtools.TestCase):
         argv = [*_SETTINGS, "seal", "--seal-policy", "region=eu"]
         argv += ["--payload", "/nonexistent/p", "--out", "/nonexistent/o"]
         code, err = _run(argv)
-        # fails on the missing certificate files, past the extra check
-        self.assertEqual(1, code)
+        # fails on the missing certificate files, past the extra check (a
+        # usage error naming the option: exit 2)
+        self.assertEqual(2, code)
         self.assertIn("No such file", err)
         self.assertNotIn("trusted-cloud[abe]", err)
 
@@ -66,6 +67,6 @@ class SealWithoutAbeTest(testtools.TestCase):
         with mock.patch.dict(sys.modules, {"pymcl": None}):
             code, err = _run(argv)
         # fails on the missing certificate files, not on the missing extra
-        self.assertEqual(1, code)
+        self.assertEqual(2, code)
         self.assertIn("No such file", err)
         self.assertNotIn("trusted-cloud[abe]", err)

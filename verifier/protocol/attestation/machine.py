@@ -273,6 +273,29 @@ class NodeAttestation:
             return self._revoked("unreachable", detail)
         return Verdict(Action.FAIL, failed)
 
+    def round_failed(self, reason: str, detail: str) -> Verdict:
+        """A round could not be completed: an error while obtaining or
+        judging the evidence that is neither an answer to judge nor a
+        transport failure (a defect, of the verifier or of what the agent
+        sent, that broke the round). Fail closed: the node is failed at
+        once (no grace rounds), and polled again; a good quote brings it
+        back.
+
+        Returns:
+            ``FAIL`` with the transition to ``failed`` naming ``reason``;
+            ``WAIT`` with it (the latest reason) when already failed;
+            ``STOP`` when revoked.
+        """
+        if self._state is NodeState.REVOKED:
+            return Verdict(Action.STOP)
+        self._rounds = 0
+        failed = Transition(NodeState.FAILED, reason, detail[:_MAX_ERROR])
+        if self._state is NodeState.FAILED:
+            if failed.failure_reason == self._failure_reason:
+                return Verdict(Action.WAIT)
+            return Verdict(Action.WAIT, failed)
+        return Verdict(Action.FAIL, failed)
+
     def v_delivered(self) -> Verdict:
         """V (and the identity certificate) reached the node.
 

@@ -303,11 +303,17 @@ def _ascii_entry(line: str, index: int) -> ImaEntry:
     pcr_s, thash_s, name, rest = parts
     if name not in TEMPLATES:
         raise MalformedError(_STRUCT, f"entry {index}: unknown template {name!r}")
+    if not (pcr_s.isascii() and pcr_s.isdigit() and len(pcr_s) <= 2):
+        raise MalformedError(_STRUCT, f"entry {index}: bad PCR {pcr_s[:8]!r}")
+    dfield, _, tail = rest.partition(" ")
+    algo, colon, dhex = dfield.rpartition(":")
+    if not algo.isascii():  # the kernel prints hash_algo_name[]: ASCII
+        raise MalformedError(
+            _STRUCT, f"entry {index}: digest algorithm {algo[:32]!r} is not ASCII"
+        )
     try:
         pcr = int(pcr_s, 10)
         thash = bytes.fromhex(thash_s)
-        dfield, _, tail = rest.partition(" ")
-        algo, colon, dhex = dfield.rpartition(":")
         digest = bytes.fromhex(dhex)
     except ValueError as exc:
         raise MalformedError(_STRUCT, f"entry {index}: {exc}") from None

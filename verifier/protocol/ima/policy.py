@@ -47,6 +47,7 @@ from verifier.protocol.ima.log import DIGEST_SIZES, ImaEntry
 from verifier.protocol.ima.replay import BOOT_AGGREGATE
 
 __all__ = [
+    "MAX_VERSION",
     "DEFAULT_MAX_ENTRIES",
     "Failure",
     "ImaKey",
@@ -59,6 +60,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_ENTRIES = 5_000_000
+#: The largest policy version (a signed 32-bit value: every database holds it).
+MAX_VERSION = 2**31 - 1
 _STRUCT = "IMA runtime policy"
 _TAGS = {name: bytes([i + 1]) for i, name in enumerate(sorted(DIGEST_SIZES))}
 _NAMES = {tag[0]: name for name, tag in _TAGS.items()}
@@ -172,8 +175,8 @@ class RuntimePolicy:
     ) -> None:
         if not isinstance(name, str) or not name:
             raise _bad("name must be a non-empty string")
-        if type(version) is not int or version < 0:
-            raise _bad("version must be a non-negative integer")
+        if type(version) is not int or not 0 <= version <= MAX_VERSION:
+            raise _bad(f"version must be an integer from 0 to {MAX_VERSION}")
         compiled = []
         for pattern in excludes:
             if not isinstance(pattern, str):

@@ -1,11 +1,23 @@
-"""The TCG crypto-agile boot event log (measured boot).
+"""The TCG boot event log (measured boot), in both of its formats.
 
 Parses the binary log the kernel exposes as
 ``/sys/kernel/security/tpm0/binary_bios_measurements`` (TCG PC Client
-Platform Firmware Profile, section 10): a legacy SHA-1 ``TCG_PCR_EVENT``
-carrying the ``Spec ID Event03`` header (``TCG_EfiSpecIDEvent``), then
-``TCG_PCR_EVENT2`` entries with one digest per PCR bank. All integers are
-little-endian.
+Platform Firmware Profile, section 10). All integers are little-endian.
+
+* **crypto-agile** (:data:`CRYPTO_AGILE`): a legacy SHA-1 ``TCG_PCR_EVENT``
+  carrying the ``Spec ID Event03`` header (``TCG_EfiSpecIDEvent``), then
+  ``TCG_PCR_EVENT2`` entries with one digest per PCR bank;
+* **legacy SHA-1** (:data:`LEGACY_SHA1`): ``TCG_PCR_EVENT`` entries only
+  (PCR index, event type, one SHA-1 digest, event data), with no Spec ID
+  Event03 -- written by TPM 1.2 firmware and by many TPM 2.0 firmwares
+  (and Hyper-V shielded VMs) that log in the TCG 1.2 format. Its first
+  event may be a TPM 1.2 ``Spec ID Event00``/``02`` header, a
+  ``StartupLocality`` event, or an ordinary measurement; a log may hold a
+  ``StartupLocality`` event and nothing else.
+
+Errors name the format seen and the index of the offending event. Bank
+names are the TCG's (``sm3_256`` for ``TPM_ALG_SM3_256``; hashlib calls it
+``sm3``, see :data:`HASHLIB_NAMES`).
 
 Pure and I/O-free like the rest of :mod:`verifier.protocol`.
 """
@@ -20,6 +32,9 @@ from verifier.protocol.errors import MalformedError
 
 __all__ = [
     "ALGORITHMS",
+    "CRYPTO_AGILE",
+    "HASHLIB_NAMES",
+    "LEGACY_SHA1",
     "EVENT_TYPES",
     "EV_EFI_ACTION",
     "EV_EFI_BOOT_SERVICES_APPLICATION",
@@ -93,6 +108,13 @@ ALGORITHMS: dict[int, tuple[str, int]] = {
     0x000D: ("sha512", 64),
     0x0012: ("sm3_256", 32),
 }
+
+#: TCG bank name -> hashlib name, where they differ.
+HASHLIB_NAMES = {"sm3_256": "sm3"}
+#: :attr:`EventLog.format` of a log with the Spec ID Event03 header.
+CRYPTO_AGILE = "crypto-agile"
+#: :attr:`EventLog.format` of a log of ``TCG_PCR_EVENT`` entries only.
+LEGACY_SHA1 = "legacy SHA-1"
 
 #: EFI variable events whose data is a ``UEFI_VARIABLE_DATA``.
 VARIABLE_EVENTS = frozenset(
@@ -190,16 +212,21 @@ class EventLog:
     """A parsed log.
 
     Attributes:
-        spec_id: the header.
+        spec_id: the Spec ID Event03 header (None in a legacy SHA-1 log).
         events: every event, the header event included (index 0).
+        format: :data:`CRYPTO_AGILE` or :data:`LEGACY_SHA1`.
     """
 
-    spec_id: SpecIdEvent
+    spec_id: SpecIdEvent | None
     events: tuple[Event, ...]
+    format: str = CRYPTO_AGILE
 
     @property
     def banks(self) -> tuple[str, ...]:
-        """Names of the banks the log declares (known algorithms only)."""
+        """Names of the banks the log has digests of (known algorithms
+        only): ``("sha1",)`` for a legacy SHA-1 log."""
+        if self.spec_id is None:
+            return ("sha1",)
         return tuple(
             ALGORITHMS[alg][0] for alg in self.spec_id.digest_sizes if alg in ALGORITHMS
         )
@@ -266,29 +293,36 @@ def _parse_spec_id(data: bytes) -> SpecIdEvent:
 
 
 def parse(raw: bytes) -> EventLog:
-    """Parse a binary crypto-agile event log.
+    """Parse a binary event log, crypto-agile or legacy SHA-1.
 
     Args:
         raw: the log bytes. Trailing zero padding (some firmwares pad the
             log area) is ignored.
 
     Returns:
-        The parsed log.
+        The parsed log; :attr:`EventLog.format` says which format it is.
 
     Raises:
-        MalformedError: a truncated or inconsistent event (naming its
-            index), or a log that is not crypto-agile.
+        MalformedError: a truncated or inconsistent event, naming the format
+            seen and the event's index.
     """
     view = memoryview(raw)
     if len(view) < _LEGACY_HEADER.size:
-        raise MalformedError(_STRUCT, "event 0: truncated header")
+        raise MalformedError(
+            _STRUCT, f"event 0: truncated header ({len(view)} bytes in all)"
+        )
     pcr, etype, sha1, size = _LEGACY_HEADER.unpack_from(view, 0)
     off = _LEGACY_HEADER.size
-    if pcr != 0 or etype != EV_NO_ACTION or size > len(view) - off:
-        raise MalformedError(_STRUCT, "event 0: not a Spec ID event")
     first = bytes(view[off : off + size])
+    if pcr != 0 or etype != EV_NO_ACTION or not first.startswith(SPEC_ID_SIGNATURE):
+        return _parse_legacy(view)
+    if size > len(view) - off:
+        raise MalformedError(_STRUCT, f"{CRYPTO_AGILE} log: event 0: truncated")
     off += size
-    spec_id = _parse_spec_id(first)
+    try:
+        spec_id = _parse_spec_id(first)
+    except MalformedError as exc:
+        raise MalformedError(_STRUCT, f"{CRYPTO_AGILE} log: {exc.detail}") from None
     events = [Event(0, 0, EV_NO_ACTION, {"sha1": sha1}, first)]
     sizes = spec_id.digest_sizes
     while off < len(view):
@@ -297,14 +331,42 @@ def parse(raw: bytes) -> EventLog:
             break  # zero padding after the last event
         event, off = _parse_event2(view, off, index, sizes)
         events.append(event)
-    return EventLog(spec_id, tuple(events))
+    return EventLog(spec_id, tuple(events), CRYPTO_AGILE)
+
+
+def _parse_legacy(view: memoryview) -> EventLog:
+    """A log of ``TCG_PCR_EVENT`` entries only (see the module docstring)."""
+
+    def bad(index: int, detail: str) -> MalformedError:
+        return MalformedError(
+            _STRUCT, f"{LEGACY_SHA1} log (no Spec ID Event03): event {index}: {detail}"
+        )
+
+    events: list[Event] = []
+    off, end = 0, len(view)
+    while off < end:
+        index = len(events)
+        if index and not any(view[off:]):
+            break  # zero padding after the last event
+        if off + _LEGACY_HEADER.size > end:
+            raise bad(index, "truncated header")
+        pcr, etype, sha1, size = _LEGACY_HEADER.unpack_from(view, off)
+        off += _LEGACY_HEADER.size
+        if size > _MAX_EVENT_SIZE or off + size > end:
+            raise bad(index, f"eventSize {size} exceeds the log")
+        if pcr > 31:
+            raise bad(index, f"bad PCR index {pcr}")
+        data = bytes(view[off : off + size])
+        off += size
+        events.append(Event(index, pcr, etype, {"sha1": sha1}, data))
+    return EventLog(None, tuple(events), LEGACY_SHA1)
 
 
 def _parse_event2(
     view: memoryview, off: int, index: int, sizes: dict[int, int]
 ) -> tuple[Event, int]:
     def bad(detail: str) -> MalformedError:
-        return MalformedError(_STRUCT, f"event {index}: {detail}")
+        return MalformedError(_STRUCT, f"{CRYPTO_AGILE} log: event {index}: {detail}")
 
     end = len(view)
     if off + 12 > end:

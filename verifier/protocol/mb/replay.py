@@ -15,7 +15,7 @@ import hmac
 from collections.abc import Iterable, Mapping
 
 from verifier.protocol.errors import EvidenceError
-from verifier.protocol.mb.eventlog import EV_NO_ACTION, Event
+from verifier.protocol.mb.eventlog import EV_NO_ACTION, HASHLIB_NAMES, Event
 
 __all__ = [
     "DEFAULT_PCRS",
@@ -28,7 +28,7 @@ __all__ = [
 #: The PCRs the firmware and boot loader measure into.
 DEFAULT_PCRS = frozenset(range(10))
 STARTUP_LOCALITY = b"StartupLocality\x00"
-_HASHES = ("sha1", "sha256", "sha384", "sha512")
+_HASHES = ("sha1", "sha256", "sha384", "sha512", "sm3_256")
 
 
 def startup_locality(events: Iterable[Event]) -> int:
@@ -54,7 +54,7 @@ def replay(
     Args:
         events: the parsed log (e.g. ``EventLog.events``).
         banks: the banks to compute (``sha1``, ``sha256``, ``sha384``,
-            ``sha512``).
+            ``sha512``, ``sm3_256``: the TCG's names).
         pcrs: the PCRs to compute; events in other PCRs are skipped.
 
     Returns:
@@ -74,7 +74,8 @@ def replay(
     locality = startup_locality(events)
     out: dict[str, dict[int, bytes]] = {}
     for name in names:
-        size = hashlib.new(name).digest_size
+        algorithm = HASHLIB_NAMES.get(name, name)
+        size = hashlib.new(algorithm).digest_size
         values: dict[int, bytes] = {}
         if locality and 0 in wanted:
             values[0] = bytes(size - 1) + bytes([locality])
@@ -88,7 +89,7 @@ def replay(
                     f"event {event.index} ({event.type_name}) has no {name} digest",
                 )
             old = values.get(event.pcr, bytes(size))
-            values[event.pcr] = hashlib.new(name, old + digest).digest()
+            values[event.pcr] = hashlib.new(algorithm, old + digest).digest()
         out[name] = values
     return out
 

@@ -455,7 +455,9 @@ class VerifierServiceTest(VerifierServiceBase):
         assert row is not None
         self.assertEqual("failed", row.state)
         self.assertIn("unreachable", row.failure_reason)
-        self.assertEqual([], self.outbox_rows())
+        # leaving attested is signed (node.failed), once (issue 18)
+        (event_row,) = self.outbox_rows()
+        self.assert_signed_event(event_row, agent.uuid, "unreachable")
 
         agent.unreachable = False
         view = await verifier.attest_once(agent.uuid)
@@ -468,7 +470,7 @@ class VerifierServiceTest(VerifierServiceBase):
         assert row is not None
         self.assertEqual("attested", row.state)
         self.assertIsNone(row.failure_reason)
-        self.assertEqual([], self.outbox_rows())
+        self.assertEqual(1, len(self.outbox_rows()))  # coming back: no event
 
     async def test_failed_node_shows_the_latest_failure_reason(self) -> None:
         verifier = self.new_verifier()

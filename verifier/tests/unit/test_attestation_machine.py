@@ -451,6 +451,14 @@ class AttackTest(MachineTestBase):
         self.node.tpm.extend(16, hashlib.sha256(b"rootkit").digest())
         self.assert_revoked(self.round(machine), "pcr_policy")
 
+    def test_pcr_mismatch_shows_the_value_the_node_reported(self) -> None:
+        # Issue 18: the reason named the PCR but not what the node reported.
+        machine = self.attested()
+        self.node.tpm.extend(16, hashlib.sha256(b"rootkit").digest())
+        reported = self.node.tpm.pcrs[16].hex()
+        change = self.assert_revoked(self.round(machine), "pcr_policy")
+        self.assertIn(f"the node reported PCR 16 = {reported}", change.detail)
+
     def test_pcr_mismatch_on_first_quote_never_releases_v(self) -> None:
         machine = self.machine()
         self.node.tpm.extend(16, b"\x01" * 32)

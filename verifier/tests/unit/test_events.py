@@ -79,11 +79,16 @@ class SignedEventTest(testtools.TestCase):
             ("node_uuid", str(uuid.uuid4())),
             ("id", str(uuid.uuid4())),
             ("created_at", "2030-01-01T00:00:00Z"),
-            ("type", "node.trusted"),
+            ("type", "node.failed"),
         ):
             wire = json.loads(json.dumps(self.wire))
             wire["event"][field] = value
             self._assert_bad_signature(wire)
+
+    def test_unknown_type_is_malformed(self) -> None:
+        wire = json.loads(json.dumps(self.wire))
+        wire["event"]["type"] = "node.trusted"
+        self.assertRaises(MalformedError, SignedEvent.from_dict, wire)
 
     def test_modified_signature_fails(self) -> None:
         sig = bytearray(self.signed.signature)

@@ -139,6 +139,19 @@ class ParseTest(testtools.TestCase):
         exc = self.assertRaises(MalformedError, parse_ascii, "10 abcd\n")
         self.assertIn("entry 0", exc.detail)
 
+    def test_ascii_line_with_non_ascii_algorithm_is_malformed(self) -> None:
+        # Issue 18: raised UnicodeEncodeError, outside the project's errors.
+        line = "10 " + "00" * 20 + " ima-ng sha256\u00e9:" + "00" * 32 + " /bin/sh\n"
+        exc = self.assertRaises(MalformedError, parse_ascii, line)
+        self.assertIn(
+            "entry 0: digest algorithm 'sha256\u00e9' is not ASCII", exc.detail
+        )
+
+    def test_ascii_line_with_non_ascii_pcr_digits_is_malformed(self) -> None:
+        line = "\u0661\u0660 " + "00" * 20 + " ima-ng sha256:" + "00" * 32 + " /x\n"
+        exc = self.assertRaises(MalformedError, parse_ascii, line)
+        self.assertIn("entry 0: bad PCR", exc.detail)
+
     def test_unknown_template(self) -> None:
         entry = make_entry("/bin/x", b"x")
         data = to_binary([entry]) + to_binary([entry]).replace(b"ima-ng", b"ima-xx")

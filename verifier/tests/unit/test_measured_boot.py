@@ -156,7 +156,12 @@ class ParseTest(testtools.TestCase):
             try:
                 log = parse(raw[:cut])
             except MalformedError as exc:
-                self.assertRegex(exc.detail, r"^event \d+")
+                # the format seen, then the event (issue 18)
+                self.assertRegex(
+                    exc.detail,
+                    r"^((crypto-agile log|legacy SHA-1 log \(no Spec ID Event03\)):"
+                    r" )?event \d+",
+                )
             else:  # only zero bytes of a PCR 0 header were cut off
                 self.assertFalse(any(raw[max(boundaries & set(range(cut))) : cut]))
                 self.assertLess(len(log.events), 14)
@@ -168,9 +173,12 @@ class ParseTest(testtools.TestCase):
         self.assertIn("event 13", e.detail)
         e = self.assertRaises(MalformedError, parse, b"")
         self.assertIn("event 0", e.detail)
-        # Not crypto-agile: a legacy SHA-1 log with no Spec ID event.
+        # Not crypto-agile: a legacy SHA-1 log with no Spec ID event is
+        # parsed as one (issue 18), and says so when it is truncated.
         legacy = struct.pack("<II20sI", 0, 8, bytes(20), 4) + b"abcd"
-        self.assertRaises(MalformedError, parse, legacy)
+        self.assertEqual(ev.LEGACY_SHA1, parse(legacy).format)
+        e = self.assertRaises(MalformedError, parse, legacy[:-1])
+        self.assertIn("legacy SHA-1 log (no Spec ID Event03): event 0", e.detail)
         # An algorithm the Spec ID event did not declare.
         bad = bytearray(LogWriter(("sha256",)).add(0, 8, b"v").build())
         spec_len = 32 + struct.unpack_from("<I", bad, 28)[0]

@@ -1,0 +1,93 @@
+"""Loading a command's configuration: one line and exit status 2 for any
+configuration error, never a traceback.
+
+oslo.config reports a missing ``--config-file`` by raising from the parse,
+and a value that does not convert (``interval = 1.5 # comment``: oslo.config
+has no inline comments) only when the option is first read, perhaps deep in
+a running service. :func:`load` parses the command line and the files, then
+reads every registered option once, so every such error is reported at
+start as ``<prog>: configuration error: <what>, naming the option and file``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from oslo_config import cfg
+
+__all__ = ["check_values", "fail", "load"]
+
+#: The exit status of a configuration or usage error (as argparse's).
+EXIT_CONFIG = 2
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """Print ``<prog>: configuration error: <message>`` (one line) to stderr
+    and exit with status 2."""
+    line = " ".join(str(message).splitlines())
+    print(f"{prog}: configuration error: {line}", file=sys.stderr)
+    raise SystemExit(EXIT_CONFIG)
+
+
+def _value_error(group: str | None, name: str, exc: Exception, files: str) -> str:
+    where = f"[{group or 'DEFAULT'}] {name}"
+    text = str(exc)
+    reason = text.split("is not valid: ", 1)[-1]
+    return f"{where} in {files}: {reason}"
+
+
+def check_values(conf: cfg.ConfigOpts) -> None:
+    """Read every registered option once.
+
+    Raises:
+        ValueError: naming the first option whose value does not convert
+            (``[group] name in FILES: reason``).
+    """
+    files = ", ".join(conf.config_file or ()) or "the command line"
+    groups: list[tuple[str | None, Any]] = [(None, conf)]
+    for name in list(conf):
+        try:
+            value = conf[name]
+        except (cfg.Error, ValueError) as exc:
+            raise ValueError(_value_error(None, name, exc, files)) from None
+        if isinstance(value, cfg.ConfigOpts.GroupAttr):
+            groups.append((name, value))
+    for group, attr in groups[1:]:
+        for name in list(attr):
+            try:
+                getattr(attr, name)
+            except (cfg.Error, ValueError) as exc:
+                raise ValueError(_value_error(group, name, exc, files)) from None
+
+
+def load(
+    conf: cfg.ConfigOpts,
+    argv: Sequence[str] | None,
+    prog: str,
+    **kwargs: Any,
+) -> None:
+    """Parse ``argv`` (default: ``sys.argv[1:]``) and the configuration files
+    into ``conf`` and check every option's value; on any error print one line
+    naming the option, file or position and exit with status 2.
+
+    Args:
+        conf: with its options registered.
+        argv: the command line without the program name.
+        prog: the command's name, for messages.
+        kwargs: more arguments of ``conf()`` (e.g. ``description``).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        conf(args, project="trusted-cloud", prog=prog, **kwargs)
+    except cfg.ConfigFilesNotFoundError as exc:
+        fail(prog, f"cannot read configuration file(s): {', '.join(exc.config_files)}")
+    except cfg.ConfigFileParseError as exc:
+        fail(prog, f"{exc.config_file}: {exc.msg}")
+    except (cfg.Error, ValueError) as exc:
+        fail(prog, str(exc))
+    try:
+        check_values(conf)
+    except ValueError as exc:
+        fail(prog, str(exc))

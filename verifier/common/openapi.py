@@ -1,0 +1,116 @@
+"""The OpenAPI 3 contract of a service, generated from its routes.
+
+Every service (registrar, verifier, key service, node agent, revocation
+listener) serves ``GET /v1/openapi.json``: its routes, their path
+parameters, a JSON object request body on ``POST``/``PUT``, and the
+answers every route may give -- a 2xx success, or a 4xx refusal with the
+JSON error body (:class:`~verifier.protocol.messages.errors.ErrorBody`).
+No 5xx is part of the contract (except where a route declares one, e.g.
+the verifier's ``502`` when the registrar cannot be reached): schemathesis
+checks the running services against it
+(``verifier/tests/functional/test_api_contract.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from verifier.common.web import json_response
+
+__all__ = ["ERROR_SCHEMA", "add_route", "document"]
+
+_PARAM = re.compile(r"{(\w+)(?::[^}]*)?}")
+
+#: The JSON error body of every refusal.
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "minLength": 1, "maxLength": 128},
+                "message": {"type": "string"},
+            },
+        }
+    },
+}
+_ERROR = {
+    "description": "refused: the error code names the problem",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+_SUCCESS_TYPES = ("application/json", "application/x-pem-file", "text/plain")
+
+
+def _success(method: str) -> dict[str, Any]:
+    if method == "delete":
+        return {"description": "done (no body)"}
+    content: dict[str, Any] = {t: {"schema": {}} for t in _SUCCESS_TYPES}
+    return {"description": "success", "content": content}
+
+
+def _operation(route: web.AbstractRoute, path: str) -> dict[str, Any]:
+    method = route.method.lower()
+    handler = route.handler
+    name = getattr(handler, "__name__", "handler").strip("_") or "handler"  # summary
+    operation: dict[str, Any] = {
+        "operationId": method + re.sub(r"[^A-Za-z0-9]+", "_", path),
+        "summary": (handler.__doc__ or name).strip().splitlines()[0],
+        "parameters": [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+            for p in _PARAM.findall(path)
+        ],
+        "responses": {"2XX": _success(method), "4XX": _ERROR},
+    }
+    extra = getattr(handler, "openapi_responses", None)
+    if extra:
+        operation["responses"].update({str(s): _ERROR for s in extra})
+    roles = getattr(handler, "roles", None)
+    if roles:
+        operation["description"] = "Callers: " + ", ".join(sorted(roles)) + "."
+    if method in ("post", "put"):
+        operation["requestBody"] = {
+            "required": False,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    return operation
+
+
+def document(app: web.Application, title: str, version: str = "1") -> dict[str, Any]:
+    """The OpenAPI 3.0 document of ``app``'s routes."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in app.router.routes():
+        if route.method in ("HEAD", "*"):
+            continue
+        info: Mapping[str, Any] = route.resource.get_info() if route.resource else {}
+        path = info.get("formatter") or info.get("path")
+        if not path:
+            continue
+        paths.setdefault(_PARAM.sub(r"{\1}", path), {})[route.method.lower()] = (
+            _operation(route, path)
+        )
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": title, "version": version},
+        "paths": dict(sorted(paths.items())),
+        "components": {"schemas": {"Error": ERROR_SCHEMA}},
+    }
+
+
+def add_route(app: web.Application, title: str) -> None:
+    """Serve :func:`document` of ``app`` at ``GET /v1/openapi.json`` (built
+    at the first request, when every route is there)."""
+    built: list[dict[str, Any]] = []
+
+    async def serve(request: web.Request) -> web.Response:
+        """The service's OpenAPI 3 document."""
+        if not built:
+            built.append(document(request.app, title))
+        return json_response(built[0])
+
+    app.router.add_get("/v1/openapi.json", serve)
