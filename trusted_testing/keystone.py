@@ -109,10 +109,20 @@ class Keystone:
         """Set up the database and keys, bootstrap, and serve."""
         self._write_conf()
         self._manage("db_sync")
-        self._manage("fernet_setup", "--keystone-user", str(os.getuid()),
-                     "--keystone-group", str(os.getgid()))
-        self._manage("credential_setup", "--keystone-user", str(os.getuid()),
-                     "--keystone-group", str(os.getgid()))
+        self._manage(
+            "fernet_setup",
+            "--keystone-user",
+            str(os.getuid()),
+            "--keystone-group",
+            str(os.getgid()),
+        )
+        self._manage(
+            "credential_setup",
+            "--keystone-user",
+            str(os.getuid()),
+            "--keystone-group",
+            str(os.getgid()),
+        )
         self._manage(
             "bootstrap",
             "--bootstrap-password", ADMIN_PASSWORD,

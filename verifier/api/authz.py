@@ -87,8 +87,8 @@ class Auth:
 
     enforcer: policy.Enforcer
     keystone: KeystoneAuthenticator | None = None
-    certificates: Mapping[str, tuple[str | None, tuple[str, ...]]] = (
-        dataclasses.field(default_factory=dict)
+    certificates: Mapping[str, tuple[str | None, tuple[str, ...]]] = dataclasses.field(
+        default_factory=dict
     )
     open_without_tls: bool = False
 

@@ -61,9 +61,13 @@ class NodeStore:
             session.expunge_all()
         return rows
 
-    def load_all(self) -> list[Node]:
+    def load_all(self, project: str | None = None) -> list[Node]:
+        """Every node, or those of ``project``."""
+        query = sa.select(Node).order_by(Node.uuid)
+        if project is not None:
+            query = query.where(Node.project_id == project)
         with Session(self.engine) as session:
-            rows = list(session.scalars(sa.select(Node).order_by(Node.uuid)))
+            rows = list(session.scalars(query))
             session.expunge_all()
             return rows
 
@@ -140,7 +144,10 @@ class NodeStore:
             )
             if result.rowcount != 1:  # type: ignore[attr-defined]
                 return False
-            add_to_outbox(session, signed, now)
+            project = session.scalar(
+                sa.select(Node.project_id).where(Node.uuid == uuid)
+            )
+            add_to_outbox(session, signed, now, project or "")
         return True
 
     def flush(self, nodes: Iterable[NodeAttestation]) -> None:

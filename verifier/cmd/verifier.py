@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from oslo_config import cfg
 
 from verifier import db
+from verifier.api.authz import Auth
 from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
@@ -32,6 +34,7 @@ from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
+from verifier.policies import make_enforcer
 
 if TYPE_CHECKING:
     from verifier.attest.abe_keys import AbeAuthority
@@ -166,6 +169,31 @@ def build_monitor(
     return batcher, host
 
 
+def build_auth(conf: cfg.ConfigOpts) -> Auth:
+    """Who may call the API: Keystone tokens (``auth_strategy =
+    keystone``) or tenant certificates (``noauth``), machine identities by
+    certificate, and the policy (:mod:`verifier.policies`)."""
+    group = conf.verifier
+    tenants: list[str] = []
+    keystone = None
+    if group.auth_strategy == "keystone":
+        from verifier.api.keystone import KeystoneAuthenticator
+
+        keystone = KeystoneAuthenticator(conf)
+    else:
+        tenants = list(group.tenant_clients)
+    machines = {
+        "service": group.operator_clients,
+        "capability": conf.capabilities.clients,
+        "monitor": conf.monitor.clients,
+    }
+    return Auth(
+        make_enforcer(conf),
+        keystone,
+        Auth.certificate_roles(tenants, machines),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     conf = _service.setup(argv, "trusted-verifier")
     group = conf.verifier
@@ -188,12 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         issuer = None
         if caps.key_file:
             issuer = CapabilityIssuer(verifier, load_mac_key(caps.key_file), caps.ttl)
-        roles = {
-            "tenant": group.tenant_clients,
-            "capability": caps.clients,
-            "monitor": list(group.tenant_clients) + list(conf.monitor.clients),
-            "operator": group.operator_clients,
-        }
+        auth = build_auth(conf)
+        if auth.keystone is not None:  # tenants come without certificates
+            ctx.verify_mode = ssl.CERT_OPTIONAL
 
         async def start() -> None:
             if monitor is not None:
@@ -210,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             make_app(
                 verifier,
                 pem,
-                roles,
+                auth,
                 issuer=issuer,
                 policy_max_bytes=group.policy_max_bytes,
                 routes=routes,

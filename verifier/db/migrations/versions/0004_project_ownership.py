@@ -10,6 +10,8 @@ Revision ID: 0004
 Revises: 0003
 """
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -19,7 +21,7 @@ revision = "0004"
 down_revision = "0003"
 
 
-def _project() -> sa.Column:  # type: ignore[type-arg]
+def _project() -> sa.Column[str]:
     return sa.Column(
         "project_id", sa.String(64), nullable=False, server_default=sa.text("''")
     )
@@ -39,10 +41,12 @@ def upgrade() -> None:
     )
 
 
-def _recreate_policies(key: list[str], unique: sa.UniqueConstraint, project: str) -> None:
+def _recreate_policies(
+    key: list[str], unique: sa.UniqueConstraint, project: str
+) -> None:
     """Copy verifier_policies into a table with a new key (the unnamed
     unique constraint of 0002 cannot be dropped portably in place)."""
-    columns = [
+    columns: list[sa.Column[Any]] = [
         sa.Column("digest", sa.String(64), nullable=False),
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("name", sa.String(255), nullable=False),
@@ -54,14 +58,14 @@ def _recreate_policies(key: list[str], unique: sa.UniqueConstraint, project: str
     ]
     if "project_id" in key:
         columns.insert(0, _project())
-    op.create_table("verifier_policies_new", *columns, sa.PrimaryKeyConstraint(*key), unique)
+    op.create_table(
+        "verifier_policies_new", *columns, sa.PrimaryKeyConstraint(*key), unique
+    )
     names = "digest, kind, name, version, body, signature, entries, created_at"
     target = f"project_id, {names}" if "project_id" in key else names
     source = f"{project}, {names}" if "project_id" in key else names
-    op.execute(
-        f"INSERT INTO verifier_policies_new ({target}) "
-        f"SELECT {source} FROM verifier_policies"
-    )
+    copy = f"INSERT INTO verifier_policies_new ({target}) SELECT {source} FROM "  # noqa: S608
+    op.execute(copy + "verifier_policies")  # constants only
     op.drop_table("verifier_policies")
     op.rename_table("verifier_policies_new", "verifier_policies")
 
