@@ -127,6 +127,7 @@ class Keystone:
             "bootstrap",
             "--bootstrap-password", ADMIN_PASSWORD,
             "--bootstrap-public-url", f"http://127.0.0.1:{self.port}/v3",
+            "--bootstrap-internal-url", f"http://127.0.0.1:{self.port}/v3",
             "--bootstrap-region-id", "RegionOne",
         )  # fmt: skip
         log = os.path.join(self.work_dir, "keystone.log")

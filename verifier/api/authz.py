@@ -177,6 +177,8 @@ def auth_middleware(auth: Auth) -> Any:
         try:
             ctx = await auth.identify(request)
         except RequestError as exc:
+            if exc.status != 401:
+                raise
             return _unauthorized(auth, exc.detail)
         if ctx is None:
             return _unauthorized(auth, "authenticate with a Keystone token")

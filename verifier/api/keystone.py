@@ -19,18 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from keystoneauth1 import exceptions as ks_exceptions
 from keystonemiddleware import auth_token
 from oslo_config import cfg
 from oslo_context import context
+
+from verifier.exceptions import RequestError
 
 __all__ = ["KeystoneAuthenticator", "register_opts"]
 
 _TOKEN_HEADERS = {"X-Auth-Token": "HTTP_X_AUTH_TOKEN",
                   "X-Service-Token": "HTTP_X_SERVICE_TOKEN"}  # fmt: skip
 _StartResponse = Callable[..., Any]
+LOG = logging.getLogger(__name__)
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
@@ -90,8 +95,19 @@ class KeystoneAuthenticator:
         self, headers: Mapping[str, str]
     ) -> context.RequestContext | None:
         """:meth:`validate` on a worker thread (a cached token costs no
-        round trip to Keystone; an unknown one costs one)."""
-        return await asyncio.to_thread(self.validate, headers)
+        round trip to Keystone; an unknown one costs one).
+
+        Raises:
+            RequestError: ``auth_unavailable`` (503) when Keystone cannot
+                be asked (down, or misconfigured): fail closed.
+        """
+        try:
+            return await asyncio.to_thread(self.validate, headers)
+        except ks_exceptions.ClientException as exc:
+            LOG.error("Cannot validate tokens with Keystone: %s", type(exc).__name__)
+            raise RequestError(
+                "auth_unavailable", "the identity service cannot be reached", 503
+            ) from None
 
 
 def _www_authenticate(conf: cfg.ConfigOpts) -> str:
