@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -219,6 +220,14 @@ class Keystone:
             return self._create("role", {"name": name})
         return str(roles[0]["id"])
 
+    def project_id(self, name: str) -> str:
+        status, data, _ = self.request(
+            "GET", f"/projects?name={name}", token=self.admin_token()
+        )
+        if status != 200 or not data.get("projects"):
+            raise RuntimeError(f"no project {name}: HTTP {status}")
+        return str(data["projects"][0]["id"])
+
     def add_project(self, name: str) -> str:
         return self._create("project", {"name": name, "domain_id": "default"})
 
@@ -258,3 +267,24 @@ class Keystone:
             },
         )
         return service_id
+
+
+def token_validator(keystone: Keystone) -> Any:
+    """A function token -> (project id, role names) or None, asking
+    ``keystone`` as a service would (``GET /v3/auth/tokens``)."""
+
+    def validate(token: str) -> tuple[str, list[str]] | None:
+        req = urllib.request.Request(keystone.url + "/auth/tokens", method="GET")
+        req.add_header("X-Auth-Token", keystone.admin_token())
+        req.add_header("X-Subject-Token", token)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                data = json.loads(resp.read())["token"]
+        except urllib.error.HTTPError:
+            return None
+        project = data.get("project", {}).get("id")
+        if not project:
+            return None
+        return str(project), [r["name"] for r in data.get("roles", [])]
+
+    return validate

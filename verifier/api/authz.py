@@ -22,7 +22,7 @@ whether the caller sees every project. The handler receives a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -52,11 +52,16 @@ class Caller:
         scope: the project whose resources the caller may see and change,
             or None for every project (``attestation:all_projects``).
         user: the Keystone user id or ``cert:<CN>``, for the logs.
+        token: the caller's Keystone token, to act on its behalf (e.g. ask
+            Nova whose an instance is); None for certificates.
+        catalog: the service catalog that came with the token.
     """
 
     project: str | None
     scope: str | None
     user: str | None
+    token: str | None = dataclasses.field(default=None, repr=False)
+    catalog: Sequence[Mapping[str, Any]] = ()
 
     def owner(self) -> str:
         """The project that will own what the caller creates.
@@ -192,6 +197,8 @@ def auth_middleware(auth: Auth) -> Any:
             ctx.project_id,
             None if everything else (ctx.project_id or _NO_PROJECT),
             ctx.user_id,
+            ctx.auth_token,
+            getattr(ctx, "service_catalog", ()),
         )
         return await handler(request)
 

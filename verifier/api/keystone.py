@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -30,7 +31,7 @@ from oslo_context import context
 
 from verifier.exceptions import RequestError
 
-__all__ = ["KeystoneAuthenticator", "register_opts"]
+__all__ = ["KeystoneAuthenticator", "KeystoneContext", "register_opts"]
 
 _TOKEN_HEADERS = {"X-Auth-Token": "HTTP_X_AUTH_TOKEN",
                   "X-Service-Token": "HTTP_X_SERVICE_TOKEN"}  # fmt: skip
@@ -43,6 +44,20 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     on ``conf`` as keystonemiddleware does for its services."""
     for group, opts in auth_token.list_opts():
         conf.register_opts(opts, group=group)
+
+
+class KeystoneContext(context.RequestContext):
+    """A token's context plus the service catalog that came with it."""
+
+    service_catalog: list[dict[str, Any]] = []
+
+
+def _catalog(environ: Mapping[str, Any]) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(environ.get("HTTP_X_SERVICE_CATALOG") or "[]")
+    except ValueError:
+        return []
+    return [s for s in data if isinstance(s, dict)] if isinstance(data, list) else []
 
 
 def _inner(environ: dict[str, Any], start_response: _StartResponse) -> Iterable[bytes]:
@@ -89,7 +104,9 @@ class KeystoneAuthenticator:
             return None
         if environ.get("HTTP_X_IDENTITY_STATUS") != "Confirmed":
             return None
-        return context.RequestContext.from_environ(environ)
+        ctx = KeystoneContext.from_environ(environ)
+        ctx.service_catalog = _catalog(environ)
+        return ctx
 
     async def authenticate(
         self, headers: Mapping[str, str]

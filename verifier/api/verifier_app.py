@@ -29,6 +29,7 @@ from verifier.api.authz import Auth, auth_middleware, caller, rule
 from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.attest import Verifier
 from verifier.attest.grants import CapabilityIssuer
+from verifier.attest.instances import NovaInstanceOwners
 from verifier.common.web import error_middleware, json_response, read_json
 from verifier.exceptions import RequestError
 from verifier.protocol import canonical_uuid
@@ -38,12 +39,17 @@ from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
 _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
 _ISSUER = web.AppKey("issuer", CapabilityIssuer)
+_INSTANCES = web.AppKey("instances", NovaInstanceOwners)
 
 
 @rule("attestation:node:create")
 async def _enrol(request: web.Request) -> web.Response:
-    owner = caller(request).owner()
+    who = caller(request)
+    owner = who.owner()
     body = EnrolmentRequest.from_dict(await read_json(request))
+    instances = request.app.get(_INSTANCES)
+    if instances is not None:  # the instance must be the caller's project's
+        await instances.require_owned(body.uuid, owner, who.token, who.catalog)
     view = await request.app[_KEY].enrol(
         body.uuid,
         body.v,
@@ -130,6 +136,7 @@ def make_app(
     policy_max_bytes: int = 64 << 20,
     issuer: CapabilityIssuer | None = None,
     routes: Sequence[Callable[[web.Application], None]] = (),
+    instances: NovaInstanceOwners | None = None,
 ) -> web.Application:
     """The verifier's aiohttp application.
 
@@ -142,6 +149,8 @@ def make_app(
         issuer: issues capabilities to attested nodes (None: off).
         routes: more route sets (monitor attestation, ABE keys), each
             adding itself to the application.
+        instances: checks with Nova that an enrolled instance is the
+            enrolling project's (None: no check, e.g. without Keystone).
     """
     middlewares = [error_middleware, auth_middleware(auth)]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
@@ -149,6 +158,8 @@ def make_app(
     app[_PEM] = signing_public_pem
     if issuer is not None:
         app[_ISSUER] = issuer
+    if instances is not None:
+        app[_INSTANCES] = instances
     app.router.add_post("/v1/nodes", _enrol)
     app.router.add_get("/v1/nodes", _list)
     app.router.add_get("/v1/nodes/{uuid}", _get)

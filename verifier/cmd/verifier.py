@@ -24,6 +24,7 @@ from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
 from verifier.attest.grants import CapabilityIssuer
+from verifier.attest.instances import NovaInstanceOwners
 from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
 from verifier.attest.policies import PolicyStore, VerifyingKey
@@ -31,6 +32,7 @@ from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
 from verifier.common import extras
 from verifier.common import tls as tlsutil
+from verifier.common.http import AsyncClient
 from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
@@ -194,6 +196,20 @@ def build_auth(conf: cfg.ConfigOpts) -> Auth:
     )
 
 
+def build_instances(conf: cfg.ConfigOpts, auth: Auth) -> NovaInstanceOwners | None:
+    """The instance-owner check, with Keystone and ``instance_owner_check
+    = nova`` (Nova's endpoint trusted with the system's CAs and ca_file)."""
+    group = conf.verifier
+    if auth.keystone is None or group.instance_owner_check != "nova":
+        return None
+    context = tlsutil.client_context(None, None, None)
+    if group.ca_file:
+        context.load_verify_locations(group.ca_file)
+    return NovaInstanceOwners(
+        AsyncClient(context, group.agent_timeout), group.compute_interface
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     conf = _service.setup(argv, "trusted-verifier")
     group = conf.verifier
@@ -239,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                 issuer=issuer,
                 policy_max_bytes=group.policy_max_bytes,
                 routes=routes,
+                instances=build_instances(conf, auth),
             ),
             group.host,
             group.port,

@@ -39,6 +39,27 @@ _OPTS = [
         "their client certificates in both; authorization follows the "
         "policy rules (oslo.policy, [oslo_policy] policy_file).",
     ),
+    cfg.StrOpt(
+        "instance_owner_check",
+        default="nova",
+        choices=[
+            (
+                "nova",
+                "ask Nova, with the caller's token, that the instance "
+                "exists in the caller's project",
+            ),
+            ("none", "no check (nodes that are not Nova instances)"),
+        ],
+        help="auth_strategy keystone only: how an enrolment's instance UUID "
+        "is tied to the enrolling project. Without a check, a project can "
+        "claim another's instance ahead of its owner.",
+    ),
+    cfg.StrOpt(
+        "compute_interface",
+        default="public",
+        help="The endpoint interface of Nova's catalog entry to use for "
+        "instance_owner_check.",
+    ),
     cfg.ListOpt(
         "tenant_clients",
         default=["tenant"],

@@ -4,7 +4,10 @@ One Keystone (PyPI ``keystone``, SQLite, fernet) per test class holds
 projects ``alpha`` and ``beta``: ``alice`` (member) and ``rita`` (reader)
 in alpha, ``bob`` (member) in beta, the bootstrap ``admin``, and the
 ``attestation`` service user that keystonemiddleware authenticates as.
-Each test gets a fresh verifier (in-process aiohttp application with the
+Nova's compute API is a stand-in in Keystone's catalog that validates
+tokens with that Keystone and knows which project each server is in
+(:mod:`trusted_testing.nova.compute_standin`). Each test gets a fresh
+verifier (in-process aiohttp application with the
 real :class:`~verifier.api.keystone.KeystoneAuthenticator` and policy
 enforcer; fake registrar and agents from the unit tests) and sends real
 tokens over HTTP.
@@ -22,11 +25,14 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from oslo_config import cfg
 
-from trusted_testing.keystone import Keystone, KeystoneUser
+from trusted_testing.keystone import Keystone, KeystoneUser, token_validator
+from trusted_testing.nova.compute_standin import ComputeStandIn
 from verifier import conf as vconf
 from verifier.api.authz import Auth
 from verifier.api.keystone import KeystoneAuthenticator
 from verifier.api.verifier_app import make_app
+from verifier.attest.instances import NovaInstanceOwners
+from verifier.common.http import AsyncClient
 from verifier.policies import make_enforcer
 from verifier.tests.unit.test_attest_service import FakeAgent, VerifierServiceBase
 
@@ -37,6 +43,7 @@ class KeystoneTestBase(VerifierServiceBase):
     """Keystone per class; a verifier and an HTTP client per test."""
 
     keystone: ClassVar[Keystone]
+    nova: ClassVar[ComputeStandIn]
     users: ClassVar[dict[str, KeystoneUser]]
     tokens: ClassVar[dict[str, str]]
     _tmp: ClassVar[tempfile.TemporaryDirectory[str]]
@@ -60,6 +67,8 @@ class KeystoneTestBase(VerifierServiceBase):
             }
             cls.tokens = {name: ks.user_token(u) for name, u in cls.users.items()}
             cls.tokens["admin"] = ks.admin_token()
+            cls.nova = ComputeStandIn(token_validator(ks))
+            ks.add_service("compute", "nova", cls.nova.url)
         except BaseException:
             ks.stop()
             cls._tmp.cleanup()
@@ -67,6 +76,7 @@ class KeystoneTestBase(VerifierServiceBase):
 
     @classmethod
     def tearDownClass(cls) -> None:
+        cls.nova.stop()
         cls.keystone.stop()
         cls._tmp.cleanup()
         super().tearDownClass()
@@ -97,7 +107,8 @@ class KeystoneTestBase(VerifierServiceBase):
         self.quiesce(self.verifier)
         conf = self.service_conf()
         self.auth = Auth(make_enforcer(conf), KeystoneAuthenticator(conf))
-        app = make_app(self.verifier, "PEM", self.auth)
+        self.instances = NovaInstanceOwners(AsyncClient(None, 30.0))
+        app = make_app(self.verifier, "PEM", self.auth, instances=self.instances)
         self.server = TestServer(app, host="127.0.0.1")
         await self.server.start_server()
         self.http = aiohttp.ClientSession()
@@ -105,6 +116,7 @@ class KeystoneTestBase(VerifierServiceBase):
     async def asyncTearDown(self) -> None:
         await self.http.close()
         await self.server.close()
+        await self.instances.close()
         await super().asyncTearDown()
 
     async def call(
@@ -126,9 +138,16 @@ class KeystoneTestBase(VerifierServiceBase):
             data = None if resp.status == 204 else await resp.json()
             return resp.status, data
 
+    def project_of(self, who: str) -> str:
+        if who == "admin":
+            return self.keystone.project_id("admin")
+        return self.users[who].project_id
+
     async def enrol_node(self, who: str, **extra: Any) -> FakeAgent:
-        """A registered agent enrolled by ``who`` (201 asserted)."""
+        """A registered agent (a server of ``who``'s project in Nova)
+        enrolled by ``who`` (201 asserted)."""
         agent = self.new_agent()
+        self.nova.add_server(agent.uuid, self.project_of(who))
         status, body = await self.call(
             who, "POST", "/v1/nodes", self.enrolment(agent.uuid, **extra)
         )

@@ -8,8 +8,10 @@ exists) and leaves alpha's state as it was.
 
 from __future__ import annotations
 
+import uuid as uuid_mod
 from typing import Any
 
+from verifier.exceptions import RequestError
 from verifier.tests.functional.tenancy_base import KeystoneTestBase
 
 MB_POLICY = {"secure_boot": True}
@@ -86,7 +88,8 @@ class CrossProjectAttackTest(KeystoneTestBase):
         uuid = await self.alpha_node()
         body = self.enrolment(uuid, v=b"\x02" * 32)
         status, answer = await self.call("bob", "POST", "/v1/nodes", body)
-        self.assertEqual(409, status, answer)
+        self.assertEqual(404, status, answer)  # Nova: not bob's instance
+        self.assertEqual("unknown_instance", answer["error"]["code"])
         await self.assert_unchanged(uuid)
 
     async def test_other_project_cannot_read_events(self) -> None:
@@ -160,6 +163,7 @@ class CrossProjectAttackTest(KeystoneTestBase):
     async def test_other_project_cannot_enrol_with_policy(self) -> None:
         await self.add_policy("alice")
         agent = self.new_agent()
+        self.nova.add_server(agent.uuid, self.users["bob"].project_id)
         body = self.enrolment(agent.uuid, mb_policy="golden")
         status, answer = await self.call("bob", "POST", "/v1/nodes", body)
         self.assertEqual(404, status)
@@ -177,3 +181,39 @@ class CrossProjectAttackTest(KeystoneTestBase):
         self.assertEqual(204, status)
         status, _ = await self.call("alice", "GET", "/v1/policies/measured-boot/golden")
         self.assertEqual(200, status)
+
+
+class InstanceSquattingTest(KeystoneTestBase):
+    """``await_instance`` enrolments name instances Nova must show in the
+    enrolling project."""
+
+    async def test_other_project_cannot_claim_instance_ahead_of_owner(self) -> None:
+        uuid = str(uuid_mod.uuid4())
+        self.nova.add_server(uuid, self.users["alice"].project_id)
+        body = self.enrolment(uuid, await_instance=True)
+        status, answer = await self.call("bob", "POST", "/v1/nodes", body)
+        self.assertEqual(404, status, answer)
+        self.assertEqual("unknown_instance", answer["error"]["code"])
+        self.assertIsNone(self.row(uuid))
+        status, answer = await self.call("alice", "POST", "/v1/nodes", body)
+        self.assertEqual(201, status, answer)
+        self.assertEqual("pending", answer["state"])
+
+    async def test_uuid_nova_does_not_know_cannot_be_claimed(self) -> None:
+        uuid = str(uuid_mod.uuid4())
+        body = self.enrolment(uuid, await_instance=True)
+        status, answer = await self.call("bob", "POST", "/v1/nodes", body)
+        self.assertEqual(404, status)
+        self.assertEqual("unknown_instance", answer["error"]["code"])
+        self.assertIsNone(self.row(uuid))
+
+    async def test_instance_check_fails_closed_without_compute(self) -> None:
+        async def no_nova(*args: object) -> None:
+            raise RequestError("compute_unavailable", "Nova is down", 503)
+
+        self.instances.require_owned = no_nova  # type: ignore[method-assign]
+        uuid = str(uuid_mod.uuid4())
+        body = self.enrolment(uuid, await_instance=True)
+        status, answer = await self.call("alice", "POST", "/v1/nodes", body)
+        self.assertEqual(503, status)
+        self.assertIsNone(self.row(uuid))
