@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from verifier.attest.quotas import Quotas
 from verifier.db import Node, StoredPolicy
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
@@ -89,6 +90,7 @@ class PolicyStore:
             the policy's canonical JSON.
         max_entries: refuse runtime policies with more entries.
         clock: wall clock.
+        quotas: per-project limits of policies and their bytes.
     """
 
     def __init__(
@@ -97,8 +99,10 @@ class PolicyStore:
         signing_keys: Sequence[VerifyingKey] = (),
         max_entries: int = 5_000_000,
         clock: Callable[[], float] = time.time,
+        quotas: Quotas | None = None,
     ) -> None:
         self.engine = engine
+        self._quotas = quotas or Quotas()
         self._keys = tuple(signing_keys)
         self._max_entries = max_entries
         self._clock = clock
@@ -144,7 +148,7 @@ class PolicyStore:
             body, version = canonical(parsed.to_dict()), None
         self._check_signature(body, signature)
         digest = hashlib.sha256(body).hexdigest()
-        with Session(self.engine) as session, session.begin():
+        with self._quotas.lock, Session(self.engine) as session, session.begin():
             old = session.get(StoredPolicy, (project, digest))
             if old is not None and old.kind == kind and old.name == name:
                 return _meta(old), False
@@ -157,6 +161,8 @@ class PolicyStore:
                     )
                 )
                 version = (top or 0) + 1
+            if project:
+                self._check_quotas(session, project, len(body))
             row = StoredPolicy(
                 project_id=project,
                 digest=digest,
@@ -181,6 +187,16 @@ class PolicyStore:
         with self._lock:
             self._cache[digest] = parsed
         return meta, True
+
+    def _check_quotas(self, session: Session, project: str, size: int) -> None:
+        count, used = session.execute(
+            sa.select(
+                sa.func.count(),
+                sa.func.coalesce(sa.func.sum(sa.func.length(StoredPolicy.body)), 0),
+            ).where(StoredPolicy.project_id == project)
+        ).one()
+        self._quotas.check("policies", count)
+        self._quotas.check("policy_bytes", used, size)
 
     def _check_signature(self, body: bytes, signature: bytes | None) -> None:
         if not self._keys:

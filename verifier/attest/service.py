@@ -33,6 +33,7 @@ from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.policies import PolicyStore
 from verifier.attest.queries import NodeQueries
+from verifier.attest.quotas import Quotas
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
 from verifier.ca import CaError, CertificateAuthority
@@ -86,6 +87,8 @@ class Verifier(NodeQueries):
         policies: stored runtime and measured-boot policies (default: a
             store on ``engine`` accepting unsigned policies).
         abe: issues CP-ABE keys after valid quotes (None: off).
+        quotas: per-project limits of nodes (and of policies, for the
+            default policy store).
     """
 
     def __init__(
@@ -106,11 +109,12 @@ class Verifier(NodeQueries):
         unreachable_action: str = "fail",
         policies: PolicyStore | None = None,
         abe: AbeAuthority | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         if unreachable_action not in ("fail", "revoke"):
             raise ValueError("unreachable_action must be 'fail' or 'revoke'")
-        self.store = NodeStore(engine, clock)
-        self.policies = policies or PolicyStore(engine, clock=clock)
+        self.store = NodeStore(engine, clock, quotas)
+        self.policies = policies or PolicyStore(engine, clock=clock, quotas=quotas)
         self._signing_key = signing_key
         self._registrar = registrar
         self._agents = agents

@@ -28,6 +28,7 @@ from verifier.attest.instances import NovaInstanceOwners
 from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
 from verifier.attest.policies import PolicyStore, VerifyingKey
+from verifier.attest.quotas import Quotas
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
 from verifier.common import extras
@@ -123,6 +124,8 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     client_ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
     agents = AgentClient(group.cert_file, group.key_file, group.agent_timeout)
     abe = build_abe(conf, agents)
+    q = conf.quota
+    quotas = Quotas(q.nodes, q.pending_enrolments, q.policies, q.policy_bytes)
     verifier = Verifier(
         engine,
         signing_key,
@@ -148,8 +151,10 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
             engine,
             [_load_public_key(p) for p in group.policy_signing_keys],
             group.policy_max_entries,
+            quotas=quotas,
         ),
         abe=abe,
+        quotas=quotas,
     )
     return verifier, public_pem(signing_key.public_key())
 

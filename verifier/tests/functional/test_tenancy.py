@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid as uuid_mod
 from typing import Any
 
+from verifier.attest.quotas import Quotas
 from verifier.exceptions import RequestError
 from verifier.tests.functional.tenancy_base import KeystoneTestBase
 
@@ -217,3 +218,57 @@ class InstanceSquattingTest(KeystoneTestBase):
         status, answer = await self.call("alice", "POST", "/v1/nodes", body)
         self.assertEqual(503, status)
         self.assertIsNone(self.row(uuid))
+
+
+class QuotaTest(KeystoneTestBase):
+    """Per-project quotas: one project at its limit leaves others free."""
+
+    def new_verifier(self, notifiers: Any = None) -> Any:
+        verifier = super().new_verifier(notifiers)
+        quotas = Quotas(nodes=2, pending_enrolments=1, policies=1, policy_bytes=64)
+        verifier.store._quotas = quotas
+        verifier.policies._quotas = quotas
+        return verifier
+
+    async def test_await_instance_flood_stops_at_pending_quota(self) -> None:
+        body: dict[str, Any] = {}
+        for i in range(2):
+            uuid = str(uuid_mod.uuid4())
+            self.nova.add_server(uuid, self.users["bob"].project_id)
+            body = self.enrolment(uuid, await_instance=True)
+            status, answer = await self.call("bob", "POST", "/v1/nodes", body)
+            if i == 0:
+                self.assertEqual(201, status, answer)
+        self.assertEqual(403, status)
+        self.assertEqual("quota_exceeded", answer["error"]["code"])
+        self.assertIsNone(self.row(body["uuid"]))
+        await self.enrol_node("alice")  # another project is not affected
+
+    async def test_node_quota(self) -> None:
+        await self.enrol_node("bob")
+        await self.enrol_node("bob")
+        agent = self.new_agent()
+        self.nova.add_server(agent.uuid, self.users["bob"].project_id)
+        status, answer = await self.call(
+            "bob", "POST", "/v1/nodes", self.enrolment(agent.uuid)
+        )
+        self.assertEqual((403, "quota_exceeded"), (status, answer["error"]["code"]))
+        self.assertIsNone(self.row(agent.uuid))
+
+    async def test_policy_count_and_bytes_quotas(self) -> None:
+        add = {"policy": {"secure_boot": True}, "name": "a"}
+        status, _ = await self.call("bob", "POST", "/v1/policies/measured-boot", add)
+        self.assertEqual(201, status)
+        add["name"] = "b"
+        status, answer = await self.call(
+            "bob", "POST", "/v1/policies/measured-boot", add
+        )
+        self.assertEqual((403, "quota_exceeded"), (status, answer["error"]["code"]))
+        big = {"policy": {"firmware": ["aa" * 32]}, "name": "big"}
+        status, answer = await self.call(
+            "alice", "POST", "/v1/policies/measured-boot", big
+        )
+        self.assertEqual((403, "quota_exceeded"), (status, answer["error"]["code"]))
+        self.assertIn("policy bytes", answer["error"]["message"])
+        status, body = await self.call("alice", "GET", "/v1/policies/measured-boot")
+        self.assertEqual([], body["policies"])
