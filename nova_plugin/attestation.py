@@ -49,7 +49,7 @@ class AttestationClient:
             endpoint_override=endpoint_override,
         )
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def call(self, method: str, path: str, body: Any = None) -> Any:
         """One call; the JSON answer (None for 204).
 
         Raises:
@@ -82,24 +82,24 @@ class AttestationClient:
     # -- nodes ------------------------------------------------------------
 
     def list_nodes(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/v1/nodes")["nodes"])
+        return list(self.call("GET", "/v1/nodes")["nodes"])
 
     def get_node(self, uuid: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/v1/nodes/{quote(uuid)}"))
+        return dict(self.call("GET", f"/v1/nodes/{quote(uuid)}"))
 
     def revoke_node(self, uuid: str, detail: str | None = None) -> dict[str, Any]:
         body = {"detail": detail} if detail else {}
-        return dict(self._call("POST", f"/v1/nodes/{quote(uuid)}/revoke", body))
+        return dict(self.call("POST", f"/v1/nodes/{quote(uuid)}/revoke", body))
 
     def delete_node(self, uuid: str) -> None:
-        self._call("DELETE", f"/v1/nodes/{quote(uuid)}")
+        self.call("DELETE", f"/v1/nodes/{quote(uuid)}")
 
     def events(self, uuid: str | None = None) -> list[dict[str, Any]]:
         path = "/v1/events" + (f"?node={quote(uuid)}" if uuid else "")
-        return list(self._call("GET", path)["events"])
+        return list(self.call("GET", path)["events"])
 
     def enrol(self, body: dict[str, Any]) -> dict[str, Any]:
-        return dict(self._call("POST", "/v1/nodes", body))
+        return dict(self.call("POST", "/v1/nodes", body))
 
     # -- policies ---------------------------------------------------------
 
@@ -109,13 +109,13 @@ class AttestationClient:
         body: dict[str, Any] = {"policy": policy}
         if name is not None:
             body["name"] = name
-        return dict(self._call("POST", f"/v1/policies/{quote(kind)}", body))
+        return dict(self.call("POST", f"/v1/policies/{quote(kind)}", body))
 
     def list_policies(self, kind: str) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/v1/policies/{quote(kind)}")["policies"])
+        return list(self.call("GET", f"/v1/policies/{quote(kind)}")["policies"])
 
     def get_policy(self, kind: str, ref: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/v1/policies/{quote(kind)}/{quote(ref)}"))
+        return dict(self.call("GET", f"/v1/policies/{quote(kind)}/{quote(ref)}"))
 
     def delete_policy(self, kind: str, ref: str) -> None:
-        self._call("DELETE", f"/v1/policies/{quote(kind)}/{quote(ref)}")
+        self.call("DELETE", f"/v1/policies/{quote(kind)}/{quote(ref)}")

@@ -12,8 +12,16 @@ import asyncio
 import json
 import os
 import sys
+import uuid as uuid_mod
 from typing import Any
 
+from keystoneauth1 import session as ks_session
+from keystoneauth1.identity import v3
+
+from nova_plugin.attestation import AttestationClient
+from nova_plugin.exceptions import ServiceError
+from nova_plugin.tenant import Tenant, TenantConfig
+from verifier.protocol import PcrPolicy
 from verifier.tests.functional.tenancy_base import KeystoneTestBase
 
 _OPENSTACK = os.path.join(os.path.dirname(sys.executable), "openstack")
@@ -108,3 +116,52 @@ class OpenStackCliTest(KeystoneTestBase):
         )
         self.assertEqual(0, code, err)
         self.assertEqual([], await self.json_of("alice", "node", "list"))
+
+
+class TenantLibraryKeystoneTest(KeystoneTestBase):
+    """The tenant library (what ``trusted-nova boot`` enrols with) calls the
+    verifier on the user's keystoneauth session, found in the catalog."""
+
+    async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
+        url = str(self.server.make_url("")).rstrip("/")
+        await asyncio.to_thread(
+            self.keystone.add_service, "attestation", "trusted-cloud", url
+        )
+
+    def tenant(self, who: str) -> Tenant:
+        user = self.users[who]
+        auth = v3.Password(
+            auth_url=self.keystone.url,
+            username=user.name,
+            password=user.password,
+            project_name=user.project_name,
+            user_domain_id="default",
+            project_domain_id="default",
+        )
+        client = AttestationClient(ks_session.Session(auth=auth))
+        config = TenantConfig("https://registrar.invalid", "keystone:attestation",
+                              None, None, None)  # type: ignore[arg-type]  # fmt: skip
+        return Tenant(config, client)
+
+    async def test_enrol_ahead_without_certificate(self) -> None:
+        uuid = str(uuid_mod.uuid4())
+        self.nova.add_server(uuid, self.users["alice"].project_id)
+        alice, bob = self.tenant("alice"), self.tenant("bob")
+        try:
+            view = await alice.enrol_ahead(
+                uuid, b"\x05" * 32, PcrPolicy({16: frozenset({bytes(32)})})
+            )
+            self.assertEqual("pending", view["state"])
+            self.assertEqual(
+                self.users["alice"].project_id, (await alice.status(uuid))["project_id"]
+            )
+            with self.assertRaises(ServiceError) as caught:
+                await bob.status(uuid)
+            self.assertEqual(
+                (404, "unknown_node"), (caught.exception.status, caught.exception.code)
+            )
+            self.assertEqual([], await bob.nodes())
+        finally:
+            await alice.close()
+            await bob.close()
