@@ -11,8 +11,10 @@ a WSGI environ, and the identity headers ``auth_token`` adds
 :class:`oslo_context.context.RequestContext`. Only the token headers of the
 client's request are passed in, so a client cannot forge identity headers.
 
-``delay_auth_decision`` is forced on so that the decision (401 with a JSON
-body and ``WWW-Authenticate``) is ours, not a WSGI error page.
+``delay_auth_decision`` is forced off: ``auth_token`` itself refuses a
+bad token (401) or answers 503 when it cannot ask Keystone; the adapter
+reads that status and the API answers with its own JSON body (``401
+unauthorized`` with ``WWW-Authenticate``, or ``503 auth_unavailable``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
         conf.register_opts(opts, group=group)
 
 
+class _KeystoneUnavailableError(Exception):
+    """auth_token answered 503: it could not ask Keystone."""
+
+
 class KeystoneContext(context.RequestContext):
     """A token's context plus the service catalog that came with it."""
 
@@ -75,13 +81,17 @@ class KeystoneAuthenticator:
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
         self._middleware = auth_token.AuthProtocol(
-            _inner, {"oslo_config_config": conf, "delay_auth_decision": True}
+            _inner, {"oslo_config_config": conf, "delay_auth_decision": False}
         )
         self.www_authenticate = _www_authenticate(conf)
 
     def validate(self, headers: Mapping[str, str]) -> context.RequestContext | None:
         """The caller's context from the token headers (blocking: call on a
-        worker thread), or None if there is no valid token."""
+        worker thread), or None if there is no valid token.
+
+        Raises:
+            _KeystoneUnavailableError: Keystone could not be asked.
+        """
         environ: dict[str, Any] = {
             "REQUEST_METHOD": "GET",
             "PATH_INFO": "/",
@@ -98,9 +108,12 @@ class KeystoneAuthenticator:
                 environ[key] = value
         if "HTTP_X_AUTH_TOKEN" not in environ:
             return None
-        for _ in self._middleware(environ, lambda *a, **k: None):
+        statuses: list[str] = []
+        for _ in self._middleware(environ, lambda status, *a: statuses.append(status)):
             pass
         if not environ.get("trusted_cloud.reached"):
+            if statuses and statuses[0].startswith("503"):
+                raise _KeystoneUnavailableError()
             return None
         if environ.get("HTTP_X_IDENTITY_STATUS") != "Confirmed":
             return None
@@ -120,7 +133,7 @@ class KeystoneAuthenticator:
         """
         try:
             return await asyncio.to_thread(self.validate, headers)
-        except ks_exceptions.ClientException as exc:
+        except (ks_exceptions.ClientException, _KeystoneUnavailableError) as exc:
             LOG.error("Cannot validate tokens with Keystone: %s", type(exc).__name__)
             raise RequestError(
                 "auth_unavailable", "the identity service cannot be reached", 503

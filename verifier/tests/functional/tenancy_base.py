@@ -81,15 +81,16 @@ class KeystoneTestBase(VerifierServiceBase):
         cls._tmp.cleanup()
         super().tearDownClass()
 
-    def service_conf(self) -> cfg.ConfigOpts:
-        """The verifier's configuration with ``[keystone_authtoken]``."""
+    def service_conf(self, auth_url: str | None = None) -> cfg.ConfigOpts:
+        """The verifier's configuration with ``[keystone_authtoken]``
+        (``auth_url``: another Keystone than the test's)."""
         path = os.path.join(self.tmp, "verifier.conf")
         with open(path, "w") as f:
             f.write(
                 "[verifier]\nauth_strategy = keystone\n"
                 "[keystone_authtoken]\n"
                 f"www_authenticate_uri = {self.keystone.url}\n"
-                f"auth_url = {self.keystone.url}\n"
+                f"auth_url = {auth_url or self.keystone.url}\n"
                 "auth_type = password\n"
                 "username = attestation\npassword = attestation-secret\n"
                 "project_name = service\n"

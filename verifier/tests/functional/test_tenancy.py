@@ -11,8 +11,14 @@ from __future__ import annotations
 import uuid as uuid_mod
 from typing import Any
 
+from aiohttp.test_utils import TestServer
+
+from verifier.api.authz import Auth
+from verifier.api.keystone import KeystoneAuthenticator
+from verifier.api.verifier_app import make_app
 from verifier.attest.quotas import Quotas
 from verifier.exceptions import RequestError
+from verifier.policies import make_enforcer
 from verifier.tests.functional.tenancy_base import KeystoneTestBase
 
 MB_POLICY = {"secure_boot": True}
@@ -272,3 +278,22 @@ class QuotaTest(KeystoneTestBase):
         self.assertIn("policy bytes", answer["error"]["message"])
         status, body = await self.call("alice", "GET", "/v1/policies/measured-boot")
         self.assertEqual([], body["policies"])
+
+
+class KeystoneDownTest(KeystoneTestBase):
+    async def test_keystone_unreachable_fails_closed(self) -> None:
+        conf = self.service_conf(auth_url="http://127.0.0.1:9/v3")
+        auth = Auth(make_enforcer(conf), KeystoneAuthenticator(conf))
+        server = TestServer(make_app(self.verifier, "PEM", auth), host="127.0.0.1")
+        await server.start_server()
+        self.addAsyncCleanup(server.close)
+        agent = self.new_agent()
+        self.nova.add_server(agent.uuid, self.users["alice"].project_id)
+        url = str(server.make_url("/v1/nodes"))
+        headers = {"X-Auth-Token": self.tokens["alice"]}
+        body = self.enrolment(agent.uuid)
+        async with self.http.post(url, json=body, headers=headers) as resp:
+            self.assertEqual(503, resp.status)
+            answer = await resp.json()
+        self.assertEqual("auth_unavailable", answer["error"]["code"])
+        self.assertIsNone(self.row(agent.uuid))
