@@ -37,7 +37,8 @@ _RULES = [
     _rule("capability", f"{_WRITE} or role:capability",
           "Issue a capability for an attested node.",
           "POST", "/v1/nodes/{uuid}/capabilities"),
-    _rule("stats", ADMIN, "Read the verifier's counters.", "GET", "/v1/stats"),
+    _rule("stats", f"{ADMIN} or {SERVICE}",
+          "Read the verifier's counters (of every project).", "GET", "/v1/stats"),
 ]  # fmt: skip
 
 
