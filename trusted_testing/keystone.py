@@ -252,6 +252,10 @@ class Keystone:
     def user_token(self, user: KeystoneUser) -> str:
         return self.token(user.name, user.password, user.project_name)
 
+    def delete_service(self, service_id: str) -> None:
+        """Remove a catalog entry (and its endpoints)."""
+        self.request("DELETE", f"/services/{service_id}", token=self.admin_token())
+
     def add_service(
         self, service_type: str, name: str, url: str, region: str = "RegionOne"
     ) -> str:

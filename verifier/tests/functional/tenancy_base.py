@@ -1,6 +1,6 @@
 """A real Keystone with two projects in front of the verifier's API.
 
-One Keystone (PyPI ``keystone``, SQLite, fernet) per test class holds
+One Keystone (PyPI ``keystone``, SQLite, fernet) per test process holds
 projects ``alpha`` and ``beta``: ``alice`` (member) and ``rita`` (reader)
 in alpha, ``bob`` (member) in beta, the bootstrap ``admin``, and the
 ``attestation`` service user that keystonemiddleware authenticates as.
@@ -15,6 +15,7 @@ tokens over HTTP.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import os
 import tempfile
@@ -36,6 +37,16 @@ from verifier.common.http import AsyncClient
 from verifier.policies import make_enforcer
 from verifier.tests.unit.test_attest_service import FakeAgent, VerifierServiceBase
 
+#: The Keystone of this test process, shared by the classes (~30 s to start)
+_SHARED: dict[str, Any] = {}
+
+
+def _stop_shared() -> None:
+    _SHARED["nova"].stop()
+    _SHARED["keystone"].stop()
+    _SHARED["_tmp"].cleanup()
+
+
 PCRS = {"hash": "sha256", "pcrs": {"16": ["00" * 32]}}
 
 
@@ -51,6 +62,10 @@ class KeystoneTestBase(VerifierServiceBase):
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
+        if _SHARED:  # started by an earlier class of this process
+            for name, value in _SHARED.items():
+                setattr(cls, name, value)
+            return
         cls._tmp = tempfile.TemporaryDirectory()
         ks = cls.keystone = Keystone(os.path.join(cls._tmp.name, "keystone"))
         try:
@@ -73,13 +88,11 @@ class KeystoneTestBase(VerifierServiceBase):
             ks.stop()
             cls._tmp.cleanup()
             raise
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.nova.stop()
-        cls.keystone.stop()
-        cls._tmp.cleanup()
-        super().tearDownClass()
+        _SHARED.update(
+            keystone=ks, users=cls.users, tokens=cls.tokens, nova=cls.nova,
+            _tmp=cls._tmp,
+        )  # fmt: skip
+        atexit.register(_stop_shared)
 
     def service_conf(self, auth_url: str | None = None) -> cfg.ConfigOpts:
         """The verifier's configuration with ``[keystone_authtoken]``

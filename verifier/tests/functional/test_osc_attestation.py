@@ -31,9 +31,10 @@ class OpenStackCliTest(KeystoneTestBase):
     async def asyncSetUp(self) -> None:
         await super().asyncSetUp()
         url = str(self.server.make_url("")).rstrip("/")
-        await asyncio.to_thread(
+        service = await asyncio.to_thread(
             self.keystone.add_service, "attestation", "trusted-cloud", url
         )
+        self.addCleanup(self.keystone.delete_service, service)
 
     async def openstack(self, who: str, *argv: str) -> tuple[int, str, str]:
         user = self.users[who]
@@ -125,9 +126,10 @@ class TenantLibraryKeystoneTest(KeystoneTestBase):
     async def asyncSetUp(self) -> None:
         await super().asyncSetUp()
         url = str(self.server.make_url("")).rstrip("/")
-        await asyncio.to_thread(
+        service = await asyncio.to_thread(
             self.keystone.add_service, "attestation", "trusted-cloud", url
         )
+        self.addCleanup(self.keystone.delete_service, service)
 
     def tenant(self, who: str) -> Tenant:
         user = self.users[who]
