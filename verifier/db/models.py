@@ -84,7 +84,7 @@ class Node(Base):
 
     uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
-    # ownership (0004): the Keystone project; "" for rows from before it
+    # ownership (0005): the Keystone project; "" for rows from before it
     project_id: Mapped[str] = mapped_column(
         String(64), index=True, default="", server_default=text("''")
     )

@@ -92,12 +92,12 @@ class MigrationTest(testtools.TestCase):
             ).one()
         self.assertEqual(("attested", 3, None), tuple(row))
 
-    def test_upgrade_to_0004_gives_old_rows_no_project(self) -> None:
+    def test_upgrade_to_0005_gives_old_rows_no_project(self) -> None:
         cfg = Config()
         cfg.set_main_option("script_location", _MIGRATIONS)
         with self.engine.begin() as connection:
             cfg.attributes["connection"] = connection
-            command.upgrade(cfg, "0003")
+            command.upgrade(cfg, "0004")
             connection.execute(
                 sa.text(
                     "INSERT INTO verifier_nodes (uuid, state, policy, v_share,"
@@ -138,7 +138,7 @@ class MigrationTest(testtools.TestCase):
             )
             self.assertEqual([("", "d")], [tuple(r) for r in nodes])
 
-    def test_downgrade_from_0004_keeps_policies(self) -> None:
+    def test_downgrade_from_0005_keeps_policies(self) -> None:
         upgrade(self.engine)
         with self.engine.begin() as conn:
             conn.execute(
@@ -153,7 +153,7 @@ class MigrationTest(testtools.TestCase):
         cfg.set_main_option("script_location", _MIGRATIONS)
         with self.engine.begin() as connection:
             cfg.attributes["connection"] = connection
-            command.downgrade(cfg, "0003")
+            command.downgrade(cfg, "0004")
         with self.engine.connect() as conn:
             rows = conn.execute(sa.text("SELECT digest, name FROM verifier_policies"))
             self.assertEqual([("d", "fw")], [tuple(r) for r in rows])

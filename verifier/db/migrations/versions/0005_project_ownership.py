@@ -6,8 +6,8 @@ owned by no project, so only callers allowed ``attestation:all_projects``
 (the cloud administrator) see them. A policy is now keyed by its project
 and digest, so two projects may store the same content independently.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 """
 
 from typing import Any
@@ -17,8 +17,8 @@ from alembic import op
 
 from verifier.db.models import BIG_BINARY
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 
 
 def _project() -> sa.Column[str]:
