@@ -76,6 +76,13 @@ function _configure_trusted_verifier {
         "$TRUSTED_CLOUD_CONF_DIR/event-signing-key.pem"
     iniset "$conf" verifier ca_dir "$TRUSTED_CLOUD_NODE_CA_DIR"
     iniset "$conf" verifier notifiers "$TRUSTED_NOTIFIERS"
+    if is_service_enabled key; then
+        # tenants authenticate with Keystone tokens (no tenant certificate)
+        iniset "$conf" verifier auth_strategy keystone
+        configure_keystone_authtoken_middleware "$conf" attestation
+    else
+        iniset "$conf" verifier auth_strategy noauth
+    fi
     iniset "$conf" revocation_hooks actions "$TRUSTED_REVOCATION_ACTIONS"
     iniset "$conf" action_log record_file \
         "$TRUSTED_CLOUD_DATA_DIR/revocations.jsonl"
@@ -110,6 +117,17 @@ function _configure_nova_notifications {
     iniset "$NOVA_CONF" oslo_messaging_notifications driver messagingv2
 }
 
+# _create_trusted_accounts - the verifier's service user, and its catalog
+# entry (service type attestation) with its endpoint, so that tenants'
+# clients (openstack attestation ..., trusted-nova boot) find it
+function _create_trusted_accounts {
+    create_service_user "attestation"
+    get_or_create_service "attestation" "attestation" \
+        "Trusted cloud attestation (verifier)"
+    get_or_create_endpoint "attestation" "$REGION_NAME" \
+        "https://$TRUSTED_VERIFIER_HOST:$TRUSTED_VERIFIER_PORT"
+}
+
 # configure_trusted_cloud - directories, certificates, configuration files
 # and the sample configuration of every option
 function configure_trusted_cloud {
@@ -121,6 +139,9 @@ function configure_trusted_cloud {
     fi
     if is_service_enabled trusted-verifier; then
         _configure_trusted_verifier
+        if is_service_enabled key; then
+            _create_trusted_accounts
+        fi
     fi
     if is_service_enabled trusted-agent; then
         _configure_trusted_agent

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from nova_plugin.attestation import AttestationClient
 from nova_plugin.boot import BootResult, ServerSpec, TrustedBoot
 from nova_plugin.exceptions import TenantError
 from nova_plugin.tenant import Tenant, TenantConfig
@@ -31,7 +32,8 @@ _ENV = {
 _SETTING_HELP = {
     "registrar": "registrar base URL; also written into the guest's "
     "bootstrap configuration",
-    "verifier": "verifier base URL",
+    "verifier": "verifier base URL over mTLS (unset: the catalog's "
+    "attestation service on your Keystone session)",
     "cert": "tenant client certificate (PEM) for mTLS",
     "key": "private key of --cert (PEM)",
     "ca": "operator CA bundle (PEM); also given to the guest",
@@ -221,7 +223,11 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
         TenantError: with the message for the user (see
             :class:`nova_plugin.boot.BootFailedError` for what is left).
     """
-    missing = [n for n in _ENV if not getattr(args, n)]
+    session = getattr(getattr(nova, "client", None), "session", None)
+    keystone = session is not None and not args.verifier
+    missing = [
+        n for n in _ENV if not getattr(args, n) and not (keystone and n == "verifier")
+    ]
     if missing:
         raise TenantError(
             "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
@@ -235,16 +241,17 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
             ca_pem = text.read()
     except OSError as exc:
         raise TenantError(f"cannot read {exc.filename}: {exc.strerror}")
+    verifier = AttestationClient(session) if keystone else None
     config = TenantConfig(
         args.registrar.rstrip("/"),
-        args.verifier.rstrip("/"),
+        "keystone:attestation" if keystone else args.verifier.rstrip("/"),
         args.cert,
         args.key,
         args.ca,
     )
 
     async def go() -> BootResult:
-        tenant = Tenant(config)
+        tenant = Tenant(config, verifier)
         try:
             boot = TrustedBoot(
                 nova,

@@ -9,6 +9,7 @@ verifier accepted V, the enrolment is undone and the error says so.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import ssl
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from nova_plugin.attestation import AttestationClient
 from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
 from verifier.common import tls as tlsutil
 from verifier.common.agent_client import AgentClient
@@ -60,10 +62,20 @@ class EnrolResult:
 
 
 class Tenant:
-    """Talks to the registrar, the verifier and node agents over mTLS."""
+    """Talks to the registrar, the verifier and node agents over mTLS.
 
-    def __init__(self, config: TenantConfig) -> None:
+    Args:
+        config: where the services are, and the tenant certificate.
+        verifier: the verifier on the user's Keystone session (found in
+            the catalog); when given, every verifier call goes through it
+            instead of mTLS (``config.verifier_url`` is then only a label).
+    """
+
+    def __init__(
+        self, config: TenantConfig, verifier: AttestationClient | None = None
+    ) -> None:
         self._config = config
+        self._verifier = verifier
         self._ssl: ssl.SSLContext = tlsutil.client_context(
             config.cert_file, config.key_file, config.ca_file
         )
@@ -83,6 +95,14 @@ class Tenant:
         Raises:
             ServiceError: unreachable, a non-2xx answer, or not an object.
         """
+        base = self._config.verifier_url
+        if self._verifier is not None and url.startswith(base):
+            data = await asyncio.to_thread(
+                self._verifier.call, method, url[len(base) :], body
+            )
+            if data is not None and not isinstance(data, dict):
+                raise ServiceError(f"{method} {url}: the answer is not a JSON object")
+            return 200, data or {}
         try:
             answer = await self._http.request(method, url, json=body)
         except TransportError as exc:

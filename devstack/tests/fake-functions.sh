@@ -136,3 +136,21 @@ function stop_process {
         rm -f "$pidfile"
     fi
 }
+
+# DevStack (lib/keystone): the service user, catalog entries and the
+# [keystone_authtoken] section; recorded only (no Keystone here).
+function create_service_user {
+    _fake_record create_service_user "$@"
+}
+
+function get_or_create_service {
+    _fake_record get_or_create_service "$@"
+}
+
+function get_or_create_endpoint {
+    _fake_record get_or_create_endpoint "$@"
+}
+
+function configure_keystone_authtoken_middleware {
+    _fake_record configure_keystone_authtoken_middleware "$@"
+}

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from verifier.api.authz import rule
 from verifier.attest.abe_keys import AbeAuthority
-from verifier.common.web import allow, json_response
+from verifier.common.web import json_response
 
 __all__ = ["add_abe_routes"]
 
 _AUTHORITY = web.AppKey("abe_authority", AbeAuthority)
 
 
-@allow("tenant")
+@rule("attestation:abe:params")
 async def _params(request: web.Request) -> web.Response:
     return json_response(request.app[_AUTHORITY].params().to_dict())
 

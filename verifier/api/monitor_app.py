@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from verifier.api.authz import rule
 from verifier.attest.monitor import HostTpm, MonitorBatcher
-from verifier.common.web import allow, json_response, read_json
+from verifier.common.web import json_response, read_json
 from verifier.protocol import TpmPublic
 from verifier.protocol.messages.monitor import MonitorChallenge, MonitorIdentity
 from verifier.protocol.messages.registration import (
@@ -30,21 +31,21 @@ _BATCHER = web.AppKey("monitor_batcher", MonitorBatcher)
 _HOST = web.AppKey("monitor_host", HostTpm)
 
 
-@allow("monitor")
+@rule("attestation:monitor:attest")
 async def _attest_get(request: web.Request) -> web.Response:
     challenge = MonitorChallenge.from_dict({"nonce": request.query.get("nonce")})
     reply = await request.app[_BATCHER].attest(challenge.nonce)
     return json_response(reply.to_dict())
 
 
-@allow("monitor")
+@rule("attestation:monitor:attest")
 async def _attest_post(request: web.Request) -> web.Response:
     challenge = MonitorChallenge.from_dict(await read_json(request))
     reply = await request.app[_BATCHER].attest(challenge.nonce)
     return json_response(reply.to_dict())
 
 
-@allow("monitor")
+@rule("attestation:monitor:attest")
 async def _ak(request: web.Request) -> web.Response:
     host = request.app[_HOST]
     ak, ek, ek_cert = await host.identity()
@@ -54,7 +55,7 @@ async def _ak(request: web.Request) -> web.Response:
     return json_response(identity.to_dict())
 
 
-@allow("monitor")
+@rule("attestation:monitor:attest")
 async def _activate(request: web.Request) -> web.Response:
     challenge = ActivationChallenge.from_dict(await read_json(request))
     credential = await request.app[_HOST].activate(

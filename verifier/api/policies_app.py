@@ -18,8 +18,9 @@ import asyncio
 
 from aiohttp import web
 
+from verifier.api.authz import caller, rule
 from verifier.attest.policies import PolicyStore
-from verifier.common.web import allow, json_response, parse_json_body
+from verifier.common.web import json_response, parse_json_body
 from verifier.exceptions import RequestError
 from verifier.protocol.messages.policies import PolicyUpload
 
@@ -57,39 +58,40 @@ def _parse_upload(body: bytes) -> PolicyUpload:
     return PolicyUpload.from_dict(parse_json_body(body))
 
 
-@allow("tenant")
+@rule("attestation:policy:create")
 async def _add(request: web.Request) -> web.Response:
+    owner = caller(request).owner()
     body = await _read_limited(request, request.app[_LIMIT])
     store = request.app[_STORE]
     kind = request.match_info["kind"]
 
     def work() -> tuple[dict[str, object], bool]:
         upload = _parse_upload(body)
-        return store.add(kind, upload.policy, upload.name, upload.signature)
+        return store.add(kind, upload.policy, upload.name, upload.signature, owner)
 
     meta, created = await asyncio.to_thread(work)
     return json_response(meta, status=201 if created else 200)
 
 
-@allow("tenant")
+@rule("attestation:policy:list")
 async def _list(request: web.Request) -> web.Response:
-    store = request.app[_STORE]
-    rows = await asyncio.to_thread(store.list, request.match_info["kind"])
+    store, scope = request.app[_STORE], caller(request).scope
+    rows = await asyncio.to_thread(store.list, request.match_info["kind"], scope)
     return json_response({"policies": rows})
 
 
-@allow("tenant")
+@rule("attestation:policy:get")
 async def _get(request: web.Request) -> web.Response:
-    store = request.app[_STORE]
+    store, scope = request.app[_STORE], caller(request).scope
     kind, ref = request.match_info["kind"], request.match_info["ref"]
-    return json_response(await asyncio.to_thread(store.get, kind, ref))
+    return json_response(await asyncio.to_thread(store.get, kind, ref, scope))
 
 
-@allow("tenant")
+@rule("attestation:policy:delete")
 async def _delete(request: web.Request) -> web.Response:
-    store = request.app[_STORE]
+    store, scope = request.app[_STORE], caller(request).scope
     kind, ref = request.match_info["kind"], request.match_info["ref"]
-    await asyncio.to_thread(store.delete, kind, ref)
+    await asyncio.to_thread(store.delete, kind, ref, scope)
     return web.Response(status=204)
 
 

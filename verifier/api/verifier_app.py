@@ -20,22 +20,18 @@ issuing (:mod:`verifier.api.abe_app`) add their routes when enabled.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 
+from verifier.api.authz import Auth, auth_middleware, caller, rule
 from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.attest import Verifier
 from verifier.attest.grants import CapabilityIssuer
+from verifier.attest.instances import NovaInstanceOwners
 from verifier.common import openapi
-from verifier.common.web import (
-    allow,
-    authz_middleware,
-    error_middleware,
-    json_response,
-    read_json,
-)
+from verifier.common.web import error_middleware, json_response, read_json
 from verifier.exceptions import RequestError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
@@ -44,11 +40,17 @@ from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
 _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
 _ISSUER = web.AppKey("issuer", CapabilityIssuer)
+_INSTANCES = web.AppKey("instances", NovaInstanceOwners)
 
 
-@allow("tenant")
+@rule("attestation:node:create")
 async def _enrol(request: web.Request) -> web.Response:
+    who = caller(request)
+    owner = who.owner()
     body = EnrolmentRequest.from_dict(await read_json(request))
+    instances = request.app.get(_INSTANCES)
+    if instances is not None:  # the instance must be the caller's project's
+        await instances.require_owned(body.uuid, owner, who.token, who.catalog)
     view = await request.app[_KEY].enrol(
         body.uuid,
         body.v,
@@ -56,64 +58,70 @@ async def _enrol(request: web.Request) -> web.Response:
         body.runtime_policy,
         body.mb_policy,
         await_instance=body.await_instance,
+        project=owner,
     )
     return json_response(view.to_dict(), status=201)
 
 
-@allow("tenant")
+@rule("attestation:node:list")
 async def _list(request: web.Request) -> web.Response:
-    return json_response({"nodes": [v.to_dict() for v in request.app[_KEY].list()]})
+    views = request.app[_KEY].list(caller(request).scope)
+    return json_response({"nodes": [v.to_dict() for v in views]})
 
 
-@allow("tenant", "operator")
+@rule("attestation:node:get")
 async def _get(request: web.Request) -> web.Response:
-    return json_response(request.app[_KEY].get(request.match_info["uuid"]).to_dict())
+    uuid, scope = request.match_info["uuid"], caller(request).scope
+    return json_response(request.app[_KEY].get(uuid, scope).to_dict())
 
 
-@allow("tenant", "operator")
+@rule("attestation:node:delete")
 async def _delete(request: web.Request) -> web.Response:
-    await request.app[_KEY].delete(request.match_info["uuid"])
+    await request.app[_KEY].delete(request.match_info["uuid"], caller(request).scope)
     return web.Response(status=204)
 
 
-@allow("operator")
+@rule("attestation:node:instance_created")
 async def _instance_created(request: web.Request) -> web.Response:
     uuid = canonical_uuid(request.match_info["uuid"])
     view = await request.app[_KEY].pending.instance_created(uuid)
     return json_response(view.to_dict())
 
 
-@allow("tenant")
+@rule("attestation:node:revoke")
 async def _revoke(request: web.Request) -> web.Response:
+    scope = caller(request).scope
     data = await read_json(request) if request.can_read_body else {}
     body = RevokeRequest.from_dict(data)
     view = await request.app[_KEY].revoke(
-        request.match_info["uuid"], "tenant_revoked", body.detail
+        request.match_info["uuid"], "tenant_revoked", body.detail, scope
     )
     return json_response(view.to_dict())
 
 
-@allow("tenant")
+@rule("attestation:node:stats")
 async def _stats(request: web.Request) -> web.Response:
     return json_response(request.app[_KEY].stats())
 
 
-@allow("tenant")
+@rule("attestation:event:list")
 async def _events(request: web.Request) -> web.Response:
+    scope = caller(request).scope
     node = request.query.get("node")
     node = canonical_uuid(node) if node else None
-    return json_response({"events": request.app[_KEY].outbox.list(node)})
+    return json_response({"events": request.app[_KEY].outbox.list(node, scope)})
 
 
-@allow("tenant", "capability")
+@rule("attestation:node:capability")
 async def _capability(request: web.Request) -> web.Response:
+    scope = caller(request).scope
     issuer = request.app.get(_ISSUER)
     if issuer is None:
         raise RequestError(
             "not_configured", "capabilities are off ([capabilities] key_file)", 404
         )
     body = CapabilityRequest.from_dict(await read_json(request))
-    cap = issuer.issue(request.match_info["uuid"], body.obj, body.rights)
+    cap = issuer.issue(request.match_info["uuid"], body.obj, body.rights, scope)
     grant = CapabilityGrant(cap.to_token(), cap.expiry, cap.epoch)
     return json_response(grant.to_dict(), status=201)
 
@@ -125,32 +133,34 @@ async def _signing_key(request: web.Request) -> web.Response:
 def make_app(
     verifier: Verifier,
     signing_public_pem: str,
-    roles: Mapping[str, Collection[str]] | None = None,
+    auth: Auth,
     policy_max_bytes: int = 64 << 20,
     issuer: CapabilityIssuer | None = None,
     routes: Sequence[Callable[[web.Application], None]] = (),
+    instances: NovaInstanceOwners | None = None,
 ) -> web.Application:
     """The verifier's aiohttp application.
 
     Args:
         verifier: the service.
         signing_public_pem: the event-signing public key (served as is).
-        roles: role (``tenant``, ``operator``) -> client certificate common
-            names; None
-            disables the check (tests without TLS).
+        auth: who the callers are and the policy they are held to
+            (:mod:`verifier.api.authz`).
         policy_max_bytes: the largest policy upload accepted.
         issuer: issues capabilities to attested nodes (None: off).
         routes: more route sets (monitor attestation, ABE keys), each
             adding itself to the application.
+        instances: checks with Nova that an enrolled instance is the
+            enrolling project's (None: no check, e.g. without Keystone).
     """
-    middlewares = [error_middleware]
-    if roles is not None:
-        middlewares.append(authz_middleware(roles))
+    middlewares = [error_middleware, auth_middleware(auth)]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = verifier
     app[_PEM] = signing_public_pem
     if issuer is not None:
         app[_ISSUER] = issuer
+    if instances is not None:
+        app[_INSTANCES] = instances
     app.router.add_post("/v1/nodes", _enrol)
     app.router.add_get("/v1/nodes", _list)
     app.router.add_get("/v1/nodes/{uuid}", _get)

@@ -43,15 +43,18 @@ class CapabilityIssuer:
         self._ttl = ttl
         self._clock = clock
 
-    def issue(self, uuid: str, obj: str, rights: str) -> Capability:
-        """A capability for ``uuid`` to use ``obj`` with ``rights``.
+    def issue(
+        self, uuid: str, obj: str, rights: str, scope: str | None = None
+    ) -> Capability:
+        """A capability for ``uuid`` (a node of project ``scope``; None: of
+        any) to use ``obj`` with ``rights``.
 
         Raises:
-            NotFoundError: unknown node.
+            NotFoundError: unknown node, or another project's.
             ConflictError: ``not_attested`` unless the node is attested now.
             MalformedError: bad object or rights.
         """
-        view = self._verifier.get(uuid)
+        view = self._verifier.get(uuid, scope)
         if view.state != NodeState.ATTESTED:
             raise ConflictError(
                 "not_attested", f"node {view.uuid} is {view.state}, not attested"

@@ -40,6 +40,7 @@ class NodeView:
     runtime_policy: str | None = None
     mb_policy: str | None = None
     ima_entries: int | None = None
+    project_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -67,13 +68,15 @@ def enrolment_row(
     record: RegistrationRecord | None,
     refs: tuple[str | None, str | None],
     now: float,
+    project_id: str = "",
 ) -> Node:
     """The row of a new enrolment: the registrar's ``record`` of the node
-    (AK, TLS certificate, address; None before the agent registered) and
-    the runtime/measured-boot policy digests ``refs``."""
+    (AK, TLS certificate, address; None before the agent registered), the
+    runtime/measured-boot policy digests ``refs`` and the owning project."""
     values = _UNREGISTERED if record is None else registration_values(record)
     return Node(
         uuid=uuid,
+        project_id=project_id,
         state=NodeState.REGISTERED.value,
         policy=json.dumps(policy.to_dict()),
         v_share=v_share,
@@ -99,6 +102,7 @@ def view_of_row(row: Node) -> NodeView:
         row.runtime_policy,
         row.mb_policy,
         row.ima_count,
+        row.project_id,
     )
 
 
@@ -136,11 +140,19 @@ class LiveNode(NodeAttestation):
         v_share: the tenant's share V, released after its first good quote.
         runtime_ref: the digest of its stored runtime policy, or None.
         mb_ref: the digest of its stored measured-boot policy, or None.
+        project_id: the Keystone project that owns it.
         judged: :class:`NodeAttestation`'s keyword arguments (its state as
             last written).
     """
 
-    __slots__ = ("base_url", "mb_ref", "runtime_ref", "tls_cert", "v_share")
+    __slots__ = (
+        "base_url",
+        "mb_ref",
+        "project_id",
+        "runtime_ref",
+        "tls_cert",
+        "v_share",
+    )
 
     def __init__(
         self,
@@ -153,9 +165,11 @@ class LiveNode(NodeAttestation):
         v_share: bytes,
         runtime_ref: str | None = None,
         mb_ref: str | None = None,
+        project_id: str = "",
         **judged: Any,
     ) -> None:
         super().__init__(uuid, policy, ak, **judged)
+        self.project_id = project_id
         self.base_url = base_url
         self.tls_cert = tls_cert
         self.v_share = v_share
@@ -173,6 +187,7 @@ class LiveNode(NodeAttestation):
             self.runtime_ref,
             self.mb_ref,
             self.ima.count if self.runtime is not None else None,
+            self.project_id,
         )
 
     @classmethod
@@ -203,6 +218,7 @@ class LiveNode(NodeAttestation):
             v_share=row.v_share,
             runtime_ref=row.runtime_policy,
             mb_ref=row.mb_policy,
+            project_id=row.project_id or "",
             state=NodeState(row.state),
             runtime=runtime,
             mb=mb,

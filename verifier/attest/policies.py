@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from verifier.attest.quotas import Quotas
 from verifier.db import Node, StoredPolicy
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
@@ -92,6 +93,7 @@ class PolicyStore:
             the policy's canonical JSON.
         max_entries: refuse runtime policies with more entries.
         clock: wall clock.
+        quotas: per-project limits of policies and their bytes.
     """
 
     def __init__(
@@ -100,8 +102,10 @@ class PolicyStore:
         signing_keys: Sequence[VerifyingKey] = (),
         max_entries: int = 5_000_000,
         clock: Callable[[], float] = time.time,
+        quotas: Quotas | None = None,
     ) -> None:
         self.engine = engine
+        self._quotas = quotas or Quotas()
         self._keys = tuple(signing_keys)
         self._max_entries = max_entries
         self._clock = clock
@@ -116,8 +120,10 @@ class PolicyStore:
         document: object,
         name: str | None = None,
         signature: bytes | None = None,
+        project: str = "",
     ) -> tuple[dict[str, Any], bool]:
-        """Store a policy (idempotent for identical content).
+        """Store a policy owned by ``project`` (idempotent for identical
+        content; other projects' policies are never seen or touched).
 
         Returns:
             (its metadata, True if it was new).
@@ -145,18 +151,23 @@ class PolicyStore:
             body, version = canonical(parsed.to_dict()), None
         self._check_signature(body, signature)
         digest = hashlib.sha256(body).hexdigest()
-        with Session(self.engine) as session, session.begin():
-            old = session.get(StoredPolicy, digest)
+        with self._quotas.lock, Session(self.engine) as session, session.begin():
+            old = session.get(StoredPolicy, (project, digest))
             if old is not None and old.kind == kind and old.name == name:
                 return _meta(old), False
             if version is None:
                 top = session.scalar(
                     sa.select(sa.func.max(StoredPolicy.version)).where(
-                        StoredPolicy.kind == kind, StoredPolicy.name == name
+                        StoredPolicy.project_id == project,
+                        StoredPolicy.kind == kind,
+                        StoredPolicy.name == name,
                     )
                 )
                 version = (top or 0) + 1
+            if project:
+                self._check_quotas(session, project, len(body))
             row = StoredPolicy(
+                project_id=project,
                 digest=digest,
                 kind=kind,
                 name=name,
@@ -180,6 +191,16 @@ class PolicyStore:
             self._cache[digest] = parsed
         return meta, True
 
+    def _check_quotas(self, session: Session, project: str, size: int) -> None:
+        count, used = session.execute(
+            sa.select(
+                sa.func.count(),
+                sa.func.coalesce(sa.func.sum(sa.func.length(StoredPolicy.body)), 0),
+            ).where(StoredPolicy.project_id == project)
+        ).one()
+        self._quotas.check("policies", count)
+        self._quotas.check("policy_bytes", used, size)
+
     def _check_signature(self, body: bytes, signature: bytes | None) -> None:
         if not self._keys:
             return
@@ -200,19 +221,26 @@ class PolicyStore:
             "policy_signature", "the signature is not valid for any trusted key"
         )
 
-    def list(self, kind: str) -> list[dict[str, Any]]:
+    def list(self, kind: str, scope: str | None = None) -> list[dict[str, Any]]:
+        """The policies of ``kind`` of project ``scope`` (None: all)."""
         _check_kind(kind)
+        query = sa.select(StoredPolicy).where(StoredPolicy.kind == kind)
+        if scope is not None:
+            query = query.where(StoredPolicy.project_id == scope)
         with Session(self.engine) as session:
             rows = session.scalars(
-                sa.select(StoredPolicy)
-                .where(StoredPolicy.kind == kind)
-                .order_by(StoredPolicy.name, StoredPolicy.version)
+                query.order_by(StoredPolicy.name, StoredPolicy.version)
             )
             return [_meta(r) for r in rows]
 
-    def _row(self, session: Session, kind: str, ref: str) -> StoredPolicy:
-        """``ref`` is ``name`` (newest version), ``name@version`` or a digest."""
+    def _row(
+        self, session: Session, kind: str, ref: str, scope: str | None
+    ) -> StoredPolicy:
+        """``ref`` is ``name`` (newest version), ``name@version`` or a
+        digest, among the policies of project ``scope`` (None: all)."""
         query = sa.select(StoredPolicy).where(StoredPolicy.kind == kind)
+        if scope is not None:
+            query = query.where(StoredPolicy.project_id == scope)
         name, at, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
         if at:
             # ASCII digits only (str.isdigit also takes "²"), and a version
@@ -237,35 +265,39 @@ class PolicyStore:
             raise NotFoundError("unknown_policy", f"no {kind} policy {ref!r}")
         return row
 
-    def get(self, kind: str, ref: str) -> dict[str, Any]:
+    def get(self, kind: str, ref: str, scope: str | None = None) -> dict[str, Any]:
         """Metadata plus the policy document.
 
-        Raises: NotFoundError.
+        Raises: NotFoundError (also for another project's policy).
         """
         _check_kind(kind)
         with Session(self.engine) as session:
-            row = self._row(session, kind, ref)
+            row = self._row(session, kind, ref, scope)
             meta = _meta(row)
             meta["policy"] = json.loads(row.body)
             if row.signature is not None:
                 meta["signature"] = base64.b64encode(row.signature).decode()
             return meta
 
-    def resolve(self, kind: str, ref: str) -> str:
-        """The digest ``ref`` names (see :meth:`get`). Raises: NotFoundError."""
+    def resolve(self, kind: str, ref: str, project: str) -> str:
+        """The digest ``ref`` names among ``project``'s policies (see
+        :meth:`get`). Raises: NotFoundError."""
         _check_kind(kind)
         with Session(self.engine) as session:
-            return self._row(session, kind, ref).digest
+            return self._row(session, kind, ref, project).digest
 
-    def delete(self, kind: str, ref: str) -> None:
-        """Raises: NotFoundError; ConflictError ``policy_in_use``."""
+    def delete(self, kind: str, ref: str, scope: str | None = None) -> None:
+        """Delete a policy of project ``scope`` (None: any).
+
+        Raises: NotFoundError; ConflictError ``policy_in_use``.
+        """
         _check_kind(kind)
         with Session(self.engine) as session, session.begin():
-            row = self._row(session, kind, ref)
+            row = self._row(session, kind, ref, scope)
             users = session.scalar(
                 sa.select(sa.func.count())
                 .select_from(Node)
-                .where(_COLUMN[kind] == row.digest)
+                .where(_COLUMN[kind] == row.digest, Node.project_id == row.project_id)
             )
             if users:
                 raise ConflictError(
@@ -274,8 +306,14 @@ class PolicyStore:
                     f"by {users} node(s)",
                 )
             session.delete(row)
-        with self._lock:
-            self._cache.pop(row.digest, None)
+            shared = session.scalar(
+                sa.select(sa.func.count())
+                .select_from(StoredPolicy)
+                .where(StoredPolicy.digest == row.digest)
+            )
+        if not shared:
+            with self._lock:
+                self._cache.pop(row.digest, None)
 
     # -- the attestation side -------------------------------------------------
 
@@ -289,7 +327,9 @@ class PolicyStore:
         if parsed is not None:
             return parsed
         with Session(self.engine) as session:
-            row = session.get(StoredPolicy, digest)
+            row = session.scalars(
+                sa.select(StoredPolicy).where(StoredPolicy.digest == digest).limit(1)
+            ).first()
             if row is None:
                 raise NotFoundError("unknown_policy", f"no policy {digest}")
             kind, body = row.kind, row.body
@@ -298,13 +338,16 @@ class PolicyStore:
             return self._cache.setdefault(digest, parsed)
 
     def resolve_pair(
-        self, runtime: str | None, mb: str | None
+        self, runtime: str | None, mb: str | None, project: str = ""
     ) -> tuple[str | None, str | None]:
         """Resolve and load an enrolment's runtime and measured-boot policy
-        references (either may be None). Raises: NotFoundError."""
+        references (either may be None) among ``project``'s policies.
+
+        Raises: NotFoundError (also for another project's policy).
+        """
         out: list[str | None] = []
         for kind, ref in ((RUNTIME, runtime), (MEASURED_BOOT, mb)):
-            digest = None if ref is None else self.resolve(kind, ref)
+            digest = None if ref is None else self.resolve(kind, ref, project)
             if digest is not None:
                 self.load(digest)
             out.append(digest)

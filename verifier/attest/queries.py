@@ -14,7 +14,13 @@ from verifier.attest.store import NodeStore
 from verifier.exceptions import NotFoundError
 from verifier.protocol import canonical_uuid
 
-__all__ = ["NodeQueries"]
+__all__ = ["NodeQueries", "visible"]
+
+
+def visible(owner: str, scope: str | None) -> bool:
+    """Whether a resource of project ``owner`` is in ``scope`` (a project,
+    or None for every project)."""
+    return scope is None or owner == scope
 
 
 class NodeQueries:
@@ -24,16 +30,22 @@ class NodeQueries:
     _nodes: dict[str, LiveNode]
     _ownership: Ownership
 
-    def get(self, uuid: str) -> NodeView:
-        """Raises: NotFoundError."""
+    def get(self, uuid: str, scope: str | None = None) -> NodeView:
+        """A node of project ``scope`` (None: of any project).
+
+        Raises:
+            NotFoundError: not enrolled, or owned by another project (the
+                same answer, so that a project learns nothing of others').
+        """
         uuid = canonical_uuid(uuid)
         node = self._nodes.get(uuid)
-        if node is not None:
-            return node.view()
-        row = self.store.load(uuid)
-        if row is None:
+        view = node.view() if node is not None else None
+        if view is None:
+            row = self.store.load(uuid)
+            view = view_of_row(row) if row is not None else None
+        if view is None or not visible(view.project_id, scope):
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
-        return view_of_row(row)
+        return view
 
     def stats(self) -> dict[str, Any]:
         """Counts for operators and benchmarks: nodes per state (this
@@ -53,9 +65,10 @@ class NodeQueries:
             "quotes_verified": local,
         }
 
-    def list(self) -> list[NodeView]:
+    def list(self, scope: str | None = None) -> list[NodeView]:
+        """The nodes of project ``scope`` (None: of every project)."""
         views = []
-        for row in self.store.load_all():
+        for row in self.store.load_all(scope):
             node = self._nodes.get(row.uuid)
             views.append(node.view() if node else view_of_row(row))
         return views

@@ -33,6 +33,7 @@ from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.policies import PolicyStore
 from verifier.attest.queries import NodeQueries
+from verifier.attest.quotas import Quotas
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
 from verifier.ca import CaError, CertificateAuthority
@@ -92,6 +93,8 @@ class Verifier(NodeQueries):
         policies: stored runtime and measured-boot policies (default: a
             store on ``engine`` accepting unsigned policies).
         abe: issues CP-ABE keys after valid quotes (None: off).
+        quotas: per-project limits of nodes (and of policies, for the
+            default policy store).
     """
 
     def __init__(
@@ -112,11 +115,12 @@ class Verifier(NodeQueries):
         unreachable_action: str = "fail",
         policies: PolicyStore | None = None,
         abe: AbeAuthority | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         if unreachable_action not in ("fail", "revoke"):
             raise ValueError("unreachable_action must be 'fail' or 'revoke'")
-        self.store = NodeStore(engine, clock)
-        self.policies = policies or PolicyStore(engine, clock=clock)
+        self.store = NodeStore(engine, clock, quotas)
+        self.policies = policies or PolicyStore(engine, clock=clock, quotas=quotas)
         self._signing_key = signing_key
         self._registrar = registrar
         self._agents = agents
@@ -248,6 +252,7 @@ class Verifier(NodeQueries):
         runtime_policy: str | None = None,
         mb_policy: str | None = None,
         await_instance: bool = False,
+        project: str = "",
     ) -> NodeView:
         """Start attesting ``uuid``; V is released to the node after its
         first valid quote (and runtime evidence). With ``await_instance``
@@ -263,6 +268,8 @@ class Verifier(NodeQueries):
                 ``name@version`` or digest), or None.
             mb_policy: a stored measured-boot policy, or None.
             await_instance: enrol ahead of the instance.
+            project: the Keystone project that will own the node (named
+                policies are looked up among its policies).
 
         Raises:
             ConflictError: already enrolled, or the AK is not activated.
@@ -278,17 +285,17 @@ class Verifier(NodeQueries):
         if uuid in self._nodes:
             raise ConflictError("already_enrolled", f"node {uuid} is already enrolled")
         refs = await asyncio.to_thread(
-            self.policies.resolve_pair, runtime_policy, mb_policy
+            self.policies.resolve_pair, runtime_policy, mb_policy, project
         )
         if await_instance:
-            return await self.pending.enrol(uuid, v_share, policy, refs)
+            return await self.pending.enrol(uuid, v_share, policy, refs, project)
         record = await self._registrar.get_agent(uuid)
         if not record.activated:
             raise ConflictError(
                 "ak_not_activated",
                 f"node {uuid} has not activated its attestation key at the registrar",
             )
-        row = enrolment_row(uuid, v_share, policy, record, refs, self._clock())
+        row = enrolment_row(uuid, v_share, policy, record, refs, self._clock(), project)
         node = LiveNode.from_row(row, self.policies.cached)
         await asyncio.to_thread(self.store.insert, row)
         if self._ownership.owns(uuid):
@@ -302,12 +309,15 @@ class Verifier(NodeQueries):
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
         return node
 
-    async def delete(self, uuid: str) -> None:
-        """Stop attesting and forget a node (its outbox events remain).
+    async def delete(self, uuid: str, scope: str | None = None) -> None:
+        """Stop attesting and forget a node of project ``scope`` (None: of
+        any project); its outbox events remain.
 
-        Raises: NotFoundError.
+        Raises: NotFoundError (also for another project's node).
         """
         uuid = canonical_uuid(uuid)
+        if scope is not None:
+            self.get(uuid, scope)  # another project's node: 404
         self.pending.forget(uuid)
         node = self._nodes.get(uuid)
         if node is not None:
@@ -315,12 +325,16 @@ class Verifier(NodeQueries):
         if not await asyncio.to_thread(self.store.delete, uuid) and node is None:
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
 
-    async def revoke(self, uuid: str, reason: str, detail: str) -> NodeView:
-        """Revoke a node on request (e.g. by its tenant), whoever attests it.
+    async def revoke(
+        self, uuid: str, reason: str, detail: str, scope: str | None = None
+    ) -> NodeView:
+        """Revoke a node of project ``scope`` (None: any) on request (e.g.
+        by its tenant), whoever attests it.
 
-        Raises: NotFoundError.
+        Raises: NotFoundError (also for another project's node).
         """
         uuid = canonical_uuid(uuid)
+        self.get(uuid, scope)  # another project's node: 404
         node = self._nodes.get(uuid)
         if node is not None:
             self._act(node, node.revoke(reason, detail))

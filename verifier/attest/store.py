@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from verifier.attest.quotas import Quotas
 from verifier.db import Node
 from verifier.exceptions import ConflictError
 from verifier.notify.outbox import add_to_outbox
@@ -20,6 +21,7 @@ from verifier.protocol import SignedEvent
 from verifier.protocol.attestation import NodeAttestation, NodeState, Transition
 
 _REVOKED = NodeState.REVOKED.value
+_WAITING = (NodeState.PENDING.value, NodeState.CREATED.value)
 
 
 class NodeStore:
@@ -28,21 +30,41 @@ class NodeStore:
     Args:
         engine: the shared database.
         clock: wall clock (seconds).
+        quotas: per-project limits checked on insert (default: none).
     """
 
-    def __init__(self, engine: sa.Engine, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        engine: sa.Engine,
+        clock: Callable[[], float] = time.time,
+        quotas: Quotas | None = None,
+    ):
         self.engine = engine
         self._clock = clock
+        self._quotas = quotas or Quotas()
 
     def insert(self, row: Node) -> None:
-        """Raises: ConflictError if the node is already enrolled."""
+        """Raises:
+        ConflictError: the node is already enrolled.
+        QuotaExceededError: its project is at its node (or pending
+            enrolment) quota.
+        """
         try:
-            with Session(self.engine) as session, session.begin():
+            with self._quotas.lock, Session(self.engine) as session, session.begin():
+                if row.project_id:
+                    self._check_quotas(session, row)
                 session.add(row)
         except IntegrityError:
             raise ConflictError(
                 "already_enrolled", f"node {row.uuid} is already enrolled"
             )
+
+    def _check_quotas(self, session: Session, row: Node) -> None:
+        mine = sa.select(sa.func.count()).where(Node.project_id == row.project_id)
+        self._quotas.check("nodes", session.scalar(mine) or 0)
+        if row.state in _WAITING:
+            waiting = mine.where(Node.state.in_(_WAITING))
+            self._quotas.check("pending_enrolments", session.scalar(waiting) or 0)
 
     def load(self, uuid: str) -> Node | None:
         with Session(self.engine) as session:
@@ -61,9 +83,13 @@ class NodeStore:
             session.expunge_all()
         return rows
 
-    def load_all(self) -> list[Node]:
+    def load_all(self, project: str | None = None) -> list[Node]:
+        """Every node, or those of ``project``."""
+        query = sa.select(Node).order_by(Node.uuid)
+        if project is not None:
+            query = query.where(Node.project_id == project)
         with Session(self.engine) as session:
-            rows = list(session.scalars(sa.select(Node).order_by(Node.uuid)))
+            rows = list(session.scalars(query))
             session.expunge_all()
             return rows
 
@@ -152,7 +178,10 @@ class NodeStore:
             )
             if result.rowcount != 1:  # type: ignore[attr-defined]
                 return False
-            add_to_outbox(session, signed, now)
+            project = session.scalar(
+                sa.select(Node.project_id).where(Node.uuid == uuid)
+            )
+            add_to_outbox(session, signed, now, project or "")
         return True
 
     def flush(self, nodes: Iterable[NodeAttestation]) -> None:

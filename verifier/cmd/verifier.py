@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -18,20 +19,25 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from oslo_config import cfg
 
 from verifier import db
+from verifier.api.authz import Auth
 from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest import AgentClient, RegistrarClient, Verifier
 from verifier.attest.grants import CapabilityIssuer
+from verifier.attest.instances import NovaInstanceOwners
 from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
 from verifier.attest.policies import PolicyStore, VerifyingKey
+from verifier.attest.quotas import Quotas
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
 from verifier.common import extras
 from verifier.common import tls as tlsutil
+from verifier.common.http import AsyncClient
 from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
+from verifier.policies import make_enforcer
 
 if TYPE_CHECKING:
     from verifier.attest.abe_keys import AbeAuthority
@@ -118,6 +124,8 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     client_ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
     agents = AgentClient(group.cert_file, group.key_file, group.agent_timeout)
     abe = build_abe(conf, agents)
+    q = conf.quota
+    quotas = Quotas(q.nodes, q.pending_enrolments, q.policies, q.policy_bytes)
     verifier = Verifier(
         engine,
         signing_key,
@@ -143,8 +151,10 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
             engine,
             [_load_public_key(p) for p in group.policy_signing_keys],
             group.policy_max_entries,
+            quotas=quotas,
         ),
         abe=abe,
+        quotas=quotas,
     )
     return verifier, public_pem(signing_key.public_key())
 
@@ -164,6 +174,45 @@ def build_monitor(
     host = HostTpm(group.tcti, list(group.pcrs), group.ek_alg, group.ak_alg)
     batcher = MonitorBatcher(host.quote, group.window_ms / 1000.0, group.max_batch)
     return batcher, host
+
+
+def build_auth(conf: cfg.ConfigOpts) -> Auth:
+    """Who may call the API: Keystone tokens (``auth_strategy =
+    keystone``) or tenant certificates (``noauth``), machine identities by
+    certificate, and the policy (:mod:`verifier.policies`)."""
+    group = conf.verifier
+    tenants: list[str] = []
+    keystone = None
+    if group.auth_strategy == "keystone":
+        from verifier.api.keystone import KeystoneAuthenticator
+
+        keystone = KeystoneAuthenticator(conf)
+    else:
+        tenants = list(group.tenant_clients)
+    machines = {
+        "service": group.operator_clients,
+        "capability": conf.capabilities.clients,
+        "monitor": conf.monitor.clients,
+    }
+    return Auth(
+        make_enforcer(conf),
+        keystone,
+        Auth.certificate_roles(tenants, machines),
+    )
+
+
+def build_instances(conf: cfg.ConfigOpts, auth: Auth) -> NovaInstanceOwners | None:
+    """The instance-owner check, with Keystone and ``instance_owner_check
+    = nova`` (Nova's endpoint trusted with the system's CAs and ca_file)."""
+    group = conf.verifier
+    if auth.keystone is None or group.instance_owner_check != "nova":
+        return None
+    context = tlsutil.client_context(None, None, None)
+    if group.ca_file:
+        context.load_verify_locations(group.ca_file)
+    return NovaInstanceOwners(
+        AsyncClient(context, group.agent_timeout), group.compute_interface
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,12 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         issuer = None
         if caps.key_file:
             issuer = CapabilityIssuer(verifier, load_mac_key(caps.key_file), caps.ttl)
-        roles = {
-            "tenant": group.tenant_clients,
-            "capability": caps.clients,
-            "monitor": list(group.tenant_clients) + list(conf.monitor.clients),
-            "operator": group.operator_clients,
-        }
+        auth = build_auth(conf)
+        if auth.keystone is not None:  # tenants come without certificates
+            ctx.verify_mode = ssl.CERT_OPTIONAL
 
         async def start() -> None:
             if monitor is not None:
@@ -210,10 +256,11 @@ def main(argv: list[str] | None = None) -> int:
             make_app(
                 verifier,
                 pem,
-                roles,
+                auth,
                 issuer=issuer,
                 policy_max_bytes=group.policy_max_bytes,
                 routes=routes,
+                instances=build_instances(conf, auth),
             ),
             group.host,
             group.port,

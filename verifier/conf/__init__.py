@@ -2,7 +2,15 @@
 
 from oslo_config import cfg
 
-from verifier.conf import abe, keyservice, monitor, notifiers, registrar, verifier
+from verifier.conf import (
+    abe,
+    keyservice,
+    monitor,
+    notifiers,
+    quota,
+    registrar,
+    verifier,
+)
 
 CONF = cfg.CONF
 
@@ -14,6 +22,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     notifiers.register_opts(conf)
     monitor.register_opts(conf)
     abe.register_opts(conf)
+    quota.register_opts(conf)
 
 
 __all__ = ["CONF", "register_opts"]

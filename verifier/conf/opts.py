@@ -8,6 +8,7 @@ from verifier.conf import (
     monitor,
     notifiers,
     nova_listener,
+    quota,
     registrar,
     verifier,
 )
@@ -22,4 +23,5 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         + monitor.list_opts()
         + abe.list_opts()
         + nova_listener.list_opts()
+        + quota.list_opts()
     )

@@ -19,18 +19,60 @@ _OPTS = [
     ),
     cfg.StrOpt("key_file", help="PEM private key of cert_file."),
     cfg.StrOpt("ca_file", help="PEM CA bundle for clients and the registrar."),
+    cfg.StrOpt(
+        "auth_strategy",
+        default="noauth",
+        choices=[
+            (
+                "keystone",
+                "tenants authenticate with Keystone tokens "
+                "([keystone_authtoken]); what a cloud runs",
+            ),
+            (
+                "noauth",
+                "no Keystone: each tenant_clients certificate is a "
+                "tenant whose project is its CN (the embedded demo and tests only)",
+            ),
+        ],
+        help="How tenants authenticate to the verifier's API. Machine "
+        "identities (operator_clients, capability and monitor clients) use "
+        "their client certificates in both; authorization follows the "
+        "policy rules (oslo.policy, [oslo_policy] policy_file).",
+    ),
+    cfg.StrOpt(
+        "instance_owner_check",
+        default="nova",
+        choices=[
+            (
+                "nova",
+                "ask Nova, with the caller's token, that the instance "
+                "exists in the caller's project",
+            ),
+            ("none", "no check (nodes that are not Nova instances)"),
+        ],
+        help="auth_strategy keystone only: how an enrolment's instance UUID "
+        "is tied to the enrolling project. Without a check, a project can "
+        "claim another's instance ahead of its owner.",
+    ),
+    cfg.StrOpt(
+        "compute_interface",
+        default="public",
+        help="The endpoint interface of Nova's catalog entry to use for "
+        "instance_owner_check.",
+    ),
     cfg.ListOpt(
         "tenant_clients",
         default=["tenant"],
-        help="Client certificate common names allowed to enrol, list, revoke "
-        "and delete nodes and to read revocation events.",
+        help="auth_strategy noauth only: client certificate common names "
+        "that are tenants, each the project named by its CN (reader and "
+        "member roles). Ignored with keystone.",
     ),
     cfg.ListOpt(
         "operator_clients",
         default=["operator"],
         help="Client certificate common names of provider-side services (the "
-        "Nova notification listener) allowed to mark a node's instance "
-        "created, read a node and delete (unenrol) it.",
+        "Nova notification listener): they hold the 'service' role of the "
+        "policy (mark a node's instance created, read and delete nodes).",
     ),
     cfg.URIOpt(
         "registrar_url",

@@ -10,6 +10,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -83,6 +84,10 @@ class Node(Base):
 
     uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
     state: Mapped[str] = mapped_column(String(16), index=True)
+    # ownership (0005): the Keystone project; "" for rows from before it
+    project_id: Mapped[str] = mapped_column(
+        String(64), index=True, default="", server_default=text("''")
+    )
     policy: Mapped[str] = mapped_column(Text)
     v_share: Mapped[bytes] = mapped_column(LargeBinary)
     ak_public: Mapped[bytes] = mapped_column(LargeBinary)
@@ -113,6 +118,9 @@ class OutboxEvent(Base):
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     node_uuid: Mapped[str] = mapped_column(String(36), index=True)
+    project_id: Mapped[str] = mapped_column(
+        String(64), index=True, default="", server_default=text("''")
+    )
     body: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
     delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
@@ -125,8 +133,11 @@ class StoredPolicy(Base):
     digest and referenced by any number of nodes."""
 
     __tablename__ = "verifier_policies"
-    __table_args__ = (UniqueConstraint("kind", "name", "version"),)
+    __table_args__ = (UniqueConstraint("project_id", "kind", "name", "version"),)
 
+    project_id: Mapped[str] = mapped_column(
+        String(64), primary_key=True, server_default=text("''")
+    )
     digest: Mapped[str] = mapped_column(String(64), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
     name: Mapped[str] = mapped_column(String(255))

@@ -37,12 +37,16 @@ def make_event(
     return event.sign(signing_key)
 
 
-def add_to_outbox(session: Session, signed: SignedEvent, now: float) -> None:
-    """Stage ``signed`` in the caller's transaction."""
+def add_to_outbox(
+    session: Session, signed: SignedEvent, now: float, project_id: str = ""
+) -> None:
+    """Stage ``signed`` (about a node of ``project_id``) in the caller's
+    transaction."""
     session.add(
         OutboxEvent(
             id=signed.event.id,
             node_uuid=signed.event.node_uuid,
+            project_id=project_id,
             body=signed.to_json(),
             created_at=now,
             attempts=0,
@@ -164,12 +168,17 @@ class Outbox:
         for notifier in self._notifiers:
             notifier.close()
 
-    def list(self, node_uuid: str | None = None) -> list[dict[str, object]]:
-        """Outbox entries (newest last) with their delivery state."""
+    def list(
+        self, node_uuid: str | None = None, project: str | None = None
+    ) -> list[dict[str, object]]:
+        """Outbox entries (newest last) with their delivery state: of one
+        node or all, of one project or all."""
         with Session(self._engine) as session:
             query = sa.select(OutboxEvent).order_by(OutboxEvent.created_at)
             if node_uuid is not None:
                 query = query.where(OutboxEvent.node_uuid == node_uuid)
+            if project is not None:
+                query = query.where(OutboxEvent.project_id == project)
             return [
                 {
                     "signed_event": json.loads(row.body),

@@ -105,6 +105,7 @@ class FakeDevstack(fixtures.Fixture):
             DEST=self.dest,
             DATA_DIR=os.path.join(self.root, "data"),
             SERVICE_HOST="127.0.0.1",
+            REGION_NAME="RegionOne",
             STACK_USER=getpass.getuser(),
             NOVA_CONF=self.nova_conf,
             TEMPEST_CONFIG=self.tempest_conf,
@@ -194,6 +195,7 @@ def _read_ini(path: str) -> configparser.ConfigParser:
 
 
 SERVICES = "key,n-api,n-cpu,placement-api,tempest"
+NO_KEYSTONE = "n-api,n-cpu,placement-api,tempest"
 
 
 class _PluginTestCase(testtools.TestCase):
@@ -282,6 +284,36 @@ class DevstackConfigTest(_PluginTestCase):
         self.assertTrue(os.path.isfile(os.path.join(verifier["ca_dir"], "ca-key.pem")))
         self.assertFalse(os.path.exists(ds.conf("agent.conf")))
 
+    def test_post_config_registers_the_attestation_service_with_keystone(
+        self,
+    ) -> None:
+        ds = self.devstack()
+        ds.stack("install")
+        calls = ds.phase("stack", "post-config")
+        self.assertEqual([["attestation"]], _calls(calls, "create_service_user"))
+        self.assertEqual(
+            [["attestation", "attestation", "Trusted cloud attestation (verifier)"]],
+            _calls(calls, "get_or_create_service"),
+        )
+        self.assertEqual(
+            [["attestation", "RegionOne", f"https://127.0.0.1:{ds.verifier_port}"]],
+            _calls(calls, "get_or_create_endpoint"),
+        )
+        self.assertEqual(
+            [[ds.conf("verifier.conf"), "attestation"]],
+            _calls(calls, "configure_keystone_authtoken_middleware"),
+        )
+        verifier = _read_ini(ds.conf("verifier.conf"))["verifier"]
+        self.assertEqual("keystone", verifier["auth_strategy"])
+
+    def test_without_keystone_the_verifier_is_noauth(self) -> None:
+        ds = self.devstack("n-api")
+        ds.stack("install")
+        calls = ds.phase("stack", "post-config")
+        self.assertEqual([], _calls(calls, "get_or_create_service"))
+        verifier = _read_ini(ds.conf("verifier.conf"))["verifier"]
+        self.assertEqual("noauth", verifier["auth_strategy"])
+
     def test_post_config_creates_certificates_from_one_ca(self) -> None:
         ds = self.devstack()
         ds.stack("post-config")
@@ -351,7 +383,8 @@ class DevstackServicesTest(_PluginTestCase):
     """extra, test-config and unstack: the services really run."""
 
     def test_extra_starts_the_services_and_unstack_stops_them(self) -> None:
-        ds = self.devstack()
+        # no Keystone here: the verifier takes the tenant certificate (noauth)
+        ds = self.devstack(NO_KEYSTONE)
         ds.stack("post-config")
         calls = ds.phase("stack", "extra")
         self.assertEqual(
@@ -397,7 +430,8 @@ class DevstackServicesTest(_PluginTestCase):
         self.assertFalse(_listening(ds.verifier_port))
 
     def test_test_config_gives_the_tenant_cli_its_environment(self) -> None:
-        ds = self.devstack()
+        # no Keystone here: the verifier takes the tenant certificate (noauth)
+        ds = self.devstack(NO_KEYSTONE)
         ds.stack("test-config")
         tempest = _read_ini(ds.tempest_conf)
         self.assertEqual("True", tempest["service_available"]["trusted_cloud"])

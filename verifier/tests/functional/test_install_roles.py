@@ -61,6 +61,8 @@ DIST_OF = {
     "pymysql": "pymysql",
     "hvac": "hvac",
     "vici": "vici",
+    "keystonemiddleware": "keystonemiddleware",
+    "oslo_policy": "oslo.policy",
     "nova": "nova",
 }
 

@@ -92,6 +92,72 @@ class MigrationTest(testtools.TestCase):
             ).one()
         self.assertEqual(("attested", 3, None), tuple(row))
 
+    def test_upgrade_to_0005_gives_old_rows_no_project(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", _MIGRATIONS)
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "0004")
+            connection.execute(
+                sa.text(
+                    "INSERT INTO verifier_nodes (uuid, state, policy, v_share,"
+                    " ak_public, tls_cert, host, port, quotes_verified, v_released,"
+                    " created_at, updated_at, mb_policy) VALUES ('n', 'attested',"
+                    " '{}', x'00', x'00', 'c', 'h', 1, 3, 1, 1.0, 1.0, 'd')"
+                )
+            )
+            connection.execute(
+                sa.text(
+                    "INSERT INTO verifier_policies (digest, kind, name, version,"
+                    " body, entries, created_at) VALUES ('d', 'measured-boot',"
+                    " 'fw', 1, x'7b7d', 0, 1.0)"
+                )
+            )
+            connection.execute(
+                sa.text(
+                    "INSERT INTO verifier_outbox (id, node_uuid, body, created_at,"
+                    " attempts) VALUES ('e', 'n', '{}', 1.0, 0)"
+                )
+            )
+        upgrade(self.engine)
+        self.assert_schema_matches_models()
+        with self.engine.connect() as conn:
+            for table, key in (
+                ("verifier_nodes", "uuid"),
+                ("verifier_policies", "name"),
+                ("verifier_outbox", "id"),
+            ):
+                rows = conn.execute(sa.text(f"SELECT {key}, project_id FROM {table}"))
+                self.assertEqual(1, len(list(rows)), table)
+            rows = conn.execute(
+                sa.text("SELECT project_id, digest, name FROM verifier_policies")
+            )
+            self.assertEqual([("", "d", "fw")], [tuple(r) for r in rows])
+            nodes = conn.execute(
+                sa.text("SELECT project_id, mb_policy FROM verifier_nodes")
+            )
+            self.assertEqual([("", "d")], [tuple(r) for r in nodes])
+
+    def test_downgrade_from_0005_keeps_policies(self) -> None:
+        upgrade(self.engine)
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO verifier_policies (project_id, digest, kind, name,"
+                    " version, body, entries, created_at) VALUES"
+                    " ('a', 'd', 'measured-boot', 'fw', 1, x'7b7d', 0, 1.0),"
+                    " ('b', 'd', 'measured-boot', 'fw', 1, x'7b7d', 0, 1.0)"
+                )
+            )
+        cfg = Config()
+        cfg.set_main_option("script_location", _MIGRATIONS)
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.downgrade(cfg, "0004")
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT digest, name FROM verifier_policies"))
+            self.assertEqual([("d", "fw")], [tuple(r) for r in rows])
+
     def test_upgrade_twice_is_harmless(self) -> None:
         upgrade(self.engine)
         with self.engine.begin() as conn:

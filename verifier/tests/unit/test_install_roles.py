@@ -54,6 +54,8 @@ MODULE_OF = {
     "PyMySQL": "pymysql",
     "hvac": "hvac",
     "vici": "vici",
+    "keystonemiddleware": "keystonemiddleware",
+    "oslo.policy": "oslo_policy",
 }
 #: Installed by a test requirement only: no role may import it.
 TEST_ONLY = ("nova",)

@@ -1,0 +1,121 @@
+"""The verifier's tenant API over the user's Keystone session.
+
+:class:`AttestationClient` finds the verifier in the service catalog
+(service type ``attestation``) and calls it with the caller's
+keystoneauth session, as every OpenStack client does: no tenant
+certificate. Every refusal or transport failure becomes one
+:class:`~nova_plugin.exceptions.ServiceError` carrying the verifier's
+error code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from keystoneauth1 import adapter
+from keystoneauth1 import exceptions as ks_exceptions
+
+from nova_plugin.exceptions import ServiceError
+
+__all__ = ["SERVICE_TYPE", "AttestationClient"]
+
+SERVICE_TYPE = "attestation"
+POLICY_KINDS = ("runtime", "measured-boot")
+
+
+class AttestationClient:
+    """The attestation service of the catalog, on ``session``.
+
+    Args:
+        session: the user's keystoneauth session.
+        interface: the catalog interface (``public``, ``internal``).
+        region_name: the catalog region, or None.
+        endpoint_override: a URL to use instead of the catalog's.
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        interface: str | None = "public",
+        region_name: str | None = None,
+        endpoint_override: str | None = None,
+    ) -> None:
+        self._api = adapter.Adapter(
+            session,
+            service_type=SERVICE_TYPE,
+            interface=interface,
+            region_name=region_name,
+            endpoint_override=endpoint_override,
+        )
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """One call; the JSON answer (None for 204).
+
+        Raises:
+            ServiceError: refused (with the verifier's code) or unreachable.
+        """
+        try:
+            resp = self._api.request(path, method, json=body, raise_exc=False)
+        except ks_exceptions.ClientException as exc:
+            raise ServiceError(f"attestation service: {exc}") from None
+        if resp.status_code == 204:
+            return None
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        if 200 <= resp.status_code < 300 and data is not None:
+            return data
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            code, message = error.get("code"), error.get("message")
+        else:
+            code, message = None, resp.text[:200] or resp.reason
+        raise ServiceError(
+            f"attestation service: {method} {path}: HTTP {resp.status_code} "
+            f"{code or ''}: {message}",
+            resp.status_code,
+            code if isinstance(code, str) else None,
+        )
+
+    # -- nodes ------------------------------------------------------------
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return list(self.call("GET", "/v1/nodes")["nodes"])
+
+    def get_node(self, uuid: str) -> dict[str, Any]:
+        return dict(self.call("GET", f"/v1/nodes/{quote(uuid)}"))
+
+    def revoke_node(self, uuid: str, detail: str | None = None) -> dict[str, Any]:
+        body = {"detail": detail} if detail else {}
+        return dict(self.call("POST", f"/v1/nodes/{quote(uuid)}/revoke", body))
+
+    def delete_node(self, uuid: str) -> None:
+        self.call("DELETE", f"/v1/nodes/{quote(uuid)}")
+
+    def events(self, uuid: str | None = None) -> list[dict[str, Any]]:
+        path = "/v1/events" + (f"?node={quote(uuid)}" if uuid else "")
+        return list(self.call("GET", path)["events"])
+
+    def enrol(self, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.call("POST", "/v1/nodes", body))
+
+    # -- policies ---------------------------------------------------------
+
+    def create_policy(
+        self, kind: str, policy: dict[str, Any], name: str | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"policy": policy}
+        if name is not None:
+            body["name"] = name
+        return dict(self.call("POST", f"/v1/policies/{quote(kind)}", body))
+
+    def list_policies(self, kind: str) -> list[dict[str, Any]]:
+        return list(self.call("GET", f"/v1/policies/{quote(kind)}")["policies"])
+
+    def get_policy(self, kind: str, ref: str) -> dict[str, Any]:
+        return dict(self.call("GET", f"/v1/policies/{quote(kind)}/{quote(ref)}"))
+
+    def delete_policy(self, kind: str, ref: str) -> None:
+        self.call("DELETE", f"/v1/policies/{quote(kind)}/{quote(ref)}")

@@ -1,0 +1,191 @@
+"""OpenStack CLI plugin: ``openstack attestation node|policy ...``.
+
+Registered under ``openstack.cli.extension`` as ``attestation``; the
+commands call the verifier found in the catalog (service type
+``attestation``) with the ``openstack`` client's own keystoneauth session
+(:class:`~nova_plugin.attestation.AttestationClient`), so they take the
+usual ``--os-cloud`` / ``OS_*`` credentials and ``-f json|table|value``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from osc_lib import exceptions as osc_exceptions
+from osc_lib.command import command
+
+from nova_plugin.attestation import POLICY_KINDS, AttestationClient
+from nova_plugin.exceptions import TenantError
+
+API_NAME = "attestation"
+API_VERSION_OPTION = "os_attestation_api_version"
+DEFAULT_API_VERSION = "1"
+API_VERSIONS = {"1": "nova_plugin.osc_attestation"}
+
+_NODE_COLUMNS = ("uuid", "state", "project_id", "last_attested_at", "failure_reason")
+_SHOW = (*_NODE_COLUMNS, "quotes_verified", "runtime_policy", "mb_policy", "policy")
+_POLICY_COLUMNS = ("kind", "name", "version", "digest", "entries", "signed")
+_EVENT_COLUMNS = ("id", "node_uuid", "reason", "detail", "created_at", "delivered")
+Rows = tuple[Sequence[str], list[tuple[Any, ...]]]
+One = tuple[Sequence[str], tuple[Any, ...]]
+
+
+def make_client(instance: Any) -> AttestationClient:
+    """The attestation client over the ``openstack`` client's session."""
+    return AttestationClient(instance.session, instance.interface, instance.region_name)
+
+
+def build_option_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The plugin's global option (its API version; there is one)."""
+    parser.add_argument(
+        "--os-attestation-api-version",
+        metavar="<attestation-api-version>",
+        default=DEFAULT_API_VERSION,
+        help="attestation API version (only 1)",
+    )
+    return parser
+
+
+def _call(cmd: command.Command, work: Callable[[AttestationClient], Any]) -> Any:
+    """Run ``work`` with the client; a service refusal is a CommandError
+    (one line, exit status 1), never a traceback."""
+    try:
+        return work(cmd.app.client_manager.attestation)  # type: ignore[attr-defined]
+    except TenantError as exc:
+        raise osc_exceptions.CommandError(str(exc))
+
+
+def _row(data: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
+    return tuple(data.get(c) for c in columns)
+
+
+class _NodeCommand(command.Command):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("uuid", metavar="<uuid>", help="the node (instance UUID)")
+        return parser
+
+
+class ListNode(command.Lister):
+    """List the nodes of your project (every project's for an admin)."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> Rows:
+        nodes = _call(self, lambda c: c.list_nodes())
+        return _NODE_COLUMNS, [_row(n, _NODE_COLUMNS) for n in nodes]
+
+
+class ShowNode(command.ShowOne, _NodeCommand):
+    """Show a node's attestation state."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> One:
+        node = _call(self, lambda c: c.get_node(parsed_args.uuid))
+        return _SHOW, _row(node, _SHOW)
+
+
+class RevokeNode(command.ShowOne, _NodeCommand):
+    """Revoke a node: its revocation event goes to every consumer."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("--detail", help="why (in the signed event)")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> One:
+        node = _call(
+            self, lambda c: c.revoke_node(parsed_args.uuid, parsed_args.detail)
+        )
+        return _SHOW, _row(node, _SHOW)
+
+
+class DeleteNode(_NodeCommand):
+    """Stop attesting a node and forget it (its events remain)."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> None:
+        _call(self, lambda c: c.delete_node(parsed_args.uuid))
+
+
+class NodeEvents(command.Lister):
+    """List the signed revocation events of your project's nodes."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("uuid", metavar="<uuid>", nargs="?", help="one node only")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> Rows:
+        entries = _call(self, lambda c: c.events(parsed_args.uuid))
+        rows = []
+        for entry in entries:
+            event = dict(entry.get("signed_event", {}).get("event", {}))
+            event["delivered"] = entry.get("delivered")
+            rows.append(_row(event, _EVENT_COLUMNS))
+        return _EVENT_COLUMNS, rows
+
+
+def _kind(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kind", choices=POLICY_KINDS, default="runtime", help="policy kind"
+    )
+
+
+class CreatePolicy(command.ShowOne):
+    """Store a runtime (IMA) or measured-boot policy for your project."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        _kind(parser)
+        parser.add_argument("--name", help="its name (runtime policies carry one)")
+        parser.add_argument("file", help="the policy document (JSON)")
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> One:
+        try:
+            with open(parsed_args.file, encoding="utf-8") as f:
+                document = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise osc_exceptions.CommandError(f"{parsed_args.file}: {exc}")
+        meta = _call(
+            self,
+            lambda c: c.create_policy(parsed_args.kind, document, parsed_args.name),
+        )
+        return _POLICY_COLUMNS, _row(meta, _POLICY_COLUMNS)
+
+
+class ListPolicy(command.Lister):
+    """List your project's policies of one kind."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        _kind(parser)
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> Rows:
+        rows = _call(self, lambda c: c.list_policies(parsed_args.kind))
+        return _POLICY_COLUMNS, [_row(r, _POLICY_COLUMNS) for r in rows]
+
+
+class _PolicyRef(command.Command):
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        _kind(parser)
+        parser.add_argument("ref", help="name, name@version or digest")
+        return parser
+
+
+class ShowPolicy(command.ShowOne, _PolicyRef):
+    """Show a policy (metadata and document)."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> One:
+        meta = _call(self, lambda c: c.get_policy(parsed_args.kind, parsed_args.ref))
+        columns = (*_POLICY_COLUMNS, "policy")
+        return columns, _row(meta, columns)
+
+
+class DeletePolicy(_PolicyRef):
+    """Delete a policy no node of your project uses."""
+
+    def take_action(self, parsed_args: argparse.Namespace) -> None:
+        _call(self, lambda c: c.delete_policy(parsed_args.kind, parsed_args.ref))

@@ -1,0 +1,205 @@
+"""Who is calling, and may they: authentication and policy for the APIs.
+
+Every request is identified once, by the first of:
+
+1. a Keystone token (``X-Auth-Token``), validated by keystonemiddleware
+   (:mod:`verifier.api.keystone`) when ``[verifier] auth_strategy =
+   keystone``: tenants, administrators and Keystone service users;
+2. the verified client certificate of a machine identity, by its common
+   name: the Nova listener and other provider-side services (``service``
+   role), capability and monitor clients. In the ``noauth`` strategy a
+   certificate named in ``tenant_clients`` is a tenant too, its CN being
+   its project (the demo's embedded deployment; no Keystone).
+
+A request carrying a token that does not validate is refused (401), never
+retried as another identity. The handler's policy rule
+(:func:`rule`; defaults in :mod:`verifier.policies`) is then enforced with
+the caller's project as the target, and ``attestation:all_projects`` says
+whether the caller sees every project. The handler receives a
+:class:`Caller` and never looks at roles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar
+
+from aiohttp import web
+from oslo_context import context
+from oslo_policy import policy
+
+from verifier.api.keystone import KeystoneAuthenticator
+from verifier.common.web import Handler, peer_common_name
+from verifier.exceptions import RequestError
+from verifier.policies import ALL_PROJECTS
+
+__all__ = ["Auth", "Caller", "auth_middleware", "caller", "rule"]
+
+#: Machine identities have no project: a target no project id matches.
+_NO_PROJECT = "-"
+_CALLER = web.RequestKey("caller", object)  # a Caller
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True)
+class Caller:
+    """The authorized caller, as handlers see it.
+
+    Attributes:
+        project: the caller's project: the owner of what it creates (None
+            for a machine identity, which owns nothing).
+        scope: the project whose resources the caller may see and change,
+            or None for every project (``attestation:all_projects``).
+        user: the Keystone user id or ``cert:<CN>``, for the logs.
+        token: the caller's Keystone token, to act on its behalf (e.g. ask
+            Nova whose an instance is); None for certificates.
+        catalog: the service catalog that came with the token.
+    """
+
+    project: str | None
+    scope: str | None
+    user: str | None
+    token: str | None = dataclasses.field(default=None, repr=False)
+    catalog: Sequence[Mapping[str, Any]] = ()
+
+    def owner(self) -> str:
+        """The project that will own what the caller creates.
+
+        Raises:
+            RequestError: ``no_project`` (403) for a caller without one.
+        """
+        if not self.project:
+            raise RequestError(
+                "no_project", "a project-scoped token is needed to own resources", 403
+            )
+        return self.project
+
+
+@dataclasses.dataclass(frozen=True)
+class Auth:
+    """How an API authenticates its callers.
+
+    Attributes:
+        enforcer: the oslo.policy enforcer (defaults in code, overrides in
+            ``[oslo_policy] policy_file``).
+        keystone: validates tokens (None: the ``noauth`` strategy).
+        certificates: client certificate CN -> (project, roles) of the
+            machine identities (and, with ``noauth``, the tenants).
+        open_without_tls: a request without TLS is a ``noauth`` caller
+            with every role (in-process tests without TLS only).
+    """
+
+    enforcer: policy.Enforcer
+    keystone: KeystoneAuthenticator | None = None
+    certificates: Mapping[str, tuple[str | None, tuple[str, ...]]] = dataclasses.field(
+        default_factory=dict
+    )
+    open_without_tls: bool = False
+
+    @staticmethod
+    def certificate_roles(
+        tenants: Collection[str], machines: Mapping[str, Collection[str]]
+    ) -> dict[str, tuple[str | None, tuple[str, ...]]]:
+        """The ``certificates`` map: ``tenants`` (noauth only) each their own
+        project with reader and member; ``machines`` role -> CNs."""
+        out: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+        for role, names in machines.items():
+            for name in names:
+                _, roles = out.get(name, (None, ()))
+                out[name] = (None, (*roles, role))
+        for name in tenants:
+            _, roles = out.get(name, (None, ()))
+            out[name] = (name, (*roles, "reader", "member"))
+        return out
+
+    async def identify(self, request: web.Request) -> context.RequestContext | None:
+        """The caller's context, or None if it proved no identity.
+
+        Raises:
+            RequestError: ``unauthorized`` (401) for a token that does not
+                validate.
+        """
+        if "X-Auth-Token" in request.headers:
+            if self.keystone is None:
+                raise RequestError(
+                    "unauthorized", "this service does not accept Keystone tokens", 401
+                )
+            ctx = await self.keystone.authenticate(request.headers)
+            if ctx is None:
+                raise RequestError("unauthorized", "the token is not valid", 401)
+            return ctx
+        name = peer_common_name(request)
+        if name is not None and name in self.certificates:
+            project, roles = self.certificates[name]
+            return context.RequestContext(
+                user_id=f"cert:{name}", project_id=project, roles=list(roles)
+            )
+        if name is None and self.open_without_tls and request.transport is not None:
+            if request.transport.get_extra_info("sslcontext") is None:
+                return context.RequestContext(
+                    user_id="noauth",
+                    project_id="noauth",
+                    roles=["admin", "member", "reader"],
+                )
+        return None
+
+
+def rule(name: str) -> Callable[[F], F]:
+    """Guard a handler with the policy rule ``name``."""
+
+    def mark(handler: F) -> F:
+        handler.policy_rule = name  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+def caller(request: web.Request) -> Caller:
+    """The caller of a guarded handler."""
+    found = request.get(_CALLER)
+    if not isinstance(found, Caller):  # an unguarded handler asked
+        raise RequestError("forbidden", "this operation has no policy rule", 403)
+    return found
+
+
+def _unauthorized(auth: Auth, detail: str) -> web.Response:
+    headers = {}
+    if auth.keystone is not None:
+        headers["WWW-Authenticate"] = auth.keystone.www_authenticate
+    body = {"error": {"code": "unauthorized", "message": detail}}
+    return web.json_response(body, status=401, headers=headers)
+
+
+def auth_middleware(auth: Auth) -> Any:
+    """Identify the caller and enforce the handler's rule (401/403)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        name = getattr(request.match_info.handler, "policy_rule", None)
+        if name is None:  # public (the signing key) or a 404/405 route
+            return await handler(request)
+        try:
+            ctx = await auth.identify(request)
+        except RequestError as exc:
+            if exc.status != 401:
+                raise
+            return _unauthorized(auth, exc.detail)
+        if ctx is None:
+            return _unauthorized(auth, "authenticate with a Keystone token")
+        target = {"project_id": ctx.project_id or _NO_PROJECT}
+        if not auth.enforcer.authorize(name, target, ctx, do_raise=False):
+            raise RequestError(
+                "forbidden", f"policy does not allow {name} to this caller", 403
+            )
+        everything = auth.enforcer.authorize(ALL_PROJECTS, target, ctx, do_raise=False)
+        request[_CALLER] = Caller(
+            ctx.project_id,
+            None if everything else (ctx.project_id or _NO_PROJECT),
+            ctx.user_id,
+            ctx.auth_token,
+            getattr(ctx, "service_catalog", ()),
+        )
+        return await handler(request)
+
+    return middleware

@@ -1,0 +1,106 @@
+"""Whose instance is it? A Nova instance is enrolled only by its project.
+
+Enrolment names an instance UUID, and with ``await_instance`` it may come
+before the instance exists on a compute host, so nothing else ties the
+UUID to the enrolling project: without a check, any project could claim
+another's instance (or a UUID about to be used) and make its owner's
+enrolment fail with ``already_enrolled``. Nova knows: the instance record
+(and its project, ``tenant_id``) exists from the moment the compute API
+accepted the boot request, which is before ``trusted-nova boot`` enrols.
+
+:class:`NovaInstanceOwners` asks Nova's compute API, with the caller's own
+Keystone token, at the compute endpoint of the caller's service catalog
+(as keystonemiddleware passed it on): ``GET /servers/{uuid}``. Nova
+answers 404 for an instance of another project, so the caller learns
+nothing it could not learn from Nova itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from verifier.common.errors import TransportError
+from verifier.common.http import AsyncClient
+from verifier.exceptions import NotFoundError, RequestError
+
+__all__ = ["NovaInstanceOwners", "compute_url"]
+
+LOG = logging.getLogger(__name__)
+
+
+def compute_url(catalog: Sequence[Mapping[str, Any]], interface: str) -> str | None:
+    """The compute endpoint of a service catalog (first region): the v2
+    form keystonemiddleware passes on (``publicURL``, ...), or v3's."""
+    for service in catalog or ():
+        if service.get("type") != "compute":
+            continue
+        for endpoint in service.get("endpoints") or ():
+            if not isinstance(endpoint, Mapping):
+                continue
+            url = endpoint.get(f"{interface}URL")
+            if url is None and endpoint.get("interface") == interface:
+                url = endpoint.get("url")
+            if isinstance(url, str) and url:
+                return url.rstrip("/")
+    return None
+
+
+class NovaInstanceOwners:
+    """Checks an instance's project with Nova.
+
+    Args:
+        client: the HTTP client (TLS trust of the compute endpoint).
+        interface: which catalog endpoint of Nova to use.
+    """
+
+    def __init__(self, client: AsyncClient, interface: str = "public") -> None:
+        self._http = client
+        self._interface = interface
+
+    async def require_owned(
+        self,
+        uuid: str,
+        project: str,
+        token: str | None,
+        catalog: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """Succeed only if Nova shows instance ``uuid`` in ``project``.
+
+        Raises:
+            NotFoundError: ``unknown_instance``: Nova does not show it to the
+                caller, or it belongs to another project.
+            RequestError: ``compute_unavailable`` (503): no compute endpoint
+                in the catalog, or Nova could not be asked (fail closed).
+        """
+        base = compute_url(catalog, self._interface)
+        if base is None or not token:
+            raise RequestError(
+                "compute_unavailable", "no compute endpoint to check the instance", 503
+            )
+        try:
+            answer = await self._http.request(
+                "GET", f"{base}/servers/{uuid}", headers={"X-Auth-Token": token}
+            )
+        except TransportError as exc:
+            LOG.warning("Cannot ask Nova about instance %s: %s", uuid, exc)
+            raise RequestError(
+                "compute_unavailable", "the compute service cannot be reached", 503
+            ) from None
+        server = answer.data.get("server") if isinstance(answer.data, dict) else None
+        if answer.status == 404 or (
+            answer.ok
+            and isinstance(server, dict)
+            and server.get("tenant_id") != project
+        ):
+            raise NotFoundError(
+                "unknown_instance", f"no instance {uuid} in the caller's project"
+            )
+        if not answer.ok or not isinstance(server, dict):
+            raise RequestError(
+                "compute_unavailable", f"Nova answered HTTP {answer.status}", 503
+            )
+
+    async def close(self) -> None:
+        await self._http.close()

@@ -1,0 +1,45 @@
+"""Rules of the policy store, the event log and the attestation helpers."""
+
+from __future__ import annotations
+
+from oslo_policy import policy
+
+from verifier.policies.base import ADMIN, PROJECT_MEMBER, PROJECT_READER, SERVICE
+
+_READ = f"{ADMIN} or {SERVICE} or {PROJECT_READER}"
+_WRITE = f"{ADMIN} or {PROJECT_MEMBER}"
+
+
+def _rule(
+    name: str, check: str, description: str, method: str, path: str
+) -> policy.DocumentedRuleDefault:
+    return policy.DocumentedRuleDefault(
+        name=f"attestation:{name}",
+        check_str=check,
+        description=description,
+        operations=[{"path": path, "method": method}],
+        scope_types=["project"],
+    )
+
+
+_RULES = [
+    _rule("policy:create", _WRITE,
+          "Store a runtime or measured-boot policy (owned by the caller's project).",
+          "POST", "/v1/policies/{kind}"),
+    _rule("policy:list", _READ, "List the caller's project's policies.",
+          "GET", "/v1/policies/{kind}"),
+    _rule("policy:get", _READ, "Show a policy.", "GET", "/v1/policies/{kind}/{ref}"),
+    _rule("policy:delete", _WRITE, "Delete a policy.",
+          "DELETE", "/v1/policies/{kind}/{ref}"),
+    _rule("event:list", _READ, "Read the revocation events of the project's nodes.",
+          "GET", "/v1/events"),
+    _rule("abe:params", _READ, "Read the CP-ABE public parameters.",
+          "GET", "/v1/abe/params"),
+    _rule("monitor:attest", f"{_READ} or role:monitor",
+          "Quote the verifier host's TPM (monitor attestation).",
+          "GET", "/v1/monitor/*"),
+]  # fmt: skip
+
+
+def list_rules() -> list[policy.RuleDefault]:
+    return list(_RULES)

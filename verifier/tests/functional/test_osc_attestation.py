@@ -1,0 +1,169 @@
+"""``openstack attestation node|policy ...`` against a real Keystone.
+
+The ``openstack`` CLI (python-openstackclient with our plugin) runs as a
+child process with a user's password credentials; it finds the verifier in
+the Keystone catalog (service type ``attestation``) and uses its own
+keystoneauth session: no tenant certificate anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid as uuid_mod
+from typing import Any
+
+from keystoneauth1 import session as ks_session
+from keystoneauth1.identity import v3
+
+from nova_plugin.attestation import AttestationClient
+from nova_plugin.exceptions import ServiceError
+from nova_plugin.tenant import Tenant, TenantConfig
+from verifier.protocol import PcrPolicy
+from verifier.tests.functional.tenancy_base import KeystoneTestBase
+
+_OPENSTACK = os.path.join(os.path.dirname(sys.executable), "openstack")
+
+
+class OpenStackCliTest(KeystoneTestBase):
+    async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
+        url = str(self.server.make_url("")).rstrip("/")
+        service = await asyncio.to_thread(
+            self.keystone.add_service, "attestation", "trusted-cloud", url
+        )
+        self.addCleanup(self.keystone.delete_service, service)
+
+    async def openstack(self, who: str, *argv: str) -> tuple[int, str, str]:
+        user = self.users[who]
+        env = dict(
+            os.environ,
+            OS_AUTH_URL=self.keystone.url,
+            OS_USERNAME=user.name,
+            OS_PASSWORD=user.password,
+            OS_PROJECT_NAME=user.project_name,
+            OS_USER_DOMAIN_ID="default",
+            OS_PROJECT_DOMAIN_ID="default",
+            OS_IDENTITY_API_VERSION="3",
+            OS_INTERFACE="public",
+        )
+        env.pop("OS_CLOUD", None)
+        proc = await asyncio.create_subprocess_exec(
+            _OPENSTACK, "attestation", *argv,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+    async def json_of(self, who: str, *argv: str) -> Any:
+        code, out, err = await self.openstack(who, *argv, "-f", "json")
+        self.assertEqual(0, code, err)
+        return json.loads(out)
+
+    async def test_node_and_policy_commands_are_scoped_to_the_project(self) -> None:
+        path = os.path.join(self.tmp, "mb.json")
+        with open(path, "w") as f:
+            json.dump({"secure_boot": True}, f)
+        created = await self.json_of(
+            "alice", "policy", "create", "--kind", "measured-boot",
+            "--name", "golden", path,
+        )  # fmt: skip
+        self.assertEqual(("golden", 1), (created["name"], created["version"]))
+        listed = await self.json_of(
+            "alice", "policy", "list", "--kind", "measured-boot"
+        )
+        self.assertEqual(["golden"], [p["name"] for p in listed])
+        shown = await self.json_of(
+            "alice", "policy", "show", "--kind", "measured-boot", "golden"
+        )
+        self.assertEqual(
+            {"secure_boot": True}, {"secure_boot": shown["policy"]["secure_boot"]}
+        )
+        self.assertEqual(
+            [], await self.json_of("bob", "policy", "list", "--kind", "measured-boot")
+        )
+
+        uuid = (await self.enrol_node("alice")).uuid
+        nodes = await self.json_of("alice", "node", "list")
+        self.assertEqual([uuid], [n["uuid"] for n in nodes])
+        self.assertEqual([], await self.json_of("bob", "node", "list"))
+
+        code, out, err = await self.openstack("bob", "node", "show", uuid)
+        self.assertEqual(1, code)
+        self.assertIn("unknown_node", err)
+        self.assertNotIn("Traceback", err)
+        code, _, err = await self.openstack("bob", "node", "revoke", uuid)
+        self.assertEqual((1, True), (code, "unknown_node" in err))
+
+        node = await self.json_of(
+            "alice", "node", "revoke", uuid, "--detail", "decommissioned"
+        )
+        self.assertEqual("revoked", node["state"])
+        events = await self.json_of("alice", "node", "events")
+        self.assertEqual(
+            [(uuid, "tenant_revoked")], [(e["node_uuid"], e["reason"]) for e in events]
+        )
+        self.assertEqual([], await self.json_of("bob", "node", "events"))
+
+        code, _, err = await self.openstack("alice", "node", "delete", uuid)
+        self.assertEqual(0, code, err)
+        code, _, err = await self.openstack(
+            "alice", "policy", "delete", "--kind", "measured-boot", "golden"
+        )
+        self.assertEqual(0, code, err)
+        self.assertEqual([], await self.json_of("alice", "node", "list"))
+
+
+class TenantLibraryKeystoneTest(KeystoneTestBase):
+    """The tenant library (what ``trusted-nova boot`` enrols with) calls the
+    verifier on the user's keystoneauth session, found in the catalog."""
+
+    async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
+        url = str(self.server.make_url("")).rstrip("/")
+        service = await asyncio.to_thread(
+            self.keystone.add_service, "attestation", "trusted-cloud", url
+        )
+        self.addCleanup(self.keystone.delete_service, service)
+
+    def tenant(self, who: str) -> Tenant:
+        user = self.users[who]
+        auth = v3.Password(
+            auth_url=self.keystone.url,
+            username=user.name,
+            password=user.password,
+            project_name=user.project_name,
+            user_domain_id="default",
+            project_domain_id="default",
+        )
+        client = AttestationClient(ks_session.Session(auth=auth))
+        config = TenantConfig("https://registrar.invalid", "keystone:attestation",
+                              None, None, None)  # type: ignore[arg-type]  # fmt: skip
+        return Tenant(config, client)
+
+    async def test_enrol_ahead_without_certificate(self) -> None:
+        uuid = str(uuid_mod.uuid4())
+        self.nova.add_server(uuid, self.users["alice"].project_id)
+        alice, bob = self.tenant("alice"), self.tenant("bob")
+        try:
+            view = await alice.enrol_ahead(
+                uuid, b"\x05" * 32, PcrPolicy({16: frozenset({bytes(32)})})
+            )
+            self.assertEqual("pending", view["state"])
+            self.assertEqual(
+                self.users["alice"].project_id, (await alice.status(uuid))["project_id"]
+            )
+            with self.assertRaises(ServiceError) as caught:
+                await bob.status(uuid)
+            self.assertEqual(
+                (404, "unknown_node"), (caught.exception.status, caught.exception.code)
+            )
+            self.assertEqual([], await bob.nodes())
+        finally:
+            await alice.close()
+            await bob.close()
