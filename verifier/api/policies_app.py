@@ -38,12 +38,19 @@ async def _read_limited(request: web.Request, limit: int) -> bytes:
             f"of {limit} bytes",
             413,
         )
-    body = await request.content.read(limit + 1)
+    # StreamReader.read(n) returns what has arrived (up to n bytes), not
+    # the whole body: read until the end, or one byte past the limit.
+    body = bytearray()
+    while len(body) <= limit:
+        chunk = await request.content.read(limit + 1 - len(body))
+        if not chunk:
+            break
+        body += chunk
     if len(body) > limit:
         raise RequestError(
             "policy_too_large", f"policy upload exceeds the limit of {limit} bytes", 413
         )
-    return body
+    return bytes(body)
 
 
 def _parse_upload(body: bytes) -> PolicyUpload:
