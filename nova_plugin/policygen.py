@@ -1,0 +1,217 @@
+"""Policies built from the tenant's own guest image (``trusted-tenant
+policy generate``): offline, before any node exists.
+
+Runtime (IMA) policy
+    every regular file of the image's root file system (a directory or a
+    tar archive, e.g. ``disk-image-create -t qcow2,tar``) at its path, plus
+    the payload's own digest at the path the agent runs it from
+    (:data:`PAYLOAD_PATH`), with :data:`DEFAULT_EXCLUDES` for the state
+    cloud-init, systemd and the agent write at boot and then read as root
+    (``ima_policy=tcb`` measures every file root reads). The excludes name
+    data files one by one; none covers a directory where a program could be
+    put and run (``/root``, ``/var/tmp``, ``/usr/local``, the agent's
+    payload), so an unknown program there is still refused.
+
+Measured-boot policy
+    the kernel's Authenticode digest (UEFI firmware measures the kernel it
+    starts as an ``EV_EFI_BOOT_SERVICES_APPLICATION``), the firmware blob
+    digests the cloud provider publishes for its firmware (e.g. its OVMF
+    build; optional), and the Secure Boot state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from nova_plugin.exceptions import TenantError
+from verifier.common.imagefiles import Digests, ImageFilesError, tar_files, tree_files
+from verifier.protocol import MalformedError
+from verifier.protocol.ima import RuntimePolicy
+from verifier.protocol.mb import MeasuredBootPolicy
+from verifier.protocol.mb.authenticode import pe_authenticode_digest
+
+__all__ = [
+    "DEFAULT_EXCLUDES",
+    "PAYLOAD_PATH",
+    "add_generate_parser",
+    "generate",
+    "measured_boot_policy",
+    "runtime_policy",
+]
+
+#: Where the agent writes the decrypted payload and runs it from.
+PAYLOAD_PATH = "/var/lib/trusted-cloud-agent/payload"
+
+#: Files written at boot (not in the image) that root reads and IMA
+#: measures. Each pattern is anchored at both ends and names data, never a
+#: directory a program could be run from.
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    # systemd: the machine id made at first boot, its random seed
+    r"/etc/machine-id$",
+    r"/var/lib/systemd/random-seed$",
+    # cloud-init: the instance's data and its rendered network config
+    r"/var/lib/cloud/instances/[^/]+/(?!scripts/)[^/]+$",
+    r"/var/lib/cloud/data/[^/]+$",
+    r"/etc/hostname$",
+    r"/etc/hosts$",
+    r"/etc/systemd/network/10-cloud-init-[^/]+\.network$",
+    r"/etc/cloud/cloud\.cfg\.d/[^/]+\.cfg$",
+    # the node's bootstrap configuration and the provider's agent settings
+    r"/etc/trusted-cloud/bootstrap\.json$",
+    r"/etc/trusted-cloud/agent\.conf\.d/[^/]+\.conf$",
+    # the agent's kept TLS key and certificate, the payload's output
+    r"/var/lib/trusted-cloud-agent/(tls-key|tls-cert|identity-key|identity-cert)"
+    r"\.pem$",
+    r"/var/lib/trusted-cloud-agent/payload\.(out|status)$",
+)
+
+
+def runtime_policy(
+    files: Iterable[tuple[str, Digests]],
+    name: str,
+    version: int,
+    *,
+    excludes: Sequence[str] = DEFAULT_EXCLUDES,
+    payloads: Sequence[bytes] = (),
+    payload_path: str = PAYLOAD_PATH,
+) -> RuntimePolicy:
+    """An allowlist of an image's files and the payloads it will run.
+
+    Args:
+        files: (path, digests) of the image's regular files.
+        name: The policy's name.
+        version: Its version.
+        excludes: Regular expressions of paths not checked.
+        payloads: Payloads (plaintext) the agent may run at ``payload_path``.
+        payload_path: Where the agent writes the payload.
+
+    Returns:
+        The policy.
+
+    Raises:
+        MalformedError: an invalid exclude.
+    """
+    allow: dict[str, set[tuple[str, bytes]]] = {}
+    for path, digests in files:
+        allow.setdefault(path, set()).update(digests)
+    for payload in payloads:
+        allow.setdefault(payload_path, set()).add(
+            ("sha256", hashlib.sha256(payload).digest())
+        )
+    return RuntimePolicy(name, version, allow, excludes)
+
+
+def measured_boot_policy(
+    kernel: bytes,
+    firmware: Iterable[bytes] | None = None,
+    secure_boot: bool | None = None,
+) -> MeasuredBootPolicy:
+    """The measured-boot policy of a kernel started directly by UEFI firmware.
+
+    Args:
+        kernel: The image's ``vmlinuz`` (a PE image with the EFI stub).
+        firmware: The provider's firmware blob digests (None: not checked).
+        secure_boot: The Secure Boot state to require (None: not checked).
+
+    Raises:
+        MalformedError: the kernel is not a PE image.
+    """
+    apps = frozenset({pe_authenticode_digest(kernel)})
+    blobs = None if firmware is None else frozenset(firmware)
+    return MeasuredBootPolicy(apps, blobs, secure_boot)
+
+
+def add_generate_parser(policy_sub: Any) -> None:
+    """``trusted-tenant policy generate {runtime,measured-boot}``."""
+    gen = policy_sub.add_parser(
+        "generate", help="build a policy from a guest image (offline)"
+    )
+    kinds = gen.add_subparsers(dest="generate_kind", required=True)
+    run = kinds.add_parser("runtime", help="IMA allowlist of an image's files")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--rootfs", help="the image's root directory")
+    source.add_argument("--tar", help="a tar archive of the image's root")
+    run.add_argument("--name", required=True, help="the policy's name")
+    run.add_argument("--version", type=int, default=1, help="default: 1")
+    run.add_argument(
+        "--payload",
+        action="append",
+        default=[],
+        help=f"a payload the agent will run at {PAYLOAD_PATH} (repeatable)",
+    )
+    run.add_argument(
+        "--exclude", action="append", default=[], metavar="REGEX",
+        help="another path not checked (repeatable)",
+    )  # fmt: skip
+    run.add_argument(
+        "--no-default-excludes",
+        action="store_true",
+        help="leave out the excludes of state written at boot",
+    )
+    mb = kinds.add_parser("measured-boot", help="kernel and firmware digests")
+    mb.add_argument("--kernel", required=True, help="the image's vmlinuz")
+    mb.add_argument(
+        "--firmware-digest", action="append", default=None, metavar="SHA256",
+        help="a firmware blob digest the provider publishes (repeatable; "
+        "default: firmware not checked)",
+    )  # fmt: skip
+    mb.add_argument("--secure-boot", choices=("on", "off"), help="require this state")
+    for cmd in (run, mb):
+        cmd.add_argument("-o", "--output", required=True, help="JSON to write")
+
+
+def generate(args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``policy generate``; the message to print.
+
+    Raises:
+        TenantError: unreadable input or an invalid exclude or digest.
+    """
+    try:
+        if args.generate_kind == "runtime":
+            document, what = _runtime(args)
+        else:
+            document, what = _measured_boot(args)
+    except (ImageFilesError, MalformedError, ValueError) as exc:
+        raise TenantError(f"policy generate {args.generate_kind}: {exc}")
+    with open(args.output, "w", encoding="utf-8") as out:
+        json.dump(document, out, indent=1, sort_keys=True)
+    return {"message": f"wrote {args.output}: {what}"}
+
+
+def _runtime(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    files = tar_files(args.tar) if args.tar else tree_files(args.rootfs)
+    payloads = []
+    for path in args.payload:
+        with open(path, "rb") as handle:
+            payloads.append(handle.read())
+    excludes = [] if args.no_default_excludes else list(DEFAULT_EXCLUDES)
+    policy = runtime_policy(
+        files,
+        args.name,
+        args.version,
+        excludes=excludes + args.exclude,
+        payloads=payloads,
+    )
+    document = policy.to_dict()
+    return document, (
+        f"runtime policy {args.name!r} v{args.version}: "
+        f"{len(document['digests'])} files, {len(excludes + args.exclude)} excludes"
+    )
+
+
+def _measured_boot(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    with open(args.kernel, "rb") as handle:
+        kernel = handle.read()
+    firmware = None
+    if args.firmware_digest is not None:
+        firmware = [bytes.fromhex(d) for d in args.firmware_digest]
+        if any(len(d) != 32 for d in firmware):
+            raise ValueError("a firmware digest is not a sha256 hex digest")
+    secure_boot = None if args.secure_boot is None else args.secure_boot == "on"
+    policy = measured_boot_policy(kernel, firmware, secure_boot)
+    app = next(iter(policy.boot_applications or ()))
+    return policy.to_dict(), f"measured-boot policy, kernel {app.hex()[:16]}..."

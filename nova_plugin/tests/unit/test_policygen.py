@@ -1,0 +1,184 @@
+"""Policies built from a guest image: ``trusted-tenant policy generate``."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+
+import fixtures
+import testtools
+
+from nova_plugin import cmd
+from nova_plugin.policygen import (
+    DEFAULT_EXCLUDES,
+    PAYLOAD_PATH,
+    measured_boot_policy,
+    runtime_policy,
+)
+from verifier.common.imagefiles import ImageFilesError, tar_files, tree_files
+from verifier.protocol import MalformedError
+from verifier.protocol.ima import ImaEntry, evaluate
+from verifier.tests.unit.test_authenticode import _image
+
+
+def _sha(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def _tar(path: str) -> None:
+    with tarfile.open(path, "w") as archive:
+        for name, data in (("./usr/bin/tool", b"tool"), ("./root/.profile", b"p")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("./usr/bin/tool-again")
+        link.type, link.linkname = tarfile.LNKTYPE, "./usr/bin/tool"
+        archive.addfile(link)
+        sym = tarfile.TarInfo("./bin")
+        sym.type, sym.linkname = tarfile.SYMTYPE, "usr/bin"
+        archive.addfile(sym)
+
+
+def _excluded(path: str) -> bool:
+    return any(re.match(p, path) for p in DEFAULT_EXCLUDES)
+
+
+class TestImageFiles(testtools.TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+
+    def test_tar_lists_files_and_hard_links_not_symlinks(self) -> None:
+        path = os.path.join(self.dir, "image.tar")
+        _tar(path)
+        files = dict(tar_files(path))
+        self.assertEqual(
+            {"/usr/bin/tool", "/usr/bin/tool-again", "/root/.profile"}, set(files)
+        )
+        self.assertEqual({("sha256", _sha(b"tool"))}, files["/usr/bin/tool-again"])
+
+    def test_tree_lists_regular_files(self) -> None:
+        os.makedirs(os.path.join(self.dir, "etc"))
+        with open(os.path.join(self.dir, "etc", "motd"), "wb") as out:
+            out.write(b"hi")
+        os.symlink("motd", os.path.join(self.dir, "etc", "link"))
+        self.assertEqual(
+            [("/etc/motd", {("sha256", _sha(b"hi"))})], list(tree_files(self.dir))
+        )
+
+    def test_unreadable_sources_are_named_errors(self) -> None:
+        bad = os.path.join(self.dir, "not.tar")
+        with open(bad, "wb") as out:
+            out.write(b"not a tar archive at all" * 40)
+        self.assertRaises(ImageFilesError, lambda: list(tar_files(bad)))
+        self.assertRaises(ImageFilesError, lambda: list(tree_files(bad)))
+
+
+class TestDefaultExcludes(testtools.TestCase):
+    def test_boot_time_state_is_excluded(self) -> None:
+        for path in (
+            "/etc/machine-id",
+            "/var/lib/cloud/instances/i-1/user-data.txt",
+            "/var/lib/cloud/data/status.json",
+            "/etc/trusted-cloud/bootstrap.json",
+            "/var/lib/trusted-cloud-agent/tls-key.pem",
+            "/var/lib/trusted-cloud-agent/payload.out",
+        ):
+            self.assertTrue(_excluded(path), path)
+
+    def test_where_a_program_could_run_is_not_excluded(self) -> None:
+        for path in (
+            "/root/tool",
+            "/var/tmp/tool",
+            "/usr/local/bin/tool",
+            "/usr/bin/tool",
+            PAYLOAD_PATH,
+            "/var/lib/trusted-cloud-agent/payload.sh",
+            "/var/lib/cloud/instances/i-1/scripts/runcmd",
+            "/var/lib/cloud/scripts/per-boot/tool",
+            "/etc/machine-id.d/tool",
+        ):
+            self.assertFalse(_excluded(path), path)
+
+
+class TestPolicies(testtools.TestCase):
+    def test_runtime_policy_allows_the_image_and_the_payload(self) -> None:
+        payload = b"#!/bin/sh\necho hi\n"
+        policy = runtime_policy(
+            [("/usr/bin/tool", {("sha256", _sha(b"tool"))})],
+            "image",
+            1,
+            payloads=[payload],
+        )
+
+        def entry(path: str, data: bytes) -> ImaEntry:
+            return ImaEntry(
+                10, "ima-ng", b"\x01" * 20, "sha256", _sha(data), path, None, None, b""
+            )
+
+        good = [entry("/usr/bin/tool", b"tool"), entry(PAYLOAD_PATH, payload)]
+        self.assertEqual([], evaluate(policy, good))
+        bad = evaluate(policy, [entry("/root/unknown", b"x")])
+        self.assertEqual(["/root/unknown"], [f.path for f in bad])
+
+    def test_measured_boot_policy_pins_the_kernel(self) -> None:
+        kernel, digest = _image()
+        policy = measured_boot_policy(kernel, None, False)
+        self.assertEqual(frozenset({digest}), policy.boot_applications)
+        self.assertIsNone(policy.firmware)
+        self.assertRaises(MalformedError, measured_boot_policy, b"not a kernel")
+
+
+class TestGenerateCli(testtools.TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.out = os.path.join(self.dir, "policy.json")
+        self.err = io.StringIO()
+        self.useFixture(fixtures.MonkeyPatch("sys.stderr", self.err))
+        self.useFixture(fixtures.MonkeyPatch("sys.stdout", io.StringIO()))
+
+    def test_runtime_from_tar_with_payload(self) -> None:
+        tar = os.path.join(self.dir, "image.tar")
+        _tar(tar)
+        payload = os.path.join(self.dir, "payload")
+        with open(payload, "wb") as out:
+            out.write(b"#!/bin/sh\n")
+        argv = ["policy", "generate", "runtime", "--tar", tar, "--name", "img"]
+        code = cmd.main([*argv, "--payload", payload, "-o", self.out])
+        self.assertEqual(0, code)
+        with open(self.out, encoding="utf-8") as handle:
+            document = json.load(handle)
+        self.assertIn(PAYLOAD_PATH, document["digests"])
+        self.assertIn("/usr/bin/tool", document["digests"])
+        self.assertEqual(list(DEFAULT_EXCLUDES), document["excludes"])
+
+    def test_measured_boot_from_kernel(self) -> None:
+        kernel_path = os.path.join(self.dir, "vmlinuz")
+        kernel, digest = _image()
+        with open(kernel_path, "wb") as out:
+            out.write(kernel)
+        argv = ["policy", "generate", "measured-boot", "--kernel", kernel_path]
+        self.assertEqual(0, cmd.main([*argv, "--secure-boot", "off", "-o", self.out]))
+        with open(self.out, encoding="utf-8") as handle:
+            document = json.load(handle)
+        self.assertEqual([digest.hex()], document["boot_applications"])
+        self.assertIs(False, document["secure_boot"])
+
+    def test_bad_input_is_one_line_not_a_traceback(self) -> None:
+        argv = ["policy", "generate", "runtime", "--tar", self.out, "--name", "x"]
+        self.assertEqual(1, cmd.main([*argv, "-o", self.out]))
+        self.assertIn(
+            "trusted-tenant: error: policy generate runtime", self.err.getvalue()
+        )
+        kernel = os.path.join(self.dir, "k")
+        with open(kernel, "wb") as out:
+            out.write(b"ELF")
+        argv = ["policy", "generate", "measured-boot", "--kernel", kernel]
+        self.assertEqual(1, cmd.main([*argv, "-o", self.out]))
+        self.assertIn("PE image", self.err.getvalue())
+        self.assertNotIn("Traceback", self.err.getvalue())
