@@ -3,7 +3,8 @@ policy generate``): offline, before any node exists.
 
 Runtime (IMA) policy
     every regular file of the image's root file system (a directory or a
-    tar archive, e.g. ``disk-image-create -t qcow2,tar``) at its path, plus
+    tar archive, e.g. ``disk-image-create -t qcow2,tar``) and of its
+    initramfs (a cpio archive) at its path, plus
     the payload's own digest at the path the agent runs it from
     (:data:`PAYLOAD_PATH`), with :data:`DEFAULT_EXCLUDES` for the state
     cloud-init, systemd and the agent write at boot and then read as root
@@ -16,7 +17,11 @@ Measured-boot policy
     the kernel's Authenticode digest (UEFI firmware measures the kernel it
     starts as an ``EV_EFI_BOOT_SERVICES_APPLICATION``), the firmware blob
     digests the cloud provider publishes for its firmware (e.g. its OVMF
-    build; optional), and the Secure Boot state.
+    build; optional), and the Secure Boot state. When qemu loads the kernel
+    itself (Nova's ``kernel_id``/``ramdisk_id`` image properties: libvirt's
+    direct kernel boot), qemu writes into the kernel's setup header before
+    OVMF measures it (:func:`qemu_direct_boot_kernel`): the digest then
+    depends on the initramfs size and the flavor's memory too.
 """
 
 from __future__ import annotations
@@ -24,11 +29,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nova_plugin.exceptions import TenantError
-from verifier.common.imagefiles import Digests, ImageFilesError, tar_files, tree_files
+from verifier.common.imagefiles import (
+    Digests,
+    ImageFilesError,
+    cpio_files,
+    tar_files,
+    tree_files,
+)
 from verifier.protocol import MalformedError
 from verifier.protocol.ima import RuntimePolicy
 from verifier.protocol.mb import MeasuredBootPolicy
@@ -40,6 +53,7 @@ __all__ = [
     "add_generate_parser",
     "generate",
     "measured_boot_policy",
+    "qemu_direct_boot_kernel",
     "runtime_policy",
 ]
 
@@ -105,6 +119,62 @@ def runtime_policy(
     return RuntimePolicy(name, version, allow, excludes)
 
 
+# qemu (hw/i386/x86.c, x86_load_linux) for a boot protocol >= 2.02 kernel:
+# the real-mode code at 0x10000, the command line at 0x20000, and the
+# ACPI tables' room below the top of low memory (pc machines since 2.x).
+_QEMU_REAL_ADDR, _QEMU_CMDLINE_ADDR, _QEMU_ACPI_DATA_SIZE = 0x10000, 0x20000, 0x28000
+_XLF_CAN_BE_LOADED_ABOVE_4G = 1 << 1
+
+
+def qemu_direct_boot_kernel(kernel: bytes, initrd_size: int, memory_mb: int) -> bytes:
+    """The kernel as OVMF measures it when qemu (7.2, q35) loads it with
+    ``-kernel``/``-initrd`` (what libvirt does for Nova's ``kernel_id``).
+
+    qemu writes five fields of the Linux setup header (Documentation/x86/
+    boot.rst) before handing the kernel to the firmware: the loader type
+    (0xB0), the can-use-heap flag and the heap end, the command line's
+    address, and the initramfs's address (the top of low memory below the
+    ACPI tables, 4 KiB aligned) and size.
+
+    Args:
+        kernel: The ``vmlinuz``.
+        initrd_size: The initramfs's size in bytes.
+        memory_mb: The VM's memory (the flavor's RAM).
+
+    Returns:
+        The kernel with the setup header qemu writes.
+
+    Raises:
+        MalformedError: not a Linux boot protocol >= 2.02 kernel.
+    """
+    if len(kernel) < 0x240 or kernel[0x202:0x206] != b"HdrS":
+        raise MalformedError("kernel", "no Linux setup header (HdrS)")
+    (protocol,) = struct.unpack_from("<H", kernel, 0x206)
+    if protocol < 0x202:
+        raise MalformedError("kernel", f"boot protocol {protocol:#x} before 2.02")
+    memory = memory_mb << 20
+    # q35 keeps up to 2 GiB below 4 GiB when the VM has 2.75 GiB or more
+    low = memory if memory < 0xB0000000 else 0x80000000
+    initrd_max = 0x37FFFFFF
+    if protocol >= 0x203:
+        (initrd_max,) = struct.unpack_from("<I", kernel, 0x22C)
+    if protocol >= 0x20C:
+        (xload,) = struct.unpack_from("<H", kernel, 0x236)
+        if xload & _XLF_CAN_BE_LOADED_ABOVE_4G:
+            initrd_max = 0xFFFFFFFF
+    initrd_max = min(initrd_max, low - _QEMU_ACPI_DATA_SIZE - 1)
+    header = bytearray(kernel[:0x240])
+    header[0x210] = 0xB0
+    header[0x211] |= 0x80
+    heap_end = _QEMU_CMDLINE_ADDR - _QEMU_REAL_ADDR - 0x200
+    struct.pack_into("<H", header, 0x224, heap_end)
+    struct.pack_into("<I", header, 0x228, _QEMU_CMDLINE_ADDR)
+    struct.pack_into(
+        "<II", header, 0x218, (initrd_max - initrd_size) & ~0xFFF, initrd_size
+    )
+    return bytes(header) + kernel[0x240:]
+
+
 def measured_boot_policy(
     kernel: bytes,
     firmware: Iterable[bytes] | None = None,
@@ -135,6 +205,11 @@ def add_generate_parser(policy_sub: Any) -> None:
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--rootfs", help="the image's root directory")
     source.add_argument("--tar", help="a tar archive of the image's root")
+    run.add_argument(
+        "--initrd",
+        help="the image's initramfs (its files are measured before the root "
+        "is mounted)",
+    )
     run.add_argument("--name", required=True, help="the policy's name")
     run.add_argument("--version", type=int, default=1, help="default: 1")
     run.add_argument(
@@ -154,6 +229,11 @@ def add_generate_parser(policy_sub: Any) -> None:
     )
     mb = kinds.add_parser("measured-boot", help="kernel and firmware digests")
     mb.add_argument("--kernel", required=True, help="the image's vmlinuz")
+    mb.add_argument(
+        "--qemu-direct-boot", nargs=2, metavar=("INITRD", "MEMORY_MB"),
+        help="qemu loads the kernel (Nova's kernel_id/ramdisk_id): the "
+        "initramfs file and the flavor's RAM in MiB",
+    )  # fmt: skip
     mb.add_argument(
         "--firmware-digest", action="append", default=None, metavar="SHA256",
         help="a firmware blob digest the provider publishes (repeatable; "
@@ -183,7 +263,9 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _runtime(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
-    files = tar_files(args.tar) if args.tar else tree_files(args.rootfs)
+    files = list(tar_files(args.tar) if args.tar else tree_files(args.rootfs))
+    if args.initrd:
+        files += cpio_files(args.initrd)
     payloads = []
     for path in args.payload:
         with open(path, "rb") as handle:
@@ -206,6 +288,10 @@ def _runtime(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 def _measured_boot(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     with open(args.kernel, "rb") as handle:
         kernel = handle.read()
+    if args.qemu_direct_boot is not None:
+        initrd, memory_mb = args.qemu_direct_boot
+        size = os.path.getsize(initrd)
+        kernel = qemu_direct_boot_kernel(kernel, size, int(memory_mb))
     firmware = None
     if args.firmware_digest is not None:
         firmware = [bytes.fromhex(d) for d in args.firmware_digest]

@@ -19,7 +19,12 @@ from nova_plugin.policygen import (
     measured_boot_policy,
     runtime_policy,
 )
-from verifier.common.imagefiles import ImageFilesError, tar_files, tree_files
+from verifier.common.imagefiles import (
+    ImageFilesError,
+    cpio_files,
+    tar_files,
+    tree_files,
+)
 from verifier.protocol import MalformedError
 from verifier.protocol.ima import ImaEntry, evaluate
 from verifier.tests.unit.test_authenticode import _image
@@ -182,3 +187,85 @@ class TestGenerateCli(testtools.TestCase):
         self.assertEqual(1, cmd.main([*argv, "-o", self.out]))
         self.assertIn("PE image", self.err.getvalue())
         self.assertNotIn("Traceback", self.err.getvalue())
+
+
+def _newc(name: str, data: bytes, mode: int = 0o100755, ino: int = 1) -> bytes:
+    fields = [ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name) + 1, 0]
+    head = b"070701" + b"".join(b"%08X" % f for f in fields)
+    blob = head + name.encode() + b"\0"
+    blob += b"\0" * (-len(blob) % 4) + data
+    return blob + b"\0" * (-len(blob) % 4)
+
+
+def _cpio(*members: tuple[str, bytes]) -> bytes:
+    body = b"".join(_newc(n, d, ino=i + 1) for i, (n, d) in enumerate(members))
+    return body + _newc("TRAILER!!!", b"", 0, 0)
+
+
+class TestInitramfs(testtools.TestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.path = self.useFixture(fixtures.TempDir()).join("initrd")
+
+    def _write(self, data: bytes) -> dict[str, object]:
+        with open(self.path, "wb") as out:
+            out.write(data)
+        return dict(cpio_files(self.path))
+
+    def test_early_archive_then_a_compressed_one(self) -> None:
+        import gzip
+
+        early = _cpio(("kernel/x86/microcode/GenuineIntel.bin", b"ucode"))
+        main = gzip.compress(_cpio(("init", b"#!/bin/sh\n"), ("./scripts/local", b"x")))
+        files = self._write(early + b"\0" * 512 + main)
+        self.assertEqual({("sha256", _sha(b"#!/bin/sh\n"))}, files["/init"])
+        self.assertIn("/scripts/local", files)
+        self.assertIn("/kernel/x86/microcode/GenuineIntel.bin", files)
+
+    def test_zstd_and_garbage_are_named_errors(self) -> None:
+        for data in (b"\x28\xb5\x2f\xfd" + bytes(60), b"not an initramfs" * 8):
+            self.assertRaises(ImageFilesError, self._write, data)
+        self.assertRaises(ImageFilesError, self._write, _cpio(("init", b"x"))[:100])
+
+
+class TestQemuDirectBoot(testtools.TestCase):
+    def _kernel(self, protocol: int = 0x20F) -> bytes:
+        kernel = bytearray(0x1000)
+        kernel[0x202:0x206] = b"HdrS"
+        kernel[0x206:0x208] = protocol.to_bytes(2, "little")
+        kernel[0x22C:0x230] = (0x7FFFFFFF).to_bytes(4, "little")
+        kernel[0x236:0x238] = (0x7F).to_bytes(2, "little")  # above 4G
+        return bytes(kernel)
+
+    def test_qemu_writes_the_setup_header_fields(self) -> None:
+        from nova_plugin.policygen import qemu_direct_boot_kernel
+
+        loaded = qemu_direct_boot_kernel(self._kernel(), 0x123456, 1024)
+        fields = {
+            "type_of_loader": loaded[0x210],
+            "heap": loaded[0x211] & 0x80,
+            "ramdisk_image": int.from_bytes(loaded[0x218:0x21C], "little"),
+            "ramdisk_size": int.from_bytes(loaded[0x21C:0x220], "little"),
+            "heap_end_ptr": int.from_bytes(loaded[0x224:0x226], "little"),
+            "cmd_line_ptr": int.from_bytes(loaded[0x228:0x22C], "little"),
+        }
+        top = (1024 << 20) - 0x28000 - 1
+        self.assertEqual(
+            {
+                "type_of_loader": 0xB0,
+                "heap": 0x80,
+                "ramdisk_image": (top - 0x123456) & ~0xFFF,
+                "ramdisk_size": 0x123456,
+                "heap_end_ptr": 0xFE00,
+                "cmd_line_ptr": 0x20000,
+            },
+            fields,
+        )
+        self.assertEqual(self._kernel()[0x240:], loaded[0x240:])
+
+    def test_not_a_linux_kernel_is_refused(self) -> None:
+        from nova_plugin.policygen import qemu_direct_boot_kernel
+
+        self.assertRaises(MalformedError, qemu_direct_boot_kernel, bytes(0x400), 1, 512)
+        old = self._kernel(0x201)
+        self.assertRaises(MalformedError, qemu_direct_boot_kernel, old, 1, 512)
