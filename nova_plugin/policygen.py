@@ -49,6 +49,7 @@ from verifier.protocol.mb.authenticode import pe_authenticode_digest
 
 __all__ = [
     "DEFAULT_EXCLUDES",
+    "INITRAMFS_READS_OF_ROOT",
     "PAYLOAD_PATH",
     "add_generate_parser",
     "generate",
@@ -60,20 +61,33 @@ __all__ = [
 #: Where the agent writes the decrypted payload and runs it from.
 PAYLOAD_PATH = "/var/lib/trusted-cloud-agent/payload"
 
-#: Files written at boot (not in the image) that root reads and IMA
-#: measures. Each pattern is anchored at both ends and names data, never a
-#: directory a program could be run from.
+#: Files written at boot (not in the image, or changed from it) that root
+#: reads and IMA measures, found by booting the image (see
+#: doc/source/user/image-policies.rst). Each pattern is anchored at both
+#: ends and names data files, never a directory where a program could be
+#: put and run: an unknown program in /root, /var/tmp, /usr/local or the
+#: agent's work directory is still refused.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
-    # systemd: the machine id made at first boot, its random seed
+    # systemd: the machine id made at first boot, its random seed, the
+    # journal (read back by journald), e2fsprogs' test of a writable root
     r"/etc/machine-id$",
+    r"/var/lib/dbus/machine-id$",
     r"/var/lib/systemd/random-seed$",
-    # cloud-init: the instance's data and its rendered network config
+    r"/var/log/journal/[0-9a-f]{32}/system\.journal$",
+    r"/\.ismount-test-file$",
+    # cloud-init: its seed (NoCloud or config drive, mounted under /run),
+    # the instance's data (not its scripts), the host name, the default
+    # user it adds and the SSH keys it writes (data, not programs)
+    r"/run/cloud-init/tmp/[^/]+/(user-data|meta-data|vendor-data|network-config)$",
+    r"/run/cloud-init/tmp/[^/]+/(openstack|ec2)/[^/]+/[^/]+\.json$",
+    r"/run/cloud-init/tmp/[^/]+/openstack/[^/]+/(user|vendor)_data$",
     r"/var/lib/cloud/instances/[^/]+/(?!scripts/)[^/]+$",
     r"/var/lib/cloud/data/[^/]+$",
-    r"/etc/hostname$",
-    r"/etc/hosts$",
+    r"/etc/(hostname|hosts)$",
+    r"/etc/(passwd|group|shadow|gshadow)$",
+    r"/root/\.ssh/authorized_keys$",
+    r"/home/[^/]+/\.ssh/authorized_keys$",
     r"/etc/systemd/network/10-cloud-init-[^/]+\.network$",
-    r"/etc/cloud/cloud\.cfg\.d/[^/]+\.cfg$",
     # the node's bootstrap configuration and the provider's agent settings
     r"/etc/trusted-cloud/bootstrap\.json$",
     r"/etc/trusted-cloud/agent\.conf\.d/[^/]+\.conf$",
@@ -82,6 +96,10 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     r"\.pem$",
     r"/var/lib/trusted-cloud-agent/payload\.(out|status)$",
 )
+
+#: Files of the root file system the initramfs reads before it switches to
+#: it (mounted at /root): Debian's initramfs-tools reads its fstab.
+INITRAMFS_READS_OF_ROOT = ("/etc/fstab",)
 
 
 def runtime_policy(
@@ -96,7 +114,9 @@ def runtime_policy(
     """An allowlist of an image's files and the payloads it will run.
 
     Args:
-        files: (path, digests) of the image's regular files.
+        files: (path, digests) of the image's regular files (its root and
+            its initramfs); the root's :data:`INITRAMFS_READS_OF_ROOT` are
+            also allowed as the initramfs sees them (under ``/root``).
         name: The policy's name.
         version: Its version.
         excludes: Regular expressions of paths not checked.
@@ -112,6 +132,9 @@ def runtime_policy(
     allow: dict[str, set[tuple[str, bytes]]] = {}
     for path, digests in files:
         allow.setdefault(path, set()).update(digests)
+    for path in INITRAMFS_READS_OF_ROOT:
+        if path in allow:
+            allow.setdefault("/root" + path, set()).update(allow[path])
     for payload in payloads:
         allow.setdefault(payload_path, set()).add(
             ("sha256", hashlib.sha256(payload).digest())

@@ -1,0 +1,337 @@
+"""The trusted-boot story in a real guest: the services on the host, the
+operator's guest image (:mod:`trusted_testing.guest_vm`) booted under qemu
+with a vTPM whose EK certificate a swtpm local CA signed, as Nova and
+libvirt make it.
+
+The network is qemu's user networking only. The guest reaches the
+registrar at ``https://10.0.2.2:PORT`` (slirp's address of the host's
+127.0.0.1; the registrar's certificate names it), and the verifier and the
+tenant reach the agent at ``127.0.0.1:P``, a port qemu forwards to the
+guest's 9002; the agent registers that address as its contact.
+
+The policies are built from the image, as a tenant would
+(:mod:`nova_plugin.policygen`): the runtime policy from the image's tar
+and the payload, the measured-boot policy from its kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from nova_plugin.policygen import (
+    DEFAULT_EXCLUDES,
+    measured_boot_policy,
+    qemu_direct_boot_kernel,
+    runtime_policy,
+)
+from nova_plugin.tenant import Tenant
+from trusted_testing.cluster import LocalCluster
+from trusted_testing.guest_vm import VmImage
+from trusted_testing.guest_vm_boot import (
+    BOOTSTRAP,
+    CLOUD_INIT_DONE,
+    VmGuest,
+)
+from trusted_testing.swtpm import ek_ca_bundle, free_ports
+from verifier.common.imagefiles import cpio_files, tar_files
+from verifier.protocol import PcrPolicy
+from verifier.protocol.messages.registration import RegistrationRecord
+
+__all__ = [
+    "GUEST_HOST",
+    "IMA_LIST",
+    "MB_LOG",
+    "PAYLOAD_DIR",
+    "StoryNode",
+    "VmCluster",
+    "agent_user_data",
+    "image_policies",
+    "run_async",
+]
+
+#: The host's 127.0.0.1 as the guest sees it on qemu's user network.
+GUEST_HOST = "10.0.2.2"
+IMA_LIST = "/sys/kernel/security/ima/ascii_runtime_measurements"
+MB_LOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
+PAYLOAD_DIR = "/var/lib/trusted-cloud-agent"
+T = TypeVar("T")
+
+
+def run_async(work: Callable[[Tenant], Any], cluster: LocalCluster) -> Any:
+    """Run ``await work(tenant)`` with a fresh tenant client."""
+
+    async def main() -> Any:
+        tenant = cluster.tenant()
+        try:
+            return await work(tenant)
+        finally:
+            await tenant.close()
+
+    return asyncio.run(main())
+
+
+class VmCluster(LocalCluster):
+    """Registrar and verifier for agents in VMs (no agents of its own).
+
+    The registrar trusts the EK certificates of ``localca`` (the compute
+    host's swtpm local CA), and its certificate also names
+    :data:`GUEST_HOST`. Call :meth:`prepare` (PKI) before the guest starts
+    (its vTPM is made with the local CA), then :meth:`start_services`.
+    """
+
+    def __init__(self, workdir: str, interval: float = 2.0) -> None:
+        super().__init__(
+            workdir,
+            nodes=0,
+            interval=interval,
+            registrar_options={
+                "ek_ca_bundle": os.path.join(os.path.abspath(workdir), "ek-ca.pem"),
+                "require_ek_certificate": True,
+            },
+        )
+        self.server_names.append(GUEST_HOST)
+
+    @property
+    def guest_registrar_url(self) -> str:
+        """The registrar as the guest reaches it."""
+        return f"https://{GUEST_HOST}:{self.registrar_port}"
+
+    def prepare(self) -> None:
+        """A fresh work directory and the operator's PKI."""
+        atexit.register(self.stop)
+        if os.path.exists(self.workdir):
+            shutil.rmtree(self.workdir)
+        os.makedirs(self.workdir)
+        self._make_pki()
+
+    def start_services(self) -> None:
+        """The registrar (EK anchors: the local CA) and the verifier."""
+        with open(os.path.join(self.workdir, "ek-ca.pem"), "wb") as out:
+            out.write(ek_ca_bundle(self.localca))
+        self._start_registrar()
+        for index in range(len(self.verifier_ports)):
+            self.start_verifier(index)
+
+    def ca_pem(self) -> str:
+        """The operator CA certificate (the guest authenticates the
+        registrar and its callers with it)."""
+        with open(self.pki_file("ca.pem"), encoding="utf-8") as handle:
+            return handle.read()
+
+    def wait_node(
+        self, uuid: str, states: tuple[str, ...], timeout: float
+    ) -> Mapping[str, Any]:
+        """Poll the verifier until node ``uuid`` is in one of ``states``.
+
+        Raises:
+            AssertionError: not within ``timeout`` seconds (with its status).
+        """
+        deadline = time.monotonic() + timeout
+        status: Mapping[str, Any] | None = None
+        while time.monotonic() < deadline:
+            status = self.node_status(uuid)
+            if status is not None and status["state"] in states:
+                return status
+            time.sleep(1.0)
+        raise AssertionError(f"node {uuid} not {states} in {timeout:.0f}s: {status}")
+
+    def wait_hooks(self, uuid: str, timeout: float) -> list[dict[str, Any]]:
+        """The revocation hooks' records of node ``uuid``, once there are
+        any (empty after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [r for r in self.hook_records() if r["node_uuid"] == uuid]
+            if found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.5)
+
+
+def _write_file(path: str, content: str, mode: str = "0644") -> dict[str, str]:
+    return {"path": path, "permissions": mode, "content": content}
+
+
+def agent_user_data(cluster: VmCluster, uuid: str, port: int, contact_port: int) -> str:
+    """A cloud-config configuring the image's agent for ``cluster``.
+
+    The bootstrap file, and the agent's settings: its node UUID, the
+    registrar as the guest reaches it, the operator CA and a client
+    certificate, and the contact address the forwarded port gives.
+    """
+    with open(cluster.pki_file("agent.pem"), encoding="utf-8") as handle:
+        cert = handle.read()
+    with open(cluster.pki_file("agent-key.pem"), encoding="utf-8") as handle:
+        key = handle.read()
+    conf = "\n".join(
+        [
+            "[agent]",
+            f"uuid = {uuid}",
+            "tcti = device:/dev/tpmrm0",
+            "host = 0.0.0.0",
+            f"port = {port}",
+            "contact_host = 127.0.0.1",
+            f"contact_port = {contact_port}",
+            f"registrar_url = {cluster.guest_registrar_url}",
+            "ca_file = /etc/trusted-cloud/ca.pem",
+            "cert_file = /etc/trusted-cloud/agent.pem",
+            "key_file = /etc/trusted-cloud/agent-key.pem",
+            f"work_dir = {PAYLOAD_DIR}",
+            f"ima_log_path = {IMA_LIST}",
+            f"mb_log_path = {MB_LOG}",
+            "",
+        ]
+    )
+    files = [
+        _write_file(BOOTSTRAP, json.dumps({"uuid": uuid}), "0600"),
+        _write_file("/etc/trusted-cloud/agent.conf", conf),
+        _write_file("/etc/trusted-cloud/ca.pem", cluster.ca_pem()),
+        _write_file("/etc/trusted-cloud/agent.pem", cert),
+        _write_file("/etc/trusted-cloud/agent-key.pem", key, "0600"),
+    ]
+    return "#cloud-config\n" + json.dumps({"write_files": files}, indent=1) + "\n"
+
+
+#: Excludes of the configuration this harness writes into the guest.
+HARNESS_EXCLUDES = (r"/etc/trusted-cloud/(agent\.conf|ca\.pem|agent(-key)?\.pem)$",)
+
+
+def image_policies(
+    image: VmImage,
+    payload: bytes,
+    name: str,
+    memory_mb: int,
+    excludes: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The runtime and measured-boot policies of ``image`` (JSON forms), as
+    ``trusted-tenant policy generate`` builds them: the root's tar and the
+    initramfs plus the payload; the kernel as qemu loads it for a VM of
+    ``memory_mb``, Secure Boot off, firmware not checked."""
+    files = [*tar_files(image.tar), *cpio_files(image.initrd)]
+    runtime = runtime_policy(
+        files, name, 1, excludes=(*DEFAULT_EXCLUDES, *excludes), payloads=[payload]
+    )
+    with open(image.kernel, "rb") as handle:
+        kernel = handle.read()
+    loaded = qemu_direct_boot_kernel(kernel, os.path.getsize(image.initrd), memory_mb)
+    mb = measured_boot_policy(loaded, None, False)
+    return runtime.to_dict(), mb.to_dict()
+
+
+class StoryNode:
+    """One VM through the tenant's trusted boot (see the module doc).
+
+    Attributes:
+        guest: The running VM.
+        uuid: Its instance UUID (the node).
+        contact_port: The host port forwarded to the agent's 9002.
+        record: The registrar's record, once registered.
+        runtime_policy: The runtime policy (JSON form) built from the image.
+        mb_policy: The measured-boot policy (JSON form).
+        marks: Seconds after qemu started at which each stage was seen.
+    """
+
+    def __init__(
+        self, cluster: VmCluster, guest: VmGuest, uuid: str, payload: bytes
+    ) -> None:
+        self.cluster = cluster
+        self.guest = guest
+        self.uuid = uuid
+        self.payload = payload
+        (self.contact_port,) = guest.ports.values()
+        self.record: RegistrationRecord | None = None
+        self.runtime_policy: dict[str, Any] = {}
+        self.mb_policy: dict[str, Any] = {}
+        self.marks: dict[str, float] = {}
+
+    @classmethod
+    def boot(
+        cls,
+        cluster: VmCluster,
+        image: VmImage,
+        uuid: str,
+        payload: bytes,
+        allow_reboot: bool = False,
+    ) -> StoryNode:
+        """Start the VM (``cluster`` prepared), then the services."""
+        contact = free_ports(1)
+        guest = VmGuest(
+            image,
+            agent_user_data(cluster, uuid, contact, contact),
+            instance_id=uuid,
+            forward={contact: contact},
+            localca_dir=cluster.localca,
+            allow_reboot=allow_reboot,
+        )
+        guest.start()
+        node = cls(cluster, guest, uuid, payload)
+        try:
+            cluster.start_services()
+            node.runtime_policy, node.mb_policy = image_policies(
+                image, payload, "image", guest.memory_mb, HARNESS_EXCLUDES
+            )
+        except BaseException:
+            guest.stop()
+            raise
+        return node
+
+    def mark(self, stage: str) -> None:
+        self.marks[stage] = self.guest.elapsed()
+
+    def wait_registered(self, timeout: float) -> RegistrationRecord:
+        """Poll the registrar until the agent activated its AK."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            record = run_async(lambda t: t.activated_record(self.uuid), self.cluster)
+            if isinstance(record, RegistrationRecord):
+                self.record = record
+                return record
+            time.sleep(1.0)
+        raise AssertionError(
+            f"the agent did not register in {timeout:.0f}s\n"
+            + self.guest.console()[-3000:]
+        )
+
+    def bootstrap(self, timeout: float) -> None:
+        """Registration, the tenant's enrolment (policies, identity quote,
+        V to the verifier, U and the sealed payload to the agent), the
+        first attestation and the payload's run."""
+        self.wait_registered(timeout)
+        self.mark("agent registered")
+        found = CLOUD_INIT_DONE.search(self.guest.console())
+        if found is not None:
+            self.marks["cloud-init done (guest uptime)"] = float(found.group(1))
+
+        async def enrol(tenant: Tenant) -> None:
+            await tenant.add_policy("runtime", self.runtime_policy, "image")
+            await tenant.add_policy("measured-boot", self.mb_policy, "image-mb")
+            await tenant.enrol(
+                self.uuid,
+                self.payload,
+                PcrPolicy({}),
+                runtime_policy="image",
+                mb_policy="image-mb",
+            )
+
+        run_async(enrol, self.cluster)
+        self.cluster.wait_node(self.uuid, ("attested", "revoked", "failed"), timeout)
+        self.mark("attested")
+        self.wait_payload(timeout)
+        self.mark("payload ran")
+
+    def wait_payload(self, timeout: float) -> bytes:
+        """The payload's status file, once the agent wrote it."""
+        self.guest.agent.wait_ready(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            done = self.guest.agent.exec(["/bin/cat", PAYLOAD_DIR + "/payload.status"])
+            if done.exit_code == 0:
+                return done.stdout
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the payload did not run: {done.stderr!r}")
+            time.sleep(1.0)
