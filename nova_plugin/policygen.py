@@ -91,9 +91,10 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     # the node's bootstrap configuration and the provider's agent settings
     r"/etc/trusted-cloud/bootstrap\.json$",
     r"/etc/trusted-cloud/agent\.conf\.d/[^/]+\.conf$",
-    # the agent's kept TLS key and certificate, the payload's output
-    r"/var/lib/trusted-cloud-agent/(tls-key|tls-cert|identity-key|identity-cert)"
-    r"\.pem$",
+    # the agent's kept TLS key and certificate, the bootstrap file's CA
+    # as it writes it, the payload's output
+    r"/var/lib/trusted-cloud-agent/"
+    r"(tls-key|tls-cert|identity-key|identity-cert|bootstrap-ca)\.pem$",
     r"/var/lib/trusted-cloud-agent/payload\.(out|status)$",
 )
 

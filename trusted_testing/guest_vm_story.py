@@ -283,13 +283,23 @@ class StoryNode:
     def mark(self, stage: str) -> None:
         self.marks[stage] = self.guest.elapsed()
 
+    def _see_cloud_init(self) -> None:
+        if "cloud-init done" not in self.marks:
+            found = CLOUD_INIT_DONE.search(self.guest.console())
+            if found is not None:
+                self.mark("cloud-init done")
+                self.marks["cloud-init done (guest uptime)"] = float(found.group(1))
+
     def wait_registered(self, timeout: float) -> RegistrationRecord:
         """Poll the registrar until the agent activated its AK."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            self._see_cloud_init()
             record = run_async(lambda t: t.activated_record(self.uuid), self.cluster)
             if isinstance(record, RegistrationRecord):
                 self.record = record
+                self._see_cloud_init()
+                self.mark("agent registered")
                 return record
             time.sleep(1.0)
         raise AssertionError(
@@ -297,15 +307,9 @@ class StoryNode:
             + self.guest.console()[-3000:]
         )
 
-    def bootstrap(self, timeout: float) -> None:
-        """Registration, the tenant's enrolment (policies, identity quote,
-        V to the verifier, U and the sealed payload to the agent), the
-        first attestation and the payload's run."""
-        self.wait_registered(timeout)
-        self.mark("agent registered")
-        found = CLOUD_INIT_DONE.search(self.guest.console())
-        if found is not None:
-            self.marks["cloud-init done (guest uptime)"] = float(found.group(1))
+    def enrol(self) -> None:
+        """The tenant stores its policies and enrols the node: the identity
+        quote, V to the verifier, U and the sealed payload to the agent."""
 
         async def enrol(tenant: Tenant) -> None:
             await tenant.add_policy("runtime", self.runtime_policy, "image")
@@ -319,10 +323,28 @@ class StoryNode:
             )
 
         run_async(enrol, self.cluster)
-        self.cluster.wait_node(self.uuid, ("attested", "revoked", "failed"), timeout)
-        self.mark("attested")
+        self.mark("enrolled")
+
+    def wait_attested(self, timeout: float) -> Mapping[str, Any]:
+        """The node's status once the verifier decided (attested or not)."""
+        states = ("attested", "revoked", "failed")
+        status = self.cluster.wait_node(self.uuid, states, timeout)
+        self.mark(str(status["state"]))
+        return status
+
+    def bootstrap(self, timeout: float) -> None:
+        """:meth:`wait_registered`, :meth:`enrol`, :meth:`wait_attested`
+        and :meth:`wait_payload`.
+
+        Raises:
+            AssertionError: a step failed or did not end in ``timeout`` s.
+        """
+        self.wait_registered(timeout)
+        self.enrol()
+        status = self.wait_attested(timeout)
+        if status["state"] != "attested":
+            raise AssertionError(f"the node was not attested: {status}")
         self.wait_payload(timeout)
-        self.mark("payload ran")
 
     def wait_payload(self, timeout: float) -> bytes:
         """The payload's status file, once the agent wrote it."""
@@ -331,6 +353,7 @@ class StoryNode:
         while True:
             done = self.guest.agent.exec(["/bin/cat", PAYLOAD_DIR + "/payload.status"])
             if done.exit_code == 0:
+                self.mark("payload ran")
                 return done.stdout
             if time.monotonic() > deadline:
                 raise AssertionError(f"the payload did not run: {done.stderr!r}")

@@ -41,6 +41,7 @@ from trusted_testing.guest_vm_story import (
     run_async,
 )
 from trusted_testing.qga import GuestAgentError
+from verifier.protocol.ima import parse_ascii
 from verifier.protocol.mb import parse
 from verifier.protocol.mb.eventlog import EV_EFI_BOOT_SERVICES_APPLICATION
 
@@ -138,12 +139,12 @@ class TestTrustedBootStory(_VmCase):
         self.assertRegex(run, r"^run [0-9a-f-]{36}$")
         status = self.guest.agent.read_file(PAYLOAD_PATH + ".status")
         self.assertEqual(b'{"exit_code": 0}', status)
-        ima = self.guest.agent.read_file(IMA_LIST).decode()
-        digest = hashlib.sha256(PAYLOAD).hexdigest()
-        runs = [line for line in ima.splitlines() if line.endswith(" " + PAYLOAD_PATH)]
-        agent_lines = [line for line in ima.splitlines() if "trusted-cloud" in line]
-        self.assertEqual(1, len(runs), agent_lines or ima.splitlines()[-5:])
-        self.assertIn(f"sha256:{digest}", runs[0])
+        entries = parse_ascii(self.guest.agent.read_file(IMA_LIST))
+        runs = [e for e in entries if e.path == PAYLOAD_PATH]
+        self.assertEqual(
+            [("sha256", hashlib.sha256(PAYLOAD).digest())],
+            [(e.digest_algorithm, e.digest) for e in runs],
+        )
 
     def test_5_unknown_program_is_revoked_naming_it_and_hooks_fire(self) -> None:
         before = self.status()
