@@ -69,11 +69,13 @@ PAYLOAD_PATH = "/var/lib/trusted-cloud-agent/payload"
 #: agent's work directory is still refused.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
     # systemd: the machine id made at first boot, its random seed, the
-    # journal (read back by journald), e2fsprogs' test of a writable root
+    # journal read back by journald (also one it archived, or set aside as
+    # corrupt after a crash: system@...journal~), e2fsprogs' test of a
+    # writable root
     r"/etc/machine-id$",
     r"/var/lib/dbus/machine-id$",
     r"/var/lib/systemd/random-seed$",
-    r"/var/log/journal/[0-9a-f]{32}/system\.journal$",
+    r"/var/log/journal/[0-9a-f]{32}/system(@[0-9a-f-]+)?\.journal~?$",
     r"/\.ismount-test-file$",
     # cloud-init: its seed (NoCloud or config drive, mounted under /run),
     # the instance's data (not its scripts), the host name, the default

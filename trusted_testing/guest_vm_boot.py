@@ -88,7 +88,10 @@ def clean_console(raw: bytes) -> str:
 
 
 def make_seed(
-    path: str, user_data: str, meta_data: str, vendor_data: str | None = None
+    path: str,
+    user_data: str | bytes,
+    meta_data: str,
+    vendor_data: str | None = None,
 ) -> None:
     """Write a NoCloud seed: an ISO 9660 volume labelled ``cidata``.
 
@@ -106,8 +109,8 @@ def make_seed(
         if vendor_data is not None:
             files.append(("vendor-data", vendor_data))
         for name, text in files:
-            with open(os.path.join(tree, name), "w", encoding="utf-8") as handle:
-                handle.write(text)
+            with open(os.path.join(tree, name), "wb") as handle:
+                handle.write(text.encode() if isinstance(text, str) else text)
         argv = ["xorriso", "-as", "mkisofs", "-quiet", "-o", path]
         argv += ["-volid", "cidata", "-joliet", "-rock", tree]
         try:
@@ -128,7 +131,7 @@ class VmGuest:
     def __init__(
         self,
         image: VmImage,
-        user_data: str,
+        user_data: str | bytes,
         *,
         instance_id: str = "trusted-guest",
         memory_mb: int = 1024,

@@ -92,6 +92,9 @@ class TestDefaultExcludes(testtools.TestCase):
             "/etc/trusted-cloud/bootstrap.json",
             "/var/lib/trusted-cloud-agent/tls-key.pem",
             "/var/lib/trusted-cloud-agent/payload.out",
+            "/var/log/journal/8fae47cf6e5745b7bdeb3a856f4e21fa/system.journal",
+            "/var/log/journal/8fae47cf6e5745b7bdeb3a856f4e21fa/"
+            "system@000660facf73a916-1a8487ff9a866744.journal~",
         ):
             self.assertTrue(_excluded(path), path)
 
@@ -106,6 +109,7 @@ class TestDefaultExcludes(testtools.TestCase):
             "/var/lib/cloud/instances/i-1/scripts/runcmd",
             "/var/lib/cloud/scripts/per-boot/tool",
             "/etc/machine-id.d/tool",
+            "/var/log/journal/8fae47cf6e5745b7bdeb3a856f4e21fa/tool",
         ):
             self.assertFalse(_excluded(path), path)
 
