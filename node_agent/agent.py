@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 
+from node_agent.bootstrap import BootPayload, resolve
 from node_agent.exceptions import NodeAgentError, RefusedError, RegistrationError
 from node_agent.payload import run_payload, unwrap, write_file
 from node_agent.tls_state import load_or_create
@@ -93,11 +94,17 @@ class Agent:
         work_dir: where the payload, its output and the identity go.
         registrar_url: base URL of the registrar.
         ca_file: operator CA (trusts the registrar; signs allowed clients).
-        cert_file: client certificate presented to the registrar.
+        cert_file: client certificate presented to the registrar; None:
+            register without one (identified by the TPM's EK certificate).
         key_file: key of ``cert_file``.
         contact_host: host the registrar tells others to contact us at.
-        port: port the agent listens on (registered with the registrar).
+        port: port the agent listens on.
         payload_timeout: seconds an executable payload may run.
+        contact_port: port registered with the registrar (None: ``port``).
+        boot_payload: the payload from the user-data, used when U comes
+            without one.
+        no_payload_reason: why there is no ``boot_payload`` (told to a
+            tenant whose U comes without a payload).
 
     Raises:
         MalformedError: if ``uuid`` is not a UUID.
@@ -117,6 +124,9 @@ class Agent:
         contact_host: str = "127.0.0.1",
         port: int = 9002,
         payload_timeout: float = 300.0,
+        contact_port: int | None = None,
+        boot_payload: BootPayload | None = None,
+        no_payload_reason: str = "no payload was delivered with the user-data",
     ) -> None:
         self.uuid = canonical_uuid(uuid)
         self.tpm = tpm
@@ -128,6 +138,9 @@ class Agent:
         self.contact_host = contact_host
         self.port = port
         self.payload_timeout = payload_timeout
+        self.contact_port = contact_port
+        self.boot_payload = boot_payload
+        self.no_payload_reason = no_payload_reason
 
         self._nk = x25519.X25519PrivateKey.generate()
         self.nk_public: bytes = self._nk.public_key().public_bytes(*_RAW)
@@ -156,26 +169,31 @@ class Agent:
     def from_conf(cls, conf: cfg.ConfigOpts) -> Agent:
         """Build the agent from the ``[agent]`` options.
 
+        The bootstrap file and cloud-init's instance id and user-data fill
+        what the options leave unset (:func:`node_agent.bootstrap.resolve`).
+
         Raises:
-            NodeAgentError: if ``uuid`` is not set.
-            MalformedError: if it is not a UUID.
+            BootstrapError: no usable UUID, or a malformed bootstrap file.
+            MalformedError: ``uuid`` is not a UUID.
         """
         opts = conf.agent
-        if not opts.uuid:
-            raise NodeAgentError("[agent] uuid is required")
+        settings = resolve(opts)
         tcti, ek_alg, ak_alg = opts.tcti, opts.ek_alg, opts.ak_alg
         access = TpmAccess(lambda: Tpm(tcti, ek_alg, ak_alg), shared=opts.tpm_shared)
         return cls(
-            opts.uuid,
+            settings.uuid,
             access,
             opts.work_dir,
-            registrar_url=opts.registrar_url,
-            ca_file=opts.ca_file,
+            registrar_url=settings.registrar_url,
+            ca_file=settings.ca_file,
             cert_file=opts.cert_file,
             key_file=opts.key_file,
             contact_host=opts.contact_host or opts.host,
             port=opts.port,
             payload_timeout=opts.payload_timeout,
+            contact_port=opts.contact_port,
+            boot_payload=settings.boot_payload,
+            no_payload_reason=settings.no_payload_reason,
         )
 
     # -- TLS ---------------------------------------------------------------
@@ -203,15 +221,20 @@ class Agent:
         assert self.registrar_url is not None
         if not self.registrar_url.startswith("https:"):
             return None
-        if not (self.cert_file and self.key_file and self.ca_file):
+        if not self.ca_file:
             raise RegistrationError(
-                "[agent] cert_file, key_file and ca_file are required for an "
-                "https registrar"
+                "[agent] ca_file (or the ca_pem of the bootstrap file) is "
+                "required for an https registrar"
             )
+        if bool(self.cert_file) != bool(self.key_file):
+            raise RegistrationError("[agent] cert_file and key_file go together")
+        # Without cert_file the agent registers anonymously: its identity is
+        # its TPM (the registrar checks the EK certificate chain); the
+        # registrar's certificate and host name are checked against ca_file.
         try:
             return client_context(self.cert_file, self.key_file, self.ca_file)
         except (OSError, ssl.SSLError) as exc:
-            raise RegistrationError(f"cannot load the client certificate: {exc}")
+            raise RegistrationError(f"cannot load the TLS credentials: {exc}")
 
     # -- registration --------------------------------------------------------
 
@@ -257,7 +280,7 @@ class Agent:
                 ak_public=TpmPublic.from_bytes(ak_public),
                 tls_cert=self.tls_cert_pem.decode(),
                 host=self.contact_host,
-                port=self.port,
+                port=self.contact_port or self.port,
             )
         except MalformedError as exc:
             raise RegistrationError(f"cannot register: {exc}")
@@ -301,23 +324,39 @@ class Agent:
     # -- bootstrap -----------------------------------------------------------
 
     async def receive_u(
-        self, u_envelope: bytes, payload_envelope: bytes, payload_id: str | None = None
+        self,
+        u_envelope: bytes,
+        payload_envelope: bytes | None = None,
+        payload_id: str | None = None,
     ) -> bool:
-        """Accept the tenant's share U and the payload envelope.
+        """Accept the tenant's share U (and the payload envelope).
 
         ``payload_id`` is the UUID the envelope is bound to when it is not
         this node's own: a payload sealed before Nova named the instance
         (the boot id of ``trusted-nova boot``, shared by the servers of one
-        request). U and V stay bound to this node.
+        request). U and V stay bound to this node. Without
+        ``payload_envelope`` the payload is the one of the user-data
+        (:attr:`boot_payload`), bound to its boot id.
 
         Returns:
             True if this completed the bootstrap.
 
         Raises:
             EnvelopeError: U does not open for this node (nothing stored).
-            RefusedError: ``already_bootstrapped`` (409) or
-                ``shares_mismatch`` (U discarded, V kept).
+            RefusedError: ``no_payload`` (409, nothing stored: neither U
+                nor the user-data carries a payload),
+                ``already_bootstrapped`` (409) or ``shares_mismatch`` (U
+                discarded, V kept).
         """
+        if payload_envelope is None:
+            if self.boot_payload is None:
+                raise RefusedError(
+                    "no_payload",
+                    f"U came without a payload and {self.no_payload_reason}",
+                    409,
+                )
+            payload_envelope = self.boot_payload.envelope
+            payload_id = self.boot_payload.boot_id
         async with self._state_lock:
             self._check_not_bootstrapped()
             value = open_share(self._nk, u_envelope, "U", self.uuid)

@@ -8,7 +8,13 @@ module's :class:`verifier.common.errors.TpmError`, re-exported here.
 
 from verifier.common.errors import TpmError
 
-__all__ = ["NodeAgentError", "RefusedError", "RegistrationError", "TpmError"]
+__all__ = [
+    "BootstrapError",
+    "NodeAgentError",
+    "RefusedError",
+    "RegistrationError",
+    "TpmError",
+]
 
 
 class NodeAgentError(Exception):
@@ -44,3 +50,9 @@ class RefusedError(NodeAgentError):
         self.code = code
         self.detail = detail
         self.status = status
+
+
+class BootstrapError(NodeAgentError):
+    """The node's bootstrap configuration (bootstrap file, cloud-init's
+    instance id or user-data) is missing where needed, unreadable or
+    malformed."""

@@ -28,7 +28,13 @@ from typing import Any
 from nova_plugin import userdata
 from nova_plugin.exceptions import AgentError, ServiceError, TenantError
 from nova_plugin.tenant import Tenant
-from verifier.protocol import PcrPolicy, generate_key, seal_payload, split
+from verifier.protocol import (
+    MalformedError,
+    PcrPolicy,
+    generate_key,
+    seal_payload,
+    split,
+)
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = [
@@ -97,11 +103,15 @@ def prepare_user_data(
 
     Raises:
         UserDataTooLargeError: over Nova's limit after compression.
+        TenantError: ``registrar_url`` or ``ca_pem`` is not what it names.
     """
     key = generate_key()
     boot_id = str(uuid_mod.uuid4())
     sealed = seal_payload(key, userdata.compress_payload(payload), boot_id)
-    config = userdata.BootstrapConfig(boot_id, registrar_url, ca_pem)
+    try:
+        config = userdata.BootstrapConfig(boot_id, registrar_url, ca_pem)
+    except MalformedError as exc:
+        raise TenantError(f"cannot build the guest's bootstrap configuration: {exc}")
     return key, sealed, boot_id, userdata.build_user_data(config, sealed)
 
 
@@ -277,9 +287,9 @@ class TrustedBoot:
         self._progress(f"{uuid}: agent registered; checking its identity quote")
         nk = await self._tenant.check_identity_quote(uuid, record, self._policy)
         try:
-            await self._tenant.send_u(
-                uuid, record, nk, self._u[uuid], sealed, payload_id=boot_id
-            )
+            # U alone: the node has the sealed payload (bound to boot_id)
+            # from its user-data.
+            await self._tenant.send_u(uuid, record, nk, self._u[uuid], None)
         except AgentError as exc:
             raise ServiceError(f"sending U to {uuid} failed: {exc}")
         self._progress(f"{uuid}: U sent; waiting for the verifier's first quote")

@@ -276,10 +276,13 @@ class Tenant:
         record: RegistrationRecord,
         nk: bytes,
         u_share: bytes,
-        sealed: bytes,
+        sealed: bytes | None,
         payload_id: str | None = None,
     ) -> bool:
         """Send U (sealed to the quoted NK) and the payload envelope.
+
+        ``sealed`` None sends U alone: the node has the payload from the
+        user-data of ``trusted-nova boot`` (and the boot id it is bound to).
 
         Returns:
             True if this completed the node's bootstrap (V was there).

@@ -21,8 +21,6 @@ that helps (cloud-init decompresses gzip user-data itself).
 
 from __future__ import annotations
 
-import dataclasses
-import email
 import email.policy
 import gzip
 import json
@@ -33,8 +31,12 @@ from email.mime.text import MIMEText
 from typing import Any
 
 from nova_plugin.exceptions import TenantError
+from verifier.protocol import MalformedError
+from verifier.protocol import userdata as _pure
+from verifier.protocol.userdata import BOOTSTRAP_PATH, PAYLOAD_TYPE, BootstrapConfig
 
 __all__ = [
+    "BOOTSTRAP_PATH",
     "MAX_USER_DATA_BYTES",
     "PAYLOAD_TYPE",
     "BootstrapConfig",
@@ -46,38 +48,12 @@ __all__ = [
 
 #: 65,535 base64 characters decode to at most 16,383 * 3 bytes.
 MAX_USER_DATA_BYTES = (65535 // 4) * 3
-PAYLOAD_TYPE = "application/x-trusted-cloud-payload"
-BOOTSTRAP_PATH = "/etc/trusted-cloud/bootstrap.json"
 #: prefix of a payload compressed before sealing (see node_agent.payload)
 COMPRESSED_MAGIC = b"TCZ1"
 
 
 class UserDataTooLargeError(TenantError):
     """The user-data exceeds Nova's limit even after compression."""
-
-
-@dataclasses.dataclass(frozen=True)
-class BootstrapConfig:
-    """What the guest's agent needs before it can register.
-
-    Attributes:
-        boot_id: the UUID the payload envelope is bound to (one per boot
-            request; all servers of a ``--min-count`` request share it).
-        registrar_url: where the agent registers its TPM.
-        ca_pem: the operator CA the agent trusts for the registrar.
-    """
-
-    boot_id: str
-    registrar_url: str
-    ca_pem: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "boot_id": self.boot_id,
-            "registrar_url": self.registrar_url,
-            "ca_pem": self.ca_pem,
-        }
 
 
 def compress_payload(payload: bytes) -> bytes:
@@ -122,28 +98,16 @@ def build_user_data(config: BootstrapConfig, envelope: bytes) -> bytes:
 
 
 def parse_user_data(user_data: bytes) -> tuple[dict[str, Any], bytes]:
-    """The bootstrap configuration and the payload envelope of user-data
-    made by :func:`build_user_data` (what the guest side reads).
+    """The bootstrap configuration (as its JSON object) and the payload
+    envelope of user-data made by :func:`build_user_data`; the parser is
+    :func:`verifier.protocol.userdata.parse_user_data`, which the agent
+    uses too.
 
     Raises:
         ValueError: not such a document.
     """
-    if user_data[:2] == b"\x1f\x8b":
-        user_data = gzip.decompress(user_data)
-    msg = email.message_from_bytes(user_data, policy=email.policy.default)
-    config: dict[str, Any] | None = None
-    envelope: bytes | None = None
-    for part in msg.walk():
-        ctype = part.get_content_type()
-        if ctype == "text/cloud-config":
-            first, _, text = str(part.get_content()).partition("\n")
-            if first.strip() != "#cloud-config":
-                raise ValueError("cloud-config part without its header")
-            files = json.loads(text)["write_files"]
-            config = json.loads(files[0]["content"])
-        elif ctype == PAYLOAD_TYPE:
-            body = part.get_payload(decode=True)
-            envelope = body if isinstance(body, bytes) else None
-    if config is None or envelope is None:
-        raise ValueError("not trusted-boot user-data")
-    return config, envelope
+    try:
+        parsed = _pure.parse_user_data(user_data)
+    except MalformedError as exc:
+        raise ValueError(str(exc)) from exc
+    return parsed.config.to_dict(), parsed.envelope

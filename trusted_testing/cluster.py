@@ -77,6 +77,8 @@ class NodeHandle:
     port: int
     proc: subprocess.Popen[bytes] | None = None
     kernel: SoftKernel | None = None
+    #: ``[agent]`` options over the cluster's defaults (None: drop one)
+    agent_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def work_dir(self) -> str:
@@ -353,6 +355,29 @@ class LocalCluster:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
+    def _agent_options(self, node: NodeHandle) -> dict[str, Any]:
+        options = {
+            "uuid": node.uuid,
+            "tcti": node.swtpm.tcti,
+            "ak_alg": self.ak_alg,
+            "port": node.port,
+            "registrar_url": self.registrar_url,
+            "ca_file": self.pki_file("ca.pem"),
+            "cert_file": self.pki_file("agent.pem"),
+            "key_file": self.pki_file("agent-key.pem"),
+            "work_dir": node.work_dir,
+            "tpm_shared": True,
+            "ima_log_path": node.kernel.ima_path if node.kernel else "",
+            "mb_log_path": node.kernel.mb_path if node.kernel else "",
+            # never the test machine's own cloud-init files
+            "bootstrap_file": "",
+            "user_data_file": "",
+            "instance_data_file": "",
+            "instance_id_file": "",
+        }
+        options.update(node.agent_options)
+        return {k: v for k, v in options.items() if v is not None}
+
     def start_agent(self, node: NodeHandle) -> None:
         conf = os.path.join(node.dir, "agent.conf")
         _write_conf(
@@ -363,20 +388,7 @@ class LocalCluster:
                     "log_file": node.log,
                     "use_stderr": False,
                 },
-                "agent": {
-                    "uuid": node.uuid,
-                    "tcti": node.swtpm.tcti,
-                    "ak_alg": self.ak_alg,
-                    "port": node.port,
-                    "registrar_url": self.registrar_url,
-                    "ca_file": self.pki_file("ca.pem"),
-                    "cert_file": self.pki_file("agent.pem"),
-                    "key_file": self.pki_file("agent-key.pem"),
-                    "work_dir": node.work_dir,
-                    "tpm_shared": True,
-                    "ima_log_path": node.kernel.ima_path if node.kernel else "",
-                    "mb_log_path": node.kernel.mb_path if node.kernel else "",
-                },
+                "agent": self._agent_options(node),
             },
         )
         node.proc = self._spawn(
@@ -386,13 +398,17 @@ class LocalCluster:
         )
         wait_port(node.port, node.proc, node.log, timeout=60)
 
-    def add_node(self, uuid: str) -> NodeHandle:
+    def add_node(
+        self, uuid: str, agent_options: dict[str, Any] | None = None
+    ) -> NodeHandle:
         """A new agent on its own swtpm for node ``uuid`` (e.g. a Nova
         instance's), started after the services. The agent gets SIGTERM when
         the calling thread ends (PR_SET_PDEATHSIG): call it from a thread
-        that outlives the agent."""
+        that outlives the agent. ``agent_options`` override the cluster's
+        ``[agent]`` defaults (None drops one)."""
         self._prepare_node(len(self.nodes), uuid)
         node = self.nodes[-1]
+        node.agent_options = dict(agent_options or {})
         self.start_agent(node)
         return node
 

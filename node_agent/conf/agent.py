@@ -7,7 +7,37 @@ GROUP = "agent"
 _OPTS = [
     cfg.StrOpt(
         "uuid",
-        help="UUID of this node (the Nova instance UUID). Required at start.",
+        help="UUID of this node (the Nova instance UUID). Unset: cloud-init's "
+        "instance id (instance_data_file, else instance_id_file), which must "
+        "be a UUID.",
+    ),
+    cfg.StrOpt(
+        "bootstrap_file",
+        default="/etc/trusted-cloud/bootstrap.json",
+        help="The bootstrap configuration cloud-init writes from the "
+        "user-data of 'trusted-nova boot' (registrar_url, ca_pem, boot_id). "
+        "Its values fill the options left unset here (registrar_url, "
+        "ca_file); options set here win. Absent: only these options count. "
+        "Empty: not read.",
+    ),
+    cfg.StrOpt(
+        "user_data_file",
+        default="/var/lib/cloud/instance/user-data.txt",
+        help="cloud-init's copy of the instance user-data (may be gzip). The "
+        "sealed payload of 'trusted-nova boot' is taken from it when the "
+        "tenant's share U comes without one. Empty: not read.",
+    ),
+    cfg.StrOpt(
+        "instance_data_file",
+        default="/run/cloud-init/instance-data.json",
+        help="cloud-init's instance data; its v1.instance_id is the node "
+        "UUID when 'uuid' is unset.",
+    ),
+    cfg.StrOpt(
+        "instance_id_file",
+        default="/var/lib/cloud/data/instance-id",
+        help="cloud-init's instance id file, read when 'uuid' is unset and "
+        "instance_data_file is absent.",
     ),
     cfg.StrOpt(
         "tcti",
@@ -39,19 +69,29 @@ _OPTS = [
         "this agent at (and the subject alternative name of its TLS "
         "certificate). Defaults to 'host'.",
     ),
+    cfg.PortOpt(
+        "contact_port",
+        help="Port the registrar tells verifiers and tenants to contact this "
+        "agent at, when port forwarding or NAT makes it differ from 'port'. "
+        "Defaults to the port listened on.",
+    ),
     cfg.StrOpt(
         "registrar_url",
-        help="Base URL of the registrar, e.g. https://registrar:8891.",
+        help="Base URL of the registrar, e.g. https://registrar:8891. Unset: "
+        "from bootstrap_file.",
     ),
     cfg.StrOpt(
         "ca_file",
         help="PEM file of the operator CA: it signs the registrar's "
-        "certificate and the client certificates allowed to call the agent.",
+        "certificate and the client certificates allowed to call the agent. "
+        "Unset: the ca_pem of bootstrap_file.",
     ),
     cfg.StrOpt(
         "cert_file",
         help="PEM client certificate (from the operator CA) presented to the "
-        "registrar.",
+        "registrar. Unset (the usual case in a VM): the agent registers "
+        "without one, identified by its TPM; the registrar then requires an "
+        "EK certificate that chains to its EK anchors.",
     ),
     cfg.StrOpt("key_file", help="PEM private key of cert_file."),
     cfg.StrOpt(

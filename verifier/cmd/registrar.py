@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         engine = db.make_engine(group.database_connection)
         db.upgrade(engine)
         registrar = Registrar(engine, anchors, group.require_ek_certificate)
-        ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
+        ctx = tlsutil.server_context(
+            group.cert_file, group.key_file, group.ca_file, client_cert_optional=True
+        )
         roles = {
             "agent": group.agent_clients,
             "reader": group.reader_clients,

@@ -35,12 +35,23 @@ __all__ = [
 ]
 
 
-def server_context(cert_file: str, key_file: str, ca_file: str) -> ssl.SSLContext:
-    """A server context that requires a client certificate signed by ``ca_file``."""
+def server_context(
+    cert_file: str, key_file: str, ca_file: str, client_cert_optional: bool = False
+) -> ssl.SSLContext:
+    """A server context that requires a client certificate signed by ``ca_file``.
+
+    Args:
+        cert_file: our certificate (PEM).
+        key_file: its key.
+        ca_file: the CAs that sign client certificates.
+        client_cert_optional: accept clients without a certificate (a
+            certificate that is presented must still verify); the
+            application then decides what anonymous callers may do.
+    """
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca_file)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
-    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.verify_mode = ssl.CERT_OPTIONAL if client_cert_optional else ssl.CERT_REQUIRED
     return ctx
 
 

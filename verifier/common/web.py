@@ -26,6 +26,7 @@ __all__ = [
     "authz_middleware",
     "error_middleware",
     "json_response",
+    "is_anonymous",
     "peer_common_name",
     "read_json",
 ]
@@ -87,11 +88,19 @@ def b64(data: bytes) -> str:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def allow(*roles: str) -> Callable[[F], F]:
-    """Mark a handler as callable only by clients in one of ``roles``."""
+def allow(*roles: str, anonymous: bool = False) -> Callable[[F], F]:
+    """Mark a handler as callable only by clients in one of ``roles``.
+
+    Args:
+        roles: the roles whose members may call it.
+        anonymous: callers without a client certificate may call it too
+            (the handler learns it from :func:`is_anonymous` and must
+            authenticate them by other means, e.g. a TPM).
+    """
 
     def mark(handler: F) -> F:
         handler.roles = frozenset(roles)  # type: ignore[attr-defined]
+        handler.anonymous = anonymous  # type: ignore[attr-defined]
         return handler
 
     return mark
@@ -111,6 +120,15 @@ def peer_common_name(request: web.Request) -> str | None:
     return None
 
 
+_ANONYMOUS = "trusted_cloud.anonymous"
+
+
+def is_anonymous(request: web.Request) -> bool:
+    """True if :func:`authz_middleware` let a caller without a client
+    certificate through to a handler marked ``anonymous``."""
+    return bool(request.get(_ANONYMOUS, False))
+
+
 def authz_middleware(members: Mapping[str, Collection[str]]) -> Any:
     """Refuse (403) clients whose certificate CN is in none of the roles a
     handler was marked with by :func:`allow`.
@@ -124,7 +142,9 @@ def authz_middleware(members: Mapping[str, Collection[str]]) -> Any:
         roles = getattr(request.match_info.handler, "roles", None)
         if roles is not None:
             name = peer_common_name(request)
-            if name is None or not any(name in members.get(r, ()) for r in roles):
+            if name is None and getattr(request.match_info.handler, "anonymous", False):
+                request[_ANONYMOUS] = True
+            elif name is None or not any(name in members.get(r, ()) for r in roles):
                 raise RequestError(
                     "forbidden",
                     f"client {name!r} may not {request.method} {request.path} "

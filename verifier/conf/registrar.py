@@ -6,7 +6,12 @@ GROUP = "registrar"
 
 _OPTS = [
     cfg.HostAddressOpt("host", default="127.0.0.1", help="Address to listen on."),
-    cfg.PortOpt("port", default=8891, help="Port to listen on (HTTPS, mTLS)."),
+    cfg.PortOpt(
+        "port",
+        default=8891,
+        help="Port to listen on (HTTPS; client certificates optional, see "
+        "ek_ca_bundle).",
+    ),
     cfg.StrOpt(
         "database_connection",
         default="sqlite:////var/lib/trusted-cloud/registrar.sqlite",
@@ -15,13 +20,19 @@ _OPTS = [
     cfg.StrOpt("cert_file", help="PEM certificate the registrar presents."),
     cfg.StrOpt("key_file", help="PEM private key of cert_file."),
     cfg.StrOpt(
-        "ca_file", help="PEM CA bundle; clients must present a certificate from it."
+        "ca_file",
+        help="PEM CA bundle of the client certificates. Every endpoint but "
+        "registration and activation needs one (in the role it names); "
+        "agents without one are identified by their TPM (ek_ca_bundle).",
     ),
     cfg.StrOpt(
         "ek_ca_bundle",
         help="PEM bundle of the CAs that sign EK certificates (e.g. swtpm's "
         "local CA, or TPM vendors' CAs). When set, an EK certificate sent at "
-        "registration must chain to one of them and match the EK.",
+        "registration must chain to one of them and match the EK. Agents "
+        "that register without a client certificate (the usual case in a "
+        "VM) must send an EK certificate that does; without this option "
+        "such registrations are refused.",
     ),
     cfg.ListOpt(
         "agent_clients",

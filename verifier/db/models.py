@@ -40,6 +40,29 @@ class RegisteredAgent(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class PendingRegistration(Base):
+    """A registration waiting for its AK to be activated.
+
+    The registration in force (:class:`RegisteredAgent`) is replaced only
+    when the TPM answers this challenge; until then anyone who knows a
+    node's public EK can add a pending registration, but cannot disturb the
+    one in force. Keyed by the SHA-256 (hex) of the challenge's credential,
+    so an activation finds exactly the registration it answers.
+    """
+
+    __tablename__ = "registrar_pending"
+
+    challenge_digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), index=True)
+    ek_public: Mapped[bytes] = mapped_column(LargeBinary)
+    ek_certificate: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    ak_public: Mapped[bytes] = mapped_column(LargeBinary)
+    tls_cert: Mapped[str] = mapped_column(Text)
+    host: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
 class ProviderEk(Base):
     """A vTPM's EK as the cloud provider (the compute host) registered it
     under the instance UUID, before the guest could speak for itself."""

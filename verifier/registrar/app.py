@@ -1,4 +1,9 @@
-"""The registrar's REST API (aiohttp, served over mTLS).
+"""The registrar's REST API (aiohttp, served over TLS).
+
+The two agent endpoints accept callers without a client certificate: a
+node whose identity is its TPM (its EK certificate must then chain to the
+EK anchors, see :meth:`Registrar.register`). Every other endpoint needs a
+client certificate in one of its roles (403 ``forbidden`` otherwise).
 
 ``POST /v1/agents/{uuid}``            register EK (+cert), AK -> challenge
 ``POST /v1/agents/{uuid}/activate``   prove the credential -> activated
@@ -20,6 +25,7 @@ from verifier.common.web import (
     allow,
     authz_middleware,
     error_middleware,
+    is_anonymous,
     json_response,
     peer_common_name,
     read_json,
@@ -70,7 +76,7 @@ def _record(rec: AgentRecord) -> RegistrationRecord:
         ) from exc
 
 
-@allow("agent")
+@allow("agent", anonymous=True)
 async def _register(request: web.Request) -> web.Response:
     body = RegistrationRequest.from_dict(await read_json(request))
     reg = Registration(
@@ -83,12 +89,12 @@ async def _register(request: web.Request) -> web.Response:
         port=body.port,
     )
     registrar = request.app[_KEY]
-    challenge = await asyncio.to_thread(registrar.register, reg)
+    challenge = await asyncio.to_thread(registrar.register, reg, is_anonymous(request))
     answer = ActivationChallenge(challenge.credential_blob, challenge.encrypted_secret)
     return json_response(answer.to_dict())
 
 
-@allow("agent")
+@allow("agent", anonymous=True)
 async def _activate(request: web.Request) -> web.Response:
     proof = ActivationProof.from_dict(await read_json(request))
     uuid = request.match_info["uuid"]

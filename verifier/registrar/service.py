@@ -1,4 +1,17 @@
-"""Registrar logic over the database (no HTTP here)."""
+"""Registrar logic over the database (no HTTP here).
+
+A registration replaces the one in force only once its AK is activated
+(ARCHITECTURE "Parties and trust", registrar): :meth:`Registrar.register`
+stores the new EK/AK/TLS certificate/address as a *pending* registration
+keyed by its challenge, and :meth:`Registrar.activate` promotes it when
+the TPM answers. Whoever knows a node's (public) EK can therefore add
+pending registrations, but cannot change or deactivate the node's
+registration in force.
+
+Anonymous registrations (a node with no operator-issued certificate,
+whose identity is its TPM) must carry an EK certificate that chains to
+the configured EK anchors; without anchors they are refused.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +27,7 @@ import sqlalchemy as sa
 from cryptography import x509
 from sqlalchemy.orm import Session
 
-from verifier.db import ProviderEk, RegisteredAgent
+from verifier.db import PendingRegistration, ProviderEk, RegisteredAgent
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import (
     CredentialChallenge,
@@ -26,6 +39,11 @@ from verifier.protocol import (
 )
 from verifier.protocol.credential import check_ek_template
 from verifier.protocol.ekcert import check_ek_certificate
+
+#: Seconds a pending registration may wait for its activation.
+PENDING_TTL = 600.0
+#: Pending registrations kept per node (the oldest go first).
+MAX_PENDING_PER_NODE = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,68 +144,164 @@ class Registrar:
             raise RequestError(exc.reason, exc.detail)
         return ek, ak
 
-    def register(self, reg: Registration) -> CredentialChallenge:
-        """Record a node's EK and AK and challenge it to activate the AK.
+    def _check_anonymous(self, reg: Registration) -> None:
+        """An anonymous caller proves its identity by its TPM's EK cert."""
+        if not self._anchors:
+            raise RequestError(
+                "anonymous_registration_disabled",
+                "registration without a client certificate needs EK anchors "
+                "([registrar] ek_ca_bundle), and none are configured",
+                403,
+            )
+        if reg.ek_certificate is None:
+            raise RequestError(
+                "ek_certificate_required",
+                "a registration without a client certificate must carry an EK "
+                "certificate that chains to the registrar's EK anchors",
+                403,
+            )
+
+    def register(
+        self, reg: Registration, anonymous: bool = False
+    ) -> CredentialChallenge:
+        """Challenge a node to activate its AK; store it as pending.
+
+        The registration in force (if any) is unchanged until
+        :meth:`activate` answers this challenge.
+
+        Args:
+            reg: what the node sent.
+            anonymous: the caller presented no client certificate; its
+                EK certificate must chain to the EK anchors.
 
         Raises:
-            RequestError: bad keys or EK certificate.
+            RequestError: bad keys or EK certificate; (403)
+                ``ek_certificate_required`` or
+                ``anonymous_registration_disabled`` for anonymous callers.
             ConflictError: the UUID is registered with another EK, or the
                 provider registered another EK (the vTPM) for it.
         """
         uuid = canonical_uuid(reg.uuid)
+        if anonymous:
+            self._check_anonymous(reg)
         ek, ak = self._check_identity(reg)
         credential = os.urandom(32)
         challenge = make_credential(ek, ak.name, credential)
         now = time.time()
         with Session(self._engine) as session, session.begin():
-            provided = session.get(ProviderEk, uuid)
-            if provided is not None and provided.ek_public != reg.ek_public:
-                raise ConflictError(
-                    "ek_not_provider",
-                    f"node {uuid} presents an EK other than the vTPM EK the "
-                    f"provider {provided.provider!r} registered for it",
+            self._check_ek_in_force(session, uuid, reg.ek_public)
+            self._prune_pending(session, uuid, now)
+            session.add(
+                PendingRegistration(
+                    challenge_digest=hashlib.sha256(credential).hexdigest(),
+                    uuid=uuid,
+                    ek_public=reg.ek_public,
+                    ek_certificate=reg.ek_certificate,
+                    ak_public=reg.ak_public,
+                    tls_cert=reg.tls_cert,
+                    host=reg.host,
+                    port=reg.port,
+                    created_at=now,
                 )
-            row = session.get(RegisteredAgent, uuid)
-            if row is not None and row.ek_public != reg.ek_public:
-                raise ConflictError(
-                    "ek_mismatch", f"node {uuid} is registered with another EK"
-                )
-            if row is None:
-                row = RegisteredAgent(uuid=uuid, created_at=now)
-                session.add(row)
-            row.ek_public = reg.ek_public
-            row.ek_certificate = reg.ek_certificate
-            row.ak_public = reg.ak_public
-            row.tls_cert = reg.tls_cert
-            row.host, row.port = reg.host, reg.port
-            row.challenge_digest = hashlib.sha256(credential).digest()
-            row.activated = False
-            row.updated_at = now
+            )
         return challenge
 
+    @staticmethod
+    def _check_ek_in_force(session: Session, uuid: str, ek_public: bytes) -> None:
+        provided = session.get(ProviderEk, uuid)
+        if provided is not None and provided.ek_public != ek_public:
+            raise ConflictError(
+                "ek_not_provider",
+                f"node {uuid} presents an EK other than the vTPM EK the "
+                f"provider {provided.provider!r} registered for it",
+            )
+        row = session.get(RegisteredAgent, uuid)
+        if row is not None and row.ek_public != ek_public:
+            raise ConflictError(
+                "ek_mismatch", f"node {uuid} is registered with another EK"
+            )
+
+    @staticmethod
+    def _prune_pending(session: Session, uuid: str, now: float) -> None:
+        """Drop expired pending registrations, and this node's oldest ones
+        beyond :data:`MAX_PENDING_PER_NODE` - 1 (room for the new one)."""
+        session.execute(
+            sa.delete(PendingRegistration).where(
+                PendingRegistration.created_at < now - PENDING_TTL
+            )
+        )
+        stale = session.scalars(
+            sa.select(PendingRegistration.challenge_digest)
+            .where(PendingRegistration.uuid == uuid)
+            .order_by(PendingRegistration.created_at.desc())
+            .offset(MAX_PENDING_PER_NODE - 1)
+        ).all()
+        if stale:
+            session.execute(
+                sa.delete(PendingRegistration).where(
+                    PendingRegistration.challenge_digest.in_(stale)
+                )
+            )
+
     def activate(self, uuid: str, credential: bytes) -> None:
-        """Mark the AK activated if ``credential`` answers the challenge.
+        """Put in force the pending registration ``credential`` answers.
 
         Raises:
-            NotFoundError: unknown node.
-            RequestError: (403) wrong credential or no pending challenge.
+            NotFoundError: nothing is registered or pending for ``uuid``.
+            RequestError: (403) ``activation_failed``: no pending
+                registration of this node answers to ``credential``.
+            ConflictError: the EK in force or the provider's EK changed
+                since the registration.
         """
         uuid = canonical_uuid(uuid)
+        digest = hashlib.sha256(credential).digest()
+        now = time.time()
         with Session(self._engine) as session, session.begin():
+            pending = session.get(PendingRegistration, digest.hex())
+            if (
+                pending is not None
+                and pending.uuid == uuid
+                and pending.created_at >= now - PENDING_TTL
+            ):
+                self._check_ek_in_force(session, uuid, pending.ek_public)
+                self._promote(session, pending, now)
+                return
             row = session.get(RegisteredAgent, uuid)
-            if row is None:
+            if row is None and not _has_pending(session, uuid):
                 raise NotFoundError("unknown_node", f"node {uuid} is not registered")
-            expected = row.challenge_digest
-            digest = hashlib.sha256(credential).digest()
-            if expected is None or not hmac.compare_digest(expected, digest):
+            # A challenge issued before the upgrade to pending registrations.
+            legacy = row.challenge_digest if row is not None else None
+            if legacy is None or not hmac.compare_digest(legacy, digest):
                 raise RequestError(
                     "activation_failed",
-                    "credential does not answer the registration challenge",
+                    "credential does not answer a pending registration "
+                    "challenge of this node",
                     403,
                 )
+            assert row is not None
             row.activated = True
             row.challenge_digest = None
-            row.updated_at = time.time()
+            row.updated_at = now
+
+    @staticmethod
+    def _promote(session: Session, pending: PendingRegistration, now: float) -> None:
+        row = session.get(RegisteredAgent, pending.uuid)
+        if row is None:
+            row = RegisteredAgent(uuid=pending.uuid, created_at=now)
+            session.add(row)
+        row.ek_public = pending.ek_public
+        row.ek_certificate = pending.ek_certificate
+        row.ak_public = pending.ak_public
+        row.tls_cert = pending.tls_cert
+        row.host, row.port = pending.host, pending.port
+        row.challenge_digest = None
+        row.activated = True
+        row.updated_at = now
+        session.execute(
+            sa.delete(PendingRegistration).where(
+                PendingRegistration.uuid == pending.uuid
+            )
+        )
 
     def get(self, uuid: str) -> AgentRecord:
         """Raises: NotFoundError."""
@@ -208,9 +322,11 @@ class Registrar:
         uuid = canonical_uuid(uuid)
         with Session(self._engine) as session, session.begin():
             row = session.get(RegisteredAgent, uuid)
-            if row is None:
+            forgotten = _forget_pending(session, uuid)
+            if row is None and not forgotten:
                 raise NotFoundError("unknown_node", f"node {uuid} is not registered")
-            session.delete(row)
+            if row is not None:
+                session.delete(row)
 
     # -- provider registrations (vTPM EKs under instance UUIDs) ------------
 
@@ -297,3 +413,21 @@ class Registrar:
             agent = session.get(RegisteredAgent, uuid)
             if agent is not None:
                 session.delete(agent)
+            _forget_pending(session, uuid)
+
+
+def _has_pending(session: Session, uuid: str) -> bool:
+    query = sa.select(PendingRegistration.challenge_digest).where(
+        PendingRegistration.uuid == uuid
+    )
+    return session.scalars(query.limit(1)).first() is not None
+
+
+def _forget_pending(session: Session, uuid: str) -> int:
+    """Delete ``uuid``'s pending registrations; return how many there were."""
+    pending = session.scalars(
+        sa.select(PendingRegistration).where(PendingRegistration.uuid == uuid)
+    ).all()
+    for row in pending:
+        session.delete(row)
+    return len(pending)

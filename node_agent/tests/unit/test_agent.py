@@ -450,7 +450,7 @@ class TestRegister(AgentTestBase):
         self.assertIn("403", str(exc))
         self.assertIn("activation_failed", str(exc))
         self.assertFalse(exc.retryable)
-        self.assertFalse(self.record.activated)
+        self.assertIsNone(self.record)  # nothing in force before activation
 
     def test_unreachable_registrar_is_retryable(self):
         from node_agent.exceptions import RegistrationError

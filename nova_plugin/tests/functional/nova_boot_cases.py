@@ -233,11 +233,19 @@ class TrustedNovaBootTest(NovaBootBase):
 
         def start_agent_for_new_server() -> None:
             # stands in for the guest: its agent comes up with the UUID Nova
-            # gave the instance, on its own swtpm
+            # gave the instance, on its own swtpm, with the user-data Nova
+            # serves (cloud-init's copy); the tenant then sends U alone
             try:
                 found = wait_until(lambda: self.servers(), 30, 0.2)
                 if found:
-                    started["node"] = self.cluster.add_node(found[0]["id"])
+                    uuid = found[0]["id"]
+                    view = self.admin_api.get_server(uuid)
+                    path = os.path.join(self.cluster.workdir, f"user-data-{uuid}")
+                    with open(path, "wb") as f:
+                        f.write(base64.b64decode(view["OS-EXT-SRV-ATTR:user_data"]))
+                    started["node"] = self.cluster.add_node(
+                        uuid, {"user_data_file": path}
+                    )
             except Exception as exc:  # reported by the assertion below
                 started["error"] = exc
             # the agent dies with the thread that started it (PDEATHSIG)

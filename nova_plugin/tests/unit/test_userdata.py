@@ -12,9 +12,12 @@ from node_agent.exceptions import RefusedError
 from node_agent.payload import unwrap
 from nova_plugin import userdata
 from nova_plugin.boot import prepare_user_data
+from nova_plugin.exceptions import TenantError
+from verifier.common.tls import self_signed_certificate
 from verifier.protocol import EnvelopeError, open_payload
 
 PAYLOAD = b"#!/bin/sh\necho hello\n"
+CA_PEM = self_signed_certificate("operator CA", ["192.0.2.1"])[1].decode()
 
 
 class UserDataTest(testtools.TestCase):
@@ -25,7 +28,7 @@ class UserDataTest(testtools.TestCase):
 
     def test_round_trip_opens_only_with_k_and_the_boot_id(self) -> None:
         key, sealed, boot_id, data = prepare_user_data(
-            PAYLOAD, "https://registrar:8891", "PEM"
+            PAYLOAD, "https://registrar:8891", CA_PEM
         )
         config, envelope = userdata.parse_user_data(data)
         self.assertEqual(sealed, envelope)
@@ -36,6 +39,12 @@ class UserDataTest(testtools.TestCase):
         self.assertEqual(PAYLOAD, unwrap(plain, 1 << 20))
         other = "00000000-0000-0000-0000-000000000001"
         self.assertRaises(EnvelopeError, open_payload, key, envelope, other)
+
+    def test_ca_that_is_not_a_certificate_is_refused_before_nova(self) -> None:
+        exc = self.assertRaises(
+            TenantError, prepare_user_data, PAYLOAD, "https://r:8891", "PEM"
+        )
+        self.assertIn("ca_pem", str(exc))
 
     def test_compressible_payload_over_the_limit_fits(self) -> None:
         big = b"echo 'the same line again'\n" * 8000  # 216 KB

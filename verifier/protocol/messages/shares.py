@@ -1,5 +1,6 @@
 """The share envelopes a node agent receives (ARCHITECTURE "Flows" 3): the
-tenant's U with the sealed payload, the verifier's V with the node's
+tenant's U (with the sealed payload unless the node has it from its
+user-data), the verifier's V with the node's
 identity certificate. Both shares are sealed to the node's quoted transport
 key NK (:func:`verifier.protocol.envelope.seal_share`); this layer checks
 their form, the agent opens them.
@@ -44,32 +45,42 @@ class ShareU:
 
     Attributes:
         u: U sealed to the node's NK.
-        payload: the payload sealed under K.
+        payload: the payload sealed under K; None when the node has it
+            already (the user-data of ``trusted-nova boot``, which also
+            names the UUID it is bound to).
         payload_id: the UUID the payload envelope is bound to when it is not
             the node's own (a payload sealed before Nova named the
-            instance), canonical form; None for the node's own.
+            instance), canonical form; None for the node's own. Only with
+            ``payload``.
 
     Raises:
-        FieldError: a field of the wrong type or size.
+        FieldError: a field of the wrong type or size, or ``payload_id``
+            without ``payload``.
         MalformedError: ``payload_id`` is not a UUID.
     """
 
     u: bytes
-    payload: bytes
+    payload: bytes | None = None
     payload_id: str | None = None
 
     _NAME = "share U"
 
     def __post_init__(self) -> None:
         check_bytes(self._NAME, "u", self.u, MAX_SHARE_ENVELOPE)
-        check_bytes(self._NAME, "payload", self.payload, MAX_PAYLOAD_ENVELOPE)
+        check_bytes(
+            self._NAME, "payload", self.payload, MAX_PAYLOAD_ENVELOPE, optional=True
+        )
         canonical = canonical_uuid_field(
             self._NAME, "payload_id", self.payload_id, optional=True
         )
+        if canonical is not None and self.payload is None:
+            raise FieldError(self._NAME, "payload_id", "is only allowed with payload")
         object.__setattr__(self, "payload_id", canonical)
 
     def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"u": b64(self.u), "payload": b64(self.payload)}
+        body: dict[str, Any] = {"u": b64(self.u)}
+        if self.payload is not None:
+            body["payload"] = b64(self.payload)
         if self.payload_id is not None:
             body["payload_id"] = self.payload_id
         return body
@@ -84,7 +95,7 @@ class ShareU:
         r = Reader(data, cls._NAME)
         msg = cls(
             r.b64("u", MAX_SHARE_ENVELOPE),
-            r.b64("payload", MAX_PAYLOAD_ENVELOPE),
+            r.optional_b64("payload", MAX_PAYLOAD_ENVELOPE),
             r.get("payload_id"),
         )
         r.finish()

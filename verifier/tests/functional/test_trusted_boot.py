@@ -189,7 +189,8 @@ class TrustedBootTest(testtools.TestCase):
         e = self.assertRaises(
             ServiceError, self.arun, self.tenant.enrol(uuid, PAYLOAD, self.policy)
         )
-        self.assertIn("not activated", str(e))
+        # a registration whose AK was never activated is not in force
+        self.assertIn("is not registered", str(e))
         r = self.http.call(
             "POST",
             f"{self.cluster.verifier_url}/v1/nodes",
@@ -199,8 +200,9 @@ class TrustedBootTest(testtools.TestCase):
                 "policy": self.policy.to_dict(),
             },
         )
-        self.assertEqual(409, r.status_code)
-        self.assertEqual("ak_not_activated", r.json()["error"]["code"])
+        # nothing is in force at the registrar until the AK is activated
+        self.assertEqual(404, r.status_code, r.text)
+        self.assertEqual("unknown_node", r.json()["error"]["code"])
         self.assertEqual(
             404,
             self.http.call(
@@ -245,7 +247,8 @@ class TrustedBootTest(testtools.TestCase):
         )
         self.assertEqual(403, r.status_code)
         self.assertEqual("activation_failed", r.json()["error"]["code"])
-        self.assertFalse(self.http.call("GET", url).json()["activated"])
+        # Nothing is in force before the AK is activated.
+        self.assertEqual(404, self.http.call("GET", url).status_code)
 
     def test_identity_quote_failing_policy_sends_nothing(self) -> None:
         handle = self.evil_agent()
@@ -321,6 +324,12 @@ class TrustedBootTest(testtools.TestCase):
                 session.trust_env = False
                 session.verify = self.cluster.pki_file("ca.pem")
                 session.cert = cert
+                if cert is None and url.startswith(self.cluster.registrar_url):
+                    # the registrar lets anonymous callers connect (agents
+                    # identified by their TPM) but serves them nothing else
+                    r = session.get(url, timeout=10)
+                    self.assertEqual(403, r.status_code, r.text)
+                    continue
                 self.assertRaises(
                     requests.exceptions.ConnectionError, session.get, url, timeout=10
                 )

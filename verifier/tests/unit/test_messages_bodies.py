@@ -116,6 +116,7 @@ class ShareMessagesTest(FieldKindsMixin, testtools.TestCase):
         for msg in (
             ShareU(os.urandom(96), os.urandom(100)),
             ShareU(os.urandom(96), b"", UUID),
+            ShareU(os.urandom(96)),  # the node has the payload (user-data)
             ShareV(os.urandom(96)),
             ShareV(os.urandom(96), CERT),
             ShareAccepted("u", True),
@@ -127,6 +128,14 @@ class ShareMessagesTest(FieldKindsMixin, testtools.TestCase):
         self.assertEqual(UUID, msg.payload_id)
         self.assert_content("payload_id", ShareU, b"", b"", "boot-1")
         self.assert_field("payload_id", ShareU, b"", b"", 7)
+
+    def test_u_alone_has_no_payload_field(self) -> None:
+        self.assertEqual({"u": ""}, ShareU(b"").to_dict())
+        self.assertIsNone(ShareU.from_dict({"u": ""}).payload)
+        self.assertIsNone(ShareU.from_dict({"u": "", "payload": None}).payload)
+
+    def test_payload_id_without_payload_is_a_bad_field(self) -> None:
+        self.assert_field("payload_id", ShareU.from_dict, {"u": "", "payload_id": UUID})
 
     def test_oversized_or_undecodable_share_is_a_bad_field(self) -> None:
         self.assert_field(

@@ -103,12 +103,92 @@ class RegistrarApiTest(testtools.TestCase):
 
     def test_invalid_stored_row_is_a_server_error_not_a_record(self) -> None:
         logs = self.useFixture(fixtures.FakeLogger())
-        self.registrar.register(
+        challenge = self.registrar.register(
             Registration(
                 self.uuid, self.tpm.ek.to_bytes(), None, self.tpm.ak.to_bytes(),
                 "not a certificate", "192.0.2.7", 8892,
             )
         )  # fmt: skip
+        credential = self.tpm.activate_credential(
+            challenge.credential_blob, challenge.encrypted_secret
+        )
+        self.registrar.activate(self.uuid, credential)
         [(status, data)] = self.call(("GET", f"/v1/agents/{self.uuid}", None))
         self.assertEqual((500, "internal"), (status, data["error"]["code"]))
         self.assertIn("'tls_cert' is not exactly one PEM", logs.output)
+
+
+class AnonymousCallerApiTest(testtools.TestCase):
+    """With roles checked: a caller without a client certificate (plain
+    HTTP here; CERT_OPTIONAL TLS in the functional tests) may only
+    register and activate, and only with an anchored EK certificate."""
+
+    ROLES = {
+        "agent": ["agent"],
+        "reader": ["verifier"],
+        "admin": ["admin"],
+        "provider": ["vtpm-manager"],
+    }
+
+    def setUp(self) -> None:
+        super().setUp()
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
+        self.addCleanup(engine.dispose)
+        upgrade(engine)
+        self.engine = engine
+        self.registrar = Registrar(engine)
+        self.tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
+        self.uuid = str(uuid_mod.uuid4())
+        self.body = RegistrationRequest(
+            self.tpm.ek, None, self.tpm.ak, CERT, "192.0.2.7", 8892
+        ).to_dict()
+
+    def call(self, *requests: tuple[str, str, Any]) -> list[tuple[int, Any]]:
+        async def go() -> list[tuple[int, Any]]:
+            out = []
+            app = make_app(self.registrar, self.ROLES)
+            async with TestClient(TestServer(app)) as client:
+                for method, path, body in requests:
+                    resp = await client.request(method, path, json=body)
+                    data = None if resp.status == 204 else await resp.json()
+                    out.append((resp.status, data))
+            return out
+
+        return asyncio.run(go())
+
+    def test_anonymous_callers_get_403_on_read_delete_and_provider_endpoints(
+        self,
+    ) -> None:
+        path = f"/v1/agents/{self.uuid}"
+        provider = {"ek_public": self.body["ek_public"], "ek_certificate": None}
+        answers = self.call(
+            ("GET", "/v1/agents", None),
+            ("GET", path, None),
+            ("DELETE", path, None),
+            ("PUT", path + "/ek", provider),
+            ("GET", path + "/ek", None),
+            ("DELETE", path + "/ek", None),
+        )
+        for status, data in answers:
+            self.assertEqual((403, "forbidden"), (status, data["error"]["code"]))
+
+    def test_anonymous_registration_without_ek_cert_is_refused(self) -> None:
+        [(status, data)] = self.call(("POST", f"/v1/agents/{self.uuid}", self.body))
+        # No EK anchors configured: anonymous registration is off.
+        self.assertEqual(
+            (403, "anonymous_registration_disabled"), (status, data["error"]["code"])
+        )
+        self.registrar = Registrar(self.engine, [_anchor()])
+        [(status, data)] = self.call(("POST", f"/v1/agents/{self.uuid}", self.body))
+        self.assertEqual(
+            (403, "ek_certificate_required"), (status, data["error"]["code"])
+        )
+        self.assertEqual([], self.registrar.list())
+
+
+def _anchor() -> Any:
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(CERT.encode())

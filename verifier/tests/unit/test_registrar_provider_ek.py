@@ -85,11 +85,31 @@ class ProviderEkTest(testtools.TestCase):
     def test_provider_ek_conflicting_with_agent_registration_is_refused(
         self,
     ) -> None:
-        self.registrar.register(self.agent_registration(self.vtpm))
+        challenge = self.registrar.register(self.agent_registration(self.vtpm))
+        self.registrar.activate(
+            self.uuid,
+            self.vtpm.activate_credential(
+                challenge.credential_blob, challenge.encrypted_secret
+            ),
+        )
         with self.assertRaises(ConflictError) as ctx:
             self.provide(SoftTpm(ak_alg="ecc", ek_alg="ecc"))
         self.assertEqual("provider_ek_conflict", ctx.exception.code)
         self.assertRaises(NotFoundError, self.registrar.get_provider_ek, self.uuid)
+
+    def test_pending_registration_with_other_ek_than_provider_cannot_activate(
+        self,
+    ) -> None:
+        impostor = SoftTpm(ak_alg="ecc", ek_alg="ecc")
+        challenge = self.registrar.register(self.agent_registration(impostor))
+        self.provide()
+        credential = impostor.activate_credential(
+            challenge.credential_blob, challenge.encrypted_secret
+        )
+        with self.assertRaises(ConflictError) as ctx:
+            self.registrar.activate(self.uuid, credential)
+        self.assertEqual("ek_not_provider", ctx.exception.code)
+        self.assertRaises(NotFoundError, self.registrar.get, self.uuid)
 
     def test_delete_forgets_provider_ek_and_agent(self) -> None:
         self.provide()

@@ -95,12 +95,21 @@ class RegistrarTest(testtools.TestCase):
         )
         return dataclasses.replace(reg, **changes)  # type: ignore[arg-type]
 
+    def register_and_activate(self, tpm: SoftTpm | None = None, **changes: object):
+        tpm = tpm or self.tpm
+        challenge = self.registrar.register(self.registration(tpm, **changes))
+        credential = tpm.activate_credential(
+            challenge.credential_blob, challenge.encrypted_secret
+        )
+        self.registrar.activate(self.uuid, credential)
+        return credential
+
     # -- register / activate ------------------------------------------------
 
     def _register_and_activate(self, tpm: SoftTpm) -> None:
         challenge = self.registrar.register(self.registration(tpm))
-        record = self.registrar.get(self.uuid)
-        self.assertFalse(record.activated)
+        # Nothing is in force before the AK is activated.
+        self.assertRaises(NotFoundError, self.registrar.get, self.uuid)
         credential = tpm.activate_credential(
             challenge.credential_blob, challenge.encrypted_secret
         )
@@ -136,7 +145,7 @@ class RegistrarTest(testtools.TestCase):
             self.registrar.activate(self.uuid, os.urandom(32))
         self.assertEqual(403, ctx.exception.status)
         self.assertEqual("activation_failed", ctx.exception.code)
-        self.assertFalse(self.registrar.get(self.uuid).activated)
+        self.assertRaises(NotFoundError, self.registrar.get, self.uuid)
 
     def test_challenge_does_not_open_on_another_tpm(self) -> None:
         challenge = self.registrar.register(self.registration())
@@ -146,35 +155,82 @@ class RegistrarTest(testtools.TestCase):
                 challenge.credential_blob, challenge.encrypted_secret
             )
         self.assertEqual("credential", ctx.exception.reason)
-        self.assertFalse(self.registrar.get(self.uuid).activated)
+        self.assertRaises(NotFoundError, self.registrar.get, self.uuid)
 
-    def test_reregistration_resets_activation(self) -> None:
-        challenge = self.registrar.register(self.registration())
-        credential = self.tpm.activate_credential(
-            challenge.credential_blob, challenge.encrypted_secret
-        )
-        self.registrar.activate(self.uuid, credential)
+    def test_reregistration_is_in_force_once_activated(self) -> None:
+        old_credential = self.register_and_activate()
         # Same EK, new AK (the node restarted): it must prove the new AK.
         new_ak = SoftTpm(ak_alg="ecc", ek_key=self.tpm.ek_key)
-        challenge = self.registrar.register(self.registration(new_ak))
+        challenge = self.registrar.register(
+            self.registration(new_ak, host="192.0.2.8", port=9000)
+        )
         record = self.registrar.get(self.uuid)
-        self.assertFalse(record.activated)
-        self.assertEqual(new_ak.ak.to_bytes(), record.ak_public)
-        self.assertRaises(RequestError, self.registrar.activate, self.uuid, credential)
+        self.assertTrue(record.activated)
+        self.assertEqual(self.tpm.ak.to_bytes(), record.ak_public)
+        self.assertEqual(("192.0.2.7", 8892), (record.host, record.port))
+        self.assertRaises(
+            RequestError, self.registrar.activate, self.uuid, old_credential
+        )
         credential = new_ak.activate_credential(
             challenge.credential_blob, challenge.encrypted_secret
         )
         self.registrar.activate(self.uuid, credential)
+        record = self.registrar.get(self.uuid)
+        self.assertTrue(record.activated)
+        self.assertEqual(new_ak.ak.to_bytes(), record.ak_public)
+        self.assertEqual(("192.0.2.8", 9000), (record.host, record.port))
+
+    def test_reregistration_with_foreign_ak_keeps_old_in_force(self) -> None:
+        self.register_and_activate()
+        before = self.registrar.get(self.uuid)
+        # The attacker knows the victim's (public) EK, but not its TPM.
+        attacker = SoftTpm(ak_alg="ecc", ek_alg="ecc")
+        challenge = self.registrar.register(
+            self.registration(
+                ek_public=self.tpm.ek.to_bytes(),
+                ak_public=attacker.ak.to_bytes(),
+                host="203.0.113.9",
+            )
+        )
+        self.assertEqual(before, self.registrar.get(self.uuid))
+        with self.assertRaises(EvidenceError):
+            attacker.activate_credential(
+                challenge.credential_blob, challenge.encrypted_secret
+            )
+        self.assertRaises(
+            RequestError, self.registrar.activate, self.uuid, os.urandom(32)
+        )
+        self.assertEqual(before, self.registrar.get(self.uuid))
+        self.assertTrue(self.registrar.get(self.uuid).activated)
+
+    def test_concurrent_pending_registration_does_not_break_activation(
+        self,
+    ) -> None:
+        challenge = self.registrar.register(self.registration())
+        attacker = SoftTpm(ak_alg="ecc", ek_alg="ecc")
+        self.registrar.register(self.registration(ak_public=attacker.ak.to_bytes()))
+        credential = self.tpm.activate_credential(
+            challenge.credential_blob, challenge.encrypted_secret
+        )
+        self.registrar.activate(self.uuid, credential)
+        self.assertEqual(
+            self.tpm.ak.to_bytes(), self.registrar.get(self.uuid).ak_public
+        )
+
+    def test_pending_registrations_per_node_are_bounded(self) -> None:
+        challenges = [self.registrar.register(self.registration()) for _ in range(6)]
+        oldest = self.tpm.activate_credential(
+            challenges[0].credential_blob, challenges[0].encrypted_secret
+        )
+        self.assertRaises(RequestError, self.registrar.activate, self.uuid, oldest)
+        newest = self.tpm.activate_credential(
+            challenges[-1].credential_blob, challenges[-1].encrypted_secret
+        )
+        self.registrar.activate(self.uuid, newest)
         self.assertTrue(self.registrar.get(self.uuid).activated)
 
     def test_reregister_with_other_ek_conflicts(self) -> None:
-        challenge = self.registrar.register(self.registration())
-        self.registrar.activate(
-            self.uuid,
-            self.tpm.activate_credential(
-                challenge.credential_blob, challenge.encrypted_secret
-            ),
-        )
+        self.register_and_activate()
         before = self.registrar.get(self.uuid)
         other = SoftTpm(ak_alg="ecc", ek_alg="ecc")
         with self.assertRaises(ConflictError) as ctx:
@@ -184,7 +240,7 @@ class RegistrarTest(testtools.TestCase):
         self.assertEqual(before, self.registrar.get(self.uuid))
 
     def test_uuid_is_canonicalised(self) -> None:
-        self.registrar.register(self.registration(uuid=self.uuid.upper()))
+        self.register_and_activate(uuid=self.uuid.upper())
         self.assertEqual(self.uuid, self.registrar.get(self.uuid.upper()).uuid)
         self.assertEqual([self.uuid], [r.uuid for r in self.registrar.list()])
 
@@ -196,7 +252,7 @@ class RegistrarTest(testtools.TestCase):
         )
 
     def test_delete(self) -> None:
-        self.registrar.register(self.registration())
+        self.register_and_activate()
         self.registrar.delete(self.uuid)
         self.assertRaises(NotFoundError, self.registrar.get, self.uuid)
         self.assertEqual([], self.registrar.list())
@@ -243,10 +299,10 @@ class RegistrarTest(testtools.TestCase):
 
     def test_ek_certificate_from_anchor_is_accepted(self) -> None:
         ca = _ca("TPM vendor CA")
-        registrar = Registrar(self.engine, [ca[1]], require_ek_certificate=True)
+        self.registrar = Registrar(self.engine, [ca[1]], require_ek_certificate=True)
         cert = _ek_cert(ca, self.tpm.ek_key.public_key())
-        registrar.register(self.registration(ek_certificate=cert))
-        self.assertEqual(cert, registrar.get(self.uuid).ek_certificate)
+        self.register_and_activate(ek_certificate=cert)
+        self.assertEqual(cert, self.registrar.get(self.uuid).ek_certificate)
 
     def test_ek_certificate_from_another_ca_is_refused(self) -> None:
         trusted, rogue = _ca("TPM vendor CA"), _ca("TPM vendor CA")
@@ -294,6 +350,53 @@ class RegistrarTest(testtools.TestCase):
 
     def test_missing_ek_certificate_accepted_when_not_required(self) -> None:
         ca = _ca("TPM vendor CA")
-        registrar = Registrar(self.engine, [ca[1]])
-        registrar.register(self.registration())
-        self.assertIsNone(registrar.get(self.uuid).ek_certificate)
+        self.registrar = Registrar(self.engine, [ca[1]])
+        self.register_and_activate()
+        self.assertIsNone(self.registrar.get(self.uuid).ek_certificate)
+
+    # -- anonymous registrations (identity by the TPM) ------------------------
+
+    def test_anonymous_registration_with_anchored_ek_certificate(self) -> None:
+        ca = _ca("swtpm-localca")
+        self.registrar = Registrar(self.engine, [ca[1]])
+        cert = _ek_cert(ca, self.tpm.ek_key.public_key())
+        challenge = self.registrar.register(
+            self.registration(ek_certificate=cert), anonymous=True
+        )
+        self.registrar.activate(
+            self.uuid,
+            self.tpm.activate_credential(
+                challenge.credential_blob, challenge.encrypted_secret
+            ),
+        )
+        self.assertTrue(self.registrar.get(self.uuid).activated)
+
+    def test_anonymous_registration_without_ek_cert_is_refused(self) -> None:
+        ca = _ca("swtpm-localca")
+        self.registrar = Registrar(self.engine, [ca[1]])
+        with self.assertRaises(RequestError) as ctx:
+            self.registrar.register(self.registration(), anonymous=True)
+        self.assertEqual((403, "ek_certificate_required"),
+                         (ctx.exception.status, ctx.exception.code))  # fmt: skip
+
+    def test_anonymous_registration_with_foreign_ca_ek_cert_is_refused(
+        self,
+    ) -> None:
+        trusted, rogue = _ca("swtpm-localca"), _ca("swtpm-localca")
+        self.registrar = Registrar(self.engine, [trusted[1]])
+        cert = _ek_cert(rogue, self.tpm.ek_key.public_key())
+        with self.assertRaises(RequestError) as ctx:
+            self.registrar.register(
+                self.registration(ek_certificate=cert), anonymous=True
+            )
+        self.assertEqual("ek_certificate", ctx.exception.code)
+
+    def test_anonymous_registration_without_anchors_is_refused(self) -> None:
+        ca = _ca("swtpm-localca")
+        cert = _ek_cert(ca, self.tpm.ek_key.public_key())
+        with self.assertRaises(RequestError) as ctx:
+            self.registrar.register(
+                self.registration(ek_certificate=cert), anonymous=True
+            )
+        self.assertEqual((403, "anonymous_registration_disabled"),
+                         (ctx.exception.status, ctx.exception.code))  # fmt: skip
