@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import dataclasses
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from nova_plugin.boot import prepare_user_data
 from nova_plugin.policygen import (
     DEFAULT_EXCLUDES,
     measured_boot_policy,
@@ -34,14 +36,11 @@ from nova_plugin.policygen import (
 from nova_plugin.tenant import Tenant
 from trusted_testing.cluster import LocalCluster
 from trusted_testing.guest_vm import VmImage
-from trusted_testing.guest_vm_boot import (
-    BOOTSTRAP,
-    CLOUD_INIT_DONE,
-    VmGuest,
-)
+from trusted_testing.guest_vm_boot import AGENT_PORT, CLOUD_INIT_DONE, VmGuest
 from trusted_testing.swtpm import ek_ca_bundle, free_ports
 from verifier.common.imagefiles import cpio_files, tar_files
-from verifier.protocol import PcrPolicy
+from verifier.protocol import PcrPolicy, split
+from verifier.protocol.messages.enrolment import EnrolmentRequest
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = [
@@ -51,7 +50,8 @@ __all__ = [
     "PAYLOAD_DIR",
     "StoryNode",
     "VmCluster",
-    "agent_user_data",
+    "Seed",
+    "trusted_nova_seed",
     "image_policies",
     "run_async",
 ]
@@ -60,6 +60,8 @@ __all__ = [
 GUEST_HOST = "10.0.2.2"
 IMA_LIST = "/sys/kernel/security/ima/ascii_runtime_measurements"
 MB_LOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
+#: The provider's vendor-data drops the agent's contact address here.
+CONTACT_CONF = "/etc/trusted-cloud/agent.conf.d/50-contact.conf"
 PAYLOAD_DIR = "/var/lib/trusted-cloud-agent"
 T = TypeVar("T")
 
@@ -153,52 +155,35 @@ class VmCluster(LocalCluster):
             time.sleep(0.5)
 
 
-def _write_file(path: str, content: str, mode: str = "0644") -> dict[str, str]:
-    return {"path": path, "permissions": mode, "content": content}
+@dataclasses.dataclass(frozen=True)
+class Seed:
+    """What the tenant and the provider put into the VM's NoCloud seed.
 
-
-def agent_user_data(cluster: VmCluster, uuid: str, port: int, contact_port: int) -> str:
-    """A cloud-config configuring the image's agent for ``cluster``.
-
-    The bootstrap file, and the agent's settings: its node UUID, the
-    registrar as the guest reaches it, the operator CA and a client
-    certificate, and the contact address the forwarded port gives.
+    Attributes:
+        user_data: ``trusted-nova boot``'s user-data: the bootstrap
+            configuration (the registrar as the guest reaches it, the
+            operator CA, the boot id) and the sealed payload.
+        vendor_data: the provider's part: the agent's contact address
+            behind qemu's port forward (``agent.conf.d``).
+        key: the payload key K the tenant keeps (split into U and V).
     """
-    with open(cluster.pki_file("agent.pem"), encoding="utf-8") as handle:
-        cert = handle.read()
-    with open(cluster.pki_file("agent-key.pem"), encoding="utf-8") as handle:
-        key = handle.read()
-    conf = "\n".join(
-        [
-            "[agent]",
-            f"uuid = {uuid}",
-            "tcti = device:/dev/tpmrm0",
-            "host = 0.0.0.0",
-            f"port = {port}",
-            "contact_host = 127.0.0.1",
-            f"contact_port = {contact_port}",
-            f"registrar_url = {cluster.guest_registrar_url}",
-            "ca_file = /etc/trusted-cloud/ca.pem",
-            "cert_file = /etc/trusted-cloud/agent.pem",
-            "key_file = /etc/trusted-cloud/agent-key.pem",
-            f"work_dir = {PAYLOAD_DIR}",
-            f"ima_log_path = {IMA_LIST}",
-            f"mb_log_path = {MB_LOG}",
-            "",
-        ]
+
+    user_data: bytes
+    vendor_data: str
+    key: bytes
+
+
+def trusted_nova_seed(cluster: VmCluster, payload: bytes, contact_port: int) -> Seed:
+    """The user-data of ``trusted-nova boot`` for ``payload`` and the
+    vendor-data of a provider whose VMs are reached through a forwarded
+    port of the host's 127.0.0.1."""
+    key, _sealed, _boot_id, user_data = prepare_user_data(
+        payload, cluster.guest_registrar_url, cluster.ca_pem()
     )
-    files = [
-        _write_file(BOOTSTRAP, json.dumps({"uuid": uuid}), "0600"),
-        _write_file("/etc/trusted-cloud/agent.conf", conf),
-        _write_file("/etc/trusted-cloud/ca.pem", cluster.ca_pem()),
-        _write_file("/etc/trusted-cloud/agent.pem", cert),
-        _write_file("/etc/trusted-cloud/agent-key.pem", key, "0600"),
-    ]
-    return "#cloud-config\n" + json.dumps({"write_files": files}, indent=1) + "\n"
-
-
-#: Excludes of the configuration this harness writes into the guest.
-HARNESS_EXCLUDES = (r"/etc/trusted-cloud/(agent\.conf|ca\.pem|agent(-key)?\.pem)$",)
+    conf = f"[agent]\ncontact_host = 127.0.0.1\ncontact_port = {contact_port}\n"
+    files = [{"path": CONTACT_CONF, "permissions": "0644", "content": conf}]
+    vendor = "#cloud-config\n" + json.dumps({"write_files": files}, indent=1) + "\n"
+    return Seed(user_data, vendor, key)
 
 
 def image_policies(
@@ -237,13 +222,19 @@ class StoryNode:
     """
 
     def __init__(
-        self, cluster: VmCluster, guest: VmGuest, uuid: str, payload: bytes
+        self,
+        cluster: VmCluster,
+        guest: VmGuest,
+        uuid: str,
+        payload: bytes,
+        key: bytes,
     ) -> None:
         self.cluster = cluster
         self.guest = guest
         self.uuid = uuid
         self.payload = payload
-        (self.contact_port,) = guest.ports.values()
+        self.key = key
+        self.contact_port = guest.ports[AGENT_PORT]
         self.record: RegistrationRecord | None = None
         self.runtime_policy: dict[str, Any] = {}
         self.mb_policy: dict[str, Any] = {}
@@ -260,20 +251,22 @@ class StoryNode:
     ) -> StoryNode:
         """Start the VM (``cluster`` prepared), then the services."""
         contact = free_ports(1)
+        seed = trusted_nova_seed(cluster, payload, contact)
         guest = VmGuest(
             image,
-            agent_user_data(cluster, uuid, contact, contact),
+            seed.user_data,
+            vendor_data=seed.vendor_data,
             instance_id=uuid,
-            forward={contact: contact},
+            forward={AGENT_PORT: contact},
             localca_dir=cluster.localca,
             allow_reboot=allow_reboot,
         )
         guest.start()
-        node = cls(cluster, guest, uuid, payload)
+        node = cls(cluster, guest, uuid, payload, seed.key)
         try:
             cluster.start_services()
             node.runtime_policy, node.mb_policy = image_policies(
-                image, payload, "image", guest.memory_mb, HARNESS_EXCLUDES
+                image, payload, "image", guest.memory_mb
             )
         except BaseException:
             guest.stop()
@@ -314,13 +307,16 @@ class StoryNode:
         async def enrol(tenant: Tenant) -> None:
             await tenant.add_policy("runtime", self.runtime_policy, "image")
             await tenant.add_policy("measured-boot", self.mb_policy, "image-mb")
-            await tenant.enrol(
-                self.uuid,
-                self.payload,
-                PcrPolicy({}),
-                runtime_policy="image",
-                mb_policy="image-mb",
+            record = await tenant.identity(self.uuid)
+            policy = PcrPolicy({})
+            nk = await tenant.check_identity_quote(self.uuid, record, policy)
+            u_share, v_share = split(self.key)
+            request = EnrolmentRequest(self.uuid, v_share, policy, "image", "image-mb")
+            await tenant.request(
+                "POST", f"{tenant.verifier_url}/v1/nodes", request.to_dict()
             )
+            # U alone: the agent has the sealed payload from its user-data.
+            await tenant.send_u(self.uuid, record, nk, u_share, None)
 
         run_async(enrol, self.cluster)
         self.mark("enrolled")
