@@ -3,15 +3,22 @@ operator's guest image (:mod:`trusted_testing.guest_vm`) booted under qemu
 with a vTPM whose EK certificate a swtpm local CA signed, as Nova and
 libvirt make it.
 
+The guest gets what ``trusted-nova boot`` puts into a Nova instance's
+user-data (the bootstrap file and the sealed payload) and, as vendor-data,
+what a provider adds: nothing else, no operator certificate. The agent
+registers anonymously, identified by its vTPM's EK certificate.
+
 The network is qemu's user networking only. The guest reaches the
 registrar at ``https://10.0.2.2:PORT`` (slirp's address of the host's
 127.0.0.1; the registrar's certificate names it), and the verifier and the
 tenant reach the agent at ``127.0.0.1:P``, a port qemu forwards to the
-guest's 9002; the agent registers that address as its contact.
+guest's 9002; the vendor-data's ``agent.conf.d`` file makes the agent
+register that address as its contact.
 
 The policies are built from the image, as a tenant would
 (:mod:`nova_plugin.policygen`): the runtime policy from the image's tar
-and the payload, the measured-boot policy from its kernel.
+and initramfs plus the payload, the measured-boot policy from its kernel
+as qemu loads it.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from nova_plugin.boot import prepare_user_data
 from nova_plugin.policygen import (
@@ -48,12 +55,12 @@ __all__ = [
     "IMA_LIST",
     "MB_LOG",
     "PAYLOAD_DIR",
+    "Seed",
     "StoryNode",
     "VmCluster",
-    "Seed",
-    "trusted_nova_seed",
     "image_policies",
     "run_async",
+    "trusted_nova_seed",
 ]
 
 #: The host's 127.0.0.1 as the guest sees it on qemu's user network.
@@ -63,7 +70,6 @@ MB_LOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
 #: The provider's vendor-data drops the agent's contact address here.
 CONTACT_CONF = "/etc/trusted-cloud/agent.conf.d/50-contact.conf"
 PAYLOAD_DIR = "/var/lib/trusted-cloud-agent"
-T = TypeVar("T")
 
 
 def run_async(work: Callable[[Tenant], Any], cluster: LocalCluster) -> Any:
