@@ -316,6 +316,10 @@ def _measured_boot(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         kernel = handle.read()
     if args.qemu_direct_boot is not None:
         initrd, memory_mb = args.qemu_direct_boot
+        if not memory_mb.isdigit() or int(memory_mb) < 64:
+            raise ValueError(
+                f"MEMORY_MB must be the flavor's RAM in MiB: {memory_mb!r}"
+            )
         size = os.path.getsize(initrd)
         kernel = qemu_direct_boot_kernel(kernel, size, int(memory_mb))
     firmware = None
