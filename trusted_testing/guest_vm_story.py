@@ -308,7 +308,8 @@ class StoryNode:
 
     def enrol(self) -> None:
         """The tenant stores its policies and enrols the node: the identity
-        quote, V to the verifier, U and the sealed payload to the agent."""
+        quote, V to the verifier, U alone to the agent (it has
+        the sealed payload from its user-data)."""
 
         async def enrol(tenant: Tenant) -> None:
             await tenant.add_policy("runtime", self.runtime_policy, "image")
