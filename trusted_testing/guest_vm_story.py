@@ -187,8 +187,12 @@ def trusted_nova_seed(cluster: VmCluster, payload: bytes, contact_port: int) -> 
         payload, cluster.guest_registrar_url, cluster.ca_pem()
     )
     conf = f"[agent]\ncontact_host = 127.0.0.1\ncontact_port = {contact_port}\n"
-    files = [{"path": CONTACT_CONF, "permissions": "0644", "content": conf}]
-    vendor = "#cloud-config\n" + json.dumps({"write_files": files}, indent=1) + "\n"
+    # Not write_files: cloud-init lets the user-data's write_files (the
+    # bootstrap file) replace the vendor-data's. bootcmd runs from a file
+    # on /run (tmpfs: IMA's tcb policy does not measure it) at each boot.
+    script = 'mkdir -p "${0%/*}" && printf %s "$1" > "$0"'
+    bootcmd = [["/bin/sh", "-c", script, CONTACT_CONF, conf]]
+    vendor = "#cloud-config\n" + json.dumps({"bootcmd": bootcmd}, indent=1) + "\n"
     return Seed(user_data, vendor, key)
 
 
