@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         agent = Agent.from_conf(conf)
         os.makedirs(agent.work_dir, mode=0o700, exist_ok=True)
+        # cloud-init writes the bootstrap file and its user-data copy without
+        # syncing them: make them durable before the node registers, so that
+        # a hard reset a moment later (a guest VM test's system_reset found
+        # bootstrap.json empty after it) cannot leave the node unbootable.
+        os.sync()
         roles = {
             "tenant": conf.agent.tenant_clients,
             "verifier": conf.agent.verifier_clients,
