@@ -222,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     log.setup(conf, "trusted-agent")
     try:
         agent = _start(conf)
+        # cloud-init writes the bootstrap file and its user-data copy without
+        # syncing them: make them durable before the node registers, so that
+        # a hard reset a moment later (a guest VM test's system_reset found
+        # bootstrap.json empty after it) cannot leave the node unbootable.
+        os.sync()
         roles = {
             "tenant": conf.agent.tenant_clients,
             "verifier": conf.agent.verifier_clients,

@@ -7,6 +7,15 @@ once in the agent's state directory (``[agent] work_dir``, files 0600) and
 reused at each start. They are made again only when they were made for
 another node UUID or do not name the address the agent is contacted at;
 a file that cannot be read or parsed is an error, never silently replaced.
+
+Creating them survives a crash (a VM reset or killed a moment after the
+agent started, found by the guest VM tests: the certificate was on disk,
+the key was not): each file is written to a temporary name, synced and
+renamed, the key first, and the directory is synced before the pair is
+used. A key without its certificate is therefore a creation that a crash
+interrupted before anyone could pin the certificate, and a new pair is
+made; a certificate without its key cannot come from a crash and is an
+error.
 """
 
 from __future__ import annotations
@@ -55,23 +64,23 @@ def load_or_create(state_dir: str, uuid: str, host: str) -> tuple[bytes, bytes]:
         return stored
     key_pem, cert_pem = self_signed_certificate(uuid, [host])
     try:
-        _write(cert_path, cert_pem)
         _write(key_path, key_pem)
+        _write(cert_path, cert_pem)
+        _sync_dir(state_dir)
     except OSError as exc:
         raise NodeAgentError(f"cannot write the agent TLS state in {state_dir}: {exc}")
     return key_pem, cert_pem
 
 
 def _read(key_path: str, cert_path: str) -> tuple[bytes, bytes] | None:
-    """Both files, or None if neither exists (one alone is corrupt state)."""
-    present = [os.path.exists(key_path), os.path.exists(cert_path)]
-    if not any(present):
+    """Both files, or None if there is no certificate (none yet, or a
+    creation interrupted after the key was written)."""
+    if not os.path.exists(cert_path):
         return None
-    if not all(present):
-        missing = cert_path if present[0] else key_path
+    if not os.path.exists(key_path):
         raise NodeAgentError(
-            f"corrupt agent TLS state: {missing} is missing; remove the other "
-            "file to make a new key (the node must then be enrolled again)"
+            f"corrupt agent TLS state: {key_path} is missing; remove "
+            f"{cert_path} to make a new key (the node must then be enrolled again)"
         )
     with open(key_path, "rb") as key_file, open(cert_path, "rb") as cert_file:
         return key_file.read(), cert_file.read()
@@ -127,3 +136,12 @@ def _write(path: str, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _sync_dir(path: str) -> None:
+    """Make the renames in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

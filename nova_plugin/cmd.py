@@ -26,6 +26,7 @@ from typing import Any
 from nova_plugin.exceptions import TenantError, UsageError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
+from nova_plugin.policygen import add_generate_parser, generate
 from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.common import extras
 from verifier.protocol import MalformedError, PcrPolicy, TpmPublic, jsonlimits
@@ -101,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument(
         "--signature", metavar="FILE", help="detached signature (raw bytes)"
     )
+    add_generate_parser(pol_sub)
     for name, text in (
         ("list", "list stored policies"),
         ("show", "show one policy"),
@@ -398,6 +400,13 @@ def _print(result: Any, as_json: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "policy" and args.policy_command == "generate":
+        try:  # offline: no verifier, no credentials
+            _print(generate(args), args.json)
+        except (TenantError, OSError) as exc:
+            print(f"trusted-tenant: error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "seal":
         try:
             extras.require("abe", "trusted-tenant seal")

@@ -150,6 +150,8 @@ class LocalCluster:
         self.verifier_options = dict(verifier_options or {})
         self.verifier_sections = dict(verifier_sections or {})
         self.pki = os.path.join(self.workdir, "pki")
+        #: subject alternative names of the services' certificates
+        self.server_names = ["127.0.0.1", "localhost"]
         self.localca = os.path.join(self.workdir, "swtpm-localca")
         self.nodes: list[NodeHandle] = []
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -223,7 +225,7 @@ class LocalCluster:
     def _make_pki(self) -> None:
         ca = CertificateAuthority.create(self.pki, "Demo operator CA")
         for name in ("registrar", "verifier", "tenant", "agent", "operator"):
-            ca.issue_to_files(self.pki, name, ["127.0.0.1", "localhost"])
+            ca.issue_to_files(self.pki, name, list(self.server_names))
         CertificateAuthority.create(
             os.path.join(self.workdir, "node-ca"), "Demo node identity CA"
         )

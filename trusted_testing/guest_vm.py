@@ -25,7 +25,9 @@ shipped sources (its packages without their tests, ``setup.cfg``,
 newest :data:`KEEP` images are kept.
 
 Run ``python -m trusted_testing.guest_vm build [--rebuild]`` (or
-``tools/guest/build-vm.sh``) to build ahead of time.
+``tools/guest/build-vm.sh``) to build ahead of time. A developer changing
+tests only may set ``TRUSTED_GUEST_VM_REUSE=1`` to boot the newest cached
+image whatever shipped code it was built from.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ELEMENTS_PATH = os.path.join(REPO, "elements")
 ELEMENT = "trusted-agent"
 ELEMENTS = ("debian-minimal", "baremetal", ELEMENT)
+# The qcow2 boots; the tar of the same tree is the input of runtime policies.
+IMAGE_TYPES = ("qcow2", "tar")
 RELEASE = "bookworm"
 DIB_VERSION = "3.43.0"
 IMAGE_NAME = "trusted-agent"
@@ -96,6 +100,9 @@ class VmImage:
         qcow2: The root filesystem image (a partition image, no bootloader).
         kernel: The kernel (``vmlinuz``) extracted from the image.
         initrd: The initramfs extracted from the image.
+        tar: The same root file system as a tar archive (what a tenant
+            builds its runtime policy from: ``trusted-tenant policy
+            generate runtime --tar``).
         wheel: The project's wheel installed in the image (kept beside it).
         key: The digest of the build's inputs.
         build_seconds: How long the build took.
@@ -106,6 +113,7 @@ class VmImage:
     qcow2: str
     kernel: str
     initrd: str
+    tar: str
     wheel: str
     key: str
     build_seconds: float
@@ -170,7 +178,8 @@ def _digest_tree(digest: hashlib._Hash, root: str, skip_tests: bool) -> None:
 def input_key() -> str:
     """The digest of everything that goes into the image (see the module doc)."""
     digest = hashlib.sha256()
-    digest.update("\0".join((*ELEMENTS, RELEASE, DIB_VERSION, CMDLINE)).encode())
+    inputs = (*ELEMENTS, *IMAGE_TYPES, RELEASE, DIB_VERSION, CMDLINE)
+    digest.update("\0".join(inputs).encode())
     _digest_tree(digest, os.path.join(ELEMENTS_PATH, ELEMENT), skip_tests=False)
     for package in PACKAGES:
         _digest_tree(digest, os.path.join(REPO, package), skip_tests=True)
@@ -339,11 +348,12 @@ def _image(directory: str) -> VmImage | None:
         qcow2=os.path.join(directory, f"{IMAGE_NAME}.qcow2"),
         kernel=os.path.join(directory, f"{IMAGE_NAME}.vmlinuz"),
         initrd=os.path.join(directory, f"{IMAGE_NAME}.initrd"),
+        tar=os.path.join(directory, f"{IMAGE_NAME}.tar"),
         wheel=os.path.join(directory, info["wheel"]),
         key=info["key"],
         build_seconds=float(info["seconds"]),
     )
-    paths = (image.qcow2, image.kernel, image.initrd, image.wheel)
+    paths = (image.qcow2, image.kernel, image.initrd, image.tar, image.wheel)
     return image if all(os.path.exists(p) for p in paths) else None
 
 
@@ -362,6 +372,12 @@ def build(root: str | None = None, *, rebuild: bool = False) -> VmImage:
     """
     root = root or cache_dir()
     os.makedirs(root, exist_ok=True)
+    if os.environ.get("TRUSTED_GUEST_VM_REUSE") == "1" and not rebuild:
+        # A developer iterating on tests, not on the agent: the newest
+        # image, whatever shipped code it was built from.
+        built = [i for d in glob.glob(os.path.join(root, "*")) if (i := _image(d))]
+        if built:
+            return max(built, key=lambda i: os.path.getmtime(i.directory))
     key = input_key()
     target = os.path.join(root, key)
     with cache_lock(root):
@@ -388,7 +404,7 @@ def _build(root: str, key: str, target: str) -> VmImage:
         wheel = make_wheelhouse(os.path.join(venv, "bin", "python"), wheelhouse)
         dib = os.path.join(venv, "bin", "disk-image-create")
         _run(
-            [dib, "-a", "amd64", "-t", "qcow2", "--no-tmpfs",
+            [dib, "-a", "amd64", "-t", ",".join(IMAGE_TYPES), "--no-tmpfs",
              "-o", os.path.join(work, IMAGE_NAME), *ELEMENTS],
             log=log,
             env=_dib_env(root, wheelhouse),
@@ -402,6 +418,7 @@ def _build(root: str, key: str, target: str) -> VmImage:
                     "seconds": round(time.monotonic() - started, 1),
                     "wheel": os.path.basename(wheel),
                     "elements": list(ELEMENTS),
+                    "types": list(IMAGE_TYPES),
                     "release": RELEASE,
                     "cmdline": CMDLINE,
                 },
@@ -447,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     took = time.monotonic() - started
-    for name in ("qcow2", "kernel", "initrd", "wheel"):
+    for name in ("qcow2", "kernel", "initrd", "tar", "wheel"):
         path = getattr(image, name)
         print(f"{name}: {path} ({os.path.getsize(path) / 2**20:.1f} MiB)")
     print(f"size: {image.size() / 2**20:.1f} MiB (qcow2 + kernel + initrd)")

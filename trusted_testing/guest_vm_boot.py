@@ -14,7 +14,18 @@ The serial console goes to a file (``serial.log`` in the work directory):
 :meth:`VmGuest.console` returns it without CRs and ANSI escapes. The only
 network is qemu user networking, whose forwarded ports listen on
 127.0.0.1 of the host (never a private-range address in the host's
-namespace).
+namespace); inside it the guest reaches the host's 127.0.0.1 as 10.0.2.2.
+
+The hypervisor's side of a VM's life: :attr:`VmGuest.agent` runs commands
+and reads files through the qemu guest agent (Nova's
+``hw_qemu_guest_agent``), :attr:`VmGuest.qmp` is qemu's monitor
+(``system_reset``), :meth:`VmGuest.kill` and :meth:`VmGuest.relaunch`
+stop qemu and swtpm without warning and start them again on the same disk
+and vTPM state (a host crash), :meth:`VmGuest.save_tpm_state` and
+:meth:`VmGuest.restore_tpm_state` replay an older vTPM state. With
+``localca_dir`` the vTPM is manufactured as libvirt does for Nova:
+``swtpm_setup --create-ek-cert --vmid instance-00000001:<uuid>`` with a
+swtpm local CA, so the EK certificate chains to that CA.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 from trusted_testing.guest_vm import ImageError, VmImage, build
@@ -42,7 +53,8 @@ from trusted_testing.qemu import (
     tpm_qemu_args,
     wait_path,
 )
-from trusted_testing.swtpm import free_ports
+from trusted_testing.qga import GuestAgent, Qmp
+from trusted_testing.swtpm import free_ports, write_localca_config
 
 BOOT_TIMEOUT = 900.0
 BOOTSTRAP = "/etc/trusted-cloud/bootstrap.json"
@@ -75,21 +87,30 @@ def clean_console(raw: bytes) -> str:
     return _ANSI.sub("", text)
 
 
-def make_seed(path: str, user_data: str, meta_data: str) -> None:
+def make_seed(
+    path: str,
+    user_data: str | bytes,
+    meta_data: str,
+    vendor_data: str | None = None,
+) -> None:
     """Write a NoCloud seed: an ISO 9660 volume labelled ``cidata``.
 
     Args:
         path: The ISO file to create.
         user_data: The user-data (a cloud-config, or a MIME multipart).
         meta_data: The meta-data (YAML: ``instance-id``, ``local-hostname``).
+        vendor_data: The vendor-data, if any (the cloud provider's part).
 
     Raises:
         VmGuestError: If xorriso is missing or fails.
     """
     with tempfile.TemporaryDirectory(prefix="seed-") as tree:
-        for name, text in (("user-data", user_data), ("meta-data", meta_data)):
-            with open(os.path.join(tree, name), "w", encoding="utf-8") as handle:
-                handle.write(text)
+        files = [("user-data", user_data), ("meta-data", meta_data)]
+        if vendor_data is not None:
+            files.append(("vendor-data", vendor_data))
+        for name, text in files:
+            with open(os.path.join(tree, name), "wb") as handle:
+                handle.write(text.encode() if isinstance(text, str) else text)
         argv = ["xorriso", "-as", "mkisofs", "-quiet", "-o", path]
         argv += ["-volid", "cidata", "-joliet", "-rock", tree]
         try:
@@ -110,13 +131,16 @@ class VmGuest:
     def __init__(
         self,
         image: VmImage,
-        user_data: str,
+        user_data: str | bytes,
         *,
         instance_id: str = "trusted-guest",
         memory_mb: int = 1024,
-        forward: Sequence[int] = (),
+        forward: Sequence[int] | Mapping[int, int] = (),
         extra_cmdline: str = "panic=-1",
         keep_dir: bool = False,
+        vendor_data: str | None = None,
+        localca_dir: str | None = None,
+        allow_reboot: bool = False,
     ) -> None:
         """Prepare (but do not start) a guest.
 
@@ -125,20 +149,37 @@ class VmGuest:
             user_data: The user-data cloud-init reads from the seed.
             instance_id: The NoCloud ``instance-id`` (a Nova instance UUID).
             memory_mb: Guest memory.
-            forward: Guest TCP ports to forward from 127.0.0.1 of the host.
+            forward: Guest TCP ports to forward from 127.0.0.1 of the host
+                (free host ports are chosen), or a mapping of guest port to
+                host port.
             extra_cmdline: Appended to the image's kernel command line.
             keep_dir: Keep the work directory (console log, disks) on stop.
+            vendor_data: The NoCloud vendor-data (the provider's part).
+            localca_dir: A swtpm local CA: the vTPM gets an EK certificate
+                signed by it (see the module doc). None: no EK certificate.
+            allow_reboot: A guest reboot or a reset restarts the guest
+                (else qemu exits, ``-no-reboot``).
         """
         self.image = image
         self.user_data = user_data
         self.instance_id = instance_id
         self.memory_mb = memory_mb
-        self.forward = tuple(forward)
+        if isinstance(forward, Mapping):
+            self.forward = dict(forward)
+        else:
+            base = free_ports(len(forward)) if forward else 0
+            self.forward = {guest: base + i for i, guest in enumerate(forward)}
         self.extra_cmdline = extra_cmdline
         self.keep_dir = keep_dir
+        self.vendor_data = vendor_data
+        self.localca_dir = localca_dir
+        self.allow_reboot = allow_reboot
         self.workdir = ""
-        self.ports: dict[int, int] = {}
+        #: guest port -> the host port (on 127.0.0.1) forwarded to it
+        self.ports = dict(self.forward)
         self.started = 0.0
+        self._swtpm_argv: list[str] = []
+        self._tpm_sock = ""
         self._swtpm: subprocess.Popen[bytes] | None = None
         self._qemu: subprocess.Popen[bytes] | None = None
 
@@ -153,6 +194,21 @@ class VmGuest:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+    @property
+    def agent(self) -> GuestAgent:
+        """The qemu guest agent of this guest."""
+        return GuestAgent(os.path.join(self.workdir, "qga.sock"))
+
+    @property
+    def qmp(self) -> Qmp:
+        """qemu's monitor of this guest."""
+        return Qmp(os.path.join(self.workdir, "qmp.sock"))
+
+    @property
+    def tpm_state(self) -> str:
+        """The vTPM's state directory."""
+        return os.path.join(self.workdir, "tpm")
 
     @property
     def serial_log(self) -> str:
@@ -173,39 +229,82 @@ class VmGuest:
             raise
 
     def _start(self) -> None:
-        swtpm, tpm_sock = swtpm_argv(self.workdir)
+        self._swtpm_argv, self._tpm_sock = swtpm_argv(self.workdir)
+        if self.localca_dir is not None:
+            self._manufacture_vtpm(self.localca_dir)
         seed = os.path.join(self.workdir, "seed.iso")
         disk = os.path.join(self.workdir, "disk.qcow2")
         meta = f"instance-id: {self.instance_id}\nlocal-hostname: trusted-guest\n"
-        make_seed(seed, self.user_data, meta)
+        make_seed(seed, self.user_data, meta, self.vendor_data)
         self._check(
             ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
              "-b", self.image.qcow2, disk],
             "qemu-utils",
         )  # fmt: skip
-        self._swtpm = self._spawn(swtpm, "swtpm.out", "swtpm")
-        self._wait_path(tpm_sock, self._swtpm, "swtpm", 30.0)
-        base = free_ports(len(self.forward)) if self.forward else 0
-        self.ports = {guest: base + i for i, guest in enumerate(self.forward)}
+        self.relaunch()
+
+    def _manufacture_vtpm(self, localca_dir: str) -> None:
+        """The vTPM's state with an EK certificate, as libvirt makes it."""
+        config = write_localca_config(localca_dir)
+        self._check(
+            ["swtpm_setup", "--tpm2", "--tpmstate", self.tpm_state,
+             "--create-ek-cert", "--create-platform-cert", "--config", config,
+             "--vmid", f"instance-00000001:{self.instance_id}", "--overwrite"],
+            "swtpm-tools",
+        )  # fmt: skip
+
+    def relaunch(self) -> None:
+        """Start swtpm and qemu on the existing disk and vTPM state (after
+        :meth:`kill`, or the first time)."""
+        self._swtpm = self._spawn(self._swtpm_argv, "swtpm.out", "swtpm")
+        self._wait_path(self._tpm_sock, self._swtpm, "swtpm", 30.0)
         netdev = "user,id=n0" + "".join(
             f",hostfwd=tcp:127.0.0.1:{host}-:{guest}"
             for guest, host in self.ports.items()
         )
+        work = self.workdir
+        reboot = [] if self.allow_reboot else ["-no-reboot"]
         self.started = time.monotonic()
         self._qemu = self._spawn(
             ["qemu-system-x86_64",
              "-machine", "q35,accel=tcg", "-smp", "1", "-m", str(self.memory_mb),
-             "-bios", OVMF, "-display", "none", "-monitor", "none", "-no-reboot",
+             "-bios", OVMF, "-display", "none", "-monitor", "none", *reboot,
              "-kernel", self.image.kernel, "-initrd", self.image.initrd,
              "-append", f"{self.image.cmdline} {self.extra_cmdline}".strip(),
              "-serial", f"file:{self.serial_log}",
-             *tpm_qemu_args(tpm_sock),
-             "-drive", f"file={disk},if=virtio,format=qcow2",
-             "-drive", f"file={seed},if=virtio,format=raw,readonly=on",
-             "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0"],
+             *tpm_qemu_args(self._tpm_sock),
+             "-drive", f"file={work}/disk.qcow2,if=virtio,format=qcow2",
+             "-drive", f"file={work}/seed.iso,if=virtio,format=raw,readonly=on",
+             "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0",
+             "-qmp", f"unix:{work}/qmp.sock,server=on,wait=off",
+             "-chardev", f"socket,path={work}/qga.sock,server=on,wait=off,id=qga0",
+             "-device", "virtio-serial",
+             "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0"],
             "qemu.out",
             "qemu-system-x86",
         )  # fmt: skip
+
+    def kill(self) -> None:
+        """Kill qemu and swtpm without warning (a host crash); the disk,
+        the vTPM state and the console log stay for :meth:`relaunch`."""
+        kill_groups(self._qemu, self._swtpm)
+        self._qemu = self._swtpm = None
+        for name in ("swtpm.sock", "qmp.sock", "qga.sock"):
+            path = os.path.join(self.workdir, name)
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def save_tpm_state(self, directory: str) -> None:
+        """Copy the vTPM's state as it is now on disk to ``directory``."""
+        shutil.copytree(self.tpm_state, directory)
+
+    def restore_tpm_state(self, directory: str) -> None:
+        """Replace the vTPM's state by a copy (call between :meth:`kill`
+        and :meth:`relaunch`)."""
+        if self._swtpm is not None:
+            raise VmGuestError("restore_tpm_state: swtpm is running (kill first)")
+        shutil.rmtree(self.tpm_state)
+        shutil.copytree(directory, self.tpm_state)
 
     def stop(self) -> None:
         """Kill qemu and swtpm (by PID) and remove the work directory."""

@@ -20,15 +20,13 @@ Policies are JSON; ``--sign-key`` also writes a detached signature to
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import sys
-from collections.abc import Iterator, Sequence
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from verifier.common.imagefiles import tree_files
 from verifier.protocol import ProtocolError
 from verifier.protocol.ima import (
     ImaEntry,
@@ -50,27 +48,6 @@ def _read_log(path: str) -> list[ImaEntry]:
     if head[:3].isdigit() or head[:2].isdigit():  # "10 <hex> ima-ng ..."
         return parse_ascii(data)
     return parse_binary(data)
-
-
-def _walk(
-    root: str, algorithms: Sequence[str]
-) -> Iterator[tuple[str, set[tuple[str, bytes]]]]:
-    """(absolute path inside the image, its digests) of every regular file."""
-    for directory, _, files in os.walk(root):
-        for name in sorted(files):
-            full = os.path.join(directory, name)
-            if os.path.islink(full) or not os.path.isfile(full):
-                continue
-            hashers = [hashlib.new(a) for a in algorithms]
-            with open(full, "rb") as f:
-                while chunk := f.read(_CHUNK):
-                    for h in hashers:
-                        h.update(chunk)
-            inside = "/" + os.path.relpath(full, root)
-            yield (
-                inside,
-                {(a, h.digest()) for a, h in zip(algorithms, hashers, strict=True)},
-            )
 
 
 def _write(policy: RuntimePolicy, output: str, sign_key: str | None) -> None:
@@ -138,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 1 if failures else 0
     if args.command == "from-tree":
-        allow = dict(_walk(args.source, args.algorithm or ["sha256"]))
+        allow = dict(tree_files(args.source, args.algorithm or ["sha256"]))
         policy = RuntimePolicy(args.name, args.version, allow, args.exclude, (), {})
     else:
         policy = policy_from_log(

@@ -63,8 +63,17 @@ class TlsStateTest(testtools.TestCase):
         error = self.assertRaises(NodeAgentError, self.start)
         self.assertIn("does not match", str(error))
 
-    def test_missing_certificate_is_a_clear_error(self):
-        self.start()
+    def test_key_without_certificate_is_an_interrupted_creation(self):
+        # A crash after the key was renamed into place and before the
+        # certificate was: no one can have pinned it; a new pair is made.
+        first = self.start()
         os.unlink(os.path.join(self.work_dir, CERT_FILE))
+        second = self.start()
+        self.assertNotEqual(first.tls_cert_pem, second.tls_cert_pem)
+        self.assertEqual(second.tls_cert_pem, self.start().tls_cert_pem)
+
+    def test_missing_key_is_a_clear_error(self):
+        self.start()
+        os.unlink(os.path.join(self.work_dir, KEY_FILE))
         error = self.assertRaises(NodeAgentError, self.start)
-        self.assertIn("is missing", str(error))
+        self.assertIn("tls-key.pem is missing", str(error))

@@ -1,0 +1,333 @@
+"""Policies built from the tenant's own guest image (``trusted-tenant
+policy generate``): offline, before any node exists.
+
+Runtime (IMA) policy
+    every regular file of the image's root file system (a directory or a
+    tar archive, e.g. ``disk-image-create -t qcow2,tar``) and of its
+    initramfs (a cpio archive) at its path, plus
+    the payload's own digest at the path the agent runs it from
+    (:data:`PAYLOAD_PATH`), with :data:`DEFAULT_EXCLUDES` for the state
+    cloud-init, systemd and the agent write at boot and then read as root
+    (``ima_policy=tcb`` measures every file root reads). The excludes name
+    data files one by one; none covers a directory where a program could be
+    put and run (``/root``, ``/var/tmp``, ``/usr/local``, the agent's
+    payload), so an unknown program there is still refused.
+
+Measured-boot policy
+    the kernel's Authenticode digest (UEFI firmware measures the kernel it
+    starts as an ``EV_EFI_BOOT_SERVICES_APPLICATION``), the firmware blob
+    digests the cloud provider publishes for its firmware (e.g. its OVMF
+    build; optional), and the Secure Boot state. When qemu loads the kernel
+    itself (Nova's ``kernel_id``/``ramdisk_id`` image properties: libvirt's
+    direct kernel boot), qemu writes into the kernel's setup header before
+    OVMF measures it (:func:`qemu_direct_boot_kernel`): the digest then
+    depends on the initramfs size and the flavor's memory too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import struct
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from nova_plugin.exceptions import TenantError
+from verifier.common.imagefiles import (
+    Digests,
+    ImageFilesError,
+    cpio_files,
+    tar_files,
+    tree_files,
+)
+from verifier.protocol import MalformedError
+from verifier.protocol.ima import RuntimePolicy
+from verifier.protocol.mb import MeasuredBootPolicy
+from verifier.protocol.mb.authenticode import pe_authenticode_digest
+
+__all__ = [
+    "DEFAULT_EXCLUDES",
+    "INITRAMFS_READS_OF_ROOT",
+    "PAYLOAD_PATH",
+    "add_generate_parser",
+    "generate",
+    "measured_boot_policy",
+    "qemu_direct_boot_kernel",
+    "runtime_policy",
+]
+
+#: Where the agent writes the decrypted payload and runs it from.
+PAYLOAD_PATH = "/var/lib/trusted-cloud-agent/payload"
+
+#: Files written at boot (not in the image, or changed from it) that root
+#: reads and IMA measures, found by booting the image (see
+#: doc/source/user/image-policies.rst). Each pattern is anchored at both
+#: ends and names data files, never a directory where a program could be
+#: put and run: an unknown program in /root, /var/tmp, /usr/local or the
+#: agent's work directory is still refused.
+DEFAULT_EXCLUDES: tuple[str, ...] = (
+    # systemd: the machine id made at first boot, its random seed, the
+    # journal read back by journald (also one it archived, or set aside as
+    # corrupt after a crash: system@...journal~), e2fsprogs' test of a
+    # writable root
+    r"/etc/machine-id$",
+    r"/var/lib/dbus/machine-id$",
+    r"/var/lib/systemd/random-seed$",
+    r"/var/log/journal/[0-9a-f]{32}/system(@[0-9a-f-]+)?\.journal~?$",
+    r"/\.ismount-test-file$",
+    # cloud-init: its seed (NoCloud or config drive, mounted under /run),
+    # the instance's data (not its scripts), the host name, the default
+    # user it adds and the SSH keys it writes (data, not programs)
+    r"/run/cloud-init/tmp/[^/]+/(user-data|meta-data|vendor-data|network-config)$",
+    r"/run/cloud-init/tmp/[^/]+/(openstack|ec2)/[^/]+/[^/]+\.json$",
+    r"/run/cloud-init/tmp/[^/]+/openstack/[^/]+/(user|vendor)_data$",
+    r"/var/lib/cloud/instances/[^/]+/(?!scripts/)[^/]+$",
+    r"/var/lib/cloud/data/[^/]+$",
+    r"/etc/(hostname|hosts)$",
+    r"/etc/(passwd|group|shadow|gshadow)$",
+    r"/root/\.ssh/authorized_keys$",
+    r"/home/[^/]+/\.ssh/authorized_keys$",
+    r"/etc/systemd/network/10-cloud-init-[^/]+\.network$",
+    # the node's bootstrap configuration and the provider's agent settings
+    r"/etc/trusted-cloud/bootstrap\.json$",
+    r"/etc/trusted-cloud/agent\.conf\.d/[^/]+\.conf$",
+    # the agent's kept TLS key and certificate, the bootstrap file's CA
+    # as it writes it, the payload's output
+    r"/var/lib/trusted-cloud-agent/"
+    r"(tls-key|tls-cert|identity-key|identity-cert|bootstrap-ca)\.pem$",
+    r"/var/lib/trusted-cloud-agent/payload\.(out|status)$",
+)
+
+#: Files of the root file system the initramfs reads before it switches to
+#: it (mounted at /root): Debian's initramfs-tools reads its fstab.
+INITRAMFS_READS_OF_ROOT = ("/etc/fstab",)
+
+
+def runtime_policy(
+    files: Iterable[tuple[str, Digests]],
+    name: str,
+    version: int,
+    *,
+    excludes: Sequence[str] = DEFAULT_EXCLUDES,
+    payloads: Sequence[bytes] = (),
+    payload_path: str = PAYLOAD_PATH,
+) -> RuntimePolicy:
+    """An allowlist of an image's files and the payloads it will run.
+
+    Args:
+        files: (path, digests) of the image's regular files (its root and
+            its initramfs); the root's :data:`INITRAMFS_READS_OF_ROOT` are
+            also allowed as the initramfs sees them (under ``/root``).
+        name: The policy's name.
+        version: Its version.
+        excludes: Regular expressions of paths not checked.
+        payloads: Payloads (plaintext) the agent may run at ``payload_path``.
+        payload_path: Where the agent writes the payload.
+
+    Returns:
+        The policy.
+
+    Raises:
+        MalformedError: an invalid exclude.
+    """
+    allow: dict[str, set[tuple[str, bytes]]] = {}
+    for path, digests in files:
+        allow.setdefault(path, set()).update(digests)
+    for path in INITRAMFS_READS_OF_ROOT:
+        if path in allow:
+            allow.setdefault("/root" + path, set()).update(allow[path])
+    for payload in payloads:
+        allow.setdefault(payload_path, set()).add(
+            ("sha256", hashlib.sha256(payload).digest())
+        )
+    return RuntimePolicy(name, version, allow, excludes)
+
+
+# qemu (hw/i386/x86.c, x86_load_linux) for a boot protocol >= 2.02 kernel:
+# the real-mode code at 0x10000, the command line at 0x20000, and the
+# ACPI tables' room below the top of low memory (pc machines since 2.x).
+_QEMU_REAL_ADDR, _QEMU_CMDLINE_ADDR, _QEMU_ACPI_DATA_SIZE = 0x10000, 0x20000, 0x28000
+_XLF_CAN_BE_LOADED_ABOVE_4G = 1 << 1
+
+
+def qemu_direct_boot_kernel(kernel: bytes, initrd_size: int, memory_mb: int) -> bytes:
+    """The kernel as OVMF measures it when qemu (7.2, q35) loads it with
+    ``-kernel``/``-initrd`` (what libvirt does for Nova's ``kernel_id``).
+
+    qemu writes five fields of the Linux setup header (Documentation/x86/
+    boot.rst) before handing the kernel to the firmware: the loader type
+    (0xB0), the can-use-heap flag and the heap end, the command line's
+    address, and the initramfs's address (the top of low memory below the
+    ACPI tables, 4 KiB aligned) and size.
+
+    Args:
+        kernel: The ``vmlinuz``.
+        initrd_size: The initramfs's size in bytes.
+        memory_mb: The VM's memory (the flavor's RAM).
+
+    Returns:
+        The kernel with the setup header qemu writes.
+
+    Raises:
+        MalformedError: not a Linux boot protocol >= 2.02 kernel.
+    """
+    if len(kernel) < 0x240 or kernel[0x202:0x206] != b"HdrS":
+        raise MalformedError("kernel", "no Linux setup header (HdrS)")
+    (protocol,) = struct.unpack_from("<H", kernel, 0x206)
+    if protocol < 0x202:
+        raise MalformedError("kernel", f"boot protocol {protocol:#x} before 2.02")
+    memory = memory_mb << 20
+    # q35 keeps up to 2 GiB below 4 GiB when the VM has 2.75 GiB or more
+    low = memory if memory < 0xB0000000 else 0x80000000
+    initrd_max = 0x37FFFFFF
+    if protocol >= 0x203:
+        (initrd_max,) = struct.unpack_from("<I", kernel, 0x22C)
+    if protocol >= 0x20C:
+        (xload,) = struct.unpack_from("<H", kernel, 0x236)
+        if xload & _XLF_CAN_BE_LOADED_ABOVE_4G:
+            initrd_max = 0xFFFFFFFF
+    initrd_max = min(initrd_max, low - _QEMU_ACPI_DATA_SIZE - 1)
+    header = bytearray(kernel[:0x240])
+    header[0x210] = 0xB0
+    header[0x211] |= 0x80
+    heap_end = _QEMU_CMDLINE_ADDR - _QEMU_REAL_ADDR - 0x200
+    struct.pack_into("<H", header, 0x224, heap_end)
+    struct.pack_into("<I", header, 0x228, _QEMU_CMDLINE_ADDR)
+    struct.pack_into(
+        "<II", header, 0x218, (initrd_max - initrd_size) & ~0xFFF, initrd_size
+    )
+    return bytes(header) + kernel[0x240:]
+
+
+def measured_boot_policy(
+    kernel: bytes,
+    firmware: Iterable[bytes] | None = None,
+    secure_boot: bool | None = None,
+) -> MeasuredBootPolicy:
+    """The measured-boot policy of a kernel started directly by UEFI firmware.
+
+    Args:
+        kernel: The image's ``vmlinuz`` (a PE image with the EFI stub).
+        firmware: The provider's firmware blob digests (None: not checked).
+        secure_boot: The Secure Boot state to require (None: not checked).
+
+    Raises:
+        MalformedError: the kernel is not a PE image.
+    """
+    apps = frozenset({pe_authenticode_digest(kernel)})
+    blobs = None if firmware is None else frozenset(firmware)
+    return MeasuredBootPolicy(apps, blobs, secure_boot)
+
+
+def add_generate_parser(policy_sub: Any) -> None:
+    """``trusted-tenant policy generate {runtime,measured-boot}``."""
+    gen = policy_sub.add_parser(
+        "generate", help="build a policy from a guest image (offline)"
+    )
+    kinds = gen.add_subparsers(dest="generate_kind", required=True)
+    run = kinds.add_parser("runtime", help="IMA allowlist of an image's files")
+    source = run.add_mutually_exclusive_group(required=True)
+    source.add_argument("--rootfs", help="the image's root directory")
+    source.add_argument("--tar", help="a tar archive of the image's root")
+    run.add_argument(
+        "--initrd",
+        help="the image's initramfs (its files are measured before the root "
+        "is mounted)",
+    )
+    run.add_argument("--name", required=True, help="the policy's name")
+    run.add_argument("--version", type=int, default=1, help="default: 1")
+    run.add_argument(
+        "--payload",
+        action="append",
+        default=[],
+        help=f"a payload the agent will run at {PAYLOAD_PATH} (repeatable)",
+    )
+    run.add_argument(
+        "--exclude", action="append", default=[], metavar="REGEX",
+        help="another path not checked (repeatable)",
+    )  # fmt: skip
+    run.add_argument(
+        "--no-default-excludes",
+        action="store_true",
+        help="leave out the excludes of state written at boot",
+    )
+    mb = kinds.add_parser("measured-boot", help="kernel and firmware digests")
+    mb.add_argument("--kernel", required=True, help="the image's vmlinuz")
+    mb.add_argument(
+        "--qemu-direct-boot", nargs=2, metavar=("INITRD", "MEMORY_MB"),
+        help="qemu loads the kernel (Nova's kernel_id/ramdisk_id): the "
+        "initramfs file and the flavor's RAM in MiB",
+    )  # fmt: skip
+    mb.add_argument(
+        "--firmware-digest", action="append", default=None, metavar="SHA256",
+        help="a firmware blob digest the provider publishes (repeatable; "
+        "default: firmware not checked)",
+    )  # fmt: skip
+    mb.add_argument("--secure-boot", choices=("on", "off"), help="require this state")
+    for cmd in (run, mb):
+        cmd.add_argument("-o", "--output", required=True, help="JSON to write")
+
+
+def generate(args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``policy generate``; the message to print.
+
+    Raises:
+        TenantError: unreadable input or an invalid exclude or digest.
+    """
+    try:
+        if args.generate_kind == "runtime":
+            document, what = _runtime(args)
+        else:
+            document, what = _measured_boot(args)
+    except (ImageFilesError, MalformedError, ValueError) as exc:
+        raise TenantError(f"policy generate {args.generate_kind}: {exc}")
+    with open(args.output, "w", encoding="utf-8") as out:
+        json.dump(document, out, indent=1, sort_keys=True)
+    return {"message": f"wrote {args.output}: {what}"}
+
+
+def _runtime(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    files = list(tar_files(args.tar) if args.tar else tree_files(args.rootfs))
+    if args.initrd:
+        files += cpio_files(args.initrd)
+    payloads = []
+    for path in args.payload:
+        with open(path, "rb") as handle:
+            payloads.append(handle.read())
+    excludes = [] if args.no_default_excludes else list(DEFAULT_EXCLUDES)
+    policy = runtime_policy(
+        files,
+        args.name,
+        args.version,
+        excludes=excludes + args.exclude,
+        payloads=payloads,
+    )
+    document = policy.to_dict()
+    return document, (
+        f"runtime policy {args.name!r} v{args.version}: "
+        f"{len(document['digests'])} files, {len(excludes + args.exclude)} excludes"
+    )
+
+
+def _measured_boot(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    with open(args.kernel, "rb") as handle:
+        kernel = handle.read()
+    if args.qemu_direct_boot is not None:
+        initrd, memory_mb = args.qemu_direct_boot
+        if not memory_mb.isdigit() or int(memory_mb) < 64:
+            raise ValueError(
+                f"MEMORY_MB must be the flavor's RAM in MiB: {memory_mb!r}"
+            )
+        size = os.path.getsize(initrd)
+        kernel = qemu_direct_boot_kernel(kernel, size, int(memory_mb))
+    firmware = None
+    if args.firmware_digest is not None:
+        firmware = [bytes.fromhex(d) for d in args.firmware_digest]
+        if any(len(d) != 32 for d in firmware):
+            raise ValueError("a firmware digest is not a sha256 hex digest")
+    secure_boot = None if args.secure_boot is None else args.secure_boot == "on"
+    policy = measured_boot_policy(kernel, firmware, secure_boot)
+    app = next(iter(policy.boot_applications or ()))
+    return policy.to_dict(), f"measured-boot policy, kernel {app.hex()[:16]}..."
