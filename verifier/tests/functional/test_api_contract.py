@@ -33,6 +33,7 @@ from node_agent.agent import Agent, TpmAccess
 from node_agent.server import make_app as agent_app
 from node_agent.tests.unit.test_agent import SoftTpmAdapter
 from trusted_testing import hooks_events
+from trusted_testing.auth import open_auth
 from verifier.api.verifier_app import make_app as verifier_app
 from verifier.api.verifier_app import public_pem
 from verifier.attest.service import Verifier
@@ -138,7 +139,7 @@ class ApiContractTest(testtools.TestCase):
             None,
             interval=1.0,
         )
-        return verifier_app(verifier, public_pem(key.public_key()))
+        return verifier_app(verifier, public_pem(key.public_key()), open_auth())
 
     def _keyservice(self) -> web.Application:
         svc = KeyService(

@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from trusted_testing.auth import open_auth
 from verifier.api.verifier_app import make_app as verifier_app
 from verifier.common.web import parse_json_body
 from verifier.db import make_engine, upgrade
@@ -144,7 +145,7 @@ def _runtime_policy(entries: int) -> dict[str, Any]:
 
 class VerifierLimitsTest(VerifierServiceBase):
     def _app(self) -> web.Application:
-        return verifier_app(self.new_verifier(), "PEM")
+        return verifier_app(self.new_verifier(), "PEM", open_auth())
 
     async def _call(self, method: str, path: str, body: bytes | None = None) -> Any:
         async with TestClient(TestServer(self._app())) as client:
