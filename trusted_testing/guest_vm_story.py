@@ -99,6 +99,12 @@ class VmCluster(LocalCluster):
             workdir,
             nodes=0,
             interval=interval,
+            # A reboot on TCG leaves the agent unanswering for up to ~3 min.
+            # As an operator would, tolerate that many missed rounds: past
+            # max_unreachable a node is failed with a signed node.failed
+            # event (and the hooks' failed_actions run), which the life
+            # tests must not see.
+            verifier_options={"max_unreachable": 150},
             registrar_options={
                 "ek_ca_bundle": os.path.join(os.path.abspath(workdir), "ek-ca.pem"),
                 "require_ek_certificate": True,
