@@ -20,6 +20,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nova_plugin.policygen import PAYLOAD_PATH  # noqa: E402
+from tools.demo import say, step  # noqa: E402
 from trusted_testing.guest_vm import ImageError, build  # noqa: E402
 from trusted_testing.guest_vm_boot import VmGuestError  # noqa: E402
 from trusted_testing.guest_vm_story import StoryNode, VmCluster  # noqa: E402
@@ -29,15 +30,6 @@ PAYLOAD = b"""#!/bin/sh
 echo "Hello from the tenant's secret payload, inside VM $TRUSTED_NODE_UUID."
 echo "It was decrypted only after this VM proved its boot and its programs."
 """
-
-
-def say(text: str = "") -> None:
-    print(text, flush=True)
-
-
-def step(number: int, text: str) -> None:
-    say()
-    say(f"== {number}. {text}")
 
 
 def story(cluster: VmCluster) -> None:
