@@ -1,0 +1,253 @@
+"""The push exchange between a node agent and the verifier's push endpoint
+(:mod:`verifier.protocol.push`; served by :mod:`verifier.api.push_app`).
+
+``POST /v1/push/{uuid}/session``        -> :class:`SessionNonce`
+``POST /v1/push/{uuid}/session/proof``  :class:`SessionProof` -> :class:`SessionGrant`
+``POST /v1/push/{uuid}/challenge``      -> :class:`ChallengeMessage`
+``POST /v1/push/{uuid}/evidence``       :class:`EvidencePost` ->
+                                        :class:`EvidenceResult`
+
+The last two carry the session token as ``Authorization: TPM-Session
+<token>``. A challenge's request is the polling :class:`QuoteRequest` (as
+its query parameters), and evidence is the polling
+:class:`~verifier.protocol.messages.quote.QuoteAnswer`: both modes judge
+the same message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from verifier.protocol.errors import FieldError
+from verifier.protocol.messages._fields import Reader, check_int, check_str
+from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
+from verifier.protocol.messages.shares import ShareV
+from verifier.protocol.quote import Quote
+
+__all__ = [
+    "ChallengeMessage",
+    "EvidencePost",
+    "EvidenceResult",
+    "SessionGrant",
+    "SessionNonce",
+    "SessionProof",
+]
+
+_MAX_ID = 64
+_MAX_TOKEN = 128
+_MAX_STATE = 32
+_MAX_TIME = 1 << 40
+
+
+def _check_time(structure: str, name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FieldError(structure, name, "must be a number")
+    if not 0 <= value < _MAX_TIME:
+        raise FieldError(structure, name, "is out of range")
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionNonce:
+    """The verifier's nonce to open a session with, and the PCRs to quote."""
+
+    nonce: bytes
+    pcrs: tuple[int, ...]
+    expires_at: float
+
+    _NAME = "session nonce"
+
+    def __post_init__(self) -> None:
+        QuoteRequest(self.nonce, self.pcrs)  # validates nonce and PCRs
+        _check_time(self._NAME, "expires_at", self.expires_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nonce": self.nonce.hex(),
+            "pcrs": list(self.pcrs),
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> SessionNonce:
+        r = Reader(data, cls._NAME)
+        nonce = r.hex("nonce", 32)
+        pcrs = r.get("pcrs")
+        if not isinstance(pcrs, list):
+            raise FieldError(cls._NAME, "pcrs", "must be a list")
+        msg = cls(nonce, tuple(pcrs), r.get("expires_at"))
+        r.finish()
+        return msg
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionProof:
+    """The agent's quote over the session nonce (and the session label)."""
+
+    quote: Quote
+
+    _NAME = "session proof"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"quote": self.quote.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: object) -> SessionProof:
+        r = Reader(data, cls._NAME)
+        msg = cls(Quote.from_dict(r.get("quote")))
+        r.finish()
+        return msg
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionGrant:
+    """A session: its bearer token, its expiry, the evidence interval."""
+
+    token: str
+    expires_at: float
+    interval: float
+
+    _NAME = "session grant"
+
+    def __post_init__(self) -> None:
+        check_str(self._NAME, "token", self.token, _MAX_TOKEN)
+        _check_time(self._NAME, "expires_at", self.expires_at)
+        _check_time(self._NAME, "interval", self.interval)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> SessionGrant:
+        r = Reader(data, cls._NAME)
+        msg = cls(r.get("token"), r.get("expires_at"), r.get("interval"))
+        r.finish()
+        return msg
+
+
+@dataclasses.dataclass(frozen=True)
+class ChallengeMessage:
+    """A challenge: its id, what to send, until when."""
+
+    id: str
+    request: QuoteRequest
+    expires_at: float
+
+    _NAME = "challenge"
+
+    def __post_init__(self) -> None:
+        check_str(self._NAME, "id", self.id, _MAX_ID)
+        _check_time(self._NAME, "expires_at", self.expires_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "request": self.request.to_query(),
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> ChallengeMessage:
+        r = Reader(data, cls._NAME)
+        query = r.get("request")
+        if not isinstance(query, Mapping) or not all(
+            isinstance(v, str) for v in query.values()
+        ):
+            raise FieldError(cls._NAME, "request", "must be an object of strings")
+        msg = cls(r.get("id"), QuoteRequest.from_query(query), r.get("expires_at"))
+        r.finish()
+        return msg
+
+
+@dataclasses.dataclass(frozen=True)
+class EvidencePost:
+    """The agent's evidence for one challenge: a polling answer."""
+
+    challenge: str
+    evidence: QuoteAnswer | Mapping[str, Any]
+
+    _NAME = "evidence post"
+
+    def __post_init__(self) -> None:
+        check_str(self._NAME, "challenge", self.challenge, _MAX_ID)
+
+    def to_dict(self) -> dict[str, Any]:
+        evidence = self.evidence
+        if isinstance(evidence, QuoteAnswer):
+            evidence = evidence.to_dict()
+        return {"challenge": self.challenge, "evidence": dict(evidence)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> EvidencePost:
+        """Parse the envelope only: the evidence is parsed by the judge
+        (an answer that does not parse is a verdict, as when polled).
+
+        Raises:
+            MalformedError: naming the bad field.
+        """
+        r = Reader(data, cls._NAME)
+        challenge, evidence = r.get("challenge"), r.get("evidence")
+        r.finish()
+        if not isinstance(evidence, Mapping):
+            raise FieldError(cls._NAME, "evidence", "must be an object")
+        return cls(challenge, evidence)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvidenceResult:
+    """The verifier's answer to evidence.
+
+    Attributes:
+        state: the node's state after judging.
+        interval: seconds until the next evidence is due.
+        v: share V and the identity certificate (first good evidence only).
+        next: a follow-up challenge to answer at once (evidence incomplete).
+        sealed: more keys sealed to NK (e.g. ``abe``: a CP-ABE key).
+    """
+
+    state: str
+    interval: float
+    v: ShareV | None = None
+    next: ChallengeMessage | None = None
+    sealed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    _NAME = "evidence result"
+
+    def __post_init__(self) -> None:
+        check_str(self._NAME, "state", self.state, _MAX_STATE)
+        _check_time(self._NAME, "interval", self.interval)
+        check_int(self._NAME, "sealed", len(self.sealed), 0, 8)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "interval": self.interval,
+            "v": self.v.to_dict() if self.v is not None else None,
+            "next": self.next.to_dict() if self.next is not None else None,
+            "sealed": dict(self.sealed),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> EvidenceResult:
+        r = Reader(data, cls._NAME)
+        v, nxt, sealed = r.get("v"), r.get("next"), r.get("sealed")
+        msg = cls(
+            r.get("state"),
+            r.get("interval"),
+            ShareV.from_dict(v) if v is not None else None,
+            ChallengeMessage.from_dict(nxt) if nxt is not None else None,
+            _sealed(cls._NAME, sealed),
+        )
+        r.finish()
+        return msg
+
+
+def _sealed(structure: str, data: object) -> dict[str, str]:
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise FieldError(structure, "sealed", "must be an object of strings")
+    return dict(data)
