@@ -41,6 +41,7 @@ class NodeView:
     mb_policy: str | None = None
     ima_entries: int | None = None
     project_id: str = ""
+    mode: str = "pull"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -69,10 +70,12 @@ def enrolment_row(
     refs: tuple[str | None, str | None],
     now: float,
     project_id: str = "",
+    mode: str = "pull",
 ) -> Node:
     """The row of a new enrolment: the registrar's ``record`` of the node
     (AK, TLS certificate, address; None before the agent registered), the
-    runtime/measured-boot policy digests ``refs`` and the owning project."""
+    runtime/measured-boot policy digests ``refs``, the owning project and
+    the attestation ``mode`` (``pull`` or ``push``)."""
     values = _UNREGISTERED if record is None else registration_values(record)
     return Node(
         uuid=uuid,
@@ -87,6 +90,7 @@ def enrolment_row(
         updated_at=now,
         runtime_policy=refs[0],
         mb_policy=refs[1],
+        attestation_mode=mode,
     )
 
 
@@ -103,6 +107,7 @@ def view_of_row(row: Node) -> NodeView:
         row.mb_policy,
         row.ima_count,
         row.project_id,
+        row.attestation_mode or "pull",
     )
 
 
@@ -141,6 +146,7 @@ class LiveNode(NodeAttestation):
         runtime_ref: the digest of its stored runtime policy, or None.
         mb_ref: the digest of its stored measured-boot policy, or None.
         project_id: the Keystone project that owns it.
+        mode: ``pull`` (polled) or ``push`` (its agent posts evidence).
         judged: :class:`NodeAttestation`'s keyword arguments (its state as
             last written).
     """
@@ -148,6 +154,7 @@ class LiveNode(NodeAttestation):
     __slots__ = (
         "base_url",
         "mb_ref",
+        "mode",
         "project_id",
         "runtime_ref",
         "tls_cert",
@@ -166,10 +173,12 @@ class LiveNode(NodeAttestation):
         runtime_ref: str | None = None,
         mb_ref: str | None = None,
         project_id: str = "",
+        mode: str = "pull",
         **judged: Any,
     ) -> None:
         super().__init__(uuid, policy, ak, **judged)
         self.project_id = project_id
+        self.mode = mode
         self.base_url = base_url
         self.tls_cert = tls_cert
         self.v_share = v_share
@@ -188,6 +197,7 @@ class LiveNode(NodeAttestation):
             self.mb_ref,
             self.ima.count if self.runtime is not None else None,
             self.project_id,
+            self.mode,
         )
 
     @classmethod
@@ -219,6 +229,7 @@ class LiveNode(NodeAttestation):
             runtime_ref=row.runtime_policy,
             mb_ref=row.mb_policy,
             project_id=row.project_id or "",
+            mode=row.attestation_mode or "pull",
             state=NodeState(row.state),
             runtime=runtime,
             mb=mb,

@@ -32,6 +32,7 @@ from verifier.attest.node import (
 from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.policies import PolicyStore
+from verifier.attest.push import PushAttestation
 from verifier.attest.queries import NodeQueries
 from verifier.attest.quotas import Quotas
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
@@ -59,6 +60,7 @@ from verifier.protocol.attestation import (
 )
 from verifier.protocol.events import NODE_FAILED
 from verifier.protocol.messages.shares import ShareV
+from verifier.protocol.push import PushRules
 
 __all__ = ["NodeState", "NodeView", "Verifier"]
 
@@ -95,6 +97,8 @@ class Verifier(NodeQueries):
         abe: issues CP-ABE keys after valid quotes (None: off).
         quotas: per-project limits of nodes (and of policies, for the
             default policy store).
+        push_rules: limits on evidence pushed by ``push`` nodes
+            (:mod:`verifier.attest.push`).
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Verifier(NodeQueries):
         policies: PolicyStore | None = None,
         abe: AbeAuthority | None = None,
         quotas: Quotas | None = None,
+        push_rules: PushRules | None = None,
     ) -> None:
         if unreachable_action not in ("fail", "revoke"):
             raise ValueError("unreachable_action must be 'fail' or 'revoke'")
@@ -145,6 +150,7 @@ class Verifier(NodeQueries):
         self._background: list[asyncio.Task[None]] = []
         self._outbox_wakeup = asyncio.Event()
         self.abe = abe
+        self.push = PushAttestation(self, push_rules or PushRules(), interval, clock)
         self.pending = PendingNodes(
             self.store,
             registrar,
@@ -191,6 +197,7 @@ class Verifier(NodeQueries):
         # a released node's pending heap entry is skipped when it comes due
         self._nodes.pop(node.uuid, None)
         self._agents.forget(node.base_url, node.tls_cert)  # its connection
+        self.push.forget(node.uuid)
 
     def pause_attestation(self) -> None:
         """Stop scheduling quotes (tests and maintenance drive
@@ -253,6 +260,7 @@ class Verifier(NodeQueries):
         mb_policy: str | None = None,
         await_instance: bool = False,
         project: str = "",
+        mode: str = "pull",
     ) -> NodeView:
         """Start attesting ``uuid``; V is released to the node after its
         first valid quote (and runtime evidence). With ``await_instance``
@@ -270,6 +278,7 @@ class Verifier(NodeQueries):
             await_instance: enrol ahead of the instance.
             project: the Keystone project that will own the node (named
                 policies are looked up among its policies).
+            mode: ``pull`` (polled) or ``push`` (its agent posts evidence).
 
         Raises:
             ConflictError: already enrolled, or the AK is not activated.
@@ -288,19 +297,21 @@ class Verifier(NodeQueries):
             self.policies.resolve_pair, runtime_policy, mb_policy, project
         )
         if await_instance:
-            return await self.pending.enrol(uuid, v_share, policy, refs, project)
+            return await self.pending.enrol(uuid, v_share, policy, refs, project, mode)
         record = await self._registrar.get_agent(uuid)
         if not record.activated:
             raise ConflictError(
                 "ak_not_activated",
                 f"node {uuid} has not activated its attestation key at the registrar",
             )
-        row = enrolment_row(uuid, v_share, policy, record, refs, self._clock(), project)
+        row = enrolment_row(
+            uuid, v_share, policy, record, refs, self._clock(), project, mode
+        )
         node = LiveNode.from_row(row, self.policies.cached)
         await asyncio.to_thread(self.store.insert, row)
         if self._ownership.owns(uuid):
             self._adopt(node)
-        LOG.info("Enrolled node %s with PCRs %s", uuid, list(policy.pcrs))
+        LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
         return node.view()
 
     def _live(self, uuid: str) -> LiveNode:
@@ -370,6 +381,9 @@ class Verifier(NodeQueries):
         if not self._still_attesting(node):
             return False
         try:
+            if node.mode == "push":  # its agent posts; only its deadline here
+                self.push.deadline_round(node)
+                return False
             return await self._quote_round(node)
         except (asyncio.CancelledError, sa.exc.SQLAlchemyError):
             raise

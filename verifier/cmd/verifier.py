@@ -8,6 +8,7 @@ the ``scale`` extra; a missing one is a configuration error naming it.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import ssl
 from collections.abc import Callable
@@ -38,9 +39,12 @@ from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
 from verifier.policies import make_enforcer
+from verifier.protocol.push import PushRules
 
 if TYPE_CHECKING:
     from verifier.attest.abe_keys import AbeAuthority
+
+LOG = logging.getLogger(__name__)
 
 
 def _require(extra: str, feature: str) -> None:
@@ -155,8 +159,38 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         ),
         abe=abe,
         quotas=quotas,
+        push_rules=build_push_rules(conf),
     )
     return verifier, public_pem(signing_key.public_key())
+
+
+def build_push_rules(conf: cfg.ConfigOpts) -> PushRules:
+    """The ``[push]`` limits."""
+    group = conf.push
+    return PushRules(
+        challenge_ttl=group.challenge_ttl,
+        min_gap=group.min_interval,
+        session_ttl=group.session_ttl,
+        max_evidence_bytes=group.max_evidence_bytes,
+    )
+
+
+async def start_push_site(
+    conf: cfg.ConfigOpts, verifier: Verifier
+) -> web.AppRunner | None:
+    """Serve the push endpoint on ``[push] port`` (None: disabled), over TLS
+    with the verifier's certificate and no client certificate required."""
+    if not conf.push.port:
+        return None
+    from verifier.api.push_app import make_push_app
+
+    ctx = _service.server_tls(conf.verifier, client_cert_optional=True)
+    runner = web.AppRunner(make_push_app(verifier.push), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, conf.verifier.host, conf.push.port, ssl_context=ctx)
+    await site.start()
+    LOG.info("Push endpoint on https://%s:%d", conf.verifier.host, conf.push.port)
+    return runner
 
 
 def build_monitor(
@@ -241,12 +275,19 @@ def main(argv: list[str] | None = None) -> int:
         if auth.keystone is not None:  # tenants come without certificates
             ctx.verify_mode = ssl.CERT_OPTIONAL
 
+        push_runner: list[web.AppRunner] = []
+
         async def start() -> None:
             if monitor is not None:
                 monitor[0].start()
             await verifier.start()
+            runner = await start_push_site(conf, verifier)
+            if runner is not None:
+                push_runner.append(runner)
 
         async def stop() -> None:
+            for runner in push_runner:
+                await runner.cleanup()
             await verifier.stop()
             if monitor is not None:
                 await monitor[0].stop()

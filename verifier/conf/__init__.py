@@ -7,6 +7,7 @@ from verifier.conf import (
     keyservice,
     monitor,
     notifiers,
+    push,
     quota,
     registrar,
     verifier,
@@ -23,6 +24,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     monitor.register_opts(conf)
     abe.register_opts(conf)
     quota.register_opts(conf)
+    push.register_opts(conf)
 
 
 __all__ = ["CONF", "register_opts"]

@@ -8,6 +8,7 @@ from verifier.conf import (
     monitor,
     notifiers,
     nova_listener,
+    push,
     quota,
     registrar,
     verifier,
@@ -24,4 +25,5 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         + abe.list_opts()
         + nova_listener.list_opts()
         + quota.list_opts()
+        + push.list_opts()
     )

@@ -109,6 +109,10 @@ class Node(Base):
     mb_policy: Mapped[str | None] = mapped_column(String(64), nullable=True)
     ima_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
     ima_pcr: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    # push attestation (0007): "pull" (the verifier polls) or "push"
+    attestation_mode: Mapped[str] = mapped_column(
+        String(8), default="pull", server_default=text("'pull'")
+    )
 
 
 class OutboxEvent(Base):

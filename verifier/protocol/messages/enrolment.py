@@ -25,10 +25,19 @@ from verifier.protocol.messages._fields import (
 from verifier.protocol.policy import PcrPolicy
 from verifier.protocol.shares import KEY_BYTES
 
-__all__ = ["MAX_DETAIL", "MAX_POLICY_REF", "EnrolmentRequest", "RevokeRequest"]
+__all__ = [
+    "MAX_DETAIL",
+    "MAX_POLICY_REF",
+    "MODES",
+    "EnrolmentRequest",
+    "RevokeRequest",
+]
 
 #: The longest stored-policy reference (``name``, ``name@version``, digest).
 MAX_POLICY_REF = 299
+#: How a node is attested: ``pull`` (the verifier polls its agent) or
+#: ``push`` (its agent posts evidence, :mod:`verifier.protocol.push`).
+MODES = ("pull", "push")
 #: The longest revocation detail a tenant may give.
 MAX_DETAIL = 1000
 
@@ -45,6 +54,7 @@ class EnrolmentRequest:
         runtime_policy: a stored IMA runtime policy reference, or None.
         mb_policy: a stored measured-boot policy reference, or None.
         await_instance: enrol ahead of the instance (Nova is creating it).
+        mode: ``pull`` (default) or ``push`` (:data:`MODES`).
 
     Raises:
         FieldError: a field of the wrong type or size.
@@ -58,6 +68,7 @@ class EnrolmentRequest:
     runtime_policy: str | None = None
     mb_policy: str | None = None
     await_instance: bool = False
+    mode: str = "pull"
 
     _NAME = "enrolment request"
 
@@ -72,6 +83,8 @@ class EnrolmentRequest:
                 self._NAME, name, getattr(self, name), MAX_POLICY_REF, optional=True
             )
         check_bool(self._NAME, "await_instance", self.await_instance)
+        if self.mode not in MODES:
+            raise FieldError(self._NAME, "mode", "must be 'pull' or 'push'")
 
     @property
     def has_policy_refs(self) -> bool:
@@ -87,6 +100,7 @@ class EnrolmentRequest:
             "runtime_policy": self.runtime_policy,
             "mb_policy": self.mb_policy,
             "await_instance": self.await_instance,
+            "mode": self.mode,
         }
 
     @classmethod
@@ -110,6 +124,7 @@ class EnrolmentRequest:
         else:
             policy = PcrPolicy.from_dict(document, allow_empty=with_refs)
         await_instance = r.get("await_instance")
+        mode = r.get("mode")
         r.finish()
         return cls(
             uuid,
@@ -118,6 +133,7 @@ class EnrolmentRequest:
             refs[0],
             refs[1],
             False if await_instance is None else await_instance,
+            "pull" if mode is None else mode,
         )
 
 

@@ -1,0 +1,214 @@
+"""Push attestation in the verifier service: nodes enrolled with ``mode:
+push`` are not polled; their agents open a TPM session, ask for
+challenges and post evidence (:mod:`verifier.protocol.push`), which is
+judged by the same :class:`~verifier.protocol.attestation.NodeAttestation`
+and acted on by the same write-ahead path as a polled answer
+(:meth:`Verifier._act`: state changes, revocations with their signed
+events, failures with theirs).
+
+The differences from polling are only where the I/O goes:
+
+* V and the identity certificate travel in the answer to the first good
+  evidence, not in a ``POST /v1/keys/v`` to the agent;
+* a deadline replaces the transport error: the quote scheduler still
+  visits each push node every interval, and a node that posted no good
+  evidence since its deadline counts one unreachable round
+  (:meth:`NodeAttestation.transport_failed`), so after
+  ``max_unreachable`` of them it is failed (or revoked) with its signed
+  event, exactly as an agent that stopped answering polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from verifier.attest.node import LiveNode, NodeState
+from verifier.ca import CaError
+from verifier.exceptions import ConflictError
+from verifier.protocol import seal_share
+from verifier.protocol.attestation import Action, Verdict
+from verifier.protocol.messages.push import (
+    ChallengeMessage,
+    EvidencePost,
+    EvidenceResult,
+    SessionGrant,
+    SessionNonce,
+    SessionProof,
+)
+from verifier.protocol.messages.shares import ShareV
+from verifier.protocol.push import PushLedger, PushRules
+
+if TYPE_CHECKING:
+    from verifier.attest.service import Verifier
+
+__all__ = ["PushAttestation"]
+
+LOG = logging.getLogger(__name__)
+_NONCE_BYTES = 20
+
+
+class PushAttestation:
+    """The push side of one verifier process.
+
+    Args:
+        verifier: the service (its nodes, rules, CA and write-ahead path).
+        rules: the push limits.
+        interval: seconds between two evidence posts of a node (its quote
+            interval).
+        clock: wall clock (seconds).
+        random: makes nonces, challenge ids and session tokens.
+    """
+
+    def __init__(
+        self,
+        verifier: Verifier,
+        rules: PushRules,
+        interval: float,
+        clock: Callable[[], float],
+        random: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        self._verifier = verifier
+        self.ledger = PushLedger(rules)
+        self.rules = rules
+        self.interval = interval
+        self._clock = clock
+        self._random = random
+        self._due: dict[str, float] = {}  # uuid -> deadline of good evidence
+
+    @property
+    def _grace(self) -> float:
+        # an agent is given its challenge's lifetime on top of the interval
+        return self.interval + self.rules.challenge_ttl
+
+    def _node(self, uuid: str) -> LiveNode:
+        """The live push node ``uuid``.
+
+        Raises:
+            NotFoundError: not enrolled (or attested by another verifier).
+            ConflictError: ``not_push_mode`` or ``revoked``.
+        """
+        node = self._verifier._live(uuid)
+        if node.mode != "push":
+            raise ConflictError(
+                "not_push_mode", f"node {node.uuid} is attested by polling"
+            )
+        if node.state == NodeState.REVOKED:
+            raise ConflictError("revoked", f"node {node.uuid} is revoked")
+        return node
+
+    # -- sessions ------------------------------------------------------------
+
+    def open_session(self, uuid: str) -> SessionNonce:
+        """A fresh nonce for ``uuid``'s agent to quote with its AK."""
+        node = self._node(uuid)
+        nonce = self._random(_NONCE_BYTES)
+        expires = self.ledger.open_session(node.uuid, nonce, self._clock())
+        return SessionNonce(nonce, node.quoted_pcrs, expires)
+
+    def prove_session(self, uuid: str, proof: SessionProof) -> SessionGrant:
+        """Open a session if ``proof`` is a quote by the node's activated AK
+        over its session nonce.
+
+        Raises:
+            PushError: as :meth:`PushLedger.prove_session`.
+        """
+        node = self._node(uuid)
+        token = self._random(32).hex()
+        expires = self.ledger.prove_session(
+            node.uuid, node.ak, proof.quote, token, self._clock()
+        )
+        LOG.info("Node %s opened a push session", node.uuid)
+        return SessionGrant(token, expires, self.interval)
+
+    # -- challenges and evidence -------------------------------------------------
+
+    def challenge(self, uuid: str, token: str) -> ChallengeMessage:
+        """The node's next challenge.
+
+        Raises:
+            PushError: a bad session, or ``too_frequent``.
+        """
+        node = self._node(uuid)
+        now = self._clock()
+        self.ledger.session_node(token, node.uuid, now)
+        return self._issue(node, now)
+
+    def _issue(self, node: LiveNode, now: float) -> ChallengeMessage:
+        request = node.request(self._random(_NONCE_BYTES))
+        challenge_id = self._random(16).hex()
+        challenge = self.ledger.issue(node.uuid, challenge_id, request, now)
+        return ChallengeMessage(challenge.id, request, challenge.expires_at)
+
+    def evidence(
+        self, uuid: str, token: str, post: EvidencePost, size: int
+    ) -> EvidenceResult:
+        """Judge evidence posted for a challenge, act on the verdict, and
+        answer with the node's state (and V after its first good evidence,
+        or a follow-up challenge when the evidence is incomplete).
+
+        Raises:
+            PushError: refused before judging (the node is unchanged).
+        """
+        node = self._node(uuid)
+        now = self._clock()
+        self.ledger.session_node(token, node.uuid, now)
+        challenge = self.ledger.take(node.uuid, post.challenge, size, now)
+        verifier = self._verifier
+        verdict = node.judge(challenge.request, post.evidence, now, verifier._rules)
+        if not verdict and verdict.transition is not None:
+            LOG.warning(
+                "Node %s failed attestation (push): %s",
+                node.uuid,
+                verdict.transition.failure_reason,
+            )
+        verifier._act(node, verdict)
+        share, follow = None, None
+        if verdict.action in (Action.WAIT, Action.RELEASE_V, Action.ASK_AGAIN):
+            self._due[node.uuid] = now + self._grace
+        if verdict.action is Action.ASK_AGAIN:
+            self.ledger.follow_up(node.uuid)
+            follow = self._issue(node, now)
+        elif verdict.action is Action.RELEASE_V:
+            share = self._release_v(node, verdict)
+        if node.state == NodeState.REVOKED:
+            self.ledger.forget(node.uuid)
+        return EvidenceResult(node.state.value, self.interval, share, follow)
+
+    def _release_v(self, node: LiveNode, verdict: Verdict) -> ShareV | None:
+        """V sealed to the quoted NK, with the identity certificate; the node
+        is attested once they are handed over (in the response)."""
+        assert verdict.nk is not None  # a RELEASE_V verdict carries NK
+        verifier = self._verifier
+        cert = None
+        if verifier._ca is not None and verdict.csr is not None:
+            try:
+                cert = verifier._ca.sign_csr(verdict.csr, node.uuid).decode()
+            except CaError as exc:
+                verifier._act(node, node.revoke("csr", str(exc)))
+                return None
+        share = ShareV(seal_share(verdict.nk, node.v_share, "V", node.uuid), cert)
+        verifier._act(node, node.v_delivered(), identity_cert=cert)
+        LOG.info("Node %s attested (push); V released", node.uuid)
+        return share
+
+    # -- deadlines -------------------------------------------------------------
+
+    def deadline_round(self, node: LiveNode) -> None:
+        """The scheduler's visit of a push node: one unreachable round if
+        no good evidence came by its deadline."""
+        now = self._clock()
+        due = self._due.setdefault(node.uuid, now + self._grace)
+        if now <= due:
+            return
+        self._due[node.uuid] = now + self.interval  # one round per interval
+        last = node.last_attested_at
+        since = f"since {last:.0f}" if last is not None else "since enrolment"
+        self._verifier._unreachable(node, f"no evidence pushed {since}")
+
+    def forget(self, uuid: str) -> None:
+        """The node is no longer attested here."""
+        self.ledger.forget(uuid)
+        self._due.pop(uuid, None)

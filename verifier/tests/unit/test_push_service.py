@@ -1,0 +1,312 @@
+"""Push attestation through the verifier's push endpoint
+(verifier.api.push_app over verifier.attest.push), hermetically: the
+service of test_attest_service with its SoftTpm agents, served by aiohttp
+on loopback. Each attack of issue 20 is refused with its JSON 4xx and
+leaves the node as the threat demands."""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from trusted_testing.softtpm import SoftTpm
+from verifier.api.push_app import make_push_app
+from verifier.attest.service import Verifier
+from verifier.notify import Outbox
+from verifier.protocol import MalformedError, PcrPolicy, bind_nonce
+from verifier.protocol.events import NODE_FAILED
+from verifier.protocol.messages.enrolment import EnrolmentRequest
+from verifier.protocol.push import SESSION_LABEL, PushRules
+from verifier.tests.unit.test_attest_service import (
+    FakeAgent,
+    VerifierServiceBase,
+    _b64,
+)
+
+RULES = PushRules(challenge_ttl=10.0, min_gap=1.0, max_evidence_bytes=64 * 1024)
+T0 = 1_700_000_000.0
+
+
+class PushServiceTest(VerifierServiceBase):
+    async def asyncSetUp(self) -> None:
+        self.now = T0
+        outbox = Outbox(self.engine, [self.notifier])
+        self.verifier = Verifier(
+            self.engine,
+            self.signing_key,
+            self.registrar,  # type: ignore[arg-type]
+            self.agents,  # type: ignore[arg-type]
+            outbox,
+            self.ca,
+            interval=2.0,
+            max_unreachable=3,
+            clock=lambda: self.now,
+            push_rules=RULES,
+        )
+        self.verifiers.append(self.verifier)
+        self.client = TestClient(TestServer(make_push_app(self.verifier.push)))
+        await self.client.start_server()
+        self.addAsyncCleanup(self.client.close)
+
+    async def _enrol(self, mode: str = "push") -> tuple[FakeAgent, bytes]:
+        agent = self.new_agent()
+        v_share = os.urandom(32)
+        view = await self.verifier.enrol(agent.uuid, v_share, self.policy, mode=mode)
+        self.quiesce(self.verifier)
+        self.assertEqual(mode, view.mode)
+        return agent, v_share
+
+    async def _post(
+        self,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        data: bytes | None = None,
+    ) -> tuple[int, Any]:
+        headers = {"Authorization": f"TPM-Session {token}"} if token else {}
+        response = await self.client.post(
+            path, json=body if data is None else None, data=data, headers=headers
+        )
+        return response.status, await response.json()
+
+    async def _session(self, agent: FakeAgent, tpm: SoftTpm | None = None) -> Any:
+        status, nonce = await self._post(f"/v1/push/{agent.uuid}/session")
+        self.assertEqual(201, status, nonce)
+        proof = (tpm or agent.tpm).quote(
+            bind_nonce(bytes.fromhex(nonce["nonce"]), SESSION_LABEL),
+            tuple(nonce["pcrs"]),
+        )
+        return await self._post(
+            f"/v1/push/{agent.uuid}/session/proof", {"quote": proof.to_dict()}
+        )
+
+    async def _token(self, agent: FakeAgent) -> str:
+        status, grant = await self._session(agent)
+        self.assertEqual(201, status, grant)
+        return str(grant["token"])
+
+    async def _challenge(self, agent: FakeAgent, token: str) -> dict[str, Any]:
+        status, challenge = await self._post(
+            f"/v1/push/{agent.uuid}/challenge", token=token
+        )
+        self.assertEqual(201, status, challenge)
+        return dict(challenge)
+
+    async def _evidence(
+        self, agent: FakeAgent, token: str, challenge: dict[str, Any]
+    ) -> dict[str, Any]:
+        answer = await agent.quote(challenge["request"])
+        return {"challenge": challenge["id"], "evidence": answer}
+
+    async def _attest(self, agent: FakeAgent) -> tuple[str, dict[str, Any]]:
+        token = await self._token(agent)
+        challenge = await self._challenge(agent, token)
+        post = await self._evidence(agent, token, challenge)
+        status, result = await self._post(
+            f"/v1/push/{agent.uuid}/evidence", post, token
+        )
+        self.assertEqual(200, status, result)
+        return token, result
+
+    def _state(self, agent: FakeAgent) -> str:
+        return self.verifier.get(agent.uuid).state
+
+    # -- the good path -----------------------------------------------------------
+
+    async def test_first_good_evidence_gets_v_and_identity_in_the_answer(
+        self,
+    ) -> None:
+        agent, v_share = await self._enrol()
+        token, result = await self._attest(agent)
+        self.assertEqual("attested", result["state"])
+        self.assertEqual(2.0, result["interval"])
+        envelope = base64.b64decode(result["v"]["v"])
+        self.assertEqual(v_share, agent.open_v({"v": _b64(envelope)}))
+        self.assert_identity_cert(agent, result["v"]["identity_cert"])
+        self.assertEqual([], agent.v_posts)  # nothing was sent to the agent
+        self.now += 2.0
+        challenge = await self._challenge(agent, token)
+        self.assertEqual("0", challenge["request"]["csr"])
+        post = await self._evidence(agent, token, challenge)
+        status, again = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
+        self.assertEqual((200, "attested", None), (status, again["state"], again["v"]))
+        self.assertEqual(2, self.verifier.get(agent.uuid).quotes_verified)
+
+    async def test_push_node_is_never_polled(self) -> None:
+        agent, _ = await self._enrol()
+        await self.verifier.attest_once(agent.uuid)
+        self.assertEqual([], agent.quote_requests)
+
+    async def test_bad_evidence_revokes_with_a_signed_event(self) -> None:
+        agent, _ = await self._enrol()
+        agent.tpm.extend(16, b"\x01" * 32)  # something unexpected ran
+        _, result = await self._attest(agent)
+        self.assertEqual("revoked", result["state"])
+        rows = self.outbox_rows()
+        self.assertEqual(1, len(rows))
+        self.assert_signed_event(rows[0], agent.uuid, "pcr_policy")
+
+    # -- deadlines -----------------------------------------------------------------
+
+    async def test_silent_push_node_fails_by_its_deadline_with_a_signed_event(
+        self,
+    ) -> None:
+        agent, _ = await self._attest_once_enrolled()
+        for _ in range(4):  # the grace, then max_unreachable missed rounds
+            self.now += 20.0
+            await self.verifier.attest_once(agent.uuid)
+        self.assertEqual("failed", self._state(agent))
+        rows = self.outbox_rows()
+        self.assertEqual(1, len(rows))
+        self.assert_signed_event(rows[0], agent.uuid, "unreachable")
+        self.assertIn(NODE_FAILED, rows[0].body)
+
+    async def _attest_once_enrolled(self) -> tuple[FakeAgent, str]:
+        agent, _ = await self._enrol()
+        token, result = await self._attest(agent)
+        self.assertEqual("attested", result["state"])
+        return agent, token
+
+    async def test_node_posting_in_time_stays_attested(self) -> None:
+        agent, token = await self._attest_once_enrolled()
+        for _ in range(5):
+            self.now += 2.0
+            challenge = await self._challenge(agent, token)
+            post = await self._evidence(agent, token, challenge)
+            await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
+            await self.verifier.attest_once(agent.uuid)
+        self.assertEqual("attested", self._state(agent))
+        self.assertEqual([], self.outbox_rows())
+
+    # -- bad input: one named test each ------------------------------------------
+
+    async def test_evidence_for_another_node_is_refused(self) -> None:
+        agent, token = await self._attest_once_enrolled()
+        other, other_token = await self._attest_once_enrolled()
+        self.now += 2.0
+        challenge = await self._challenge(other, other_token)
+        post = await self._evidence(agent, token, challenge)
+        # its own session, the other node's challenge
+        status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
+        self.assertEqual((403, "wrong_node"), (status, body["error"]["code"]))
+        # the other node's path with its own session
+        status, body = await self._post(f"/v1/push/{other.uuid}/evidence", post, token)
+        self.assertEqual((403, "wrong_node"), (status, body["error"]["code"]))
+        self.assertEqual("attested", self._state(agent))
+        self.assertEqual("attested", self._state(other))
+
+    async def test_replayed_challenge_is_refused(self) -> None:
+        agent, token = await self._attest_once_enrolled()
+        self.now += 2.0
+        old = await self._challenge(agent, token)
+        self.now += 2.0
+        await self._challenge(agent, token)  # replaces it
+        post = await self._evidence(agent, token, old)
+        status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
+        self.assertEqual((409, "challenge_used"), (status, body["error"]["code"]))
+        self.assertEqual("attested", self._state(agent))
+
+    async def test_expired_challenge_is_refused(self) -> None:
+        agent, token = await self._attest_once_enrolled()
+        self.now += 2.0
+        challenge = await self._challenge(agent, token)
+        self.now += RULES.challenge_ttl + 1
+        post = await self._evidence(agent, token, challenge)
+        status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
+        self.assertEqual((410, "challenge_expired"), (status, body["error"]["code"]))
+        self.assertEqual("attested", self._state(agent))
+
+    async def test_challenge_answered_twice_is_refused(self) -> None:
+        agent, token = await self._attest_once_enrolled()
+        self.now += 2.0
+        challenge = await self._challenge(agent, token)
+        post = await self._evidence(agent, token, challenge)
+        status, _ = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
+        self.assertEqual(200, status)
+        self.now += 2.0
+        status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
+        self.assertEqual((409, "challenge_used"), (status, body["error"]["code"]))
+        self.assertEqual(2, self.verifier.get(agent.uuid).quotes_verified)
+
+    async def test_evidence_too_frequent_is_refused(self) -> None:
+        agent, token = await self._attest_once_enrolled()
+        status, body = await self._post(f"/v1/push/{agent.uuid}/challenge", None, token)
+        self.assertEqual((429, "too_frequent"), (status, body["error"]["code"]))
+        self.assertEqual(1, self.verifier.get(agent.uuid).quotes_verified)
+
+    async def test_evidence_too_large_is_refused(self) -> None:
+        agent, token = await self._attest_once_enrolled()
+        self.now += 2.0
+        challenge = await self._challenge(agent, token)
+        post = await self._evidence(agent, token, challenge)
+        post["evidence"]["padding"] = "x" * RULES.max_evidence_bytes
+        status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
+        self.assertEqual(413, status)
+        self.assertEqual("evidence_too_large", body["error"]["code"])
+        self.assertEqual("attested", self._state(agent))
+
+    async def test_session_for_an_ak_never_activated_is_refused(self) -> None:
+        agent, _ = await self._enrol()
+        # a TPM whose AK the registrar never activated for this node
+        status, body = await self._session(agent, SoftTpm(ak_alg="ecc", ek_alg="ecc"))
+        self.assertEqual((401, "bad_session_proof"), (status, body["error"]["code"]))
+        status, body = await self._post(
+            f"/v1/push/{agent.uuid}/challenge", None, "guessed-token"
+        )
+        self.assertEqual((401, "no_session"), (status, body["error"]["code"]))
+        self.assertEqual("registered", self._state(agent))
+
+    async def test_no_session_token_is_refused(self) -> None:
+        agent, _ = await self._enrol()
+        status, body = await self._post(f"/v1/push/{agent.uuid}/challenge")
+        self.assertEqual((401, "no_session"), (status, body["error"]["code"]))
+
+    async def test_pull_node_cannot_push(self) -> None:
+        agent, _ = await self._enrol(mode="pull")
+        status, body = await self._post(f"/v1/push/{agent.uuid}/session")
+        self.assertEqual((409, "not_push_mode"), (status, body["error"]["code"]))
+
+    async def test_unknown_node_is_404(self) -> None:
+        status, body = await self._post(
+            "/v1/push/6f1d7a2e-0f4b-4c1e-9a57-1d2e3f405161/session"
+        )
+        self.assertEqual((404, "unknown_node"), (status, body["error"]["code"]))
+
+    async def test_malformed_evidence_post_is_400(self) -> None:
+        agent, token = await self._attest_once_enrolled()
+        status, body = await self._post(
+            f"/v1/push/{agent.uuid}/evidence", data=b"{not json", token=token
+        )
+        self.assertEqual(400, status)
+        status, body = await self._post(
+            f"/v1/push/{agent.uuid}/evidence", {"challenge": 3}, token
+        )
+        self.assertEqual((400, "bad_field"), (status, body["error"]["code"]))
+        self.assertEqual("attested", self._state(agent))
+
+    async def test_mode_survives_a_restart(self) -> None:
+        agent, _ = await self._enrol()
+        self.assertEqual("push", self.row(agent.uuid).attestation_mode)  # type: ignore[union-attr]
+
+
+class EnrolmentModeTest(VerifierServiceBase):
+    def test_enrolment_mode_defaults_to_pull_and_round_trips(self) -> None:
+        policy = PcrPolicy({16: frozenset({bytes(32)})})
+        uuid = "6f1d7a2e-0f4b-4c1e-9a57-1d2e3f405161"
+        plain = EnrolmentRequest(uuid, os.urandom(32), policy)
+        body = plain.to_dict()
+        del body["mode"]
+        self.assertEqual("pull", EnrolmentRequest.from_dict(body).mode)
+        push = EnrolmentRequest(uuid, os.urandom(32), policy, mode="push")
+        self.assertEqual(push, EnrolmentRequest.from_dict(push.to_dict()))
+
+    def test_unknown_mode_is_refused(self) -> None:
+        policy = PcrPolicy({16: frozenset({bytes(32)})})
+        body = EnrolmentRequest(
+            "6f1d7a2e-0f4b-4c1e-9a57-1d2e3f405161", os.urandom(32), policy
+        ).to_dict()
+        body["mode"] = "sideways"
+        self.assertRaises(MalformedError, EnrolmentRequest.from_dict, body)
