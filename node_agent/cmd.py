@@ -25,12 +25,14 @@ log shows the tenant):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
 
 from aiohttp import web
 from oslo_config import cfg
@@ -126,8 +128,11 @@ async def serve(
     roles: Mapping[str, Collection[str]] | None = None,
     evidence: EvidenceReader | None = None,
     tcti: str = "",
+    push_url: str | None = None,
 ) -> int:
-    """Serve the API, register, and wait for SIGTERM/SIGINT.
+    """Serve the API, register, and wait for SIGTERM/SIGINT; with
+    ``push_url``, push evidence there once registered
+    (:mod:`node_agent.push`).
 
     Returns:
         The process exit code.
@@ -158,6 +163,10 @@ async def serve(
         await asyncio.wait({registration, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if registration.done():
             registration.result()  # raises on failure
+            if push_url is not None:
+                await _push_until(
+                    agent, evidence or EvidenceReader(), push_url, stopper
+                )
             await stopper
         else:
             registration.cancel()
@@ -166,6 +175,26 @@ async def serve(
     finally:
         await runner.cleanup()
         await agent.close()
+
+
+async def _push_until(
+    agent: Agent,
+    evidence: EvidenceReader,
+    push_url: str,
+    stopper: asyncio.Task[Any],
+) -> None:
+    """Push evidence until stopped (or the node is revoked)."""
+    from node_agent.push import run_push
+
+    LOG.info("node agent %s pushes evidence to %s", agent.uuid, push_url)
+    pushing = asyncio.create_task(run_push(agent, evidence, push_url))
+    await asyncio.wait({pushing, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if not pushing.done():
+        pushing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pushing
+    else:
+        pushing.result()  # raises on failure
 
 
 def _describe(agent: Agent) -> None:
@@ -236,8 +265,13 @@ def main(argv: list[str] | None = None) -> int:
             conf.agent.mb_log_path or None,
             conf.agent.ima_max_bytes,
         )
+        push_url = None
+        if conf.agent.attestation_mode == "push":
+            push_url = conf.agent.push_url
+            if not push_url:
+                raise BootstrapError("[agent] attestation_mode = push needs push_url")
         return asyncio.run(
-            serve(agent, conf.agent.host, roles, evidence, conf.agent.tcti)
+            serve(agent, conf.agent.host, roles, evidence, conf.agent.tcti, push_url)
         )
     except (BootstrapError, MalformedError) as exc:
         LOG.error("node agent not started: configuration error: %s", exc)

@@ -90,6 +90,14 @@ def _parser() -> argparse.ArgumentParser:
         help="measured-boot policy stored at the verifier; PCRs 0-9 are then "
         "quoted and the firmware event log replayed and judged once per boot",
     )
+    enrol.add_argument(
+        "--mode",
+        choices=("pull", "push"),
+        default="pull",
+        help="how the verifier attests the node: pull (default; it polls the "
+        "agent) or push (the agent posts evidence to the verifier's push "
+        "endpoint: for nodes the verifier cannot reach)",
+    )
     pol = sub.add_parser(
         "policy", help="store, list, show and delete runtime/measured-boot policies"
     )
@@ -322,6 +330,7 @@ async def _run(args: argparse.Namespace) -> Any:
                 _policy(args),
                 runtime_policy=args.runtime_policy,
                 mb_policy=args.mb_policy,
+                mode=args.mode,
             )
             return {
                 "uuid": result.uuid,

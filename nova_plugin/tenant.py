@@ -247,11 +247,14 @@ class Tenant:
         *,
         runtime_policy: str | None = None,
         mb_policy: str | None = None,
+        mode: str = "pull",
     ) -> EnrolResult:
         """Enrol ``uuid``: verifier gets V and the policies, the node gets U.
 
         ``runtime_policy`` and ``mb_policy`` name policies stored at the
         verifier (:meth:`add_policy`); ``policy`` may then be empty.
+        ``mode`` is ``pull`` (the verifier polls the agent) or ``push`` (the
+        agent posts its evidence).
         """
         uuid = canonical_uuid(uuid)
         if len(payload) > MAX_PAYLOAD_BYTES:
@@ -264,7 +267,9 @@ class Tenant:
         key = generate_key()
         sealed = seal_payload(key, payload, uuid)
         u_share, v_share = split(key)
-        body = EnrolmentRequest(uuid, v_share, policy, runtime_policy, mb_policy)
+        body = EnrolmentRequest(
+            uuid, v_share, policy, runtime_policy, mb_policy, mode=mode
+        )
         _, view = await self._call(
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
         )

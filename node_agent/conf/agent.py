@@ -96,6 +96,21 @@ _OPTS = [
     ),
     cfg.StrOpt("key_file", help="PEM private key of cert_file."),
     cfg.StrOpt(
+        "attestation_mode",
+        default="pull",
+        choices=["pull", "push"],
+        help="pull: the verifier polls this agent's quote endpoint. push: the "
+        "agent posts its evidence to push_url (the node is enrolled with "
+        "mode push); the verifier then never connects to the agent, which "
+        "suits nodes on tenant networks it cannot reach.",
+    ),
+    cfg.StrOpt(
+        "push_url",
+        help="Base URL of the verifier's push endpoint ([push] port of the "
+        "verifier), e.g. https://verifier:8882; required in push mode. Its "
+        "certificate must chain to ca_file.",
+    ),
+    cfg.StrOpt(
         "work_dir",
         default="/var/lib/trusted-cloud-agent",
         help="Directory of the decrypted payload, its output and status, the "

@@ -1,0 +1,163 @@
+"""Push and pull attestation side by side on one verifier: real registrar
+and verifier processes, ``trusted-agent`` processes on swtpm. The pull
+node is polled as always; the push node's agent refuses every verifier
+connection (``verifier_clients`` names nobody), so it can only be
+attested -- V, identity certificate and all -- through the evidence it
+pushes. Tampering revokes either with its signed event, and a push agent
+that stops posting is failed by its deadline with one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+from typing import Any
+
+import testtools
+
+from trusted_testing.cluster import LocalCluster, free_port, wait_until
+from trusted_testing.e2e import Http
+from verifier.protocol import PcrPolicy
+
+INTERVAL = 0.5
+PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'
+
+
+class PushModeTest(testtools.TestCase):
+    """One deployment for the module: a pull node and two push nodes."""
+
+    cluster: LocalCluster
+    tmp: str
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.tmp = tempfile.mkdtemp(prefix="trusted-push-")
+        cls.push_port = free_port()
+        cls.cluster = LocalCluster(
+            os.path.join(cls.tmp, "cluster"),
+            nodes=3,
+            interval=INTERVAL,
+            verifier_options={"max_unreachable": 2},
+            verifier_sections={
+                "push": {
+                    "port": cls.push_port,
+                    "min_interval": 0.1,
+                    "challenge_ttl": 5.0,
+                }
+            },
+        )
+        try:
+            cls.cluster.start_services()
+            for node in cls.cluster.nodes[1:]:
+                node.agent_options = {
+                    "attestation_mode": "push",
+                    "push_url": f"https://127.0.0.1:{cls.push_port}",
+                    "verifier_clients": "nobody",  # never reachable by the verifier
+                    "cert_file": None,  # identity by the TPM alone
+                    "key_file": None,
+                }
+            for node in cls.cluster.nodes:
+                cls.cluster.start_agent(node)
+        except Exception:
+            cls.cluster.stop()
+            raise
+        cls.loop = asyncio.new_event_loop()
+        cls.tenant = cls.cluster.tenant()
+        cls.http = Http(cls.cluster)
+        cls.policy = PcrPolicy.from_dict({"pcrs": {"16": [cls.cluster.good_pcr_hex()]}})
+        for node in cls.cluster.nodes:
+            if not wait_until(lambda n=node: cls._registered(n.uuid), 60):
+                raise RuntimeError(f"agent {node.index} never registered")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        try:
+            cls.loop.run_until_complete(cls.tenant.close())
+            cls.loop.close()
+        finally:
+            cls.cluster.stop()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            super().tearDownClass()
+
+    @classmethod
+    def _registered(cls, uuid: str) -> bool:
+        r = Http(cls.cluster).call(
+            "GET", f"{cls.cluster.registrar_url}/v1/agents/{uuid}"
+        )
+        return r.status_code == 200 and r.json()["activated"] is True
+
+    def arun(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def node_state(self, uuid: str) -> dict[str, Any]:
+        r = self.http.call("GET", f"{self.cluster.verifier_url}/v1/nodes/{uuid}")
+        self.assertEqual(200, r.status_code, r.text)
+        return dict(r.json())
+
+    def wait_state(self, uuid: str, state: str, timeout: float) -> dict[str, Any]:
+        wait_until(lambda: self.node_state(uuid)["state"] == state, timeout)
+        return self.node_state(uuid)
+
+    def events(self, uuid: str) -> list[dict[str, Any]]:
+        return list(self.arun(self.tenant.events(uuid)))
+
+    def test_pull_and_push_nodes_bootstrap_then_tampering_revokes(self) -> None:
+        pull, push = self.cluster.nodes[0], self.cluster.nodes[1]
+        self.arun(self.tenant.enrol(pull.uuid, PAYLOAD, self.policy))
+        self.arun(self.tenant.enrol(push.uuid, PAYLOAD, self.policy, mode="push"))
+        for node, mode in ((pull, "pull"), (push, "push")):
+            status = wait_until(node.payload_status, 30)
+            self.assertEqual({"exit_code": 0}, status, node.uuid)
+            self.assertEqual(f"payload ran on {node.uuid}\n", node.payload_output())
+            self.assertTrue(os.path.exists(os.path.join(node.work_dir, "identity.pem")))
+            state = self.wait_state(node.uuid, "attested", 10)
+            self.assertEqual(("attested", mode), (state["state"], state["mode"]))
+        before = self.node_state(push.uuid)["quotes_verified"]
+        wait_until(
+            lambda: self.node_state(push.uuid)["quotes_verified"] >= before + 3, 10
+        )
+        self.assertGreaterEqual(
+            self.node_state(push.uuid)["quotes_verified"], before + 3
+        )
+        with open(push.log, encoding="utf-8") as f:
+            self.assertIn("opened a push session", f.read())
+        self.cluster.tamper(push)
+        state = self.wait_state(push.uuid, "revoked", 4 * INTERVAL + 10)
+        self.assertEqual("revoked", state["state"])
+        self.assertIn("pcr_policy", state["failure_reason"])
+        events = self.events(push.uuid)
+        self.assertEqual(
+            ["pcr_policy"], [e["signed_event"]["event"]["reason"] for e in events]
+        )
+        delivered = wait_until(
+            lambda: any(
+                r["node_uuid"] == push.uuid for r in self.cluster.hook_records()
+            ),
+            10,
+        )
+        self.assertTrue(delivered, "revocation hook did not fire")
+        self.assertEqual("attested", self.node_state(pull.uuid)["state"])
+
+    def test_push_node_that_stops_posting_fails_with_a_signed_event(self) -> None:
+        node = self.cluster.nodes[2]
+        self.arun(self.tenant.enrol(node.uuid, PAYLOAD, self.policy, mode="push"))
+        self.wait_state(node.uuid, "attested", 30)
+        assert node.proc is not None
+        os.killpg(node.proc.pid, signal.SIGKILL)  # the agent goes silent
+        node.proc.wait()
+        # grace (interval + challenge lifetime 5 s), then 2 missed rounds
+        state = self.wait_state(node.uuid, "failed", 60)
+        self.assertEqual("failed", state["state"])
+        self.assertTrue(state["failure_reason"].startswith("unreachable"))
+        # the signed node.failed event reaches the revocation hooks
+        records = wait_until(
+            lambda: [
+                r for r in self.cluster.hook_records() if r["node_uuid"] == node.uuid
+            ],
+            10,
+        )
+        self.assertEqual(["unreachable"], [r["reason"] for r in records or []])
