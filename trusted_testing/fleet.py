@@ -11,6 +11,10 @@ Run as a process (the benchmark does)::
 
     python -m trusted_testing.fleet --n 1000 --port 9400 \
         --registrar https://127.0.0.1:8891 --pki DIR --ready-file F
+
+With ``--push URL`` the agents also push their evidence to the verifier's
+push endpoint (:mod:`trusted_testing.fleet_push`), for nodes enrolled in
+push mode.
 """
 
 from __future__ import annotations
@@ -233,6 +237,8 @@ class FleetProcess:
         pki: directory with ca.pem, agent.pem/-key.pem and tenant.pem/-key.pem.
         workdir: scratch directory.
         use_uvloop: run the emulator on uvloop.
+        push_url: the verifier's push endpoint the agents push to (None:
+            they are polled only).
     """
 
     def __init__(
@@ -242,8 +248,10 @@ class FleetProcess:
         pki: str,
         workdir: str,
         use_uvloop: bool = True,
+        push_url: str | None = None,
     ) -> None:
         self.n = n
+        self.push_url = push_url
         self.registrar_url = registrar_url
         self.pki = pki
         self.workdir = workdir
@@ -274,6 +282,8 @@ class FleetProcess:
         ]
         if self.use_uvloop:
             cmd.append("--uvloop")
+        if self.push_url:
+            cmd += ["--push", self.push_url]
         with open(os.path.join(self.workdir, "fleet.log"), "wb") as log:
             self.proc = subprocess.Popen(
                 cmd,
@@ -414,6 +424,10 @@ async def _serve(args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if args.push:
+        from trusted_testing.fleet_push import push_all
+
+        await push_all(fleet, args.push, os.path.join(pki, "ca.pem"), stop)
     await stop.wait()
     server.close()
 
@@ -427,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--ready-file", required=True)
     parser.add_argument("--uvloop", action="store_true")
+    parser.add_argument("--push", help="the verifier's push endpoint URL")
     args = parser.parse_args(argv)
     if args.uvloop:
         import uvloop

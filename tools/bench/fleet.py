@@ -11,9 +11,16 @@ connection, signature, nonce, PCR digest and policy, clock), from the
 verifier's own counters. Also prints the CPU each process used and the
 verifier's resident memory per enrolled node.
 
+With ``--modes pull push`` the same run measures the fleet enrolled in
+each attestation mode in turn: pull (the verifier polls every agent) and
+push (every agent opens a TPM session and posts evidence to the
+verifier's push endpoint, which judges it the same way), and prints both
+rates and their ratio.
+
 Not a test: nothing is asserted. Both processes share this machine's cores.
 
     .venv/bin/python tools/bench/fleet.py [--n 100 1000] [--window 10] [--verifiers 2]
+    .venv/bin/python tools/bench/fleet.py --modes pull push --repeat 3
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import argparse
 import asyncio
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -31,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 import aiohttp  # noqa: E402
 
 from trusted_testing import services  # noqa: E402
-from trusted_testing.cluster import LocalCluster  # noqa: E402
+from trusted_testing.cluster import LocalCluster, free_port  # noqa: E402
 from trusted_testing.fleet import FleetProcess  # noqa: E402
 from trusted_testing.procstat import cpu_seconds, rss_kib  # noqa: E402
 from verifier.common import tls as tlsutil  # noqa: E402
@@ -64,12 +72,12 @@ class Api:
         async with self.operator.get(f"{self.base}/v1/stats") as resp:
             return dict(await resp.json())
 
-    async def enrol(self, uuids: list[str], pcr16: str) -> None:
+    async def enrol(self, uuids: list[str], pcr16: str, mode: str = "pull") -> None:
         policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
         semaphore = asyncio.Semaphore(32)
 
         async def one(uuid: str) -> None:
-            body = EnrolmentRequest(uuid, os.urandom(32), policy).to_dict()
+            body = EnrolmentRequest(uuid, os.urandom(32), policy, mode=mode).to_dict()
             async with (
                 semaphore,
                 self.session.post(f"{self.base}/v1/nodes", json=body) as resp,
@@ -81,7 +89,7 @@ class Api:
 
 
 async def measure(
-    cluster: LocalCluster, fleet: FleetProcess, window: float
+    cluster: LocalCluster, fleet: FleetProcess, window: float, mode: str = "pull"
 ) -> dict[str, float]:
     apis = [Api(cluster, url) for url in cluster.verifier_urls]
     pids = [
@@ -100,7 +108,7 @@ async def measure(
     try:
         rss_before = sum(rss_kib(pid) for pid in pids)
         t0 = time.monotonic()
-        await apis[0].enrol(fleet.uuids, fleet.pcr16)
+        await apis[0].enrol(fleet.uuids, fleet.pcr16, mode)
         n = len(fleet.uuids)
         while (await apis[0].stats())["states"]["attested"] < n:
             if time.monotonic() - t0 > 600:
@@ -132,7 +140,12 @@ async def measure(
 
 
 def run(
-    n: int, window: float, use_uvloop: bool, in_flight: int, verifiers: int = 1
+    n: int,
+    window: float,
+    use_uvloop: bool,
+    in_flight: int,
+    verifiers: int = 1,
+    mode: str = "pull",
 ) -> dict[str, float]:
     """One measurement; with ``verifiers`` > 1 they share a scratch
     PostgreSQL database and split the fleet through tooz on Redis."""
@@ -146,6 +159,7 @@ def run(
         database_url, db_name = services.scratch_postgres()
         options["coordination_url"] = services.redis_coordination_url(2)
         options["sync_interval"] = 0.5
+    push_port = free_port()
     cluster = LocalCluster(
         os.path.join(workdir, "cluster"),
         nodes=0,
@@ -154,13 +168,17 @@ def run(
         verifier_options=options,
         verifiers=verifiers,
         database_url=database_url,
+        verifier_sections={"push": {"port": push_port, "min_interval": 0.0}},
     )
-    fleet = FleetProcess(n, cluster.registrar_url, cluster.pki, workdir, use_uvloop)
+    push_url = f"https://127.0.0.1:{push_port}" if mode == "push" else None
+    fleet = FleetProcess(
+        n, cluster.registrar_url, cluster.pki, workdir, use_uvloop, push_url
+    )
     try:
         cluster.start()
         fleet.registrar_url = cluster.registrar_url
         fleet.start()
-        return asyncio.run(measure(cluster, fleet, window))
+        return asyncio.run(measure(cluster, fleet, window, mode))
     finally:
         fleet.stop()
         cluster.stop()
@@ -187,6 +205,16 @@ def main() -> None:
         help="verifier processes (>1: PostgreSQL + tooz/Redis)",
     )
     parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=("pull", "push"),
+        default=["pull"],
+        help="attestation modes to measure, each on a fresh deployment",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per mode (medians printed)"
+    )
+    parser.add_argument(
         "--no-uvloop",
         action="store_true",
         help="run the emulator on the default asyncio loop",
@@ -198,21 +226,41 @@ def main() -> None:
         "by verifiers and emulator"
     )
     print(
-        f"{'N':>7} {'checks/s':>9} {'verifier CPU':>13} {'emulator CPU':>13} "
-        f"{'enrol+bootstrap':>16} {'RSS/node':>9}"
+        f"{'N':>7} {'mode':>5} {'checks/s':>9} {'verifier CPU':>13} "
+        f"{'emulator CPU':>13} {'enrol+bootstrap':>16} {'RSS/node':>9}"
     )
     for n in args.n:
-        r = run(n, args.window, not args.no_uvloop, args.in_flight, args.verifiers)
-        print(
-            f"{n:>7} {r['rate']:>9.0f} {r['verifier_cpu']:>12.2f}c "
-            f"{r['fleet_cpu']:>12.2f}c {r['enrol_s']:>15.1f}s "
-            f"{r['rss_per_node'] / 1024:>7.1f}KB"
-            + (
-                f"  (revoked {r['revoked']:.0f}, failed {r['failed']:.0f})"
-                if r["revoked"] or r["failed"]
-                else ""
+        rates: dict[str, float] = {}
+        for mode in args.modes:
+            runs = [
+                run(
+                    n,
+                    args.window,
+                    not args.no_uvloop,
+                    args.in_flight,
+                    args.verifiers,
+                    mode,
+                )
+                for _ in range(args.repeat)
+            ]
+            r = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
+            rates[mode] = r["rate"]
+            _print_row(n, mode, r)
+        if "pull" in rates and "push" in rates and rates["pull"]:
+            print(
+                f"{n:>7} push/pull checks/s ratio: {rates['push'] / rates['pull']:.2f}"
             )
-        )
+
+
+def _print_row(n: int, mode: str, r: dict[str, float]) -> None:
+    problems = ""
+    if r["revoked"] or r["failed"]:
+        problems = f"  (revoked {r['revoked']:.0f}, failed {r['failed']:.0f})"
+    print(
+        f"{n:>7} {mode:>5} {r['rate']:>9.0f} {r['verifier_cpu']:>12.2f}c "
+        f"{r['fleet_cpu']:>12.2f}c {r['enrol_s']:>15.1f}s "
+        f"{r['rss_per_node'] / 1024:>7.1f}KB{problems}"
+    )
 
 
 if __name__ == "__main__":

@@ -135,7 +135,10 @@ class Verifier(NodeQueries):
         self._scheduler = QuoteScheduler(
             lambda node: self.attest_once(node.uuid),
             self._still_attesting,
-            lambda node: next_delay(node, self._interval),
+            # a push node's visit only checks its deadline: at most 1/s
+            lambda node: next_delay(
+                node, self._interval if node.mode == "pull" else max(self._interval, 1)
+            ),
             max_in_flight,
         )
         self._rules = AttestationRules(

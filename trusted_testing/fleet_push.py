@@ -1,0 +1,132 @@
+"""Push mode of the fleet emulator: every emulated agent opens a session
+with its software TPM's AK and posts evidence to the verifier's push
+endpoint (:mod:`verifier.protocol.messages.push`), as ``node_agent.push``
+does, as fast as the verifier's interval allows.
+
+Run with ``python -m trusted_testing.fleet ... --push URL``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+
+from verifier.protocol import bind_nonce, open_share
+from verifier.protocol.messages.push import (
+    ChallengeMessage,
+    EvidencePost,
+    EvidenceResult,
+    SessionGrant,
+    SessionNonce,
+    SessionProof,
+)
+from verifier.protocol.messages.quote import QuoteAnswer
+from verifier.protocol.push import SESSION_LABEL
+
+if TYPE_CHECKING:
+    from trusted_testing.fleet import EmulatedAgent, Fleet
+
+LOG = logging.getLogger(__name__)
+
+
+class _RefusedError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, body: Any = None, token: str = ""
+) -> dict[str, Any]:
+    headers = {"Authorization": f"TPM-Session {token}"} if token else {}
+    async with session.post(url, json=body, headers=headers) as resp:
+        data = await resp.json(content_type=None)
+        if resp.status >= 300:
+            raise _RefusedError(resp.status, data)
+        return dict(data)
+
+
+async def _push_one(
+    fleet: Fleet,
+    agent: EmulatedAgent,
+    session: aiohttp.ClientSession,
+    base: str,
+    stop: asyncio.Event,
+) -> None:
+    url = f"{base}/v1/push/{agent.uuid}"
+    token = ""
+    interval = 0.0
+    while not stop.is_set():
+        try:
+            if not token:
+                nonce = SessionNonce.from_dict(await _post(session, url + "/session"))
+                proof = agent.tpm.quote(
+                    bind_nonce(nonce.nonce, SESSION_LABEL), nonce.pcrs
+                )
+                grant = SessionGrant.from_dict(
+                    await _post(
+                        session, url + "/session/proof", SessionProof(proof).to_dict()
+                    )
+                )
+                token, interval = grant.token, grant.interval
+            data = await _post(session, url + "/challenge", token=token)
+            challenge: ChallengeMessage | None = ChallengeMessage.from_dict(data)
+            while challenge is not None:
+                asked = challenge.request
+                csr = fleet._csr() if asked.csr else None
+                bound = (
+                    (agent.nk_public, csr) if csr is not None else (agent.nk_public,)
+                )
+                quote = agent.tpm.quote(bind_nonce(asked.nonce, *bound), asked.pcrs)
+                agent.quotes += 1
+                post = EvidencePost(
+                    challenge.id, QuoteAnswer(quote, agent.nk_public, csr)
+                )
+                result = EvidenceResult.from_dict(
+                    await _post(session, url + "/evidence", post.to_dict(), token)
+                )
+                if result.v is not None:
+                    open_share(agent.nk, result.v.v, "V", agent.uuid)
+                    agent.v_received = True
+                challenge = result.next
+            if result.state == "revoked":
+                return
+            interval = result.interval
+        except _RefusedError as exc:
+            if exc.status == 401:
+                token = ""
+            elif exc.status in (404, 409):  # not enrolled (yet), revoked, pull
+                await asyncio.sleep(0.5)
+            else:
+                LOG.debug("push of %s refused: %s", agent.uuid, exc)
+                await asyncio.sleep(0.05)
+            continue
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            LOG.debug("push of %s failed: %s", agent.uuid, exc)
+            await asyncio.sleep(0.5)
+            continue
+        if interval > 0:
+            await asyncio.sleep(interval)
+        else:
+            await asyncio.sleep(0)  # let the others run
+
+
+async def push_all(
+    fleet: Fleet, base: str, ca_file: str, stop: asyncio.Event, limit: int = 256
+) -> None:
+    """Push every agent's evidence to ``base`` until ``stop`` is set."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    connector = aiohttp.TCPConnector(ssl=ctx, limit=limit)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        tasks = [
+            asyncio.create_task(_push_one(fleet, a, session, base, stop))
+            for a in fleet.agents
+        ]
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
