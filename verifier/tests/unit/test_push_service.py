@@ -310,3 +310,73 @@ class EnrolmentModeTest(VerifierServiceBase):
         ).to_dict()
         body["mode"] = "sideways"
         self.assertRaises(MalformedError, EnrolmentRequest.from_dict, body)
+
+
+class AgentPushLoopTest(VerifierServiceBase):
+    """node_agent.push.PushLoop (the real agent, on a SoftTpm) against the
+    real push endpoint: bootstrap by push, then revocation."""
+
+    async def asyncSetUp(self) -> None:
+        from node_agent.agent import Agent, TpmAccess
+        from node_agent.evidence import EvidenceReader
+        from node_agent.push import PushLoop
+        from node_agent.tests.unit.test_agent import SoftTpmAdapter
+        from verifier.common.http import AsyncClient
+
+        self.now = T0
+        self.verifier = Verifier(
+            self.engine,
+            self.signing_key,
+            self.registrar,  # type: ignore[arg-type]
+            self.agents,  # type: ignore[arg-type]
+            Outbox(self.engine, [self.notifier]),
+            self.ca,
+            interval=2.0,
+            clock=lambda: self.now,
+            push_rules=RULES,
+        )
+        self.verifiers.append(self.verifier)
+        server = TestServer(make_push_app(self.verifier.push))
+        await server.start_server()
+        self.addAsyncCleanup(server.close)
+        self.fake = self.new_agent()  # registered; its SoftTpm backs the agent
+        self.agent = Agent(
+            self.fake.uuid,
+            TpmAccess(lambda: SoftTpmAdapter(self.fake.tpm), shared=True),
+            os.path.join(self.tmp, "agent"),
+        )
+        self.http = AsyncClient(None, 10.0)
+        self.addAsyncCleanup(self.http.close)
+        url = str(server.make_url("/"))
+        self.loop = PushLoop(self.agent, EvidenceReader(None, None), url, self.http)
+
+    async def test_agent_bootstraps_by_push_and_stops_when_revoked(self) -> None:
+        from verifier.protocol import generate_key, seal_payload, seal_share, split
+
+        key = generate_key()
+        u, v = split(key)
+        await self.verifier.enrol(self.fake.uuid, v, self.policy, mode="push")
+        self.quiesce(self.verifier)
+        nk = self.agent.nk_public
+        envelope = seal_payload(key, b"not a script", self.fake.uuid)
+        await self.agent.receive_u(seal_share(nk, u, "U", self.fake.uuid), envelope)
+        result = await self.loop.round()
+        self.assertEqual("attested", result.state)
+        self.assertTrue(self.agent.bootstrapped)
+        self.assertTrue(
+            os.path.exists(os.path.join(self.agent.work_dir, "identity.pem"))
+        )
+        self.now += 2.0
+        self.assertEqual("attested", (await self.loop.round()).state)
+        self.assertEqual(2, self.verifier.get(self.fake.uuid).quotes_verified)
+        self.fake.tpm.extend(16, b"\x02" * 32)
+        self.now += 2.0
+        sleeps: list[float] = []
+
+        async def sleep(delay: float) -> None:
+            sleeps.append(delay)
+
+        self.loop._sleep = sleep
+        await self.loop.run()  # returns: the node is revoked
+        self.assertEqual("revoked", self.loop.state)
+        self.assertEqual("revoked", self.verifier.get(self.fake.uuid).state)
