@@ -159,6 +159,26 @@ class MainTest(testtools.TestCase):
         self.assertEqual(2, code)
         self.assertIn("is not a UUID", text)
 
+    def test_push_mode_without_push_url_exits_2(self):
+        code, text = self.run_main(
+            registrar_url="https://127.0.0.1:1", attestation_mode="push"
+        )
+        self.assertEqual(2, code)
+        self.assertIn("attestation_mode = push needs push_url", text)
+        self.assertNotIn("Traceback", text)
+
+    def test_unknown_attestation_mode_exits_2(self):
+        stderr = self.useFixture(fixtures.StringStream("stderr"))
+        self.useFixture(fixtures.MonkeyPatch("sys.stderr", stderr.stream))
+        conf = os.path.join(self.dir, "agent.conf")
+        with open(conf, "w") as f:
+            f.write("[agent]\nattestation_mode = sideways\n")
+        self.assertEqual(2, cmd.main(["--config-file", conf]))
+        stderr.stream.flush()
+        text = stderr.getDetails()["stderr"].as_text()
+        self.assertIn("attestation_mode", text)
+        self.assertNotIn("Traceback", text)
+
     def test_missing_config_dir_exits_2(self):
         stderr = self.useFixture(fixtures.StringStream("stderr"))
         self.useFixture(fixtures.MonkeyPatch("sys.stderr", stderr.stream))
