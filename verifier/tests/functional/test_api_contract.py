@@ -34,6 +34,7 @@ from node_agent.server import make_app as agent_app
 from node_agent.tests.unit.test_agent import SoftTpmAdapter
 from trusted_testing import hooks_events
 from trusted_testing.auth import open_auth
+from verifier.api.push_app import make_push_app
 from verifier.api.verifier_app import make_app as verifier_app
 from verifier.api.verifier_app import public_pem
 from verifier.attest.service import Verifier
@@ -141,6 +142,20 @@ class ApiContractTest(testtools.TestCase):
         )
         return verifier_app(verifier, public_pem(key.public_key()), open_auth())
 
+    def _push(self) -> web.Application:
+        key = ed25519.Ed25519PrivateKey.generate()
+        engine = self._engine("p.db")
+        verifier = Verifier(
+            engine,
+            key,
+            _NoRegistrar(),  # type: ignore[arg-type]
+            _NoAgents(),  # type: ignore[arg-type]
+            Outbox(engine, []),
+            None,
+            interval=1.0,
+        )
+        return make_push_app(verifier.push)
+
     def _keyservice(self) -> web.Application:
         svc = KeyService(
             os.urandom(32),
@@ -175,6 +190,7 @@ class ApiContractTest(testtools.TestCase):
         return {
             "registrar": self._registrar,
             "verifier": self._verifier,
+            "push": self._push,
             "keyservice": self._keyservice,
             "agent": self._agent,
             "listener": self._listener,
@@ -238,6 +254,9 @@ class ApiContractTest(testtools.TestCase):
 
     def test_verifier_contract_holds_under_schemathesis(self) -> None:
         self._schemathesis(self._verifier)
+
+    def test_push_endpoint_contract_holds_under_schemathesis(self) -> None:
+        self._schemathesis(self._push)
 
     def test_keyservice_contract_holds_under_schemathesis(self) -> None:
         self._schemathesis(self._keyservice)
