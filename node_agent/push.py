@@ -43,6 +43,9 @@ __all__ = ["PushError", "PushLoop", "push_ssl_context"]
 LOG = logging.getLogger(__name__)
 _TIMEOUT = 30.0
 _MAX_BACKOFF = 60.0
+#: Retry delay while the node is not (yet) enrolled in push mode: the
+#: tenant enrols it shortly after boot, and its deadline then runs.
+_NOT_ENROLLED_RETRY = 2.0
 _MAX_FOLLOW_UPS = 64
 
 
@@ -101,6 +104,7 @@ class PushLoop:
         self.http = http
         self._sleep = sleep
         self._token: str | None = None
+        self._upcoming: ChallengeMessage | None = None
         self.interval = 2.0
         #: the node's state as the verifier last said
         self.state: str | None = None
@@ -161,9 +165,11 @@ class PushLoop:
         """
         if self._token is None:
             await self.open_session()
-        challenge = ChallengeMessage.from_dict(
-            await self._post("/challenge", token=True)
-        )
+        challenge, self._upcoming = self._upcoming, None
+        if challenge is None:  # else the one given with the last answer
+            challenge = ChallengeMessage.from_dict(
+                await self._post("/challenge", token=True)
+            )
         for _ in range(_MAX_FOLLOW_UPS):
             result = await self._answer(challenge)
             self.rounds += 1
@@ -171,6 +177,7 @@ class PushLoop:
             if result.v is not None:
                 await self._receive_v(result)
             if result.next is None:
+                self._upcoming = result.upcoming
                 return result
             challenge = result.next
         raise PushError("too_many_follow_ups", "the verifier kept asking for more")
@@ -195,6 +202,8 @@ class PushLoop:
                 failures += 1
                 delay = min(_MAX_BACKOFF, self.interval * 2 ** min(failures, 6))
                 code = getattr(exc, "code", "malformed")
+                if code in ("unknown_node", "not_push_mode"):
+                    delay = _NOT_ENROLLED_RETRY
                 if code == "revoked":
                     LOG.error("node %s is revoked: no more evidence", self.agent.uuid)
                     return

@@ -60,6 +60,7 @@ async def _push_one(
     url = f"{base}/v1/push/{agent.uuid}"
     token = ""
     interval = 0.0
+    upcoming: ChallengeMessage | None = None
     while not stop.is_set():
         try:
             if not token:
@@ -73,8 +74,10 @@ async def _push_one(
                     )
                 )
                 token, interval = grant.token, grant.interval
-            data = await _post(session, url + "/challenge", token=token)
-            challenge: ChallengeMessage | None = ChallengeMessage.from_dict(data)
+            challenge, upcoming = upcoming, None
+            if challenge is None:
+                data = await _post(session, url + "/challenge", token=token)
+                challenge = ChallengeMessage.from_dict(data)
             while challenge is not None:
                 asked = challenge.request
                 csr = fleet._csr() if asked.csr else None
@@ -93,6 +96,7 @@ async def _push_one(
                     open_share(agent.nk, result.v.v, "V", agent.uuid)
                     agent.v_received = True
                 challenge = result.next
+            upcoming = result.upcoming
             if result.state == "revoked":
                 return
             interval = result.interval

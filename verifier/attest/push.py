@@ -136,10 +136,12 @@ class PushAttestation:
         self.ledger.session_node(token, node.uuid, now)
         return self._issue(node, now)
 
-    def _issue(self, node: LiveNode, now: float) -> ChallengeMessage:
+    def _issue(
+        self, node: LiveNode, now: float, ahead: bool = False
+    ) -> ChallengeMessage:
         request = node.request(self._random(_NONCE_BYTES))
         challenge_id = self._random(16).hex()
-        challenge = self.ledger.issue(node.uuid, challenge_id, request, now)
+        challenge = self.ledger.issue(node.uuid, challenge_id, request, now, ahead)
         return ChallengeMessage(challenge.id, request, challenge.expires_at)
 
     def evidence(
@@ -173,9 +175,15 @@ class PushAttestation:
             follow = self._issue(node, now)
         elif verdict.action is Action.RELEASE_V:
             share = self._release_v(node, verdict)
+        upcoming = None
         if node.state == NodeState.REVOKED:
             self.ledger.forget(node.uuid)
-        return EvidenceResult(node.state.value, self.interval, share, follow)
+        elif follow is None and self.interval + 1.0 < self.rules.challenge_ttl:
+            # the next challenge rides on this answer: one request per round
+            upcoming = self._issue(node, now, ahead=True)
+        return EvidenceResult(
+            node.state.value, self.interval, share, follow, upcoming=upcoming
+        )
 
     def _release_v(self, node: LiveNode, verdict: Verdict) -> ShareV | None:
         """V sealed to the quoted NK, with the identity certificate; the node

@@ -227,9 +227,18 @@ class PushLedger:
     # -- challenges ------------------------------------------------------------
 
     def issue(
-        self, uuid: str, challenge_id: str, request: QuoteRequest, now: float
+        self,
+        uuid: str,
+        challenge_id: str,
+        request: QuoteRequest,
+        now: float,
+        ahead: bool = False,
     ) -> Challenge:
         """Give ``uuid`` a challenge (its earlier one, if any, is spent).
+
+        ``ahead``: the challenge goes with the answer to good evidence, to
+        be answered after the interval; it is not rate limited itself (the
+        node did not ask), but its evidence is, like any other.
 
         Raises:
             PushError: ``too_frequent`` when the node asked less than
@@ -237,7 +246,8 @@ class PushLedger:
         """
         follow_up = uuid in self._follow_up
         last = self._issued_at.get(uuid)
-        if not follow_up and last is not None and now - last < self.rules.min_gap:
+        limited = not (follow_up or ahead)
+        if limited and last is not None and now - last < self.rules.min_gap:
             raise PushError(
                 "too_frequent",
                 f"challenges at most every {self.rules.min_gap:g} s",

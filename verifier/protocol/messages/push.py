@@ -203,6 +203,8 @@ class EvidenceResult:
         interval: seconds until the next evidence is due.
         v: share V and the identity certificate (first good evidence only).
         next: a follow-up challenge to answer at once (evidence incomplete).
+        upcoming: the challenge to answer after ``interval`` (good
+            evidence; saves the agent asking for it).
         sealed: more keys sealed to NK (e.g. ``abe``: a CP-ABE key).
     """
 
@@ -211,6 +213,7 @@ class EvidenceResult:
     v: ShareV | None = None
     next: ChallengeMessage | None = None
     sealed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    upcoming: ChallengeMessage | None = None
 
     _NAME = "evidence result"
 
@@ -226,18 +229,21 @@ class EvidenceResult:
             "v": self.v.to_dict() if self.v is not None else None,
             "next": self.next.to_dict() if self.next is not None else None,
             "sealed": dict(self.sealed),
+            "upcoming": self.upcoming.to_dict() if self.upcoming else None,
         }
 
     @classmethod
     def from_dict(cls, data: object) -> EvidenceResult:
         r = Reader(data, cls._NAME)
         v, nxt, sealed = r.get("v"), r.get("next"), r.get("sealed")
+        upcoming = r.get("upcoming")
         msg = cls(
             r.get("state"),
             r.get("interval"),
             ShareV.from_dict(v) if v is not None else None,
             ChallengeMessage.from_dict(nxt) if nxt is not None else None,
             _sealed(cls._NAME, sealed),
+            ChallengeMessage.from_dict(upcoming) if upcoming is not None else None,
         )
         r.finish()
         return msg

@@ -146,6 +146,7 @@ class PushModeTest(testtools.TestCase):
         node = self.cluster.nodes[2]
         self.arun(self.tenant.enrol(node.uuid, PAYLOAD, self.policy, mode="push"))
         self.wait_state(node.uuid, "attested", 30)
+        before = len(self._records(node.uuid))
         assert node.proc is not None
         os.killpg(node.proc.pid, signal.SIGKILL)  # the agent goes silent
         node.proc.wait()
@@ -153,11 +154,11 @@ class PushModeTest(testtools.TestCase):
         state = self.wait_state(node.uuid, "failed", 60)
         self.assertEqual("failed", state["state"])
         self.assertTrue(state["failure_reason"].startswith("unreachable"))
-        # the signed node.failed event reaches the revocation hooks
-        records = wait_until(
-            lambda: [
-                r for r in self.cluster.hook_records() if r["node_uuid"] == node.uuid
-            ],
-            10,
-        )
-        self.assertEqual(["unreachable"], [r["reason"] for r in records or []])
+        # its signed node.failed event reaches the revocation hooks
+        wait_until(lambda: len(self._records(node.uuid)) > before, 10)
+        records = self._records(node.uuid)[before:]
+        self.assertEqual(["unreachable"], [r["reason"] for r in records], records)
+        self.assertIn("no evidence pushed since", records[0]["detail"])
+
+    def _records(self, uuid: str) -> list[dict[str, Any]]:
+        return [r for r in self.cluster.hook_records() if r["node_uuid"] == uuid]

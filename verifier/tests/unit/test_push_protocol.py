@@ -116,6 +116,14 @@ class TestPushLedger(testtools.TestCase):
         self.ledger.issue(NODE, "c2", _request(), NOW + 1.1)
         self.assertTrue(self.ledger.take(NODE, "c2", 100, NOW + 1.2).follow_up)
 
+    def test_challenge_given_ahead_still_waits_for_the_evidence_gap(self) -> None:
+        self.ledger.issue(NODE, "c1", _request(), NOW)
+        self.ledger.take(NODE, "c1", 100, NOW + 1)
+        challenge = self.ledger.issue(NODE, "c2", _request(), NOW + 1, ahead=True)
+        self.assertFalse(challenge.follow_up)
+        self._refused("too_frequent", NODE, "c2", 100, NOW + 2)
+        self.assertIsNotNone(self.ledger.take(NODE, "c2", 100, NOW + 6))
+
     def test_evidence_too_large_is_refused(self) -> None:
         self.ledger.issue(NODE, "c1", _request(), NOW)
         self._refused("evidence_too_large", NODE, "c1", 4097, NOW + 1)
