@@ -138,7 +138,9 @@ class PushLoop:
         nonce = SessionNonce.from_dict(await self._post("/session"))
         quote = await self._quote(bind_nonce(nonce.nonce, SESSION_LABEL), nonce.pcrs)
         grant = SessionGrant.from_dict(
-            await self._post("/session/proof", SessionProof(quote).to_dict())
+            await self._post(
+                "/session/proof", SessionProof(quote, nonce.expires_at).to_dict()
+            )
         )
         self._token, self.interval = grant.token, grant.interval
         LOG.info("node %s opened a push session", self.agent.uuid)

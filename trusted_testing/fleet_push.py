@@ -70,7 +70,9 @@ async def _push_one(
                 )
                 grant = SessionGrant.from_dict(
                     await _post(
-                        session, url + "/session/proof", SessionProof(proof).to_dict()
+                        session,
+                        url + "/session/proof",
+                        SessionProof(proof, nonce.expires_at).to_dict(),
                     )
                 )
                 token, interval = grant.token, grant.interval

@@ -71,7 +71,7 @@ class PushAttestation:
         random: Callable[[int], bytes] = os.urandom,
     ) -> None:
         self._verifier = verifier
-        self.ledger = PushLedger(rules)
+        self.ledger = PushLedger(rules, random(32))
         self.rules = rules
         self.interval = interval
         self._clock = clock
@@ -104,8 +104,7 @@ class PushAttestation:
     def open_session(self, uuid: str) -> SessionNonce:
         """A fresh nonce for ``uuid``'s agent to quote with its AK."""
         node = self._node(uuid)
-        nonce = self._random(_NONCE_BYTES)
-        expires = self.ledger.open_session(node.uuid, nonce, self._clock())
+        nonce, expires = self.ledger.session_nonce(node.uuid, self._clock())
         return SessionNonce(nonce, node.quoted_pcrs, expires)
 
     def prove_session(self, uuid: str, proof: SessionProof) -> SessionGrant:
@@ -118,7 +117,7 @@ class PushAttestation:
         node = self._node(uuid)
         token = self._random(32).hex()
         expires = self.ledger.prove_session(
-            node.uuid, node.ak, proof.quote, token, self._clock()
+            node.uuid, proof.expires_at, node.ak, proof.quote, token, self._clock()
         )
         LOG.info("Node %s opened a push session", node.uuid)
         return SessionGrant(token, expires, self.interval)

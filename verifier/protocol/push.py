@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
+import struct
 
 from verifier.protocol.errors import EvidenceError, MalformedError, ProtocolError
 from verifier.protocol.messages.quote import QuoteRequest
@@ -53,6 +55,7 @@ __all__ = [
 #: never mistaken for attestation evidence, nor the reverse.
 SESSION_LABEL = b"trusted-cloud push session v1"
 _NO_PCR_POLICY = PcrPolicy({})
+_NONCE_BYTES = 20
 
 
 class PushError(ProtocolError):
@@ -159,11 +162,15 @@ class PushLedger:
 
     Args:
         rules: the limits.
+        key: the secret session nonces are made with (random per process:
+            sessions do not outlive it).
     """
 
-    def __init__(self, rules: PushRules) -> None:
+    def __init__(self, rules: PushRules, key: bytes) -> None:
+        if len(key) < 16:
+            raise ValueError("push ledger: the session key must be 16+ bytes")
         self.rules = rules
-        self._openings: dict[str, tuple[bytes, float]] = {}  # uuid -> nonce, expiry
+        self._key = key
         self._sessions: dict[bytes, _Session] = {}  # token digest -> session
         self._outstanding: dict[str, Challenge] = {}  # uuid -> its challenge
         self._by_id: dict[str, Challenge] = {}  # id -> outstanding challenge
@@ -175,33 +182,43 @@ class PushLedger:
 
     # -- sessions ------------------------------------------------------------
 
-    def open_session(self, uuid: str, nonce: bytes, now: float) -> float:
-        """Remember ``nonce`` for ``uuid``'s session proof (replacing an
-        earlier one). Returns when it expires."""
+    def session_nonce(self, uuid: str, now: float) -> tuple[bytes, float]:
+        """A nonce for ``uuid``'s session proof and when it expires.
+
+        Stateless: the nonce is a MAC of the node and the expiry under
+        the ledger's key, recomputed when the proof comes; asking for one
+        stores nothing, so nobody can evict a node's nonce by asking for
+        others."""
         expires = now + self.rules.challenge_ttl
-        self._openings[uuid] = (nonce, expires)
-        return expires
+        return self._session_mac(uuid, expires), expires
+
+    def _session_mac(self, uuid: str, expires: float) -> bytes:
+        data = uuid.encode() + struct.pack(">d", expires)
+        return hmac.new(self._key, data, hashlib.sha256).digest()[:_NONCE_BYTES]
 
     def prove_session(
-        self, uuid: str, ak: AttestationKey, quote: Quote, token: str, now: float
+        self,
+        uuid: str,
+        expires: float,
+        ak: AttestationKey,
+        quote: Quote,
+        token: str,
+        now: float,
     ) -> float:
         """Open a session for ``uuid`` with ``token`` if ``quote`` proves
-        its AK over the nonce of :meth:`open_session` (used once).
+        its AK over the nonce :meth:`session_nonce` gave with ``expires``.
 
         Returns:
             When the session expires.
 
         Raises:
-            PushError: ``no_session`` (no nonce given out), ``session_expired``
-                (the nonce is too old), or as :func:`check_session_proof`.
+            PushError: ``session_expired`` (the nonce is too old, or claims
+                an expiry it was never given), or as
+                :func:`check_session_proof` (also for another node's nonce).
         """
-        opening = self._openings.pop(uuid, None)
-        if opening is None:
-            raise PushError("no_session", f"no session nonce was given to {uuid}")
-        nonce, expires = opening
-        if now > expires:
+        if not now <= expires <= now + self.rules.challenge_ttl:
             raise PushError("session_expired", "the session nonce has expired")
-        check_session_proof(ak, nonce, quote)
+        check_session_proof(ak, self._session_mac(uuid, expires), quote)
         self._prune(now)
         session = _Session(uuid, now + self.rules.session_ttl)
         self._sessions[_token_key(token)] = session
@@ -317,7 +334,6 @@ class PushLedger:
 
     def forget(self, uuid: str) -> None:
         """Drop everything about ``uuid`` (deleted, revoked, handed over)."""
-        self._openings.pop(uuid, None)
         challenge = self._outstanding.get(uuid)
         if challenge is not None:
             self._drop(challenge)

@@ -83,19 +83,24 @@ class SessionNonce:
 
 @dataclasses.dataclass(frozen=True)
 class SessionProof:
-    """The agent's quote over the session nonce (and the session label)."""
+    """The agent's quote over the session nonce (and the session label),
+    and the nonce's ``expires_at`` as given (it names the nonce)."""
 
     quote: Quote
+    expires_at: float
 
     _NAME = "session proof"
 
+    def __post_init__(self) -> None:
+        _check_time(self._NAME, "expires_at", self.expires_at)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"quote": self.quote.to_dict()}
+        return {"quote": self.quote.to_dict(), "expires_at": self.expires_at}
 
     @classmethod
     def from_dict(cls, data: object) -> SessionProof:
         r = Reader(data, cls._NAME)
-        msg = cls(Quote.from_dict(r.get("quote")))
+        msg = cls(Quote.from_dict(r.get("quote")), r.get("expires_at"))
         r.finish()
         return msg
 

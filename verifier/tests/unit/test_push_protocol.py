@@ -11,7 +11,7 @@ import os
 import testtools
 
 from trusted_testing.softtpm import SoftTpm
-from verifier.protocol import AttestationKey, PcrPolicy, bind_nonce
+from verifier.protocol import AttestationKey, PcrPolicy, Quote, bind_nonce
 from verifier.protocol.attestation import (
     Action,
     AttestationRules,
@@ -39,6 +39,7 @@ OTHER = "0a6b2c8d-3e4f-4a5b-8c6d-7e8f90a1b2c3"
 RULES = PushRules(challenge_ttl=30.0, min_gap=5.0, max_evidence_bytes=4096)
 NOW = 1_700_000_000.0
 PCR16 = hashlib.sha256(b"trusted boot chain").digest()
+KEY = os.urandom(32)
 
 
 def _request() -> QuoteRequest:
@@ -48,7 +49,7 @@ def _request() -> QuoteRequest:
 class TestPushLedger(testtools.TestCase):
     def setUp(self) -> None:
         super().setUp()
-        self.ledger = PushLedger(RULES)
+        self.ledger = PushLedger(RULES, KEY)
 
     def _refused(self, code: str, *args: object) -> PushError:
         error = self.assertRaises(PushError, self.ledger.take, *args)
@@ -140,22 +141,23 @@ class TestPushSessions(testtools.TestCase):
         super().setUp()
         self.tpm = SoftTpm()
         self.ak = AttestationKey(self.tpm.ak, activated=True)
-        self.ledger = PushLedger(RULES)
+        self.ledger = PushLedger(RULES, KEY)
 
-    def _proof(self, nonce: bytes, tpm: SoftTpm | None = None) -> object:
+    def _proof(self, nonce: bytes, tpm: SoftTpm | None = None) -> Quote:
         return (tpm or self.tpm).quote(bind_nonce(nonce, SESSION_LABEL), (16,))
 
-    def test_session_opens_with_a_quote_by_the_activated_ak(self) -> None:
-        nonce = os.urandom(20)
-        self.ledger.open_session(NODE, nonce, NOW)
-        expires = self.ledger.prove_session(
-            NODE,
-            self.ak,
-            self._proof(nonce),
-            "tok",
-            NOW + 1,  # type: ignore[arg-type]
+    def _open(self, token: str = "tok", now: float = NOW) -> float:
+        nonce, expires = self.ledger.session_nonce(NODE, now)
+        return self.ledger.prove_session(
+            NODE, expires, self.ak, self._proof(nonce), token, now + 1
         )
-        self.assertEqual(NOW + 1 + RULES.session_ttl, expires)
+
+    def _refused(self, code: str, *args: object) -> None:
+        error = self.assertRaises(PushError, self.ledger.prove_session, *args)
+        self.assertEqual(code, error.code)
+
+    def test_session_opens_with_a_quote_by_the_activated_ak(self) -> None:
+        self.assertEqual(NOW + 1 + RULES.session_ttl, self._open())
         self.ledger.session_node("tok", NODE, NOW + 2)
 
     def test_session_for_an_ak_never_activated_is_refused(self) -> None:
@@ -168,68 +170,63 @@ class TestPushSessions(testtools.TestCase):
 
     def test_session_proved_by_another_tpm_is_refused(self) -> None:
         # an AK the registrar never activated for this node signs the proof
-        nonce = os.urandom(20)
-        self.ledger.open_session(NODE, nonce, NOW)
+        nonce, expires = self.ledger.session_nonce(NODE, NOW)
+        proof = self._proof(nonce, SoftTpm())
+        self._refused("bad_session_proof", NODE, expires, self.ak, proof, "tok", NOW)
         error = self.assertRaises(
-            PushError,
-            self.ledger.prove_session,
-            NODE,
-            self.ak,
-            self._proof(nonce, SoftTpm()),
-            "tok",
-            NOW + 1,
-        )
-        self.assertEqual("bad_session_proof", error.code)
-        self.assertEqual(
-            "no_session",
-            self.assertRaises(
-                PushError, self.ledger.session_node, "tok", NODE, NOW + 2
-            ).code,
-        )
-
-    def test_session_proof_over_an_old_nonce_is_refused(self) -> None:
-        old = os.urandom(20)
-        self.ledger.open_session(NODE, os.urandom(20), NOW)
-        error = self.assertRaises(
-            PushError,
-            self.ledger.prove_session,
-            NODE,
-            self.ak,
-            self._proof(old),
-            "tok",
-            NOW + 1,
-        )
-        self.assertEqual("bad_session_proof", error.code)
-
-    def test_session_nonce_is_used_once(self) -> None:
-        nonce = os.urandom(20)
-        self.ledger.open_session(NODE, nonce, NOW)
-        proof = self._proof(nonce)
-        self.ledger.prove_session(NODE, self.ak, proof, "tok", NOW + 1)  # type: ignore[arg-type]
-        error = self.assertRaises(
-            PushError, self.ledger.prove_session, NODE, self.ak, proof, "t2", NOW + 1
+            PushError, self.ledger.session_node, "tok", NODE, NOW + 2
         )
         self.assertEqual("no_session", error.code)
 
+    def test_session_proof_over_another_nonce_is_refused(self) -> None:
+        _, expires = self.ledger.session_nonce(NODE, NOW)
+        proof = self._proof(os.urandom(20))
+        self._refused("bad_session_proof", NODE, expires, self.ak, proof, "tok", NOW)
+
+    def test_session_nonce_of_another_node_is_refused(self) -> None:
+        nonce, expires = self.ledger.session_nonce(OTHER, NOW)
+        proof = self._proof(nonce)
+        self._refused("bad_session_proof", NODE, expires, self.ak, proof, "tok", NOW)
+
+    def test_session_nonce_of_another_verifier_process_is_refused(self) -> None:
+        nonce, expires = PushLedger(RULES, os.urandom(32)).session_nonce(NODE, NOW)
+        proof = self._proof(nonce)
+        self._refused("bad_session_proof", NODE, expires, self.ak, proof, "tok", NOW)
+
+    def test_expired_session_nonce_is_refused(self) -> None:
+        nonce, expires = self.ledger.session_nonce(NODE, NOW)
+        proof = self._proof(nonce)
+        late = expires + 0.1
+        self._refused("session_expired", NODE, expires, self.ak, proof, "tok", late)
+
+    def test_session_nonce_with_a_forged_expiry_is_refused(self) -> None:
+        far = NOW + 10 * RULES.challenge_ttl
+        nonce, _ = self.ledger.session_nonce(NODE, far - RULES.challenge_ttl)
+        proof = self._proof(nonce)
+        self._refused("session_expired", NODE, far, self.ak, proof, "tok", NOW)
+
+    def test_asking_for_nonces_stores_nothing(self) -> None:
+        nonce, expires = self.ledger.session_nonce(NODE, NOW)
+        for _ in range(100):  # someone else asks for this node's nonces
+            self.ledger.session_nonce(NODE, NOW + 0.5)
+        proof = self._proof(nonce)
+        self.ledger.prove_session(NODE, expires, self.ak, proof, "tok", NOW + 1)
+
     def test_session_of_another_node_is_refused(self) -> None:
-        nonce = os.urandom(20)
-        self.ledger.open_session(NODE, nonce, NOW)
-        self.ledger.prove_session(NODE, self.ak, self._proof(nonce), "tok", NOW)  # type: ignore[arg-type]
+        self._open()
         error = self.assertRaises(
             PushError, self.ledger.session_node, "tok", OTHER, NOW + 1
         )
         self.assertEqual("wrong_node", error.code)
 
     def test_expired_session_is_refused(self) -> None:
-        nonce = os.urandom(20)
-        self.ledger.open_session(NODE, nonce, NOW)
-        self.ledger.prove_session(NODE, self.ak, self._proof(nonce), "tok", NOW)  # type: ignore[arg-type]
+        self._open()
         error = self.assertRaises(
             PushError,
             self.ledger.session_node,
             "tok",
             NODE,
-            NOW + RULES.session_ttl + 1,
+            NOW + RULES.session_ttl + 2,
         )
         self.assertEqual("session_expired", error.code)
 

@@ -79,9 +79,8 @@ class PushServiceTest(VerifierServiceBase):
             bind_nonce(bytes.fromhex(nonce["nonce"]), SESSION_LABEL),
             tuple(nonce["pcrs"]),
         )
-        return await self._post(
-            f"/v1/push/{agent.uuid}/session/proof", {"quote": proof.to_dict()}
-        )
+        body = {"quote": proof.to_dict(), "expires_at": nonce["expires_at"]}
+        return await self._post(f"/v1/push/{agent.uuid}/session/proof", body)
 
     async def _token(self, agent: FakeAgent) -> str:
         status, grant = await self._session(agent)
