@@ -39,7 +39,7 @@ from verifier.protocol.abe import (
 )
 from verifier.protocol.messages.abe import AbeKeyDelivery, SealedBlobRequest
 
-__all__ = ["AbeKeyring", "add_abe_routes"]
+__all__ = ["AbeKeyring", "add_abe_routes", "keyring_of"]
 
 SEALED_DIR = "sealed"
 
@@ -151,6 +151,12 @@ async def _sealed(request: web.Request) -> web.Response:
 @allow("tenant", "verifier")
 async def _abe_status(request: web.Request) -> web.Response:
     return json_response(request.app[_KEYRING].describe())
+
+
+def keyring_of(app: web.Application) -> AbeKeyring | None:
+    """The keyring of an agent application with the CP-ABE routes (push
+    mode hands it the keys that come with the verifier's answers)."""
+    return app.get(_KEYRING)
 
 
 def add_abe_routes(app: web.Application, agent: Agent) -> None:

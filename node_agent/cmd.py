@@ -48,8 +48,9 @@ from node_agent.exceptions import (
     TpmError,
 )
 from node_agent.server import make_app
-from verifier.common import config
+from verifier.common import config, extras
 from verifier.protocol import MalformedError
+from verifier.protocol.messages.abe import AbeKeyDelivery
 
 LOG = logging.getLogger(__name__)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
@@ -165,7 +166,11 @@ async def serve(
             registration.result()  # raises on failure
             if push_url is not None:
                 await _push_until(
-                    agent, evidence or EvidenceReader(), push_url, stopper
+                    agent,
+                    evidence or EvidenceReader(),
+                    push_url,
+                    stopper,
+                    _abe_receiver(runner.app),
                 )
             await stopper
         else:
@@ -182,12 +187,13 @@ async def _push_until(
     evidence: EvidenceReader,
     push_url: str,
     stopper: asyncio.Task[Any],
+    on_abe: Callable[[AbeKeyDelivery], None] | None = None,
 ) -> None:
     """Push evidence until stopped (or the node is revoked)."""
     from node_agent.push import run_push
 
     LOG.info("node agent %s pushes evidence to %s", agent.uuid, push_url)
-    pushing = asyncio.create_task(run_push(agent, evidence, push_url))
+    pushing = asyncio.create_task(run_push(agent, evidence, push_url, on_abe))
     await asyncio.wait({pushing, stopper}, return_when=asyncio.FIRST_COMPLETED)
     if not pushing.done():
         pushing.cancel()
@@ -195,6 +201,23 @@ async def _push_until(
             await pushing
     else:
         pushing.result()  # raises on failure
+
+
+def _abe_receiver(
+    app: web.Application,
+) -> Callable[[AbeKeyDelivery], None] | None:
+    """Where CP-ABE keys pushed with the verifier's answers go: the
+    keyring of the agent's API (None without the ``abe`` extra)."""
+    try:
+        extras.require("abe", "CP-ABE keys in push mode")
+    except extras.MissingExtraError:
+        return None
+    from node_agent.abe import keyring_of
+
+    keyring = keyring_of(app)
+    if keyring is None:
+        return None
+    return lambda d: keyring.receive(d.key, d.params, d.epoch)
 
 
 def _describe(agent: Agent) -> None:

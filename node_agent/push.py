@@ -28,6 +28,7 @@ from verifier.common.errors import TransportError
 from verifier.common.http import AsyncClient
 from verifier.common.tls import client_context
 from verifier.protocol import EnvelopeError, MalformedError, Quote, bind_nonce
+from verifier.protocol.messages.abe import AbeKeyDelivery
 from verifier.protocol.messages.push import (
     ChallengeMessage,
     EvidencePost,
@@ -88,6 +89,8 @@ class PushLoop:
         url: the push endpoint, e.g. ``https://verifier:8882``.
         http: the client (TLS trusting the operator CA).
         sleep: waits (tests replace it).
+        on_abe: takes a CP-ABE key delivery (None: the ``abe`` extra is
+            not installed; keys are then ignored).
     """
 
     def __init__(
@@ -97,8 +100,10 @@ class PushLoop:
         url: str,
         http: AsyncClient,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        on_abe: Callable[[AbeKeyDelivery], None] | None = None,
     ) -> None:
         self.agent = agent
+        self._on_abe = on_abe
         self.evidence = evidence
         self.base = f"{url.rstrip('/')}/v1/push/{agent.uuid}"
         self.http = http
@@ -178,6 +183,8 @@ class PushLoop:
             self.state, self.interval = result.state, result.interval
             if result.v is not None:
                 await self._receive_v(result)
+            if result.abe is not None and self._on_abe is not None:
+                self._receive_abe(result.abe)
             if result.next is None:
                 self._upcoming = result.upcoming
                 return result
@@ -193,6 +200,13 @@ class PushLoop:
             )
         except (EnvelopeError, NodeAgentError) as exc:
             LOG.error("node %s: V from the verifier refused: %s", self.agent.uuid, exc)
+
+    def _receive_abe(self, delivery: AbeKeyDelivery) -> None:
+        assert self._on_abe is not None
+        try:
+            self._on_abe(delivery)
+        except (EnvelopeError, MalformedError, NodeAgentError) as exc:
+            LOG.error("node %s: CP-ABE key refused: %s", self.agent.uuid, exc)
 
     async def run(self) -> None:
         """Push until the node is revoked (or the task is cancelled)."""
@@ -224,7 +238,12 @@ class PushLoop:
             await self._sleep(result.interval)
 
 
-async def run_push(agent: Agent, evidence: EvidenceReader, url: str) -> None:
+async def run_push(
+    agent: Agent,
+    evidence: EvidenceReader,
+    url: str,
+    on_abe: Callable[[AbeKeyDelivery], None] | None = None,
+) -> None:
     """Run :class:`PushLoop` with its own client until cancelled or revoked."""
     async with AsyncClient(push_ssl_context(agent.ca_file), _TIMEOUT) as http:
-        await PushLoop(agent, evidence, url, http).run()
+        await PushLoop(agent, evidence, url, http, on_abe=on_abe).run()

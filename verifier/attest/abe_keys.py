@@ -27,7 +27,6 @@ The master key and the epoch live in one file, 0600, written atomically.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import logging
 import os
@@ -155,6 +154,10 @@ class ProviderAttributes:
         return table
 
 
+#: epoch, attributes and NK of a key a node holds
+_Delivered = tuple[int, frozenset[str], bytes]
+
+
 class AbeAuthority:
     """Issues and caches CP-ABE keys; keeps the epoch.
 
@@ -208,21 +211,46 @@ class AbeAuthority:
             self._delivered.pop(uuid, None)
         LOG.info("Node %s revoked: CP-ABE key epoch is now %d", uuid, self.epoch)
 
-    async def after_quote(self, node: LiveNode, attest: TpmAttest, nk: bytes) -> None:
-        """Give a node that just passed a quote (``attest``, bound to its
-        transport key ``nk``) the key for its attributes."""
+    def owed(
+        self, node: LiveNode, attest: TpmAttest, nk: bytes
+    ) -> tuple[AbeKeyDelivery, _Delivered] | None:
+        """The key a node that just passed a quote (``attest``, bound to
+        its transport key ``nk``) is owed, sealed to ``nk``, and what to
+        pass :meth:`delivered` once it is handed over; None when it holds
+        it already or has no provider attributes."""
         try:
             attrs = self.attributes(node.uuid, attest.pcr_digest)
         except (ConfigError, OSError) as exc:
             LOG.error("No CP-ABE key for %s: provider attributes: %s", node.uuid, exc)
-            return
+            return None
         if attrs is None or self._delivered.get(node.uuid) == (self.epoch, attrs, nk):
-            return
+            return None
         epoch = self.epoch
         key = self.key_for(attrs)
         delivery = AbeKeyDelivery(
             seal_share(nk, key, "ABE", node.uuid), self.pp.to_bytes(), epoch
         )
+        return delivery, (epoch, attrs, nk)
+
+    def delivered(self, uuid: str, marker: _Delivered) -> None:
+        """The key of :meth:`owed` reached the node."""
+        epoch, attrs, _ = marker
+        if epoch == self.epoch:
+            self._delivered[uuid] = marker
+            LOG.info(
+                "Node %s holds the CP-ABE key for %d attributes (epoch %d)",
+                uuid,
+                len(attrs),
+                epoch,
+            )
+
+    async def after_quote(self, node: LiveNode, attest: TpmAttest, nk: bytes) -> None:
+        """Give a node that just passed a quote (``attest``, bound to its
+        transport key ``nk``) the key for its attributes."""
+        owed = self.owed(node, attest, nk)
+        if owed is None:
+            return
+        delivery, marker = owed
         try:
             await self._agents.call(
                 "POST",
@@ -234,11 +262,4 @@ class AbeAuthority:
         except (AgentUnreachableError, MalformedError) as exc:  # retried next quote
             LOG.warning("Could not deliver a CP-ABE key to %s yet: %s", node.uuid, exc)
             return
-        if epoch == self.epoch:
-            self._delivered[node.uuid] = (epoch, attrs, nk)
-            LOG.info(
-                "Node %s holds the CP-ABE key for %d attributes (key %s)",
-                node.uuid,
-                len(attrs),
-                hashlib.sha256(key).hexdigest()[:12],
-            )
+        self.delivered(node.uuid, marker)

@@ -30,6 +30,7 @@ from verifier.ca import CaError
 from verifier.exceptions import ConflictError
 from verifier.protocol import seal_share
 from verifier.protocol.attestation import Action, Verdict
+from verifier.protocol.messages.abe import AbeKeyDelivery
 from verifier.protocol.messages.push import (
     ChallengeMessage,
     EvidencePost,
@@ -174,6 +175,7 @@ class PushAttestation:
             follow = self._issue(node, now)
         elif verdict.action is Action.RELEASE_V:
             share = self._release_v(node, verdict)
+        abe = self._abe_key(node, verdict)
         upcoming = None
         if node.state == NodeState.REVOKED:
             self.ledger.forget(node.uuid)
@@ -181,8 +183,30 @@ class PushAttestation:
             # the next challenge rides on this answer: one request per round
             upcoming = self._issue(node, now, ahead=True)
         return EvidenceResult(
-            node.state.value, self.interval, share, follow, upcoming=upcoming
+            node.state.value, self.interval, share, follow, abe, upcoming
         )
+
+    def _abe_key(self, node: LiveNode, verdict: Verdict) -> AbeKeyDelivery | None:
+        """The CP-ABE key a node that passed is owed (as polling delivers
+        it after each good quote); a failure fails the node, as a polled
+        round that breaks does."""
+        abe = self._verifier.abe
+        if abe is None or verdict.attest is None or verdict.nk is None:
+            return None
+        if node.state == NodeState.REVOKED:
+            return None
+        try:
+            owed = abe.owed(node, verdict.attest, verdict.nk)
+        except Exception as exc:  # fail closed, as a broken quote round
+            LOG.exception("Node %s: its CP-ABE key could not be made", node.uuid)
+            detail = f"{type(exc).__name__}: {exc}"
+            self._verifier._act(node, node.round_failed("internal_error", detail))
+            return None
+        if owed is None:
+            return None
+        delivery, marker = owed
+        abe.delivered(node.uuid, marker)  # handed over in the answer
+        return delivery
 
     def _release_v(self, node: LiveNode, verdict: Verdict) -> ShareV | None:
         """V sealed to the quoted NK, with the identity certificate; the node

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from verifier.protocol.errors import FieldError
-from verifier.protocol.messages._fields import Reader, check_int, check_str
+from verifier.protocol.messages._fields import Reader, check_str
+from verifier.protocol.messages.abe import AbeKeyDelivery
 from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
 from verifier.protocol.messages.shares import ShareV
 from verifier.protocol.quote import Quote
@@ -210,14 +211,14 @@ class EvidenceResult:
         next: a follow-up challenge to answer at once (evidence incomplete).
         upcoming: the challenge to answer after ``interval`` (good
             evidence; saves the agent asking for it).
-        sealed: more keys sealed to NK (e.g. ``abe``: a CP-ABE key).
+        abe: the node's CP-ABE key sealed to NK, when it is owed one.
     """
 
     state: str
     interval: float
     v: ShareV | None = None
     next: ChallengeMessage | None = None
-    sealed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    abe: AbeKeyDelivery | None = None
     upcoming: ChallengeMessage | None = None
 
     _NAME = "evidence result"
@@ -225,7 +226,8 @@ class EvidenceResult:
     def __post_init__(self) -> None:
         check_str(self._NAME, "state", self.state, _MAX_STATE)
         _check_time(self._NAME, "interval", self.interval)
-        check_int(self._NAME, "sealed", len(self.sealed), 0, 8)
+        if self.abe is not None and not isinstance(self.abe, AbeKeyDelivery):
+            raise FieldError(self._NAME, "abe", "must be a key delivery")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -233,32 +235,22 @@ class EvidenceResult:
             "interval": self.interval,
             "v": self.v.to_dict() if self.v is not None else None,
             "next": self.next.to_dict() if self.next is not None else None,
-            "sealed": dict(self.sealed),
+            "abe": self.abe.to_dict() if self.abe is not None else None,
             "upcoming": self.upcoming.to_dict() if self.upcoming else None,
         }
 
     @classmethod
     def from_dict(cls, data: object) -> EvidenceResult:
         r = Reader(data, cls._NAME)
-        v, nxt, sealed = r.get("v"), r.get("next"), r.get("sealed")
+        v, nxt, abe = r.get("v"), r.get("next"), r.get("abe")
         upcoming = r.get("upcoming")
         msg = cls(
             r.get("state"),
             r.get("interval"),
             ShareV.from_dict(v) if v is not None else None,
             ChallengeMessage.from_dict(nxt) if nxt is not None else None,
-            _sealed(cls._NAME, sealed),
+            AbeKeyDelivery.from_dict(abe) if abe is not None else None,
             ChallengeMessage.from_dict(upcoming) if upcoming is not None else None,
         )
         r.finish()
         return msg
-
-
-def _sealed(structure: str, data: object) -> dict[str, str]:
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
-    ):
-        raise FieldError(structure, "sealed", "must be an object of strings")
-    return dict(data)

@@ -379,3 +379,32 @@ class AgentPushLoopTest(VerifierServiceBase):
         await self.loop.run()  # returns: the node is revoked
         self.assertEqual("revoked", self.loop.state)
         self.assertEqual("revoked", self.verifier.get(self.fake.uuid).state)
+
+    async def test_cp_abe_key_comes_with_the_answer_to_good_evidence(self) -> None:
+        import json
+
+        from node_agent.abe import AbeKeyring
+        from verifier.attest.abe_keys import AbeAuthority, ProviderAttributes
+
+        attrs = os.path.join(self.tmp, "attrs.json")
+        with open(attrs, "w", encoding="utf-8") as f:
+            json.dump({self.fake.uuid: {"region": "eu"}}, f)
+        self.verifier.abe = AbeAuthority(
+            os.path.join(self.tmp, "abe", "master.key"),
+            ProviderAttributes(attrs),
+            self.agents,  # type: ignore[arg-type]
+        )
+        keyring = AbeKeyring(self.agent)
+        self.loop._on_abe = lambda d: keyring.receive(d.key, d.params, d.epoch)
+        await self.verifier.enrol(
+            self.fake.uuid, os.urandom(32), self.policy, mode="push"
+        )
+        self.quiesce(self.verifier)
+        first = await self.loop.round()
+        self.assertIsNotNone(first.abe)
+        keys = keyring.describe()["keys"]
+        self.assertEqual(1, len(keys))
+        self.assertIn("region=eu", keys[0]["attributes"])
+        self.now += 2.0
+        self.assertIsNone((await self.loop.round()).abe)  # it holds it already
+        self.assertEqual([], self.fake.v_posts)  # nothing went to the agent's port
