@@ -59,6 +59,7 @@ async def _enrol(request: web.Request) -> web.Response:
         body.mb_policy,
         await_instance=body.await_instance,
         project=owner,
+        u_commitment=body.u_commitment,
     )
     return json_response(view.to_dict(), status=201)
 

@@ -69,10 +69,12 @@ def enrolment_row(
     refs: tuple[str | None, str | None],
     now: float,
     project_id: str = "",
+    u_commitment: bytes | None = None,
 ) -> Node:
     """The row of a new enrolment: the registrar's ``record`` of the node
     (AK, TLS certificate, address; None before the agent registered), the
-    runtime/measured-boot policy digests ``refs`` and the owning project."""
+    runtime/measured-boot policy digests ``refs``, the owning project and
+    the enroller's commitment to U."""
     values = _UNREGISTERED if record is None else registration_values(record)
     return Node(
         uuid=uuid,
@@ -80,6 +82,7 @@ def enrolment_row(
         state=NodeState.REGISTERED.value,
         policy=json.dumps(policy.to_dict()),
         v_share=v_share,
+        u_commitment=u_commitment,
         **values,
         quotes_verified=0,
         v_released=False,
@@ -141,6 +144,8 @@ class LiveNode(NodeAttestation):
         runtime_ref: the digest of its stored runtime policy, or None.
         mb_ref: the digest of its stored measured-boot policy, or None.
         project_id: the Keystone project that owns it.
+        u_commitment: the enroller's commitment to U, sent with V (None:
+            enrolled before commitments).
         judged: :class:`NodeAttestation`'s keyword arguments (its state as
             last written).
     """
@@ -151,6 +156,7 @@ class LiveNode(NodeAttestation):
         "project_id",
         "runtime_ref",
         "tls_cert",
+        "u_commitment",
         "v_share",
     )
 
@@ -166,10 +172,12 @@ class LiveNode(NodeAttestation):
         runtime_ref: str | None = None,
         mb_ref: str | None = None,
         project_id: str = "",
+        u_commitment: bytes | None = None,
         **judged: Any,
     ) -> None:
         super().__init__(uuid, policy, ak, **judged)
         self.project_id = project_id
+        self.u_commitment = u_commitment
         self.base_url = base_url
         self.tls_cert = tls_cert
         self.v_share = v_share
@@ -219,6 +227,7 @@ class LiveNode(NodeAttestation):
             runtime_ref=row.runtime_policy,
             mb_ref=row.mb_policy,
             project_id=row.project_id or "",
+            u_commitment=row.u_commitment,
             state=NodeState(row.state),
             runtime=runtime,
             mb=mb,

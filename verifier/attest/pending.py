@@ -94,6 +94,7 @@ class PendingNodes:
         policy: PcrPolicy,
         refs: tuple[str | None, str | None] = (None, None),
         project: str = "",
+        u_commitment: bytes | None = None,
     ) -> NodeView:
         """Store V and the policies (``refs``: runtime and measured-boot
         policy digests) for an instance Nova has not created yet.
@@ -102,7 +103,10 @@ class PendingNodes:
             ConflictError: already enrolled.
         """
         # the AK, certificate and address come from the registrar on promotion
-        row = enrolment_row(uuid, v_share, policy, None, refs, self._clock(), project)
+        now = self._clock()
+        row = enrolment_row(
+            uuid, v_share, policy, None, refs, now, project, u_commitment
+        )
         row.state = NodeState.PENDING.value
         view = view_of_row(row)  # before the commit expires the row
         await asyncio.to_thread(self._store.insert, row)

@@ -253,6 +253,7 @@ class Verifier(NodeQueries):
         mb_policy: str | None = None,
         await_instance: bool = False,
         project: str = "",
+        u_commitment: bytes | None = None,
     ) -> NodeView:
         """Start attesting ``uuid``; V is released to the node after its
         first valid quote (and runtime evidence). With ``await_instance``
@@ -270,6 +271,8 @@ class Verifier(NodeQueries):
             await_instance: enrol ahead of the instance.
             project: the Keystone project that will own the node (named
                 policies are looked up among its policies).
+            u_commitment: the enroller's commitment to U, released with V
+                (:mod:`verifier.protocol.enroller`).
 
         Raises:
             ConflictError: already enrolled, or the AK is not activated.
@@ -288,14 +291,18 @@ class Verifier(NodeQueries):
             self.policies.resolve_pair, runtime_policy, mb_policy, project
         )
         if await_instance:
-            return await self.pending.enrol(uuid, v_share, policy, refs, project)
+            return await self.pending.enrol(
+                uuid, v_share, policy, refs, project, u_commitment
+            )
         record = await self._registrar.get_agent(uuid)
         if not record.activated:
             raise ConflictError(
                 "ak_not_activated",
                 f"node {uuid} has not activated its attestation key at the registrar",
             )
-        row = enrolment_row(uuid, v_share, policy, record, refs, self._clock(), project)
+        row = enrolment_row(
+            uuid, v_share, policy, record, refs, self._clock(), project, u_commitment
+        )
         node = LiveNode.from_row(row, self.policies.cached)
         await asyncio.to_thread(self.store.insert, row)
         if self._ownership.owns(uuid):
@@ -429,7 +436,8 @@ class Verifier(NodeQueries):
             except CaError as exc:
                 self._act(node, node.revoke("csr", str(exc)))
                 return
-        body = ShareV(seal_share(verdict.nk, node.v_share, "V", node.uuid), cert)
+        sealed = seal_share(verdict.nk, node.v_share, "V", node.uuid)
+        body = ShareV(sealed, cert, node.u_commitment)
         try:
             await self._agents.call(
                 "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body.to_dict()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from verifier.protocol.enroller import COMMITMENT_BYTES
 from verifier.protocol.errors import FieldError
 from verifier.protocol.messages._fields import (
     Reader,
@@ -45,6 +46,10 @@ class EnrolmentRequest:
         runtime_policy: a stored IMA runtime policy reference, or None.
         mb_policy: a stored measured-boot policy reference, or None.
         await_instance: enrol ahead of the instance (Nova is creating it).
+        u_commitment: the enroller's commitment to its share U
+            (:func:`verifier.protocol.enroller.commit_u`); the node takes U
+            only if it matches. Required: an enrolment without it is
+            refused.
 
     Raises:
         FieldError: a field of the wrong type or size.
@@ -58,6 +63,7 @@ class EnrolmentRequest:
     runtime_policy: str | None = None
     mb_policy: str | None = None
     await_instance: bool = False
+    u_commitment: bytes = b""
 
     _NAME = "enrolment request"
 
@@ -72,6 +78,13 @@ class EnrolmentRequest:
                 self._NAME, name, getattr(self, name), MAX_POLICY_REF, optional=True
             )
         check_bool(self._NAME, "await_instance", self.await_instance)
+        check_bytes(
+            self._NAME,
+            "u_commitment",
+            self.u_commitment,
+            COMMITMENT_BYTES,
+            exact=COMMITMENT_BYTES,
+        )
 
     @property
     def has_policy_refs(self) -> bool:
@@ -87,6 +100,7 @@ class EnrolmentRequest:
             "runtime_policy": self.runtime_policy,
             "mb_policy": self.mb_policy,
             "await_instance": self.await_instance,
+            "u_commitment": b64(self.u_commitment),
         }
 
     @classmethod
@@ -110,6 +124,7 @@ class EnrolmentRequest:
         else:
             policy = PcrPolicy.from_dict(document, allow_empty=with_refs)
         await_instance = r.get("await_instance")
+        commitment = r.b64("u_commitment", COMMITMENT_BYTES)
         r.finish()
         return cls(
             uuid,
@@ -118,6 +133,7 @@ class EnrolmentRequest:
             refs[0],
             refs[1],
             False if await_instance is None else await_instance,
+            commitment,
         )
 
 
