@@ -7,11 +7,13 @@ from __future__ import annotations
 from verifier.api.verifier_app import public_pem
 from verifier.cmd import _service
 from verifier.cmd.verifier import load_signing_key
+from verifier.common import version
 from verifier.keyservice import KeyService, make_app
 from verifier.keyservice.keys import load_mac_key, load_public_key
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-keyservice")
     conf = _service.setup(argv, "trusted-keyservice")
     group = conf.keyservice
 

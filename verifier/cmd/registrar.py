@@ -9,6 +9,7 @@ from verifier.api.authz import Auth
 from verifier.attest.instances import NovaInstanceOwners
 from verifier.cmd import _service
 from verifier.common import tls as tlsutil
+from verifier.common import version
 from verifier.common.http import AsyncClient
 from verifier.exceptions import ConfigError
 from verifier.policies import make_enforcer
@@ -34,6 +35,7 @@ def build_auth(conf: cfg.ConfigOpts) -> tuple[Auth | None, NovaInstanceOwners | 
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-registrar")
     conf = _service.setup(argv, "trusted-registrar")
     group = conf.registrar
 

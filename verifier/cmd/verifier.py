@@ -31,7 +31,7 @@ from verifier.attest.policies import PolicyStore, VerifyingKey
 from verifier.attest.quotas import Quotas
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
-from verifier.common import extras
+from verifier.common import extras, version
 from verifier.common import tls as tlsutil
 from verifier.common.http import AsyncClient
 from verifier.exceptions import ConfigError
@@ -216,6 +216,7 @@ def build_instances(conf: cfg.ConfigOpts, auth: Auth) -> NovaInstanceOwners | No
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-verifier")
     conf = _service.setup(argv, "trusted-verifier")
     group = conf.verifier
 
