@@ -17,6 +17,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from oslo_config import cfg
+from oslo_log import log as logging
 
 from verifier import db
 from verifier.api.authz import Auth
@@ -48,6 +49,9 @@ def _require(extra: str, feature: str) -> None:
         extras.require(extra, feature)
     except extras.MissingExtraError as exc:
         raise ConfigError(str(exc))
+
+
+LOG = logging.getLogger(__name__)
 
 
 def build_abe(conf: cfg.ConfigOpts, agents: AgentClient) -> AbeAuthority | None:
@@ -189,6 +193,12 @@ def build_auth(conf: cfg.ConfigOpts) -> Auth:
         keystone = KeystoneAuthenticator(conf)
     else:
         tenants = list(group.tenant_clients)
+        LOG.warning(
+            "auth_strategy = noauth: no Keystone, tenants are the client "
+            "certificates %s and there is no Nova instance-ownership check "
+            "(the embedded demo and tests only)",
+            ", ".join(tenants) or "(none)",
+        )
     machines = {
         "service": group.operator_clients,
         "capability": conf.capabilities.clients,
