@@ -117,3 +117,51 @@ class TestEnrollerOnly(AgentTestBase):
 
         self.assertFalse(self.run_async(go()))
         self.assertFalse(self.agent.bootstrapped)
+
+
+class TestAnonymousShareU(AgentTestBase):
+    """Over HTTP with certificate roles on: U needs no certificate (the
+    commitment decides), V still needs the verifier's."""
+
+    enrolment = TestEnrollerOnly.enrolment
+
+    def call(self, path, body):
+        import asyncio
+
+        from aiohttp.test_utils import TestClient, TestServer
+
+        from node_agent.server import make_app
+
+        async def go():
+            app = make_app(self.agent, {"tenant": ["t"], "verifier": ["v"]})
+            async with TestClient(TestServer(app)) as client:
+                resp = await client.post(path, json=body)
+                return resp.status, await resp.json()
+
+        return asyncio.run(go())
+
+    def test_u_without_certificate_is_taken_as_a_candidate(self):
+        import base64
+
+        u_env, _, payload, _ = self.enrolment()
+        body = {
+            "u": base64.b64encode(u_env).decode(),
+            "payload": base64.b64encode(payload).decode(),
+        }
+        status, data = self.call("/v1/keys/u", body)
+        self.assertEqual(
+            (200, {"accepted": "u", "bootstrapped": False}), (status, data)
+        )
+        self.assertTrue(self.agent.status()["has_u"])
+
+    def test_v_without_certificate_is_forbidden(self):
+        import base64
+
+        _, v_env, _, commitment = self.enrolment()
+        body = {
+            "v": base64.b64encode(v_env).decode(),
+            "u_commitment": base64.b64encode(commitment).decode(),
+        }
+        status, data = self.call("/v1/keys/v", body)
+        self.assertEqual((403, "forbidden"), (status, data["error"]["code"]))
+        self.assertFalse(self.agent.status()["has_v"])
