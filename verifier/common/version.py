@@ -1,8 +1,7 @@
 """``--version`` for every console script: ``<prog> <version>``, exit 0.
 
-The version is the installed distribution's (pbr writes it into the
-package metadata from git at build time), read with the standard library
-so that every install role has it.
+The version is pbr's for the installed distribution (``pbr`` is a
+runtime requirement of every role), as OpenStack services report it.
 """
 
 from __future__ import annotations
@@ -17,11 +16,16 @@ DISTRIBUTION = "trusted-cloud"
 
 
 def version_string() -> str:
-    """The installed version of trusted-cloud ("unknown" if not installed)."""
+    """pbr's release string of trusted-cloud ("unknown" if not installed)."""
     try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return "unknown"
+        from pbr.version import VersionInfo
+
+        return str(VersionInfo(DISTRIBUTION).release_string())
+    except Exception:  # pbr missing or no distribution: the metadata's
+        try:
+            return metadata.version(DISTRIBUTION)
+        except metadata.PackageNotFoundError:
+            return "unknown"
 
 
 def exit_if_asked(argv: Sequence[str] | None, prog: str) -> None:

@@ -130,9 +130,14 @@ def _verifier_app(
 
 class VersionTest(testtools.TestCase):
     def test_every_console_script_prints_the_pbr_version(self) -> None:
-        import pbr.version
-
-        expected = pbr.version.VersionInfo("trusted-cloud").release_string()
+        # outside the source tree, where a built egg-info could shadow the
+        # installed distribution's metadata for "python -c"
+        cwd = self.useFixture(fixtures.TempDir()).path
+        expected = subprocess.run(
+            [sys.executable, "-c", "import pbr.version as v; "
+             "print(v.VersionInfo('trusted-cloud').release_string())"],
+            capture_output=True, text=True, check=True, timeout=60, cwd=cwd,
+        ).stdout.strip()  # fmt: skip
         parser = configparser.ConfigParser()
         parser.read(os.path.join(ROOT, "setup.cfg"))
         scripts = [
@@ -148,6 +153,7 @@ class VersionTest(testtools.TestCase):
                 capture_output=True,
                 text=True,
                 timeout=120,
+                cwd=cwd,
             )
             self.assertEqual(0, done.returncode, f"{name}: {done.stderr}")
             self.assertEqual(f"{name} {expected}", done.stdout.strip(), name)
