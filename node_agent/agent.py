@@ -43,7 +43,7 @@ from node_agent.exceptions import BootstrapError, RefusedError
 from node_agent.payload import run_payload, unwrap, write_file
 from node_agent.registration import Contact, register
 from node_agent.shares import Share as _Share
-from node_agent.shares import check_enroller, select_u
+from node_agent.shares import check_enroller, offer, select_u
 from node_agent.tls_state import load_or_create
 from verifier.common.tls import server_context_from_pem
 from verifier.common.tpm import Tpm
@@ -57,7 +57,7 @@ from verifier.protocol import (
     open_payload,
     open_share,
 )
-from verifier.protocol.enroller import TooManySharesError, UCandidates
+from verifier.protocol.enroller import UCandidates
 from verifier.protocol.messages.quote import QuoteAnswer
 
 __all__ = ["Agent", "TpmAccess", "TpmLike"]
@@ -146,10 +146,9 @@ class Agent:
         self._state_lock = asyncio.Lock()
         self._u: _Share | None = None
         self._v: _Share | None = None
-        #: U received before V (V says which is the enroller's)
+        #: U received before V (V says which is the enroller's), and the last
+        #: from a tenant certificate (for a V without a commitment)
         self._candidates: UCandidates[_Share] = UCandidates(self.uuid)
-        #: the last U before V from a tenant certificate (for a V without
-        #: a commitment: an enrolment from before commitments)
         self._certified_u: _Share | None = None
         self.bootstrapped = False
         #: ``time.monotonic()`` when the payload was decrypted (benchmarks).
@@ -304,10 +303,7 @@ class Agent:
             value = open_share(self._nk, u_envelope, "U", self.uuid)
             share = _Share(value, payload=payload_envelope, payload_id=payload_id)
             if self._v is None:
-                try:
-                    self._candidates.offer(value, share)
-                except TooManySharesError as exc:
-                    raise RefusedError(exc.reason, exc.detail, 429)
+                offer(self._candidates, value, share)
                 if certified:
                     self._certified_u = share
                 return False

@@ -8,9 +8,14 @@ from dataclasses import dataclass
 
 from node_agent.exceptions import RefusedError
 from verifier.protocol import EvidenceError
-from verifier.protocol.enroller import UCandidates, check_u, commit_u
+from verifier.protocol.enroller import (
+    TooManySharesError,
+    UCandidates,
+    check_u,
+    commit_u,
+)
 
-__all__ = ["Share", "check_enroller", "select_u"]
+__all__ = ["Share", "check_enroller", "offer", "select_u"]
 
 
 @dataclass
@@ -22,6 +27,18 @@ class Share:
     payload_id: str | None = None  # with U: the envelope's binding, if not us
     identity_cert: bytes | None = None  # with V: the node's identity cert
     commitment: bytes | None = None  # with V: the enroller's commitment to U
+
+
+def offer(candidates: UCandidates[Share], u: bytes, share: Share) -> None:
+    """Keep ``u`` until V says whose it must be.
+
+    Raises:
+        RefusedError: ``too_many_shares`` (429, nothing stored).
+    """
+    try:
+        candidates.offer(u, share)
+    except TooManySharesError as exc:
+        raise RefusedError(exc.reason, exc.detail, 429)
 
 
 def check_enroller(v: Share, uuid: str, u: bytes, certified: bool) -> None:
