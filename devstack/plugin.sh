@@ -57,6 +57,13 @@ function _configure_trusted_registrar {
         iniset "$conf" registrar ek_ca_bundle "$TRUSTED_EK_CA_BUNDLE"
     fi
     iniset "$conf" registrar require_ek_certificate "$TRUSTED_REQUIRE_EK_CERTIFICATE"
+    if is_service_enabled key; then
+        # tenants read their instances' registrations with Keystone tokens
+        iniset "$conf" registrar auth_strategy keystone
+        configure_keystone_authtoken_middleware "$conf" attestation
+    else
+        iniset "$conf" registrar auth_strategy noauth
+    fi
 }
 
 function _configure_trusted_verifier {

@@ -37,6 +37,7 @@ from oslo_config import cfg
 from ipsec_puppet_vault_hooks._certname import CertnameTemplate
 from ipsec_puppet_vault_hooks.conf import puppet_autosign as autosign_conf
 from verifier.common import tls as tlsutil
+from verifier.common import version
 from verifier.common.errors import TransportError
 from verifier.common.http import BlockingClient
 
@@ -175,6 +176,7 @@ def check_request(conf: cfg.ConfigOpts, certname: str, csr_pem: bytes) -> Verdic
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: exit 0 to sign, 1 to refuse, 2 on a usage error."""
+    version.exit_if_asked(argv, "trusted-puppet-autosign")
     conf = cfg.ConfigOpts()
     autosign_conf.register_opts(conf)
     conf.register_cli_opt(

@@ -11,6 +11,11 @@ At start the agent makes fresh, memory-only keys (but for its TLS key):
   ``work_dir`` and reused at each start (:mod:`node_agent.tls_state`), so
   the pin still holds after the agent restarts.
 
+U is taken only from the node's enroller: V comes with the enroller's
+commitment to U (:mod:`verifier.protocol.enroller`), and until V arrives
+every U received is kept as a candidate, so no one else's U can replace
+the enroller's.
+
 When both shares have arrived the agent recombines K = U xor V, decrypts
 the tenant payload, forgets U, V and K, and runs the payload if it is a
 script.
@@ -25,7 +30,6 @@ import logging
 import os
 import ssl
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from cryptography import x509
@@ -38,6 +42,8 @@ from node_agent.bootstrap import BootPayload, resolve
 from node_agent.exceptions import BootstrapError, RefusedError
 from node_agent.payload import run_payload, unwrap, write_file
 from node_agent.registration import Contact, register
+from node_agent.shares import Share as _Share
+from node_agent.shares import check_enroller, offer, select_u
 from node_agent.tls_state import load_or_create
 from verifier.common.tls import server_context_from_pem
 from verifier.common.tpm import Tpm
@@ -51,6 +57,7 @@ from verifier.protocol import (
     open_payload,
     open_share,
 )
+from verifier.protocol.enroller import UCandidates
 from verifier.protocol.messages.quote import QuoteAnswer
 
 __all__ = ["Agent", "TpmAccess", "TpmLike"]
@@ -63,16 +70,6 @@ PAYLOAD_STATUS = "payload.status"
 IDENTITY_CERT = "identity.pem"
 IDENTITY_KEY = "identity-key.pem"
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
-
-
-@dataclass
-class _Share:
-    """A share received and opened, with what came along with it."""
-
-    value: bytes
-    payload: bytes | None = None  # with U: the payload envelope
-    payload_id: str | None = None  # with U: the envelope's binding, if not us
-    identity_cert: bytes | None = None  # with V: the node's identity cert
 
 
 class Agent:
@@ -149,6 +146,10 @@ class Agent:
         self._state_lock = asyncio.Lock()
         self._u: _Share | None = None
         self._v: _Share | None = None
+        #: U received before V (V says which is the enroller's), and the last
+        #: from a tenant certificate (for a V without a commitment)
+        self._candidates: UCandidates[_Share] = UCandidates(self.uuid)
+        self._certified_u: _Share | None = None
         self.bootstrapped = False
         #: ``time.monotonic()`` when the payload was decrypted (benchmarks).
         self.bootstrapped_at: float | None = None
@@ -259,8 +260,15 @@ class Agent:
         u_envelope: bytes,
         payload_envelope: bytes | None = None,
         payload_id: str | None = None,
+        *,
+        certified: bool = True,
     ) -> bool:
         """Accept the tenant's share U (and the payload envelope).
+
+        U counts only if it is the enroller's: once V has come, U must
+        match V's commitment; before that it is kept as a candidate.
+        ``certified`` says that it came with a tenant certificate (only
+        such a U is taken for a V without a commitment).
 
         ``payload_id`` is the UUID the envelope is bound to when it is not
         this node's own: a payload sealed before Nova named the instance
@@ -276,6 +284,8 @@ class Agent:
             EnvelopeError: U does not open for this node (nothing stored).
             RefusedError: ``no_payload`` (409, nothing stored: neither U
                 nor the user-data carries a payload),
+                ``u_not_from_enroller`` (403, nothing stored),
+                ``too_many_shares`` (429, nothing stored: retry after V),
                 ``already_bootstrapped`` (409) or ``shares_mismatch`` (U
                 discarded, V kept).
         """
@@ -291,13 +301,24 @@ class Agent:
         async with self._state_lock:
             self._check_not_bootstrapped()
             value = open_share(self._nk, u_envelope, "U", self.uuid)
-            self._u = _Share(value, payload=payload_envelope, payload_id=payload_id)
+            share = _Share(value, payload=payload_envelope, payload_id=payload_id)
+            if self._v is None:
+                offer(self._candidates, value, share)
+                if certified:
+                    self._certified_u = share
+                return False
+            check_enroller(self._v, self.uuid, value, certified)
+            self._u = share
             return await self._try_bootstrap(received="U")
 
     async def receive_v(
-        self, v_envelope: bytes, identity_cert_pem: bytes | None
+        self,
+        v_envelope: bytes,
+        identity_cert_pem: bytes | None,
+        u_commitment: bytes | None = None,
     ) -> bool:
-        """Accept the verifier's share V and the node identity certificate.
+        """Accept the verifier's share V, the node identity certificate and
+        the enroller's commitment to U (which of the U received is taken).
 
         Returns:
             True if this completed the bootstrap.
@@ -313,7 +334,13 @@ class Agent:
         async with self._state_lock:
             self._check_not_bootstrapped()
             value = open_share(self._nk, v_envelope, "V", self.uuid)
-            self._v = _Share(value, identity_cert=identity_cert_pem)
+            self._v = _Share(
+                value, identity_cert=identity_cert_pem, commitment=u_commitment
+            )
+            certified, self._certified_u = self._certified_u, None
+            self._u = select_u(
+                self.uuid, u_commitment, self._u, certified, self._candidates
+            )
             return await self._try_bootstrap(received="V")
 
     def open_transport(self, kind: str, envelope: bytes) -> bytes:
@@ -457,7 +484,7 @@ class Agent:
         return {
             "uuid": self.uuid,
             "bootstrapped": self.bootstrapped,
-            "has_u": self._u is not None,
+            "has_u": self._u is not None or len(self._candidates) > 0,
             "has_v": self._v is not None,
             "payload_exit_code": self.payload_exit_code,
             "last_error": self.last_error,

@@ -48,7 +48,7 @@ from node_agent.exceptions import (
     TpmError,
 )
 from node_agent.server import make_app
-from verifier.common import config, extras
+from verifier.common import config, conventions, extras, version
 from verifier.protocol import MalformedError
 from verifier.protocol.messages.abe import AbeKeyDelivery
 
@@ -264,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         0 when stopped by a signal, 2 on a configuration error, 1 on any
         other failure.
     """
+    version.exit_if_asked(argv, "trusted-agent")
     conf = cfg.ConfigOpts()
     agent_conf.register_opts(conf)
     log.register_options(conf)
@@ -272,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
     log.setup(conf, "trusted-agent")
+    conventions.install_log_request_ids()
     try:
         agent = _start(conf)
         # cloud-init writes the bootstrap file and its user-data copy without

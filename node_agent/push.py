@@ -196,7 +196,9 @@ class PushLoop:
         cert = result.v.identity_cert
         try:
             await self.agent.receive_v(
-                result.v.v, cert.encode() if cert is not None else None
+                result.v.v,
+                cert.encode() if cert is not None else None,
+                result.v.u_commitment,
             )
         except (EnvelopeError, NodeAgentError) as exc:
             LOG.error("node %s: V from the verifier refused: %s", self.agent.uuid, exc)

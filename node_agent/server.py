@@ -3,7 +3,9 @@
 ``GET  /v1/quote?nonce=<hex>&pcrs=16,17&csr=0|1``   a quote bound to NK (+CSR)
      ``&ima_from=N&mb=0|1``  plus IMA entries from N / the firmware log
 ``POST /v1/keys/u``  ``{"u": b64, "payload": b64, "payload_id"?: uuid}``
-                     the tenant's share (``ShareU``)
+                     the tenant's share (``ShareU``); open to any client:
+                     only the U matching the enroller's commitment (with
+                     V) is combined (:mod:`verifier.protocol.enroller`)
 ``POST /v1/keys/v``  ``{"v": b64, "identity_cert": PEM|null}``  the verifier's
                      (``ShareV``; both in :mod:`verifier.protocol.messages.shares`)
 ``GET  /v1/status``  bootstrap state
@@ -32,6 +34,7 @@ from verifier.common.web import (
     allow,
     authz_middleware,
     error_middleware,
+    is_anonymous,
     json_response,
     read_json,
 )
@@ -69,11 +72,14 @@ async def _quote(request: web.Request) -> web.Response:
     return json_response(answer.to_dict())
 
 
-@allow("tenant")
+@allow("tenant", anonymous=True)
 async def _keys_u(request: web.Request) -> web.Response:
+    # anyone may offer U: only the enroller's (V's commitment) is combined
     body = ShareU.from_dict(await read_json(request))
     agent = request.app[_KEY]
-    done = await agent.receive_u(body.u, body.payload, body.payload_id)
+    done = await agent.receive_u(
+        body.u, body.payload, body.payload_id, certified=not is_anonymous(request)
+    )
     return json_response(ShareAccepted("u", done).to_dict())
 
 
@@ -82,7 +88,9 @@ async def _keys_v(request: web.Request) -> web.Response:
     body = ShareV.from_dict(await read_json(request))
     cert = body.identity_cert
     agent = request.app[_KEY]
-    done = await agent.receive_v(body.v, cert.encode() if cert is not None else None)
+    done = await agent.receive_v(
+        body.v, cert.encode() if cert is not None else None, body.u_commitment
+    )
     return json_response(ShareAccepted("v", done).to_dict())
 
 

@@ -31,10 +31,12 @@ from nova_plugin.tenant import Tenant
 from verifier.protocol import (
     MalformedError,
     PcrPolicy,
+    canonical_uuid,
     generate_key,
     seal_payload,
     split,
 )
+from verifier.protocol.enroller import commit_u
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = [
@@ -242,7 +244,12 @@ class TrustedBoot:
         for server in servers:
             u_share, v_share = split(key)
             try:
-                await self._tenant.enrol_ahead(server.id, v_share, self._policy)
+                await self._tenant.enrol_ahead(
+                    server.id,
+                    v_share,
+                    self._policy,
+                    commit_u(canonical_uuid(server.id), u_share),
+                )
             except ServiceError as exc:
                 if exc.code == "already_enrolled":
                     raise ServiceError(

@@ -28,7 +28,7 @@ from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
 from nova_plugin.policygen import add_generate_parser, generate
 from nova_plugin.tenant import Tenant, TenantConfig
-from verifier.common import extras
+from verifier.common import extras, version
 from verifier.protocol import MalformedError, PcrPolicy, TpmPublic, jsonlimits
 
 _ENV = {
@@ -408,6 +408,7 @@ def _print(result: Any, as_json: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-tenant")
     args = _parser().parse_args(argv)
     if args.command == "policy" and args.policy_command == "generate":
         try:  # offline: no verifier, no credentials

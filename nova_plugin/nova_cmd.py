@@ -18,6 +18,7 @@ from keystoneauth1 import loading as ks_loading
 
 from nova_plugin.bootcli import NOVA_API_VERSION, add_boot_arguments, run_boot, summary
 from nova_plugin.exceptions import TenantError
+from verifier.common import version
 
 __all__ = ["main", "parser"]
 
@@ -95,6 +96,7 @@ def _nova(args: argparse.Namespace) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-nova")
     args = parser(argv).parse_args(argv)
     try:
         result = run_boot(args, _nova(args))

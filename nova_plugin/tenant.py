@@ -36,6 +36,7 @@ from verifier.protocol import (
     split,
     verify_quote,
 )
+from verifier.protocol.enroller import commit_u
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
 from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
 from verifier.protocol.messages.policies import PolicyUpload
@@ -268,7 +269,13 @@ class Tenant:
         sealed = seal_payload(key, payload, uuid)
         u_share, v_share = split(key)
         body = EnrolmentRequest(
-            uuid, v_share, policy, runtime_policy, mb_policy, mode=mode
+            uuid,
+            v_share,
+            policy,
+            runtime_policy,
+            mb_policy,
+            mode=mode,
+            u_commitment=commit_u(uuid, u_share),
         )
         _, view = await self._call(
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
@@ -280,16 +287,19 @@ class Tenant:
         return EnrolResult(uuid, view["state"], policy.pcrs)
 
     async def enrol_ahead(
-        self, uuid: str, v_share: bytes, policy: PcrPolicy
+        self, uuid: str, v_share: bytes, policy: PcrPolicy, u_commitment: bytes
     ) -> Mapping[str, Any]:
-        """Enrol an instance Nova is still creating: the verifier holds V
-        and the policy and waits for the instance and its agent.
+        """Enrol an instance Nova is still creating: the verifier holds V,
+        the policy and the commitment to U (:func:`commit_u` of the U this
+        tenant will send) and waits for the instance and its agent.
 
         Raises:
             ServiceError: refused (``code`` ``already_enrolled`` for a
                 duplicate) or unreachable.
         """
-        body = EnrolmentRequest(uuid, v_share, policy, await_instance=True)
+        body = EnrolmentRequest(
+            uuid, v_share, policy, await_instance=True, u_commitment=u_commitment
+        )
         _, view = await self._call(
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
         )

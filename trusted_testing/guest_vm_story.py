@@ -47,6 +47,7 @@ from trusted_testing.guest_vm_boot import AGENT_PORT, CLOUD_INIT_DONE, VmGuest
 from trusted_testing.swtpm import ek_ca_bundle, free_ports
 from verifier.common.imagefiles import cpio_files, tar_files
 from verifier.protocol import PcrPolicy, split
+from verifier.protocol.enroller import commit_u
 from verifier.protocol.messages.enrolment import EnrolmentRequest
 from verifier.protocol.messages.registration import RegistrationRecord
 
@@ -328,7 +329,14 @@ class StoryNode:
             policy = PcrPolicy({})
             nk = await tenant.check_identity_quote(self.uuid, record, policy)
             u_share, v_share = split(self.key)
-            request = EnrolmentRequest(self.uuid, v_share, policy, "image", "image-mb")
+            request = EnrolmentRequest(
+                self.uuid,
+                v_share,
+                policy,
+                "image",
+                "image-mb",
+                u_commitment=commit_u(self.uuid, u_share),
+            )
             await tenant.request(
                 "POST", f"{tenant.verifier_url}/v1/nodes", request.to_dict()
             )

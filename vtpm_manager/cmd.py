@@ -20,7 +20,7 @@ import sys
 
 from oslo_config import cfg
 
-from verifier.common import config
+from verifier.common import config, version
 from verifier.common import tls as tlsutil
 from vtpm_manager import conf as vtpm_conf
 from vtpm_manager.exceptions import VtpmError
@@ -197,6 +197,7 @@ def _hook(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``trusted-vtpm-manager``."""
+    version.exit_if_asked(argv, "trusted-vtpm-manager")
     import libvirt
 
     # libvirt prints every error to stderr by default; ours say it better.

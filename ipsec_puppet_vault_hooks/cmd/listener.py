@@ -25,7 +25,7 @@ from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks.consumer import Consumer
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from ipsec_puppet_vault_hooks.listener import EventHandler, make_app
-from verifier.common import config, extras
+from verifier.common import config, extras, version
 from verifier.common import tls as tlsutil
 
 LOG = logging.getLogger(__name__)
@@ -117,6 +117,7 @@ async def serve(conf: cfg.ConfigOpts) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-revocation-listener")
     conf = setup(argv)
     if not conf.revocation_listener.transports:
         print(

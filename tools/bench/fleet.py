@@ -77,7 +77,9 @@ class Api:
         semaphore = asyncio.Semaphore(32)
 
         async def one(uuid: str) -> None:
-            body = EnrolmentRequest(uuid, os.urandom(32), policy, mode=mode).to_dict()
+            body = EnrolmentRequest(
+                uuid, os.urandom(32), policy, mode=mode, u_commitment=bytes(32)
+            ).to_dict()
             async with (
                 semaphore,
                 self.session.post(f"{self.base}/v1/nodes", json=body) as resp,

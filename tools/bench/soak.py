@@ -88,7 +88,9 @@ class Soak:
         semaphore = asyncio.Semaphore(32)
 
         async def one(uuid: str) -> None:
-            body = EnrolmentRequest(uuid, os.urandom(32), policy).to_dict()
+            body = EnrolmentRequest(
+                uuid, os.urandom(32), policy, u_commitment=bytes(32)
+            ).to_dict()
             async with (
                 semaphore,
                 self.session.post(f"{self.base}/v1/nodes", json=body) as resp,

@@ -1,5 +1,6 @@
-"""A stand-in for Nova's compute API that answers one question the way
-Nova does: ``GET /v2.1/servers/{uuid}`` with the caller's Keystone token.
+"""A stand-in for Nova's compute API that answers two questions the way
+Nova does, with the caller's Keystone token: ``GET /v2.1/servers/{uuid}``
+and ``GET /v2.1/servers`` (the token's project's servers).
 
 The token is validated with the real Keystone (``GET /v3/auth/tokens``);
 a server of another project is a 404 unless the token has the ``admin``
@@ -68,6 +69,9 @@ class ComputeStandIn:
             return 401, {"error": {"message": "The request you have made requires "
                                    "authentication.", "code": 401}}  # fmt: skip
         project, roles = identity
+        if path.split("?")[0] == "/v2.1/servers":  # the project's own, as Nova
+            mine = [u for u, p in self.servers.items() if p == project]
+            return 200, {"servers": [{"id": u, "links": []} for u in mine]}
         match = _SERVER.match(path)
         owner = self.servers.get(match.group(1)) if match else None
         if owner is None or (owner != project and "admin" not in roles):

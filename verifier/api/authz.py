@@ -34,7 +34,15 @@ from verifier.common.web import Handler, peer_common_name
 from verifier.exceptions import RequestError
 from verifier.policies import ALL_PROJECTS
 
-__all__ = ["Auth", "Caller", "auth_middleware", "caller", "rule"]
+__all__ = [
+    "Auth",
+    "Caller",
+    "auth_middleware",
+    "caller",
+    "keystone_caller",
+    "rule",
+    "tokens_or_certificates",
+]
 
 #: Machine identities have no project: a target no project id matches.
 _NO_PROJECT = "-"
@@ -161,6 +169,32 @@ def caller(request: web.Request) -> Caller:
     if not isinstance(found, Caller):  # an unguarded handler asked
         raise RequestError("forbidden", "this operation has no policy rule", 403)
     return found
+
+
+def keystone_caller(request: web.Request) -> Caller | None:
+    """The caller :func:`auth_middleware` authorized, or None when the
+    request was let through by certificate (:func:`tokens_or_certificates`)."""
+    found = request.get(_CALLER)
+    return found if isinstance(found, Caller) else None
+
+
+def tokens_or_certificates(auth: Auth | None, certificates: Any) -> Any:
+    """For a service whose machine identities keep their certificates (the
+    registrar): a request with a Keystone token to a handler with a
+    :func:`rule` goes through :func:`auth_middleware`; every other one
+    through ``certificates`` (the certificate-role middleware, or None)."""
+    tokens = auth_middleware(auth) if auth is not None else None
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        ruled = getattr(request.match_info.handler, "policy_rule", None)
+        if tokens is not None and ruled and "X-Auth-Token" in request.headers:
+            return await tokens(request, handler)  # type: ignore[no-any-return]
+        if certificates is not None:
+            return await certificates(request, handler)  # type: ignore[no-any-return]
+        return await handler(request)
+
+    return middleware
 
 
 def _unauthorized(auth: Auth, detail: str) -> web.Response:

@@ -60,6 +60,7 @@ async def _enrol(request: web.Request) -> web.Response:
         await_instance=body.await_instance,
         project=owner,
         mode=body.mode,
+        u_commitment=body.u_commitment,
     )
     return json_response(view.to_dict(), status=201)
 

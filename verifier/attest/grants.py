@@ -47,7 +47,8 @@ class CapabilityIssuer:
         self, uuid: str, obj: str, rights: str, scope: str | None = None
     ) -> Capability:
         """A capability for ``uuid`` (a node of project ``scope``; None: of
-        any) to use ``obj`` with ``rights``.
+        any) to use ``obj`` with ``rights``; it names the node's project,
+        whose secrets alone the key service then releases to it.
 
         Raises:
             NotFoundError: unknown node, or another project's.
@@ -61,4 +62,13 @@ class CapabilityIssuer:
             )
         epoch = len(self._verifier.outbox.list(view.uuid))
         expiry = int(self._clock()) + self._ttl
-        return issue(self._key, view.uuid, obj, rights, expiry, epoch, os.urandom(16))
+        return issue(
+            self._key,
+            view.uuid,
+            obj,
+            rights,
+            expiry,
+            epoch,
+            os.urandom(16),
+            view.project_id,
+        )

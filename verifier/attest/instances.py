@@ -102,5 +102,40 @@ class NovaInstanceOwners:
                 "compute_unavailable", f"Nova answered HTTP {answer.status}", 503
             )
 
+    async def owned(
+        self, token: str | None, catalog: Sequence[Mapping[str, Any]]
+    ) -> set[str]:
+        """The instances Nova shows the token's project (``GET /servers``;
+        its first page, up to Nova's ``max_limit``).
+
+        Raises:
+            RequestError: ``compute_unavailable`` (503), as
+                :meth:`require_owned`.
+        """
+        base = compute_url(catalog, self._interface)
+        if base is None or not token:
+            raise RequestError(
+                "compute_unavailable", "no compute endpoint to list instances", 503
+            )
+        try:
+            answer = await self._http.request(
+                "GET", f"{base}/servers", headers={"X-Auth-Token": token}
+            )
+        except TransportError as exc:
+            LOG.warning("Cannot ask Nova for the caller's instances: %s", exc)
+            raise RequestError(
+                "compute_unavailable", "the compute service cannot be reached", 503
+            ) from None
+        servers = answer.data.get("servers") if isinstance(answer.data, dict) else None
+        if not answer.ok or not isinstance(servers, list):
+            raise RequestError(
+                "compute_unavailable", f"Nova answered HTTP {answer.status}", 503
+            )
+        return {
+            str(s["id"]).lower()
+            for s in servers
+            if isinstance(s, dict) and isinstance(s.get("id"), str)
+        }
+
     async def close(self) -> None:
         await self._http.close()

@@ -71,11 +71,13 @@ def enrolment_row(
     now: float,
     project_id: str = "",
     mode: str = "pull",
+    u_commitment: bytes | None = None,
 ) -> Node:
     """The row of a new enrolment: the registrar's ``record`` of the node
     (AK, TLS certificate, address; None before the agent registered), the
     runtime/measured-boot policy digests ``refs``, the owning project and
-    the attestation ``mode`` (``pull`` or ``push``)."""
+    the attestation ``mode`` (``pull`` or ``push``) and the enroller's
+    commitment to U."""
     values = _UNREGISTERED if record is None else registration_values(record)
     return Node(
         uuid=uuid,
@@ -83,6 +85,7 @@ def enrolment_row(
         state=NodeState.REGISTERED.value,
         policy=json.dumps(policy.to_dict()),
         v_share=v_share,
+        u_commitment=u_commitment,
         **values,
         quotes_verified=0,
         v_released=False,
@@ -147,6 +150,8 @@ class LiveNode(NodeAttestation):
         mb_ref: the digest of its stored measured-boot policy, or None.
         project_id: the Keystone project that owns it.
         mode: ``pull`` (polled) or ``push`` (its agent posts evidence).
+        u_commitment: the enroller's commitment to U, sent with V (None:
+            enrolled before commitments).
         judged: :class:`NodeAttestation`'s keyword arguments (its state as
             last written).
     """
@@ -158,6 +163,7 @@ class LiveNode(NodeAttestation):
         "project_id",
         "runtime_ref",
         "tls_cert",
+        "u_commitment",
         "v_share",
     )
 
@@ -174,11 +180,13 @@ class LiveNode(NodeAttestation):
         mb_ref: str | None = None,
         project_id: str = "",
         mode: str = "pull",
+        u_commitment: bytes | None = None,
         **judged: Any,
     ) -> None:
         super().__init__(uuid, policy, ak, **judged)
         self.project_id = project_id
         self.mode = mode
+        self.u_commitment = u_commitment
         self.base_url = base_url
         self.tls_cert = tls_cert
         self.v_share = v_share
@@ -230,6 +238,7 @@ class LiveNode(NodeAttestation):
             mb_ref=row.mb_policy,
             project_id=row.project_id or "",
             mode=row.attestation_mode or "pull",
+            u_commitment=row.u_commitment,
             state=NodeState(row.state),
             runtime=runtime,
             mb=mb,

@@ -95,6 +95,7 @@ class PendingNodes:
         refs: tuple[str | None, str | None] = (None, None),
         project: str = "",
         mode: str = "pull",
+        u_commitment: bytes | None = None,
     ) -> NodeView:
         """Store V and the policies (``refs``: runtime and measured-boot
         policy digests) for an instance Nova has not created yet.
@@ -103,8 +104,17 @@ class PendingNodes:
             ConflictError: already enrolled.
         """
         # the AK, certificate and address come from the registrar on promotion
+        now = self._clock()
         row = enrolment_row(
-            uuid, v_share, policy, None, refs, self._clock(), project, mode
+            uuid,
+            v_share,
+            policy,
+            None,
+            refs,
+            now,
+            project,
+            mode=mode,
+            u_commitment=u_commitment,
         )
         row.state = NodeState.PENDING.value
         view = view_of_row(row)  # before the commit expires the row

@@ -220,7 +220,11 @@ class PushAttestation:
             except CaError as exc:
                 verifier._act(node, node.revoke("csr", str(exc)))
                 return None
-        share = ShareV(seal_share(verdict.nk, node.v_share, "V", node.uuid), cert)
+        share = ShareV(
+            seal_share(verdict.nk, node.v_share, "V", node.uuid),
+            cert,
+            node.u_commitment,
+        )
         verifier._act(node, node.v_delivered(), identity_cert=cert)
         LOG.info("Node %s attested (push); V released", node.uuid)
         return share

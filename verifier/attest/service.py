@@ -264,6 +264,7 @@ class Verifier(NodeQueries):
         await_instance: bool = False,
         project: str = "",
         mode: str = "pull",
+        u_commitment: bytes | None = None,
     ) -> NodeView:
         """Start attesting ``uuid``; V is released to the node after its
         first valid quote (and runtime evidence). With ``await_instance``
@@ -282,6 +283,8 @@ class Verifier(NodeQueries):
             project: the Keystone project that will own the node (named
                 policies are looked up among its policies).
             mode: ``pull`` (polled) or ``push`` (its agent posts evidence).
+            u_commitment: the enroller's commitment to U, released with V
+                (:mod:`verifier.protocol.enroller`).
 
         Raises:
             ConflictError: already enrolled, or the AK is not activated.
@@ -300,7 +303,15 @@ class Verifier(NodeQueries):
             self.policies.resolve_pair, runtime_policy, mb_policy, project
         )
         if await_instance:
-            return await self.pending.enrol(uuid, v_share, policy, refs, project, mode)
+            return await self.pending.enrol(
+                uuid,
+                v_share,
+                policy,
+                refs,
+                project,
+                mode=mode,
+                u_commitment=u_commitment,
+            )
         record = await self._registrar.get_agent(uuid)
         if not record.activated:
             raise ConflictError(
@@ -308,7 +319,15 @@ class Verifier(NodeQueries):
                 f"node {uuid} has not activated its attestation key at the registrar",
             )
         row = enrolment_row(
-            uuid, v_share, policy, record, refs, self._clock(), project, mode
+            uuid,
+            v_share,
+            policy,
+            record,
+            refs,
+            self._clock(),
+            project,
+            mode=mode,
+            u_commitment=u_commitment,
         )
         node = LiveNode.from_row(row, self.policies.cached)
         await asyncio.to_thread(self.store.insert, row)
@@ -446,7 +465,8 @@ class Verifier(NodeQueries):
             except CaError as exc:
                 self._act(node, node.revoke("csr", str(exc)))
                 return
-        body = ShareV(seal_share(verdict.nk, node.v_share, "V", node.uuid), cert)
+        sealed = seal_share(verdict.nk, node.v_share, "V", node.uuid)
+        body = ShareV(sealed, cert, node.u_commitment)
         try:
             await self._agents.call(
                 "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body.to_dict()

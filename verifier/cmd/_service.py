@@ -15,7 +15,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from verifier import conf as vconf
-from verifier.common import config
+from verifier.common import config, conventions
 from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 
@@ -29,6 +29,7 @@ def setup(argv: list[str] | None, project: str) -> cfg.ConfigOpts:
     logging.register_options(conf)
     config.load(conf, argv, project)  # one line and exit 2 on any error
     logging.setup(conf, "trusted-cloud")
+    conventions.install_log_request_ids()
     return conf
 
 

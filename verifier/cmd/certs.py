@@ -15,9 +15,11 @@ import os
 import sys
 
 from verifier.ca import CaError, CertificateAuthority
+from verifier.common import version
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-certs")
     parser = argparse.ArgumentParser(
         prog="trusted-certs",
         description="Create the operator CA and mTLS certificates.",

@@ -26,6 +26,7 @@ import sys
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from verifier.common import version
 from verifier.common.imagefiles import tree_files
 from verifier.protocol import ProtocolError
 from verifier.protocol.ima import (
@@ -127,6 +128,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-ima-policy")
     args = _parser().parse_args(argv)
     try:
         return _run(args)

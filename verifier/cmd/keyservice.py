@@ -4,14 +4,20 @@ events."""
 
 from __future__ import annotations
 
+import ssl
+
+from verifier.api.authz import Auth
 from verifier.api.verifier_app import public_pem
 from verifier.cmd import _service
 from verifier.cmd.verifier import load_signing_key
+from verifier.common import version
 from verifier.keyservice import KeyService, make_app
 from verifier.keyservice.keys import load_mac_key, load_public_key
+from verifier.policies import make_enforcer
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-keyservice")
     conf = _service.setup(argv, "trusted-keyservice")
     group = conf.keyservice
 
@@ -35,7 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         ctx = _service.server_tls(group)
         roles = {"tenant": group.tenant_clients, "verifier": group.verifier_clients}
-        app = make_app(service, public_pem(signing_key.public_key()), roles)
+        auth = None
+        if group.auth_strategy == "keystone":
+            from verifier.api.keystone import KeystoneAuthenticator
+
+            auth = Auth(make_enforcer(conf), KeystoneAuthenticator(conf))
+            ctx.verify_mode = ssl.CERT_OPTIONAL  # tenants come with tokens
+        pem = public_pem(signing_key.public_key())
+        app = make_app(service, pem, roles, auth)
         await _service.serve(app, group.host, group.port, ctx)
 
     return _service.run(_main)

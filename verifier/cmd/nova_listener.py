@@ -19,7 +19,7 @@ import stevedore
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from verifier.common import config, extras
+from verifier.common import config, extras, version
 from verifier.common import tls as tlsutil
 from verifier.common.plugins import InstanceHook
 from verifier.conf import nova_listener as listener_conf
@@ -39,6 +39,7 @@ def _hook_failed(_manager: Any, entrypoint: Any, exc: BaseException) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-nova-listener")
     try:
         extras.require("messaging", "trusted-nova-listener")
     except extras.MissingExtraError as exc:

@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
+from oslo_config import cfg
+
 from verifier import db
+from verifier.api.authz import Auth
+from verifier.attest.instances import NovaInstanceOwners
 from verifier.cmd import _service
+from verifier.common import tls as tlsutil
+from verifier.common import version
+from verifier.common.http import AsyncClient
 from verifier.exceptions import ConfigError
+from verifier.policies import make_enforcer
 from verifier.protocol import MalformedError
 from verifier.protocol.ekcert import load_anchors
 from verifier.registrar import Registrar, make_app
 
 
+def build_auth(conf: cfg.ConfigOpts) -> tuple[Auth | None, NovaInstanceOwners | None]:
+    """With ``[registrar] auth_strategy = keystone``: Keystone tokens on
+    the read side, scoped by asking Nova whose an instance is (its
+    endpoint trusted with the system's CAs and ``ca_file``)."""
+    group = conf.registrar
+    if group.auth_strategy != "keystone":
+        return None, None
+    from verifier.api.keystone import KeystoneAuthenticator
+
+    auth = Auth(make_enforcer(conf), KeystoneAuthenticator(conf))
+    context = tlsutil.client_context(None, None, None)
+    if group.ca_file:
+        context.load_verify_locations(group.ca_file)
+    return auth, NovaInstanceOwners(AsyncClient(context, 10.0), group.compute_interface)
+
+
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-registrar")
     conf = _service.setup(argv, "trusted-registrar")
     group = conf.registrar
 
@@ -33,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             "admin": group.admin_clients,
             "provider": group.provider_clients,
         }
-        app = make_app(registrar, roles)
+        auth, instances = build_auth(conf)
+        app = make_app(registrar, roles, auth, instances)
         await _service.serve(app, group.host, group.port, ctx)
 
     return _service.run(_main)

@@ -8,7 +8,6 @@ the ``scale`` extra; a missing one is a configuration error naming it.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import ssl
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from oslo_config import cfg
+from oslo_log import log as logging
 
 from verifier import db
 from verifier.api.authz import Auth
@@ -32,7 +32,7 @@ from verifier.attest.policies import PolicyStore, VerifyingKey
 from verifier.attest.quotas import Quotas
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
-from verifier.common import extras
+from verifier.common import extras, version
 from verifier.common import tls as tlsutil
 from verifier.common.http import AsyncClient
 from verifier.exceptions import ConfigError
@@ -44,14 +44,15 @@ from verifier.protocol.push import PushRules
 if TYPE_CHECKING:
     from verifier.attest.abe_keys import AbeAuthority
 
-LOG = logging.getLogger(__name__)
-
 
 def _require(extra: str, feature: str) -> None:
     try:
         extras.require(extra, feature)
     except extras.MissingExtraError as exc:
         raise ConfigError(str(exc))
+
+
+LOG = logging.getLogger(__name__)
 
 
 def build_abe(conf: cfg.ConfigOpts, agents: AgentClient) -> AbeAuthority | None:
@@ -223,6 +224,12 @@ def build_auth(conf: cfg.ConfigOpts) -> Auth:
         keystone = KeystoneAuthenticator(conf)
     else:
         tenants = list(group.tenant_clients)
+        LOG.warning(
+            "auth_strategy = noauth: no Keystone, tenants are the client "
+            "certificates %s and there is no Nova instance-ownership check "
+            "(the embedded demo and tests only)",
+            ", ".join(tenants) or "(none)",
+        )
     machines = {
         "service": group.operator_clients,
         "capability": conf.capabilities.clients,
@@ -250,6 +257,7 @@ def build_instances(conf: cfg.ConfigOpts, auth: Auth) -> NovaInstanceOwners | No
 
 
 def main(argv: list[str] | None = None) -> int:
+    version.exit_if_asked(argv, "trusted-verifier")
     conf = _service.setup(argv, "trusted-verifier")
     group = conf.verifier
 

@@ -3,7 +3,9 @@
 Every refusal is a JSON body ``{"error": {"code": ..., "message": ...}}``
 (:class:`~verifier.protocol.messages.errors.ErrorBody`) with a 4xx status;
 an unexpected failure is logged and answered with a generic 500 JSON body,
-never a traceback.
+never a traceback. Every response carries a request id, and
+``/healthcheck`` answers on every service
+(:mod:`verifier.common.conventions`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from verifier.common import conventions
 from verifier.common.errors import RequestError
 from verifier.protocol import jsonlimits
 from verifier.protocol.errors import EnvelopeError, MalformedError
@@ -45,7 +48,25 @@ def _error(status: int, code: str, message: str) -> web.Response:
 async def error_middleware(
     request: web.Request, handler: Handler
 ) -> web.StreamResponse:
-    """Map our exceptions and aiohttp's HTTP errors to JSON bodies."""
+    """Map our exceptions and aiohttp's HTTP errors to JSON bodies; stamp
+    the request id on the response; answer ``/healthcheck``."""
+    request_id, token = conventions.new_request_id()
+    try:
+        if request.path == conventions.HEALTHCHECK_PATH and request.method in (
+            "GET",
+            "HEAD",
+        ):
+            response: web.StreamResponse = web.Response(text="OK")
+        else:
+            response = await _answer(request, handler)
+        if not response.prepared:
+            response.headers[conventions.REQUEST_ID_HEADER] = request_id
+        return response
+    finally:
+        conventions.reset_request_id(token)
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except RequestError as exc:

@@ -36,6 +36,27 @@ _OPTS = [
         help="Durable state: node epochs, handled events, secrets, filegroups.",
     ),
     cfg.IntOpt("lkh_degree", default=4, min=2, help="Children per LKH tree node."),
+    cfg.StrOpt(
+        "auth_strategy",
+        default="noauth",
+        choices=[
+            (
+                "keystone",
+                "tenants store secrets with Keystone tokens "
+                "([keystone_authtoken]), each in its own project; what a "
+                "cloud runs",
+            ),
+            (
+                "noauth",
+                "no Keystone: each tenant_clients certificate stores secrets "
+                "of the project named by its CN (the embedded demo and tests "
+                "only)",
+            ),
+        ],
+        help="How tenants authenticate to PUT /v1/secrets. A node gets only "
+        "the secrets of the project its capability names (the verifier "
+        "puts the node's project in it).",
+    ),
     cfg.ListOpt(
         "tenant_clients",
         default=["tenant"],

@@ -60,6 +60,32 @@ _OPTS = [
         default=False,
         help="Refuse registrations that carry no EK certificate.",
     ),
+    cfg.StrOpt(
+        "auth_strategy",
+        default="noauth",
+        choices=[
+            (
+                "keystone",
+                "tenants read registrations with Keystone tokens "
+                "([keystone_authtoken]); each sees only its own project's "
+                "instances (asked of Nova); what a cloud runs",
+            ),
+            (
+                "noauth",
+                "no Keystone: only reader_clients certificates read "
+                "registrations (the embedded demo and tests only)",
+            ),
+        ],
+        help="How tenants authenticate to the registrar's read side. Agents "
+        "(their TPM) and the vTPM manager and readers (certificates) are "
+        "unchanged.",
+    ),
+    cfg.StrOpt(
+        "compute_interface",
+        default="public",
+        help="auth_strategy keystone: the endpoint interface of Nova's "
+        "catalog entry used to ask whose an instance is.",
+    ),
 ]
 
 

@@ -90,6 +90,8 @@ class Node(Base):
     )
     policy: Mapped[str] = mapped_column(Text)
     v_share: Mapped[bytes] = mapped_column(LargeBinary)
+    # the enroller's commitment to U (0006); None for rows from before it
+    u_commitment: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     ak_public: Mapped[bytes] = mapped_column(LargeBinary)
     tls_cert: Mapped[str] = mapped_column(Text)
     host: Mapped[str] = mapped_column(String(255))

@@ -3,7 +3,9 @@
 Capabilities travel in ``Authorization: Capability <token>``; node requests
 must come with the node's identity certificate (CN = node UUID).
 
-``PUT  /v1/secrets/{name}``             tenant stores ``{secret (b64)}``
+``PUT  /v1/secrets/{name}``             tenant stores ``{secret (b64)}`` for its
+                                        project (Keystone token, or the CN of
+                                        its certificate with ``noauth``)
 ``GET  /v1/secrets/{name}``             node, capability ``r`` on ``secret:{name}``
 ``POST /v1/groups/{gid}/join``          node, capability ``j`` on ``group:{gid}``
 ``GET  /v1/groups/{gid}/rekey?since=N`` node: signed rekey messages after N
@@ -22,6 +24,7 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
+from verifier.api.authz import Auth, keystone_caller, rule, tokens_or_certificates
 from verifier.common import openapi
 from verifier.common.web import (
     allow,
@@ -70,9 +73,14 @@ def _peer(request: web.Request) -> str | None:
 
 
 @allow("tenant")
+@rule("attestation:secret:create")
 async def _put_secret(request: web.Request) -> web.Response:
+    who = keystone_caller(request)
+    # a token's project, or (noauth) the tenant certificate's CN, as the
+    # verifier makes it the project of the nodes that tenant enrols
+    project = who.owner() if who is not None else (peer_common_name(request) or "")
     upload = SecretUpload.from_dict(await read_json(request))
-    request.app[_KEY].put_secret(_name(request, "name"), upload.secret)
+    request.app[_KEY].put_secret(_name(request, "name"), upload.secret, project)
     return web.Response(status=204)
 
 
@@ -127,6 +135,7 @@ def make_app(
     service: KeyService,
     signing_public_pem: str,
     roles: Mapping[str, Collection[str]] | None = None,
+    auth: Auth | None = None,
 ) -> web.Application:
     """The key service's aiohttp application.
 
@@ -137,12 +146,15 @@ def make_app(
             role checks and peer binding (tests without TLS). Node routes
             are open to any authenticated client: the capability, bound to
             the client certificate's CN, decides.
+        auth: Keystone tokens for the tenant's ``PUT /v1/secrets`` (None:
+            certificates only).
     """
-    middlewares = [error_middleware]
+    certificates = None
     if roles is not None:
         members = dict(roles)
         members["node"] = _AnyName()
-        middlewares.append(authz_middleware(members))
+        certificates = authz_middleware(members)
+    middlewares = [error_middleware, tokens_or_certificates(auth, certificates)]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = service
     app[_PEM] = signing_public_pem

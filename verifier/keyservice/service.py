@@ -158,18 +158,26 @@ class KeyService:
 
     # -- secrets ---------------------------------------------------------------
 
-    def put_secret(self, name: str, secret: bytes) -> None:
+    def put_secret(self, name: str, secret: bytes, project: str = "") -> None:
+        """Store ``secret`` as ``name`` of ``project`` (each project has its
+        own names: another project's secret of the same name is another
+        secret)."""
         if not 0 < len(secret) <= _MAX_SECRET:
             raise RequestError("bad_field", f"secret must be 1..{_MAX_SECRET} bytes")
-        self._secrets[name] = secret
+        self._secrets[_secret_key(project, name)] = secret
         self._save()
 
     def get_secret(self, name: str, token: object, peer: str | None) -> bytes:
-        """Raises: RequestError (403 on a refused capability, 404 if unknown)."""
-        self.check(token, f"secret:{name}", "r", peer)
-        if name not in self._secrets:
+        """The secret ``name`` of the project the capability names.
+
+        Raises: RequestError (403 on a refused capability, 404 if unknown,
+        also for another project's).
+        """
+        cap = self.check(token, f"secret:{name}", "r", peer)
+        key = _secret_key(cap.project, name)
+        if key not in self._secrets:
             raise NotFoundError("unknown_secret", f"no secret {name!r}")
-        return self._secrets[name]
+        return self._secrets[key]
 
     # -- LKH groups -------------------------------------------------------------
 
@@ -268,3 +276,10 @@ class KeyService:
                 fg, base64.b64decode(data["seed"]), data["length"], data["version"]
             )
             self._readers[fg] = set(data["readers"])
+
+
+def _secret_key(project: str, name: str) -> str:
+    """Where a project's secret is kept ("/" is in neither part); the
+    secrets of no project (a ``noauth`` tenant certificate, or stored
+    before projects) keep their bare name."""
+    return f"{project}/{name}" if project else name

@@ -31,6 +31,17 @@ _RULES = [
     _rule("policy:get", _READ, "Show a policy.", "GET", "/v1/policies/{kind}/{ref}"),
     _rule("policy:delete", _WRITE, "Delete a policy.",
           "DELETE", "/v1/policies/{kind}/{ref}"),
+    _rule("registration:get", _READ,
+          "Show a node's registration at the registrar (a project sees "
+          "only its own instances, as Nova shows them).",
+          "GET", "/v1/agents/{uuid}"),
+    _rule("registration:list", _READ,
+          "List registrations at the registrar (a project sees only its "
+          "own instances).", "GET", "/v1/agents"),
+    _rule("secret:create", _WRITE,
+          "Store a secret at the key service for the caller's project (its "
+          "attested nodes read it with a capability).",
+          "PUT", "/v1/secrets/{name}"),
     _rule("event:list", _READ, "Read the revocation events of the project's nodes.",
           "GET", "/v1/events"),
     _rule("abe:params", _READ, "Read the CP-ABE public parameters.",

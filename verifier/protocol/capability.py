@@ -48,6 +48,7 @@ NONCE_BYTES = 16
 MAC_BYTES = 32
 RIGHTS = frozenset("rwj")  # read, write, join (a key group)
 _OBJECT = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
+_PROJECT = re.compile(r"^[A-Za-z0-9._-]{0,255}$")
 _PERSON = b"tc-cap-v1"
 
 
@@ -71,6 +72,8 @@ class Capability:
         epoch: the node's revocation epoch when it was issued.
         nonce: 16 random bytes (hex on the wire).
         mac: BLAKE2b-256 keyed MAC over the fields.
+        project: the project that owns the node (the key service gives
+            the node only that project's secrets); "" for a node of none.
     """
 
     node: str
@@ -80,9 +83,12 @@ class Capability:
     epoch: int
     nonce: bytes
     mac: bytes = b""
+    project: str = ""
 
     def __post_init__(self) -> None:
         canonical_uuid(self.node)
+        if not isinstance(self.project, str) or not _PROJECT.match(self.project):
+            raise MalformedError("capability", "project must match [A-Za-z0-9._-]*")
         if not isinstance(self.obj, str) or not _OBJECT.match(self.obj):
             raise MalformedError("capability", "object must match [A-Za-z0-9._:/-]+")
         if (
@@ -111,6 +117,7 @@ class Capability:
             "expiry": self.expiry,
             "epoch": self.epoch,
             "nonce": self.nonce.hex(),
+            "project": self.project,
         }
         return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
 
@@ -150,6 +157,8 @@ class Capability:
             node, obj, rights = data["node"], data["object"], data["rights"]
             expiry, epoch = data["expiry"], data["epoch"]
             nonce = bytes.fromhex(data["nonce"])
+            project = data["project"]
+            assert isinstance(project, str)
             assert isinstance(node, str) and isinstance(obj, str)
             assert isinstance(rights, str)
             assert type(expiry) is int and type(epoch) is int
@@ -158,7 +167,7 @@ class Capability:
         cap = object.__new__(cls)
         for name, value in (
             ("node", node), ("obj", obj), ("rights", rights), ("expiry", expiry),
-            ("epoch", epoch), ("nonce", nonce), ("mac", mac),
+            ("epoch", epoch), ("nonce", nonce), ("mac", mac), ("project", project),
         ):  # fmt: skip
             object.__setattr__(cap, name, value)
         cap.__dict__["body"] = body  # exactly what the MAC covered
@@ -166,7 +175,7 @@ class Capability:
 
     @classmethod
     def _from_fields(cls, data: object, mac: bytes) -> Capability:
-        names = {"node", "object", "rights", "expiry", "epoch", "nonce"}
+        names = {"node", "object", "rights", "expiry", "epoch", "nonce", "project"}
         if not isinstance(data, Mapping) or set(data) != names:
             raise MalformedError("capability", f"fields must be {sorted(names)}")
         try:
@@ -181,6 +190,7 @@ class Capability:
             data["epoch"],
             nonce,
             mac,
+            data["project"],
         )
 
 
@@ -204,13 +214,15 @@ def issue(
     expiry: int,
     epoch: int,
     nonce: bytes,
+    project: str = "",
 ) -> Capability:
-    """A capability MAC'd under ``key`` (the caller supplies the nonce).
+    """A capability MAC'd under ``key`` (the caller supplies the nonce) for
+    a node of ``project``.
 
     Raises:
         MalformedError: if a field is invalid.
     """
-    unsigned = Capability(node, obj, rights, expiry, epoch, nonce)
+    unsigned = Capability(node, obj, rights, expiry, epoch, nonce, project=project)
     return dataclasses.replace(unsigned, mac=_mac(_check_key(key), unsigned.body))
 
 

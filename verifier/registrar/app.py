@@ -10,6 +10,13 @@ client certificate in one of its roles (403 ``forbidden`` otherwise).
 ``GET /v1/agents``, ``GET|DELETE /v1/agents/{uuid}``
 ``PUT|GET|DELETE /v1/agents/{uuid}/ek``  the provider's vTPM EK (role provider)
 
+With Keystone (``[registrar] auth_strategy = keystone``) tenants read
+registrations with their token instead of a reader certificate: the
+policy rules ``attestation:registration:get|list`` decide, and a caller
+who may not see every project sees only the instances Nova shows its
+project (404 ``unknown_instance`` for another's, asked before the
+registration is looked up).
+
 The bodies are the classes of :mod:`verifier.protocol.messages.registration`
 and :mod:`verifier.protocol.messages.provider`.
 """
@@ -21,6 +28,8 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
+from verifier.api.authz import Auth, keystone_caller, rule, tokens_or_certificates
+from verifier.attest.instances import NovaInstanceOwners
 from verifier.common import openapi
 from verifier.common.web import (
     allow,
@@ -31,7 +40,8 @@ from verifier.common.web import (
     peer_common_name,
     read_json,
 )
-from verifier.exceptions import VerifierError
+from verifier.exceptions import RequestError, VerifierError
+from verifier.protocol import canonical_uuid
 from verifier.protocol.errors import MalformedError
 from verifier.protocol.messages.provider import (
     ProviderEkRecord,
@@ -49,6 +59,7 @@ from verifier.protocol.tpm import TpmPublic
 from verifier.registrar.service import AgentRecord, Registrar, Registration
 
 _KEY = web.AppKey("registrar", Registrar)
+_INSTANCES = web.AppKey("instances", NovaInstanceOwners)
 
 
 def _record(rec: AgentRecord) -> RegistrationRecord:
@@ -103,15 +114,47 @@ async def _activate(request: web.Request) -> web.Response:
     return json_response(ActivationResult(uuid, True).to_dict())
 
 
+def _owner_check(request: web.Request) -> NovaInstanceOwners | None:
+    """The Nova check a Keystone caller limited to its project needs (None:
+    a certificate reader, or a caller who sees every project).
+
+    Raises:
+        RequestError: ``forbidden`` (403): no Nova check is configured.
+    """
+    who = keystone_caller(request)
+    if who is None or who.scope is None:
+        return None
+    instances = request.app.get(_INSTANCES)
+    if instances is None:
+        raise RequestError(
+            "forbidden", "no instance-owner check to scope registrations by", 403
+        )
+    return instances
+
+
 @allow("reader")
+@rule("attestation:registration:get")
 async def _get(request: web.Request) -> web.Response:
-    rec = request.app[_KEY].get(request.match_info["uuid"])
+    uuid = canonical_uuid(request.match_info["uuid"])
+    instances = _owner_check(request)
+    if instances is not None:
+        who = keystone_caller(request)
+        assert who is not None and who.scope is not None
+        await instances.require_owned(uuid, who.scope, who.token, who.catalog)
+    rec = request.app[_KEY].get(uuid)
     return json_response(_record(rec).to_dict())
 
 
 @allow("reader")
+@rule("attestation:registration:list")
 async def _list(request: web.Request) -> web.Response:
     records = request.app[_KEY].list()
+    instances = _owner_check(request)
+    if instances is not None:
+        who = keystone_caller(request)
+        assert who is not None
+        mine = await instances.owned(who.token, who.catalog)
+        records = [r for r in records if r.uuid in mine]
     return json_response(
         {"agents": [{"uuid": r.uuid, "activated": r.activated} for r in records]}
     )
@@ -154,7 +197,10 @@ async def _delete_provider_ek(request: web.Request) -> web.Response:
 
 
 def make_app(
-    registrar: Registrar, roles: Mapping[str, Collection[str]] | None = None
+    registrar: Registrar,
+    roles: Mapping[str, Collection[str]] | None = None,
+    auth: Auth | None = None,
+    instances: NovaInstanceOwners | None = None,
 ) -> web.Application:
     """The registrar's aiohttp application.
 
@@ -163,12 +209,16 @@ def make_app(
         roles: role (``agent``, ``reader``, ``admin``, ``provider``) ->
             client certificate common names;
             None disables the check (tests without TLS).
+        auth: Keystone tokens for the read side (None: certificates only).
+        instances: asks Nova whose an instance is, to scope what a
+            Keystone caller reads.
     """
-    middlewares = [error_middleware]
-    if roles is not None:
-        middlewares.append(authz_middleware(roles))
+    certificates = authz_middleware(roles) if roles is not None else None
+    middlewares = [error_middleware, tokens_or_certificates(auth, certificates)]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = registrar
+    if instances is not None:
+        app[_INSTANCES] = instances
     app.router.add_post("/v1/agents/{uuid}", _register)
     app.router.add_post("/v1/agents/{uuid}/activate", _activate)
     app.router.add_get("/v1/agents", _list)

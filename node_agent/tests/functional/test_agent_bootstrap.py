@@ -21,6 +21,7 @@ from nova_plugin.userdata import parse_user_data
 from trusted_testing.cluster import PCR, LocalCluster, NodeHandle, wait_until
 from trusted_testing.e2e import Http
 from verifier.protocol import PcrPolicy, split
+from verifier.protocol.enroller import commit_u
 from verifier.protocol.messages.enrolment import EnrolmentRequest
 from verifier.protocol.messages.registration import RegistrationRecord
 
@@ -101,7 +102,12 @@ class AgentBootstrapTest(testtools.TestCase):
 
         # the verifier gets V, the tenant checks the identity and sends U alone
         u_share, v_share = split(key)
-        enrolment = EnrolmentRequest(node.uuid, v_share, self.policy)
+        enrolment = EnrolmentRequest(
+            node.uuid,
+            v_share,
+            self.policy,
+            u_commitment=commit_u(node.uuid, u_share),
+        )
         r = self.tenant_http.call(
             "POST", f"{self.cluster.verifier_url}/v1/nodes", json=enrolment.to_dict()
         )

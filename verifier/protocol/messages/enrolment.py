@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from verifier.protocol.enroller import COMMITMENT_BYTES
 from verifier.protocol.errors import FieldError
 from verifier.protocol.messages._fields import (
     Reader,
@@ -55,6 +56,10 @@ class EnrolmentRequest:
         mb_policy: a stored measured-boot policy reference, or None.
         await_instance: enrol ahead of the instance (Nova is creating it).
         mode: ``pull`` (default) or ``push`` (:data:`MODES`).
+        u_commitment: the enroller's commitment to its share U
+            (:func:`verifier.protocol.enroller.commit_u`); the node takes U
+            only if it matches. Required: an enrolment without it is
+            refused.
 
     Raises:
         FieldError: a field of the wrong type or size.
@@ -69,6 +74,7 @@ class EnrolmentRequest:
     mb_policy: str | None = None
     await_instance: bool = False
     mode: str = "pull"
+    u_commitment: bytes = b""
 
     _NAME = "enrolment request"
 
@@ -85,6 +91,13 @@ class EnrolmentRequest:
         check_bool(self._NAME, "await_instance", self.await_instance)
         if self.mode not in MODES:
             raise FieldError(self._NAME, "mode", "must be 'pull' or 'push'")
+        check_bytes(
+            self._NAME,
+            "u_commitment",
+            self.u_commitment,
+            COMMITMENT_BYTES,
+            exact=COMMITMENT_BYTES,
+        )
 
     @property
     def has_policy_refs(self) -> bool:
@@ -101,6 +114,7 @@ class EnrolmentRequest:
             "mb_policy": self.mb_policy,
             "await_instance": self.await_instance,
             "mode": self.mode,
+            "u_commitment": b64(self.u_commitment),
         }
 
     @classmethod
@@ -125,6 +139,7 @@ class EnrolmentRequest:
             policy = PcrPolicy.from_dict(document, allow_empty=with_refs)
         await_instance = r.get("await_instance")
         mode = r.get("mode")
+        commitment = r.b64("u_commitment", COMMITMENT_BYTES)
         r.finish()
         return cls(
             uuid,
@@ -134,6 +149,7 @@ class EnrolmentRequest:
             refs[1],
             False if await_instance is None else await_instance,
             "pull" if mode is None else mode,
+            commitment,
         )
 
 

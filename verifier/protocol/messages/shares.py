@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from verifier.protocol.enroller import COMMITMENT_BYTES
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
 from verifier.protocol.errors import FieldError
 from verifier.protocol.messages._fields import (
@@ -111,6 +112,11 @@ class ShareV:
         v: V sealed to the node's NK.
         identity_cert: one PEM certificate (the agent checks that it is
             for its identity key), or None.
+        u_commitment: the enroller's commitment to U
+            (:mod:`verifier.protocol.enroller`): the node combines V only
+            with the U that matches it. None for an enrolment made before
+            commitments existed (the node then takes U only from a tenant
+            certificate, as before).
 
     Raises:
         FieldError: a field of the wrong type or size.
@@ -119,6 +125,7 @@ class ShareV:
 
     v: bytes
     identity_cert: str | None = None
+    u_commitment: bytes | None = None
 
     _NAME = "share V"
 
@@ -126,9 +133,20 @@ class ShareV:
         check_bytes(self._NAME, "v", self.v, MAX_SHARE_ENVELOPE)
         if self.identity_cert is not None:
             check_pem_certificate(self._NAME, "identity_cert", self.identity_cert)
+        check_bytes(
+            self._NAME,
+            "u_commitment",
+            self.u_commitment,
+            COMMITMENT_BYTES,
+            exact=COMMITMENT_BYTES,
+            optional=True,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"v": b64(self.v), "identity_cert": self.identity_cert}
+        body: dict[str, Any] = {"v": b64(self.v), "identity_cert": self.identity_cert}
+        if self.u_commitment is not None:
+            body["u_commitment"] = b64(self.u_commitment)
+        return body
 
     @classmethod
     def from_dict(cls, data: object) -> ShareV:
@@ -138,7 +156,11 @@ class ShareV:
             MalformedError: as the constructor, or ``v`` is not base64.
         """
         r = Reader(data, cls._NAME)
-        msg = cls(r.b64("v", MAX_SHARE_ENVELOPE), r.get("identity_cert"))
+        msg = cls(
+            r.b64("v", MAX_SHARE_ENVELOPE),
+            r.get("identity_cert"),
+            r.optional_b64("u_commitment", COMMITMENT_BYTES),
+        )
         r.finish()
         return msg
 

@@ -173,6 +173,7 @@ class KeystoneTestBase(VerifierServiceBase):
         return {
             "uuid": uuid,
             "v": base64.b64encode(v).decode(),
+            "u_commitment": base64.b64encode(bytes(32)).decode(),
             "policy": PCRS,
             **extra,
         }

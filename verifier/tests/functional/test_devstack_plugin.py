@@ -300,11 +300,16 @@ class DevstackConfigTest(_PluginTestCase):
             _calls(calls, "get_or_create_endpoint"),
         )
         self.assertEqual(
-            [[ds.conf("verifier.conf"), "attestation"]],
+            [
+                [ds.conf("registrar.conf"), "attestation"],
+                [ds.conf("verifier.conf"), "attestation"],
+            ],
             _calls(calls, "configure_keystone_authtoken_middleware"),
         )
         verifier = _read_ini(ds.conf("verifier.conf"))["verifier"]
         self.assertEqual("keystone", verifier["auth_strategy"])
+        registrar = _read_ini(ds.conf("registrar.conf"))["registrar"]
+        self.assertEqual("keystone", registrar["auth_strategy"])
 
     def test_without_keystone_the_verifier_is_noauth(self) -> None:
         ds = self.devstack("n-api")
@@ -313,6 +318,8 @@ class DevstackConfigTest(_PluginTestCase):
         self.assertEqual([], _calls(calls, "get_or_create_service"))
         verifier = _read_ini(ds.conf("verifier.conf"))["verifier"]
         self.assertEqual("noauth", verifier["auth_strategy"])
+        registrar = _read_ini(ds.conf("registrar.conf"))["registrar"]
+        self.assertEqual("noauth", registrar["auth_strategy"])
 
     def test_post_config_creates_certificates_from_one_ca(self) -> None:
         ds = self.devstack()

@@ -72,7 +72,7 @@ class EnrolAheadTest(testtools.TestCase):
             try:
                 return dict(
                     await tenant.enrol_ahead(
-                        uuid, split(generate_key())[1], self.policy
+                        uuid, split(generate_key())[1], self.policy, bytes(32)
                     )
                 )
             finally:
@@ -169,6 +169,7 @@ class EnrolAheadTest(testtools.TestCase):
         body = {
             "uuid": str(uuid_mod.uuid4()),
             "v": base64.b64encode(bytes(32)).decode(),
+            "u_commitment": base64.b64encode(bytes(32)).decode(),
             "policy": self.policy.to_dict(),
             "await_instance": "yes",
         }

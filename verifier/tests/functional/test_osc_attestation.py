@@ -152,7 +152,10 @@ class TenantLibraryKeystoneTest(KeystoneTestBase):
         alice, bob = self.tenant("alice"), self.tenant("bob")
         try:
             view = await alice.enrol_ahead(
-                uuid, b"\x05" * 32, PcrPolicy({16: frozenset({bytes(32)})})
+                uuid,
+                b"\x05" * 32,
+                PcrPolicy({16: frozenset({bytes(32)})}),
+                bytes(32),
             )
             self.assertEqual("pending", view["state"])
             self.assertEqual(

@@ -91,6 +91,7 @@ class ScaleOutTest(testtools.TestCase):
             body = {
                 "uuid": uuid,
                 "v": base64.b64encode(os.urandom(32)).decode(),
+                "u_commitment": base64.b64encode(bytes(32)).decode(),
                 "policy": policy,
             }
             resp = session.post(f"{url}/v1/nodes", json=body, timeout=10)

@@ -101,6 +101,7 @@ class KeystoneVerifierProcessTest(testtools.TestCase):
         body = {
             "uuid": uuid,
             "v": base64.b64encode(bytes(32)).decode(),
+            "u_commitment": base64.b64encode(bytes(32)).decode(),
             "await_instance": True,
             "policy": {"hash": "sha256", "pcrs": {"16": ["00" * 32]}},
         }

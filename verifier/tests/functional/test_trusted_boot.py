@@ -197,6 +197,7 @@ class TrustedBootTest(testtools.TestCase):
             json={
                 "uuid": uuid,
                 "v": base64.b64encode(bytes(32)).decode(),
+                "u_commitment": base64.b64encode(bytes(32)).decode(),
                 "policy": self.policy.to_dict(),
             },
         )
@@ -351,6 +352,7 @@ class TrustedBootTest(testtools.TestCase):
                     "json": {
                         "uuid": unknown,
                         "v": "***",
+                        "u_commitment": base64.b64encode(bytes(32)).decode(),
                         "policy": self.policy.to_dict(),
                     }
                 },
@@ -364,6 +366,7 @@ class TrustedBootTest(testtools.TestCase):
                     "json": {
                         "uuid": "not-a-uuid",
                         "v": good_v,
+                        "u_commitment": base64.b64encode(bytes(32)).decode(),
                         "policy": self.policy.to_dict(),
                     }
                 },
@@ -377,6 +380,7 @@ class TrustedBootTest(testtools.TestCase):
                     "json": {
                         "uuid": unknown,
                         "v": good_v,
+                        "u_commitment": base64.b64encode(bytes(32)).decode(),
                         "policy": {"pcrs": {"16": ["zz"]}},
                     }
                 },
@@ -390,6 +394,7 @@ class TrustedBootTest(testtools.TestCase):
                     "json": {
                         "uuid": unknown,
                         "v": good_v,
+                        "u_commitment": base64.b64encode(bytes(32)).decode(),
                         "policy": self.policy.to_dict(),
                     }
                 },

@@ -158,6 +158,34 @@ class MigrationTest(testtools.TestCase):
             rows = conn.execute(sa.text("SELECT digest, name FROM verifier_policies"))
             self.assertEqual([("d", "fw")], [tuple(r) for r in rows])
 
+    def test_upgrade_to_0006_gives_old_nodes_no_commitment(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", _MIGRATIONS)
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "0005")
+            connection.execute(
+                sa.text(
+                    "INSERT INTO verifier_nodes (uuid, state, policy, v_share,"
+                    " ak_public, tls_cert, host, port, quotes_verified, v_released,"
+                    " created_at, updated_at, project_id) VALUES ('n', 'attested',"
+                    " '{}', x'00', x'00', 'c', 'h', 1, 3, 1, 1.0, 1.0, 'p')"
+                )
+            )
+        upgrade(self.engine)
+        self.assert_schema_matches_models()
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT uuid, project_id, u_commitment FROM verifier_nodes")
+            )
+            self.assertEqual([("n", "p", None)], [tuple(r) for r in rows])
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.downgrade(cfg, "0005")
+        with self.engine.connect() as conn:
+            count = conn.execute(sa.text("SELECT count(*) FROM verifier_nodes"))
+            self.assertEqual(1, count.scalar_one())
+
     def test_upgrade_twice_is_harmless(self) -> None:
         upgrade(self.engine)
         with self.engine.begin() as conn:

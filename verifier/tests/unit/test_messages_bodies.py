@@ -38,6 +38,10 @@ POLICY = PcrPolicy({16: frozenset({bytes(32)})})
 CERT = self_signed_certificate("node", ["192.0.2.7"])[1].decode()
 
 
+#: a commitment to U (its value does not matter to the parser)
+C = bytes(range(32))
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -45,28 +49,40 @@ def _b64(data: bytes) -> str:
 class EnrolmentTest(FieldKindsMixin, testtools.TestCase):
     def test_round_trips(self) -> None:
         for msg in (
-            EnrolmentRequest(UUID, bytes(32), POLICY),
-            EnrolmentRequest(UUID, bytes(32), PcrPolicy({}), "rt@2", None, True),
-            EnrolmentRequest(UUID, bytes(32), PcrPolicy({}), None, "mb"),
+            EnrolmentRequest(UUID, bytes(32), POLICY, u_commitment=C),
+            EnrolmentRequest(UUID, bytes(32), PcrPolicy({}), "rt@2", None, True, C),
+            EnrolmentRequest(
+                UUID, bytes(32), PcrPolicy({}), None, "mb", u_commitment=C
+            ),
         ):
             self.assertEqual(msg, EnrolmentRequest.from_dict(msg.to_dict()))
 
     def test_minimal_body_and_canonical_uuid(self) -> None:
-        data = {"uuid": UUID.upper(), "v": _b64(bytes(32)), "policy": POLICY.to_dict()}
+        data = {
+            "uuid": UUID.upper(),
+            "v": _b64(bytes(32)),
+            "policy": POLICY.to_dict(),
+            "u_commitment": _b64(C),
+        }
         msg = EnrolmentRequest.from_dict(data)
         self.assertEqual(
             (UUID, False, None), (msg.uuid, msg.await_instance, msg.mb_policy)
         )
-        no_policy = {"uuid": UUID, "v": _b64(bytes(32)), "runtime_policy": "rt"}
+        no_policy = {
+            "uuid": UUID,
+            "v": _b64(bytes(32)),
+            "runtime_policy": "rt",
+            "u_commitment": _b64(C),
+        }
         self.assertEqual(PcrPolicy({}), EnrolmentRequest.from_dict(no_policy).policy)
 
     def test_v_of_the_wrong_size_or_encoding_is_a_bad_field(self) -> None:
-        good = EnrolmentRequest(UUID, bytes(32), POLICY).to_dict()
+        good = EnrolmentRequest(UUID, bytes(32), POLICY, u_commitment=C).to_dict()
         for v in ("***", _b64(bytes(31)), _b64(bytes(33)), 32):
             self.assert_field("v", EnrolmentRequest.from_dict, good | {"v": v})
 
     def test_bad_uuid_or_policy_is_malformed(self) -> None:
-        good = EnrolmentRequest(UUID, bytes(32), POLICY).to_dict()
+        good = EnrolmentRequest(UUID, bytes(32), POLICY, u_commitment=C).to_dict()
         self.assert_content("uuid", EnrolmentRequest.from_dict, good | {"uuid": "x"})
         bad = good | {"policy": {"pcrs": {"16": ["zz"]}}}
         exc = self.assertRaises(MalformedError, EnrolmentRequest.from_dict, bad)
@@ -75,7 +91,7 @@ class EnrolmentTest(FieldKindsMixin, testtools.TestCase):
         self.assertRaises(MalformedError, EnrolmentRequest.from_dict, empty)
 
     def test_policy_refs_flag_and_unknown_fields_are_checked(self) -> None:
-        good = EnrolmentRequest(UUID, bytes(32), POLICY).to_dict()
+        good = EnrolmentRequest(UUID, bytes(32), POLICY, u_commitment=C).to_dict()
         for field, value in (
             ("runtime_policy", 5),
             ("mb_policy", "x" * 300),

@@ -56,7 +56,9 @@ EXAMPLES: list[Any] = [
     ProviderEkResult(UUID, True),
     MonitorChallenge(bytes(32)),
     MonitorIdentity(TPM.ak, TPM.ek, b"der", (0, 16)),
-    EnrolmentRequest(UUID, bytes(32), PcrPolicy({16: frozenset({bytes(32)})})),
+    EnrolmentRequest(
+        UUID, bytes(32), PcrPolicy({16: frozenset({bytes(32)})}), u_commitment=bytes(32)
+    ),
     RevokeRequest("why"),
     CapabilityRequest("secret:x", "r"),
     CapabilityGrant("body.mac", 10, 1),

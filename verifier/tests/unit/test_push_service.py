@@ -295,17 +295,22 @@ class EnrolmentModeTest(VerifierServiceBase):
     def test_enrolment_mode_defaults_to_pull_and_round_trips(self) -> None:
         policy = PcrPolicy({16: frozenset({bytes(32)})})
         uuid = "6f1d7a2e-0f4b-4c1e-9a57-1d2e3f405161"
-        plain = EnrolmentRequest(uuid, os.urandom(32), policy)
+        plain = EnrolmentRequest(uuid, os.urandom(32), policy, u_commitment=bytes(32))
         body = plain.to_dict()
         del body["mode"]
         self.assertEqual("pull", EnrolmentRequest.from_dict(body).mode)
-        push = EnrolmentRequest(uuid, os.urandom(32), policy, mode="push")
+        push = EnrolmentRequest(
+            uuid, os.urandom(32), policy, mode="push", u_commitment=bytes(32)
+        )
         self.assertEqual(push, EnrolmentRequest.from_dict(push.to_dict()))
 
     def test_unknown_mode_is_refused(self) -> None:
         policy = PcrPolicy({16: frozenset({bytes(32)})})
         body = EnrolmentRequest(
-            "6f1d7a2e-0f4b-4c1e-9a57-1d2e3f405161", os.urandom(32), policy
+            "6f1d7a2e-0f4b-4c1e-9a57-1d2e3f405161",
+            os.urandom(32),
+            policy,
+            u_commitment=bytes(32),
         ).to_dict()
         body["mode"] = "sideways"
         self.assertRaises(MalformedError, EnrolmentRequest.from_dict, body)
