@@ -50,7 +50,9 @@ class EnrolmentTest(FieldKindsMixin, testtools.TestCase):
     def test_round_trips(self) -> None:
         for msg in (
             EnrolmentRequest(UUID, bytes(32), POLICY, u_commitment=C),
-            EnrolmentRequest(UUID, bytes(32), PcrPolicy({}), "rt@2", None, True, C),
+            EnrolmentRequest(
+                UUID, bytes(32), PcrPolicy({}), "rt@2", None, True, u_commitment=C
+            ),
             EnrolmentRequest(
                 UUID, bytes(32), PcrPolicy({}), None, "mb", u_commitment=C
             ),
