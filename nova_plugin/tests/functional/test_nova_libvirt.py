@@ -1,0 +1,196 @@
+"""Integration: Nova 34's own libvirt driver makes the vTPM of a real guest.
+
+:class:`~trusted_testing.nova.libvirt_deploy.LibvirtNovaDeployment` runs
+nova-compute with ``libvirt.LibvirtDriver`` (qemu TCG) against its own
+libvirtd in an emulated compute host (a private mount namespace with its
+own swtpm local CA), Nova's key manager on a real OpenBao server, and the
+Glance stand-in serving the real guest image (:mod:`trusted_testing.
+guest_vm`). A flavor with ``hw:tpm_version=2.0`` gets a vTPM that Nova
+and libvirt make — nothing of ours touches it: the domain XML carries an
+encrypted TPM 2.0 emulator, the encryption key lives in the key manager,
+the state under the host's ``/var/lib/libvirt/swtpm``, and deleting the
+server removes all three.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import testtools
+
+from trusted_testing.guest_vm import build
+from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
+from verifier.common.http import BlockingClient
+
+ACTIVE_TIMEOUT = 600.0
+
+
+def _missing() -> str | None:
+    for tool in ("libvirtd", "swtpm", "swtpm_setup", "qemu-system-x86_64", "unshare"):
+        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
+            return f"{tool} is not installed (tools/apt-packages.txt)"
+    if os.geteuid() != 0:
+        return "an emulated compute host needs root (mount namespace, libvirtd)"
+    return None
+
+
+class NovaLibvirtVtpmTest(testtools.TestCase):
+    """One deployment for the class; each test boots and deletes a server."""
+
+    tmp: str
+    nova: LibvirtNovaDeployment
+    image_id: str
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        problem = _missing()
+        if problem:
+            raise testtools.TestCase.skipException(problem)
+        image = build()
+        cls.tmp = tempfile.mkdtemp(prefix="trusted-nova-libvirt-")
+        cls.nova = LibvirtNovaDeployment(cls.tmp)
+        try:
+            cls.nova.start()
+        except BaseException:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+        cls.image_id = cls.nova.add_guest_image(
+            image.qcow2, image.kernel, image.initrd, image.cmdline
+        )
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        try:
+            cls.nova.stop()
+        finally:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+        super().tearDownClass()
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _boot(self, flavor: str) -> str:
+        body = {
+            "server": {
+                "name": f"vtpm-{flavor}",
+                "imageRef": self.image_id,
+                "flavorRef": flavor,
+                "networks": "none",
+            }
+        }
+        resp = self.nova.request("POST", "/servers", json=body, microversion="2.37")
+        self.assertEqual(202, resp.status_code, resp.text)
+        uuid = str(resp.json()["server"]["id"])
+        self.addCleanup(self._delete, uuid)
+        deadline = time.monotonic() + ACTIVE_TIMEOUT
+        server: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            server = self.nova.server(uuid)
+            if server and server["status"] in ("ACTIVE", "ERROR"):
+                break
+            time.sleep(1)
+        self.assertIsNotNone(server)
+        assert server is not None
+        self.assertEqual("ACTIVE", server["status"], server.get("fault"))
+        return uuid
+
+    def _delete(self, uuid: str) -> None:
+        self.nova.request("DELETE", f"/servers/{uuid}")
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and self.nova.server(uuid) is not None:
+            time.sleep(1)
+
+    def _vault_keys(self) -> list[str]:
+        """The keys the key manager holds (not deleted)."""
+        resp = BlockingClient(timeout=10).request(
+            "LIST",
+            f"{self.nova.bao.url}/v1/secret/metadata",
+            headers={"X-Vault-Token": self.nova.bao.root_token},
+            expect_json=False,
+        )
+        if resp.status == 404:  # an empty mount
+            return []
+        self.assertTrue(resp.ok, resp.body[:300])
+        live = []
+        for key in json.loads(resp.body)["data"]["keys"]:
+            # castellan deletes the key's data (kv v2 keeps its metadata)
+            data = BlockingClient(timeout=10).request(
+                "GET",
+                f"{self.nova.bao.url}/v1/secret/data/{key}",
+                headers={"X-Vault-Token": self.nova.bao.root_token},
+                expect_json=False,
+            )
+            if data.ok:
+                live.append(str(key))
+        return live
+
+    def _secret_value_readable(self, secret: str) -> bool:
+        proc = subprocess.run(
+            ["virsh", "-c", self.nova.libvirt_uri, "secret-get-value", secret],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return proc.returncode == 0
+
+    def _tpm(self, uuid: str) -> tuple[ET.Element, str]:
+        dom = ET.fromstring(self.nova.domain_xml(uuid))
+        self.assertEqual(uuid, dom.findtext("uuid"))
+        tpm = dom.find("devices/tpm")
+        self.assertIsNotNone(tpm, "no TPM in the domain XML")
+        assert tpm is not None
+        self.assertEqual("tpm-crb", tpm.get("model"))
+        backend = tpm.find("backend")
+        assert backend is not None
+        self.assertEqual(
+            ("emulator", "2.0"), (backend.get("type"), backend.get("version"))
+        )
+        encryption = backend.find("encryption")
+        self.assertIsNotNone(encryption, "Nova's vTPM state is always encrypted")
+        assert encryption is not None
+        return dom, str(encryption.get("secret"))
+
+    def _state_dir(self, uuid: str) -> str:
+        return os.path.join(self.nova.host_root, "swtpm", uuid)
+
+    def _check_gone(self, uuid: str, keys_before: list[str]) -> None:
+        names = self.nova.virsh("list", "--all", "--uuid").split()
+        self.assertNotIn(uuid, names)
+        self.assertFalse(os.path.exists(self._state_dir(uuid)))
+        self.assertEqual(keys_before, self._vault_keys())
+
+    # -- tests ------------------------------------------------------------------
+
+    def test_vtpm_secret_security_user(self) -> None:
+        """``user``: the libvirt secret is private — nobody on the host
+        (so no vTPM manager either) can read the state's key."""
+        keys_before = self._vault_keys()
+        uuid = self._boot("trusted-vtpm")
+        _dom, secret = self._tpm(uuid)
+        self.assertFalse(self._secret_value_readable(secret))
+        self.assertEqual(len(keys_before) + 1, len(self._vault_keys()))
+        self.assertTrue(os.path.exists(self._state_dir(uuid)))
+        self._delete(uuid)
+        self._check_gone(uuid, keys_before)
+
+    def test_vtpm_secret_security_host(self) -> None:
+        """``host``: the libvirt secret is public and persistent."""
+        keys_before = self._vault_keys()
+        uuid = self._boot("trusted-vtpm-host")
+        _dom, secret = self._tpm(uuid)
+        self.assertTrue(self._secret_value_readable(secret))
+        self.assertEqual(len(keys_before) + 1, len(self._vault_keys()))
+        state = os.path.join(self._state_dir(uuid), "tpm2", "tpm2-00.permall")
+        self.assertTrue(os.path.exists(state), state)
+        for name in ("issuercert.pem", "swtpm-localca-rootca-cert.pem"):
+            self.assertTrue(os.path.exists(os.path.join(self.nova.localca_dir, name)))
+        self._delete(uuid)
+        self._check_gone(uuid, keys_before)
