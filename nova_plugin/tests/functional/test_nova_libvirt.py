@@ -14,22 +14,51 @@ server removes all three.
 
 from __future__ import annotations
 
+import base64
+import datetime
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 import time
+import uuid as uuid_mod
 import xml.etree.ElementTree as ET
 from typing import Any
 
 import testtools
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from trusted_testing.guest_vm import build
 from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
 from verifier.common.http import BlockingClient
+from verifier.protocol import EvidenceError
+from verifier.protocol.ekcert import check_host_bound_ek, load_anchors
+from verifier.protocol.tpm import TpmPublic
+from vtpm_manager.localca import ek_ca_bundle
+from vtpm_manager.swtpm_state import read_ek
 
 ACTIVE_TIMEOUT = 600.0
+
+
+def _other_ca() -> x509.Certificate:
+    """Another compute host's CA (same subject as swtpm's, another key)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "swtpm-localca")])
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
 
 
 def _missing() -> str | None:
@@ -167,6 +196,37 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
         self.assertFalse(os.path.exists(self._state_dir(uuid)))
         self.assertEqual(keys_before, self._vault_keys())
 
+    def _check_real_ek_binding(self, uuid: str, secret: str) -> None:
+        value = self.nova.virsh("secret-get-value", secret).strip()
+        ek = read_ek(
+            os.path.join(self._state_dir(uuid), "tpm2"),
+            "rsa",
+            base64.b64decode(value),
+        )
+        assert ek.ek_certificate is not None
+        cert = x509.load_der_x509_certificate(ek.ek_certificate)
+        cn = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+        self.assertTrue(str(cn[0].value).endswith(f":{uuid}"), cn)
+        public = TpmPublic.from_bytes(ek.ek_public)
+        anchors = {
+            self.nova.host: load_anchors(ek_ca_bundle(self.nova.localca_dir)),
+            "other-host": [_other_ca()],
+        }
+        now = datetime.datetime.now(datetime.UTC)
+        check_host_bound_ek(
+            ek.ek_certificate, public, uuid, self.nova.host, anchors, now
+        )
+        for claimed, host, reason in (
+            (str(uuid_mod.uuid4()), self.nova.host, "ek_certificate_other_instance"),
+            (uuid, "other-host", "ek_certificate_other_host"),
+            (uuid, None, "instance_host_unknown"),
+        ):
+            with self.assertRaises(EvidenceError) as ctx:
+                check_host_bound_ek(
+                    ek.ek_certificate, public, claimed, host, anchors, now
+                )
+            self.assertEqual(reason, ctx.exception.reason)
+
     # -- tests ------------------------------------------------------------------
 
     def test_vtpm_secret_security_user(self) -> None:
@@ -190,7 +250,8 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
         self.assertEqual(len(keys_before) + 1, len(self._vault_keys()))
         state = os.path.join(self._state_dir(uuid), "tpm2", "tpm2-00.permall")
         self.assertTrue(os.path.exists(state), state)
-        for name in ("issuercert.pem", "swtpm-localca-rootca-cert.pem"):
-            self.assertTrue(os.path.exists(os.path.join(self.nova.localca_dir, name)))
+        # with the host's secret, the EK certificate libvirt had this host's
+        # local CA sign can be read back: it is bound to this host and UUID
+        self._check_real_ek_binding(uuid, secret)
         self._delete(uuid)
         self._check_gone(uuid, keys_before)
