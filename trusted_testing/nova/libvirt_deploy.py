@@ -119,6 +119,19 @@ class LibvirtNovaDeployment(NovaDeployment):
                         pass
                 self.bao.stop()
 
+    def stop_key_manager(self) -> None:
+        """Stop OpenBao (Nova's key manager becomes unreachable)."""
+        self.bao.stop()
+
+    def restart_key_manager(self) -> None:
+        """A fresh OpenBao dev server where Nova expects its key manager
+        (same port and token; the keys held before are gone)."""
+        port, token = self.bao.port, self.bao.root_token
+        self.bao = OpenBaoDev()
+        self.bao.port, self.bao.root_token = port, token
+        self.bao.url = f"http://127.0.0.1:{port}"
+        self.bao.start()
+
     # -- configuration -----------------------------------------------------
 
     def _write_config(self) -> None:

@@ -105,7 +105,7 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
 
     # -- helpers ----------------------------------------------------------------
 
-    def _boot(self, flavor: str) -> str:
+    def _boot(self, flavor: str, status: str = "ACTIVE") -> str:
         body = {
             "server": {
                 "name": f"vtpm-{flavor}",
@@ -127,7 +127,7 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
             time.sleep(1)
         self.assertIsNotNone(server)
         assert server is not None
-        self.assertEqual("ACTIVE", server["status"], server.get("fault"))
+        self.assertEqual(status, server["status"], server.get("fault"))
         return uuid
 
     def _delete(self, uuid: str) -> None:
@@ -255,3 +255,27 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
         self._check_real_ek_binding(uuid, secret)
         self._delete(uuid)
         self._check_gone(uuid, keys_before)
+
+    def test_key_manager_unreachable_at_boot(self) -> None:
+        """No key for the vTPM: the build fails, and nothing is half made
+        (no domain, no vTPM state, no libvirt secret)."""
+        secrets_before = self.nova.virsh("secret-list").splitlines()
+        self.nova.stop_key_manager()
+        try:
+            uuid = self._boot("trusted-vtpm", status="ERROR")
+        finally:
+            self.nova.restart_key_manager()
+        server = self.nova.server(uuid)
+        assert server is not None
+        self.assertIn("fault", server)
+        self.assertNotIn(uuid, self.nova.virsh("list", "--all", "--uuid").split())
+        self.assertFalse(os.path.exists(self._state_dir(uuid)))
+        self.assertEqual(secrets_before, self.nova.virsh("secret-list").splitlines())
+        with open(self.nova.log("nova-compute"), encoding="utf-8") as f:
+            log = f.read()
+        # the reason, in nova-compute's log: castellan could not reach it
+        self.assertIn(
+            f"[instance: {uuid}] Instance failed to spawn: "
+            "castellan.common.exception.KeyManagerError",
+            log,
+        )
