@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from trusted_testing.guest_vm import build
 from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
+from trusted_testing.softtpm import SoftTpm
 from verifier.common.http import BlockingClient
 from verifier.protocol import EvidenceError
 from verifier.protocol.ekcert import check_host_bound_ek, load_anchors
@@ -279,3 +280,24 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
             "castellan.common.exception.KeyManagerError",
             log,
         )
+
+    def test_instance_without_vtpm(self) -> None:
+        """A flavor without ``hw:tpm_version``: no TPM device, no state, no
+        key — such a guest has no EK certificate to present, which the
+        host-CA binding refuses (``ek_certificate_missing``)."""
+        keys_before = self._vault_keys()
+        uuid = self._boot("trusted-plain")
+        dom = ET.fromstring(self.nova.domain_xml(uuid))
+        self.assertIsNone(dom.find("devices/tpm"))
+        self.assertFalse(os.path.exists(self._state_dir(uuid)))
+        self.assertEqual(keys_before, self._vault_keys())
+        with self.assertRaises(EvidenceError) as ctx:
+            check_host_bound_ek(
+                None,
+                SoftTpm(ak_alg="ecc", ek_alg="ecc").ek,
+                uuid,
+                self.nova.host,
+                {},
+                datetime.datetime.now(datetime.UTC),
+            )
+        self.assertEqual("ek_certificate_missing", ctx.exception.reason)
