@@ -147,6 +147,10 @@ class LibvirtNovaDeployment(NovaDeployment):
                     "force_raw_images": "false",
                     "allow_resize_to_same_host": "true",
                     "resume_guests_state_on_host_boot": "false",
+                    # a busy 2-core machine may delay nova-compute's report:
+                    # the API would then think it down and delete an
+                    # instance "locally", leaving its domain running
+                    "service_down_time": "300",
                 },
                 "libvirt": {
                     "virt_type": "qemu",
