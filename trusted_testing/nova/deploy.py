@@ -117,10 +117,7 @@ class NovaDeployment:
         self._manage("db", "sync")
         self._serve("placement", self._placement_env())
         for service in ("conductor", "scheduler", "compute"):
-            self._spawn(
-                f"nova-{service}",
-                [os.path.join(_BIN, f"nova-{service}"), "--config-file", self.conf],
-            )
+            self._spawn(f"nova-{service}", self._service_argv(service))
         self._serve("nova", self._nova_env())
         self._wait_for_compute_node()
         self._manage("cell_v2", "discover_hosts", "--verbose")
@@ -242,6 +239,10 @@ class NovaDeployment:
                 + (proc.stdout + proc.stderr)[-4000:]
             )
         return proc.stdout
+
+    def _service_argv(self, service: str) -> list[str]:
+        """How to run ``nova-<service>`` (a variant may wrap nova-compute)."""
+        return [os.path.join(_BIN, f"nova-{service}"), "--config-file", self.conf]
 
     def _manage(self, *argv: str) -> str:
         return self._run("nova-manage", "--config-file", self.conf, *argv)

@@ -6,8 +6,10 @@ They are real HTTP servers (a thread of the test process) answering just
 what Nova 34 asks for a server booted with ``networks='none'``:
 
 * Glance v2: ``GET /v2/schemas/image`` (glanceclient builds its image model
-  from it), ``GET /v2/images`` and ``GET /v2/images/{id}`` for the one image
-  :data:`IMAGE_ID`; any other image is a 404, as Glance answers.
+  from it), ``GET /v2/images`` and ``GET /v2/images/{id}`` for the image
+  :data:`IMAGE_ID` and any added with :meth:`StandIns.add_image`, and
+  ``GET /v2/images/{id}/file`` for those added with their data; any other
+  image is a 404, as Glance answers.
 * Neutron v2.0: every ``GET /v2.0/<collection>`` answers an empty list
   (``{"ports": []}``, ``{"networks": []}``, ...), which is what Neutron says
   about an instance that has no ports; anything else is a 404.
@@ -19,6 +21,8 @@ that Nova really called them.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -85,18 +89,32 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_file(self, path: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(os.path.getsize(path)))
+        self.end_headers()
+        with open(path, "rb") as f:
+            shutil.copyfileobj(f, self.wfile, 1 << 20)
+
     def do_GET(self) -> None:  # noqa: N802  (http.server API)
         path = urlsplit(self.path).path.rstrip("/")
         self.server.requests.append(f"GET {self.path}")
         parts = path.split("/")[1:]
         if parts == ["v2", "schemas", "image"]:
             return self._send(200, _SCHEMA)
+        images = self.server.images
         if parts == ["v2", "images"]:
-            return self._send(200, {"images": [IMAGE]})
-        if parts[:2] == ["v2", "images"] and len(parts) == 3:
-            if parts[2] == IMAGE_ID:
-                return self._send(200, IMAGE)
-            return self._send(404, {"message": f"No image found with ID {parts[2]}"})
+            return self._send(200, {"images": list(images.values())})
+        if parts[:2] == ["v2", "images"] and len(parts) in (3, 4):
+            if parts[2] not in images:
+                return self._send(
+                    404, {"message": f"No image found with ID {parts[2]}"}
+                )
+            if len(parts) == 3:
+                return self._send(200, images[parts[2]])
+            if parts[3] == "file" and parts[2] in self.server.files:
+                return self._send_file(self.server.files[parts[2]])
         if parts[:1] == ["v2.0"] and len(parts) == 2:
             collection = parts[1].removesuffix(".json")
             return self._send(200, {collection.replace("-", "_"): []})
@@ -112,6 +130,8 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     requests: list[str]
+    images: dict[str, dict[str, Any]]
+    files: dict[str, str]
 
 
 class StandIns:
@@ -120,6 +140,8 @@ class StandIns:
     def __init__(self) -> None:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.requests = []
+        self._server.images = {IMAGE_ID: IMAGE}
+        self._server.files = {}
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -129,6 +151,13 @@ class StandIns:
     @property
     def requests(self) -> list[str]:
         return list(self._server.requests)
+
+    def add_image(self, image: dict[str, Any], path: str | None = None) -> None:
+        """Serve one more image (Glance v2 fields, properties at the top
+        level), its data read from ``path`` (``GET .../file``)."""
+        self._server.images[image["id"]] = image
+        if path is not None:
+            self._server.files[image["id"]] = path
 
     def start(self) -> None:
         self._thread.start()

@@ -4,13 +4,20 @@ An EK certificate is accepted when it parses, it was issued directly by one
 of the configured trust anchors (the TPM vendors' or swtpm's local CA,
 including any intermediate the operator chose to trust), it is valid at
 the time given, and its public key is exactly the EK the node presented.
+
+For a vTPM that Nova's libvirt driver made, :func:`check_host_bound_ek`
+binds the EK to one instance on one compute host: libvirt runs
+``swtpm_setup --vmid <domain>:<uuid>`` and the host's swtpm local CA signs
+an EK certificate whose subject CN is that string. The certificate must be
+issued by the CA enrolled for the host Nova placed the instance on (not
+any host's CA) and its CN must name the instance UUID the agent claims.
 """
 
 from __future__ import annotations
 
 import datetime
 import uuid as uuid_mod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -19,7 +26,12 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from verifier.protocol.errors import EvidenceError, MalformedError
 from verifier.protocol.tpm import TpmPublic
 
-__all__ = ["check_ek_certificate", "load_anchors", "named_instance"]
+__all__ = [
+    "check_ek_certificate",
+    "check_host_bound_ek",
+    "load_anchors",
+    "named_instance",
+]
 
 
 def load_anchors(pem_bundle: bytes) -> list[x509.Certificate]:
@@ -122,3 +134,88 @@ def named_instance(cert_der: bytes) -> str | None:
         except ValueError:
             continue
     return None
+
+
+def check_host_bound_ek(
+    cert_der: bytes | None,
+    ek: TpmPublic,
+    claimed_uuid: str,
+    placed_host: str | None,
+    host_anchors: Mapping[str, Sequence[x509.Certificate]],
+    now: datetime.datetime,
+) -> x509.Certificate:
+    """Verify that an EK is the vTPM Nova made for ``claimed_uuid``.
+
+    Args:
+        cert_der: the EK certificate the agent presented (None: none).
+        ek: the EK the agent presented.
+        claimed_uuid: the instance UUID the agent registers as.
+        placed_host: the compute host Nova placed that instance on (from
+            its notifications), None if unknown.
+        host_anchors: each enrolled compute host's swtpm local CA
+            certificates (root and/or intermediate), by host name.
+        now: the current time (UTC, timezone-aware).
+
+    Returns:
+        The parsed certificate.
+
+    Raises:
+        EvidenceError: with the reason of the first failed check:
+            ``ek_certificate_missing`` (no certificate),
+            ``instance_host_unknown`` (Nova's placement is not known),
+            ``host_ca_unknown`` (no CA enrolled for that host),
+            ``ek_certificate`` (does not parse, not valid now, or for
+            another key than the EK), ``ek_certificate_other_host`` (not
+            issued by the placed host's CA; the detail names the enrolled
+            host whose CA did issue it, if any),
+            ``ek_certificate_no_instance`` (its CN names no instance) or
+            ``ek_certificate_other_instance`` (its CN names another one).
+    """
+    if cert_der is None:
+        raise EvidenceError(
+            "ek_certificate_missing",
+            "a vTPM's EK certificate (signed by its compute host's CA) is required",
+        )
+    if placed_host is None:
+        raise EvidenceError(
+            "instance_host_unknown",
+            f"no compute host is known for instance {claimed_uuid}",
+        )
+    anchors = list(host_anchors.get(placed_host, ()))
+    if not anchors:
+        raise EvidenceError(
+            "host_ca_unknown",
+            f"compute host {placed_host!r} has no enrolled vTPM CA",
+        )
+    try:
+        cert = x509.load_der_x509_certificate(cert_der)
+    except ValueError as exc:
+        raise EvidenceError("ek_certificate", f"EK certificate does not parse: {exc}")
+    if not any(_issued_by(cert, anchor) for anchor in anchors):
+        issuers = sorted(
+            host
+            for host, others in host_anchors.items()
+            if host != placed_host and any(_issued_by(cert, a) for a in others)
+        )
+        where = f" (it was issued by the CA of {issuers[0]!r})" if issuers else ""
+        raise EvidenceError(
+            "ek_certificate_other_host",
+            f"EK certificate is not issued by the vTPM CA of {placed_host!r}, "
+            f"the host running instance {claimed_uuid}{where}",
+        )
+    check_ek_certificate(cert_der, ek, anchors, now)
+    named = named_instance(cert_der)
+    if named is None:
+        raise EvidenceError(
+            "ek_certificate_no_instance", "EK certificate names no instance"
+        )
+    try:
+        claimed = str(uuid_mod.UUID(claimed_uuid))
+    except (ValueError, AttributeError, TypeError):
+        raise EvidenceError("ek_certificate_other_instance", "not a UUID claimed")
+    if named != claimed:
+        raise EvidenceError(
+            "ek_certificate_other_instance",
+            f"EK certificate names instance {named}, not {claimed}",
+        )
+    return cert

@@ -1,0 +1,309 @@
+"""Integration: Nova 34's own libvirt driver makes the vTPM of a real guest.
+
+:class:`~trusted_testing.nova.libvirt_deploy.LibvirtNovaDeployment` runs
+nova-compute with ``libvirt.LibvirtDriver`` (qemu TCG) against its own
+libvirtd in an emulated compute host (a private mount namespace with its
+own swtpm local CA), Nova's key manager on a real OpenBao server, and the
+Glance stand-in serving the real guest image (:mod:`trusted_testing.
+guest_vm`). A flavor with ``hw:tpm_version=2.0`` gets a vTPM that Nova
+and libvirt make — nothing of ours touches it: the domain XML carries an
+encrypted TPM 2.0 emulator, the encryption key lives in the key manager,
+the state under the host's ``/var/lib/libvirt/swtpm``, and deleting the
+server removes all three.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid as uuid_mod
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import testtools
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from trusted_testing import rabbit
+from trusted_testing.guest_vm import build
+from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
+from trusted_testing.softtpm import SoftTpm
+from verifier.common.http import BlockingClient
+from verifier.protocol import EvidenceError
+from verifier.protocol.ekcert import check_host_bound_ek, load_anchors
+from verifier.protocol.tpm import TpmPublic
+from vtpm_manager.localca import ek_ca_bundle
+from vtpm_manager.swtpm_state import read_ek
+
+ACTIVE_TIMEOUT = 600.0
+
+
+def _other_ca() -> x509.Certificate:
+    """Another compute host's CA (same subject as swtpm's, another key)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "swtpm-localca")])
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+
+
+def _missing() -> str | None:
+    for tool in ("libvirtd", "swtpm", "swtpm_setup", "qemu-system-x86_64", "unshare"):
+        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
+            return f"{tool} is not installed (tools/apt-packages.txt)"
+    if os.geteuid() != 0:
+        return "an emulated compute host needs root (mount namespace, libvirtd)"
+    broker = rabbit.missing()
+    return f"multi-process Nova needs {broker}" if broker else None
+
+
+class NovaLibvirtVtpmTest(testtools.TestCase):
+    """One deployment for the class; each test boots and deletes a server."""
+
+    tmp: str
+    nova: LibvirtNovaDeployment
+    image_id: str
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        problem = _missing()
+        if problem:
+            raise testtools.TestCase.skipException(problem)
+        image = build()
+        cls.tmp = tempfile.mkdtemp(prefix="trusted-nova-libvirt-")
+        cls.nova = LibvirtNovaDeployment(cls.tmp)
+        try:
+            cls.nova.start()
+        except BaseException:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+        cls.image_id = cls.nova.add_guest_image(
+            image.qcow2, image.kernel, image.initrd, image.cmdline
+        )
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        try:
+            cls.nova.stop()
+        finally:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+        super().tearDownClass()
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _boot(self, flavor: str, status: str = "ACTIVE") -> str:
+        body = {
+            "server": {
+                "name": f"vtpm-{flavor}",
+                "imageRef": self.image_id,
+                "flavorRef": flavor,
+                "networks": "none",
+            }
+        }
+        resp = self.nova.request("POST", "/servers", json=body, microversion="2.37")
+        self.assertEqual(202, resp.status_code, resp.text)
+        uuid = str(resp.json()["server"]["id"])
+        self.addCleanup(self._delete, uuid)
+        deadline = time.monotonic() + ACTIVE_TIMEOUT
+        server: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            server = self.nova.server(uuid)
+            if server and server["status"] in ("ACTIVE", "ERROR"):
+                break
+            time.sleep(1)
+        self.assertIsNotNone(server)
+        assert server is not None
+        self.assertEqual(status, server["status"], server.get("fault"))
+        return uuid
+
+    def _delete(self, uuid: str) -> None:
+        resp = self.nova.request("DELETE", f"/servers/{uuid}")
+        if resp.status_code == 404:  # a cleanup after the test deleted it
+            return
+        self.assertEqual(204, resp.status_code, resp.text)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and self.nova.server(uuid) is not None:
+            time.sleep(1)
+
+    def _vault_keys(self) -> list[str]:
+        """The keys the key manager holds (not deleted)."""
+        resp = BlockingClient(timeout=10).request(
+            "LIST",
+            f"{self.nova.bao.url}/v1/secret/metadata",
+            headers={"X-Vault-Token": self.nova.bao.root_token},
+            expect_json=False,
+        )
+        if resp.status == 404:  # an empty mount
+            return []
+        self.assertTrue(resp.ok, resp.body[:300])
+        live = []
+        for key in json.loads(resp.body)["data"]["keys"]:
+            # castellan deletes the key's data (kv v2 keeps its metadata)
+            data = BlockingClient(timeout=10).request(
+                "GET",
+                f"{self.nova.bao.url}/v1/secret/data/{key}",
+                headers={"X-Vault-Token": self.nova.bao.root_token},
+                expect_json=False,
+            )
+            if data.ok:
+                live.append(str(key))
+        return live
+
+    def _secret_value_readable(self, secret: str) -> bool:
+        proc = subprocess.run(
+            ["virsh", "-c", self.nova.libvirt_uri, "secret-get-value", secret],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return proc.returncode == 0
+
+    def _tpm(self, uuid: str) -> tuple[ET.Element, str]:
+        dom = ET.fromstring(self.nova.domain_xml(uuid))
+        self.assertEqual(uuid, dom.findtext("uuid"))
+        tpm = dom.find("devices/tpm")
+        self.assertIsNotNone(tpm, "no TPM in the domain XML")
+        assert tpm is not None
+        self.assertEqual("tpm-crb", tpm.get("model"))
+        backend = tpm.find("backend")
+        assert backend is not None
+        self.assertEqual(
+            ("emulator", "2.0"), (backend.get("type"), backend.get("version"))
+        )
+        encryption = backend.find("encryption")
+        self.assertIsNotNone(encryption, "Nova's vTPM state is always encrypted")
+        assert encryption is not None
+        return dom, str(encryption.get("secret"))
+
+    def _state_dir(self, uuid: str) -> str:
+        return os.path.join(self.nova.host_root, "swtpm", uuid)
+
+    def _check_gone(self, uuid: str, keys_before: list[str]) -> None:
+        self.assertIsNone(self.nova.server(uuid))
+        names = self.nova.virsh("list", "--all", "--uuid").split()
+        self.assertNotIn(uuid, names, self.nova.virsh("list", "--all"))
+        self.assertFalse(os.path.exists(self._state_dir(uuid)))
+        self.assertEqual(keys_before, self._vault_keys())
+
+    def _check_real_ek_binding(self, uuid: str, secret: str) -> None:
+        value = self.nova.virsh("secret-get-value", secret).strip()
+        ek = read_ek(
+            os.path.join(self._state_dir(uuid), "tpm2"),
+            "rsa",
+            base64.b64decode(value),
+        )
+        assert ek.ek_certificate is not None
+        cert = x509.load_der_x509_certificate(ek.ek_certificate)
+        cn = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+        self.assertTrue(str(cn[0].value).endswith(f":{uuid}"), cn)
+        public = TpmPublic.from_bytes(ek.ek_public)
+        anchors = {
+            self.nova.host: load_anchors(ek_ca_bundle(self.nova.localca_dir)),
+            "other-host": [_other_ca()],
+        }
+        now = datetime.datetime.now(datetime.UTC)
+        check_host_bound_ek(
+            ek.ek_certificate, public, uuid, self.nova.host, anchors, now
+        )
+        for claimed, host, reason in (
+            (str(uuid_mod.uuid4()), self.nova.host, "ek_certificate_other_instance"),
+            (uuid, "other-host", "ek_certificate_other_host"),
+            (uuid, None, "instance_host_unknown"),
+        ):
+            with self.assertRaises(EvidenceError) as ctx:
+                check_host_bound_ek(
+                    ek.ek_certificate, public, claimed, host, anchors, now
+                )
+            self.assertEqual(reason, ctx.exception.reason)
+
+    # -- tests ------------------------------------------------------------------
+
+    def test_vtpm_secret_security_user(self) -> None:
+        """``user``: the libvirt secret is private — nobody on the host
+        (so no vTPM manager either) can read the state's key."""
+        keys_before = self._vault_keys()
+        uuid = self._boot("trusted-vtpm")
+        _dom, secret = self._tpm(uuid)
+        self.assertFalse(self._secret_value_readable(secret))
+        self.assertEqual(len(keys_before) + 1, len(self._vault_keys()))
+        self.assertTrue(os.path.exists(self._state_dir(uuid)))
+        self._delete(uuid)
+        self._check_gone(uuid, keys_before)
+
+    def test_vtpm_secret_security_host(self) -> None:
+        """``host``: the libvirt secret is public and persistent."""
+        keys_before = self._vault_keys()
+        uuid = self._boot("trusted-vtpm-host")
+        _dom, secret = self._tpm(uuid)
+        self.assertTrue(self._secret_value_readable(secret))
+        self.assertEqual(len(keys_before) + 1, len(self._vault_keys()))
+        state = os.path.join(self._state_dir(uuid), "tpm2", "tpm2-00.permall")
+        self.assertTrue(os.path.exists(state), state)
+        # with the host's secret, the EK certificate libvirt had this host's
+        # local CA sign can be read back: it is bound to this host and UUID
+        self._check_real_ek_binding(uuid, secret)
+        self._delete(uuid)
+        self._check_gone(uuid, keys_before)
+
+    def test_key_manager_unreachable_at_boot(self) -> None:
+        """No key for the vTPM: the build fails, and nothing is half made
+        (no domain, no vTPM state, no libvirt secret)."""
+        secrets_before = self.nova.virsh("secret-list").splitlines()
+        self.nova.stop_key_manager()
+        try:
+            uuid = self._boot("trusted-vtpm", status="ERROR")
+        finally:
+            self.nova.restart_key_manager()
+        server = self.nova.server(uuid)
+        assert server is not None
+        self.assertIn("fault", server)
+        self.assertNotIn(uuid, self.nova.virsh("list", "--all", "--uuid").split())
+        self.assertFalse(os.path.exists(self._state_dir(uuid)))
+        self.assertEqual(secrets_before, self.nova.virsh("secret-list").splitlines())
+        with open(self.nova.log("nova-compute"), encoding="utf-8") as f:
+            log = f.read()
+        # the reason, in nova-compute's log: castellan could not reach it
+        self.assertIn(
+            f"[instance: {uuid}] Instance failed to spawn: "
+            "castellan.common.exception.KeyManagerError",
+            log,
+        )
+
+    def test_instance_without_vtpm(self) -> None:
+        """A flavor without ``hw:tpm_version``: no TPM device, no state, no
+        key — such a guest has no EK certificate to present, which the
+        host-CA binding refuses (``ek_certificate_missing``)."""
+        keys_before = self._vault_keys()
+        uuid = self._boot("trusted-plain")
+        dom = ET.fromstring(self.nova.domain_xml(uuid))
+        self.assertIsNone(dom.find("devices/tpm"))
+        self.assertFalse(os.path.exists(self._state_dir(uuid)))
+        self.assertEqual(keys_before, self._vault_keys())
+        with self.assertRaises(EvidenceError) as ctx:
+            check_host_bound_ek(
+                None,
+                SoftTpm(ak_alg="ecc", ek_alg="ecc").ek,
+                uuid,
+                self.nova.host,
+                {},
+                datetime.datetime.now(datetime.UTC),
+            )
+        self.assertEqual("ek_certificate_missing", ctx.exception.reason)

@@ -1,0 +1,123 @@
+"""An emulated compute host: libvirtd and nova-compute in a private mount
+namespace, so nothing they write outlives the test.
+
+``unshare --mount --propagation private python -m
+trusted_testing.nova.compute_host ROOT -- nova-compute ARGS...``
+
+Inside the new mount namespace this module:
+
+* mounts a tmpfs over ``/run``, ``/var/lib``, ``/var/log`` and
+  ``/var/cache`` (libvirtd's runtime, state and log directories — the
+  machine's own stay untouched and unseen);
+* bind-mounts ``ROOT/etc-libvirt`` over ``/etc/libvirt`` (our
+  ``libvirtd.conf`` and ``qemu.conf``, the secrets Nova defines, the
+  ``hooks/qemu`` a test may install), ``ROOT/localca`` over
+  ``/var/lib/swtpm-localca`` (this host's own swtpm local CA: the
+  machine's ``/etc/swtpm-localca.conf`` points there, so every vTPM EK
+  certificate this host's libvirt makes is signed by the CA of this host
+  alone) and ``ROOT/swtpm`` over ``/var/lib/libvirt/swtpm`` (the vTPM
+  states, readable by the test);
+* starts ``libvirtd`` (its sockets in ``ROOT/sock``, so the test can reach
+  it as ``qemu:///system?socket=ROOT/sock/libvirt-sock``) and waits for
+  its socket;
+* execs nova-compute, which sees the same files libvirtd sees (Nova
+  reads and moves vTPM states under ``/var/lib/libvirt/swtpm`` on resize).
+
+qemu and swtpm run as root, logging to files (no virtlogd); the libvirt
+security drivers, cgroups and per-domain namespaces are off (a container
+has none of them to spare).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+_TMPFS = ("/run", "/var/lib", "/var/log", "/var/cache")
+QEMU_CONF = """\
+user = "root"
+group = "root"
+swtpm_user = "root"
+swtpm_group = "root"
+security_driver = "none"
+cgroup_controllers = []
+namespaces = []
+stdio_handler = "file"
+"""
+
+
+def socket_path(root: str) -> str:
+    """libvirtd's read-write socket of the host rooted at ``root``."""
+    return os.path.join(root, "sock", "libvirt-sock")
+
+
+def uri(root: str) -> str:
+    """The libvirt URI of the host rooted at ``root``, from anywhere."""
+    return f"qemu:///system?socket={socket_path(root)}"
+
+
+def prepare(root: str) -> None:
+    """Make ``root``'s directories and libvirt configuration (outside the
+    namespace; idempotent)."""
+    for sub in ("etc-libvirt/hooks", "localca", "swtpm", "sock", "log"):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    with open(os.path.join(root, "etc-libvirt", "qemu.conf"), "w") as f:
+        f.write(QEMU_CONF)
+    with open(os.path.join(root, "etc-libvirt", "libvirtd.conf"), "w") as f:
+        f.write(
+            f'unix_sock_dir = "{os.path.join(root, "sock")}"\n'
+            'unix_sock_rw_perms = "0700"\n'
+            'auth_unix_rw = "none"\n'
+            'auth_unix_ro = "none"\n'
+            f'log_outputs = "3:file:{os.path.join(root, "log", "libvirtd.log")}"\n'
+        )
+
+
+def _mount(*argv: str) -> None:
+    subprocess.run(["mount", *argv], check=True)
+
+
+def _enter(root: str) -> None:
+    for path in _TMPFS:
+        _mount("-t", "tmpfs", "-o", "mode=0755", "tmpfs", path)
+    for path in (
+        "/run/libvirt",
+        "/var/lib/libvirt/swtpm",
+        "/var/lib/swtpm-localca",
+        "/var/log/libvirt/qemu",
+        "/var/log/swtpm/libvirt/qemu",
+        "/var/cache/libvirt",
+    ):
+        os.makedirs(path, exist_ok=True)
+    _mount("--bind", os.path.join(root, "etc-libvirt"), "/etc/libvirt")
+    _mount("--bind", os.path.join(root, "localca"), "/var/lib/swtpm-localca")
+    _mount("--bind", os.path.join(root, "swtpm"), "/var/lib/libvirt/swtpm")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: compute_host ROOT -- COMMAND...", file=sys.stderr)
+        return 2
+    root, command = os.path.abspath(argv[0]), argv[2:]
+    _enter(root)
+    sock = socket_path(root)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(sock)
+    libvirtd = subprocess.Popen([shutil.which("libvirtd") or "/usr/sbin/libvirtd"])
+    deadline = time.monotonic() + 60
+    while not os.path.exists(sock):
+        if libvirtd.poll() is not None or time.monotonic() > deadline:
+            print(f"libvirtd did not start ({libvirtd.returncode})", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    sys.stdout.flush()
+    os.execv(command[0], command)
+    return 1  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
