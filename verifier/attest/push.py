@@ -3,8 +3,8 @@ push`` are not polled; their agents open a TPM session, ask for
 challenges and post evidence (:mod:`verifier.protocol.push`), which is
 judged by the same :class:`~verifier.protocol.attestation.NodeAttestation`
 and acted on by the same write-ahead path as a polled answer
-(:meth:`Verifier._act`: state changes, revocations with their signed
-events, failures with theirs).
+(:class:`~verifier.attest.transitions.TransitionWriter`: state changes,
+revocations with their signed events, failures with theirs).
 
 The differences from polling are only where the I/O goes:
 
@@ -26,9 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from verifier.attest.node import LiveNode, NodeState
-from verifier.ca import CaError
 from verifier.exceptions import ConflictError
-from verifier.protocol import seal_share
 from verifier.protocol.attestation import Action, Verdict
 from verifier.protocol.messages.abe import AbeKeyDelivery
 from verifier.protocol.messages.push import (
@@ -166,7 +164,7 @@ class PushAttestation:
                 node.uuid,
                 verdict.transition.failure_reason,
             )
-        verifier._act(node, verdict)
+        verifier.transitions.act(node, verdict)
         share, follow = None, None
         if verdict.action in (Action.WAIT, Action.RELEASE_V, Action.ASK_AGAIN):
             self._due[node.uuid] = now + self._grace
@@ -200,7 +198,8 @@ class PushAttestation:
         except Exception as exc:  # fail closed, as a broken quote round
             LOG.exception("Node %s: its CP-ABE key could not be made", node.uuid)
             detail = f"{type(exc).__name__}: {exc}"
-            self._verifier._act(node, node.round_failed("internal_error", detail))
+            failed = node.round_failed("internal_error", detail)
+            self._verifier.transitions.act(node, failed)
             return None
         if owed is None:
             return None
@@ -211,21 +210,13 @@ class PushAttestation:
     def _release_v(self, node: LiveNode, verdict: Verdict) -> ShareV | None:
         """V sealed to the quoted NK, with the identity certificate; the node
         is attested once they are handed over (in the response)."""
-        assert verdict.nk is not None  # a RELEASE_V verdict carries NK
         verifier = self._verifier
-        cert = None
-        if verifier._ca is not None and verdict.csr is not None:
-            try:
-                cert = verifier._ca.sign_csr(verdict.csr, node.uuid).decode()
-            except CaError as exc:
-                verifier._act(node, node.revoke("csr", str(exc)))
-                return None
-        share = ShareV(
-            seal_share(verdict.nk, node.v_share, "V", node.uuid),
-            cert,
-            node.u_commitment,
+        share = verifier.share_v(node, verdict)
+        if share is None:
+            return None
+        verifier.transitions.act(
+            node, node.v_delivered(), identity_cert=share.identity_cert
         )
-        verifier._act(node, node.v_delivered(), identity_cert=cert)
         LOG.info("Node %s attested (push); V released", node.uuid)
         return share
 

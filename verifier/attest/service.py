@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -37,6 +37,7 @@ from verifier.attest.queries import NodeQueries
 from verifier.attest.quotas import Quotas
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
 from verifier.attest.store import NodeStore
+from verifier.attest.transitions import TransitionWriter
 from verifier.ca import CaError, CertificateAuthority
 from verifier.exceptions import (
     AgentUnreachableError,
@@ -45,7 +46,6 @@ from verifier.exceptions import (
     RequestError,
 )
 from verifier.notify import Outbox
-from verifier.notify.outbox import make_event
 from verifier.protocol import (
     MalformedError,
     PcrPolicy,
@@ -55,10 +55,8 @@ from verifier.protocol import (
 from verifier.protocol.attestation import (
     Action,
     AttestationRules,
-    Transition,
     Verdict,
 )
-from verifier.protocol.events import NODE_FAILED
 from verifier.protocol.messages.shares import ShareV
 from verifier.protocol.push import PushRules
 
@@ -125,8 +123,10 @@ class Verifier(NodeQueries):
         if unreachable_action not in ("fail", "revoke"):
             raise ValueError("unreachable_action must be 'fail' or 'revoke'")
         self.store = NodeStore(engine, clock, quotas)
+        self.transitions = TransitionWriter(
+            self.store, signing_key, clock, self._event_written
+        )
         self.policies = policies or PolicyStore(engine, clock=clock, quotas=quotas)
-        self._signing_key = signing_key
         self._registrar = registrar
         self._agents = agents
         self.outbox = outbox
@@ -370,13 +370,11 @@ class Verifier(NodeQueries):
         self.get(uuid, scope)  # another project's node: 404
         node = self._nodes.get(uuid)
         if node is not None:
-            self._act(node, node.revoke(reason, detail))
+            self.transitions.act(node, node.revoke(reason, detail))
             return node.view()
         view = self.get(uuid)
         if view.state != NodeState.REVOKED:
-            signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
-            if self.store.revoke(uuid, f"{reason}: {detail}", signed, None):
-                self._revoked(uuid)
+            self.transitions.revoke_stored(uuid, reason, detail)
         return self.get(uuid)
 
     # -- the attestation loop ---------------------------------------------
@@ -413,7 +411,7 @@ class Verifier(NodeQueries):
             LOG.exception("Node %s: its quote round broke", node.uuid)
             if self._still_attesting(node):
                 detail = f"{type(exc).__name__}: {exc}"
-                self._act(node, node.round_failed("internal_error", detail))
+                self.transitions.act(node, node.round_failed("internal_error", detail))
             return False
 
     async def _quote_round(self, node: LiveNode) -> bool:
@@ -439,7 +437,7 @@ class Verifier(NodeQueries):
         if not verdict and verdict.transition is not None:
             failed = verdict.transition.failure_reason
             LOG.warning("Node %s failed attestation: %s", node.uuid, failed)
-        self._act(node, verdict)
+        self.transitions.act(node, verdict)
         if verdict.action is Action.ASK_AGAIN:
             return True
         if verdict.action is Action.RELEASE_V:
@@ -456,17 +454,25 @@ class Verifier(NodeQueries):
     def _still_attesting(self, node: LiveNode) -> bool:
         return node.state != NodeState.REVOKED and self._nodes.get(node.uuid) is node
 
-    async def _release_v(self, node: LiveNode, verdict: Verdict) -> None:
+    def share_v(self, node: LiveNode, verdict: Verdict) -> ShareV | None:
+        """V sealed to the quoted NK, the node's identity certificate (when
+        the verifier has a CA and the node sent a CSR) and the enroller's
+        commitment to U; None if the CSR was refused (the node is revoked)."""
         assert verdict.nk is not None  # a RELEASE_V verdict carries NK
         cert = None
         if self._ca is not None and verdict.csr is not None:
             try:
                 cert = self._ca.sign_csr(verdict.csr, node.uuid).decode()
             except CaError as exc:
-                self._act(node, node.revoke("csr", str(exc)))
-                return
+                self.transitions.act(node, node.revoke("csr", str(exc)))
+                return None
         sealed = seal_share(verdict.nk, node.v_share, "V", node.uuid)
-        body = ShareV(sealed, cert, node.u_commitment)
+        return ShareV(sealed, cert, node.u_commitment)
+
+    async def _release_v(self, node: LiveNode, verdict: Verdict) -> None:
+        body = self.share_v(node, verdict)
+        if body is None:
+            return
         try:
             await self._agents.call(
                 "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body.to_dict()
@@ -475,11 +481,11 @@ class Verifier(NodeQueries):
             LOG.warning("Could not deliver V to node %s yet: %s", node.uuid, exc)
             return
         except MalformedError as exc:  # it took V but answered with no object
-            self._act(node, node.revoke("malformed", str(exc)))
+            self.transitions.act(node, node.revoke("malformed", str(exc)))
             return
         if not self._still_attesting(node):  # revoked while V was in flight
             return
-        self._act(node, node.v_delivered(), identity_cert=cert)
+        self.transitions.act(node, node.v_delivered(), identity_cert=body.identity_cert)
         LOG.info("Node %s attested; V released", node.uuid)
 
     def _unreachable(self, node: LiveNode, detail: str) -> None:
@@ -489,58 +495,13 @@ class Verifier(NodeQueries):
             LOG.warning(
                 "Node %s missed %d rounds: %s", node.uuid, node.unreachable, detail
             )
-        self._act(node, verdict)
+        self.transitions.act(node, verdict)
 
     # -- persistence -------------------------------------------------------
 
-    def _act(self, node: LiveNode, verdict: Verdict, **extra: Any) -> None:
-        """Write the verdict's transition (a revocation with its signed
-        event), then enter it: state changes are written ahead."""
-        change = verdict.transition
-        if change is None:
-            return
-        if change.state == NodeState.REVOKED:
-            self._revoke(node, change)
-            return
-        event = None
-        if change.state == NodeState.FAILED and node.state != NodeState.FAILED:
-            # out of attested (or short of it), unrevoked: consumers learn
-            # that we no longer vouch for it (doc/source/admin/fail-closed)
-            event = make_event(
-                self._signing_key,
-                node.uuid,
-                change.reason or "failed",
-                change.detail,
-                self._clock(),
-                NODE_FAILED,
-            )
-        if self.store.update_state(node, change, event, **extra):
-            node.apply(change)
-            if event is not None:
-                LOG.warning(
-                    "Node %s failed (%s); event %s",
-                    node.uuid,
-                    change.reason,
-                    event.event.id,
-                )
-                self._outbox_wakeup.set()  # deliver the event now
-        else:  # revoked (or deleted) by another verifier meanwhile
-            node.revoked_elsewhere()
-
-    def _revoke(self, node: LiveNode, change: Transition) -> None:
-        reason, detail = change.reason or "revoked", change.detail
-        signed = make_event(self._signing_key, node.uuid, reason, detail, self._clock())
-        first = self.store.revoke(node.uuid, f"{reason}: {detail}", signed, node)
-        node.apply(change)
-        if first:
-            LOG.warning(
-                "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
-            )
-            self._revoked(node.uuid)
-
-    def _revoked(self, uuid: str) -> None:
+    def _event_written(self, uuid: str, revoked: bool) -> None:
         self._outbox_wakeup.set()  # deliver the event now
-        if self.abe is not None:
+        if revoked and self.abe is not None:
             self.abe.revoked(uuid)
 
     def _flush(self) -> None:

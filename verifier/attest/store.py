@@ -145,7 +145,11 @@ class NodeStore:
                     update.where(Node.state.not_in((_REVOKED, change.state.value)))
                 )
                 if entered.rowcount == 1:  # type: ignore[attr-defined]
-                    add_to_outbox(session, event, self._clock())
+                    # the event is the owning project's, as a revocation's
+                    project = session.scalar(
+                        sa.select(Node.project_id).where(Node.uuid == node.uuid)
+                    )
+                    add_to_outbox(session, event, self._clock(), project or "")
                     node.dirty = False
                     return True
             result = session.execute(update.where(Node.state != _REVOKED))

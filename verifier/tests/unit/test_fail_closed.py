@@ -203,6 +203,24 @@ class FailClosedTest(VerifierServiceBase):
         (delivered,) = self.notifier.events
         self.assertEqual("node.failed", delivered["event"]["type"])
 
+    async def test_failed_event_belongs_to_the_node_project(self) -> None:
+        # A tenant lists its events by project: a node.failed event staged
+        # without the node's project was never shown to its owner.
+        verifier = self.new_verifier()
+        agent = self.new_agent()
+        await verifier.enrol(agent.uuid, os.urandom(32), self.policy, project="alpha")
+        self.quiesce(verifier)
+        self.assertEqual("attested", (await verifier.attest_once(agent.uuid)).state)
+        agent.unreachable = True
+        for _ in range(5):
+            await verifier.attest_once(agent.uuid)
+        types = [
+            SignedEvent.from_dict(e["signed_event"]).verify(self.public_key).type
+            for e in verifier.outbox.list(project="alpha")
+        ]
+        self.assertEqual(["node.failed"], types)
+        self.assertEqual([], verifier.outbox.list(project="beta"))
+
     async def test_failed_event_is_written_once_by_racing_verifiers(self) -> None:
         first, agent = await self._attested()
         second = self.new_verifier()

@@ -1,0 +1,110 @@
+"""Writing a node's state change together with its signed event.
+
+Every change of a node's state is written ahead of entering it. A change
+that takes a node out of what the verifier vouches for carries a signed
+event, staged in the outbox in the same database transaction as the state
+(:mod:`verifier.attest.store`), so consumers learn of it exactly when it is
+committed, and only once when several verifiers race:
+
+- to ``revoked``: a ``node.revoked`` event, always;
+- to ``failed`` from any other state: a ``node.failed`` event
+  (doc/source/admin/fail-closed.rst); staying failed writes none.
+
+Polling (:mod:`verifier.attest.service`) and push
+(:mod:`verifier.attest.push`) both go through :class:`TransitionWriter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from verifier.attest.node import LiveNode, NodeState
+from verifier.attest.store import NodeStore
+from verifier.notify.outbox import make_event
+from verifier.protocol.attestation import Transition, Verdict
+from verifier.protocol.events import NODE_FAILED
+
+__all__ = ["TransitionWriter"]
+
+LOG = logging.getLogger(__name__)
+
+
+class TransitionWriter:
+    """Writes verdicts' transitions and their signed events.
+
+    Args:
+        store: the nodes' table (and the outbox beside it).
+        signing_key: signs the events.
+        clock: wall clock (seconds).
+        on_event: called after an event was committed, with the node's
+            UUID and whether it was a revocation (to deliver it at once).
+    """
+
+    def __init__(
+        self,
+        store: NodeStore,
+        signing_key: ed25519.Ed25519PrivateKey,
+        clock: Callable[[], float],
+        on_event: Callable[[str, bool], None],
+    ) -> None:
+        self._store = store
+        self._signing_key = signing_key
+        self._clock = clock
+        self._on_event = on_event
+
+    def act(self, node: LiveNode, verdict: Verdict, **extra: Any) -> None:
+        """Write the verdict's transition (and ``extra`` columns), then
+        enter it; a node revoked meanwhile by another verifier stops."""
+        change = verdict.transition
+        if change is None:
+            return
+        if change.state == NodeState.REVOKED:
+            self.revoke_live(node, change)
+            return
+        event = None
+        if change.state == NodeState.FAILED and node.state != NodeState.FAILED:
+            # out of attested (or short of it), unrevoked: consumers learn
+            # that we no longer vouch for it
+            event = make_event(
+                self._signing_key,
+                node.uuid,
+                change.reason or "failed",
+                change.detail,
+                self._clock(),
+                NODE_FAILED,
+            )
+        if self._store.update_state(node, change, event, **extra):
+            node.apply(change)
+            if event is not None:
+                LOG.warning(
+                    "Node %s failed (%s); event %s",
+                    node.uuid,
+                    change.reason,
+                    event.event.id,
+                )
+                self._on_event(node.uuid, False)
+        else:  # revoked (or deleted) by another verifier meanwhile
+            node.revoked_elsewhere()
+
+    def revoke_live(self, node: LiveNode, change: Transition) -> None:
+        """Revoke a node this process attests (its hot state written too)."""
+        reason, detail = change.reason or "revoked", change.detail
+        signed = make_event(self._signing_key, node.uuid, reason, detail, self._clock())
+        first = self._store.revoke(node.uuid, f"{reason}: {detail}", signed, node)
+        node.apply(change)
+        if first:
+            LOG.warning(
+                "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
+            )
+            self._on_event(node.uuid, True)
+
+    def revoke_stored(self, uuid: str, reason: str, detail: str) -> None:
+        """Revoke a node another process attests (or none): in the
+        database, once, whoever else races."""
+        signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
+        if self._store.revoke(uuid, f"{reason}: {detail}", signed, None):
+            self._on_event(uuid, True)
