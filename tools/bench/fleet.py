@@ -28,62 +28,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
-import aiohttp  # noqa: E402
-
 from trusted_testing import services  # noqa: E402
 from trusted_testing.cluster import LocalCluster  # noqa: E402
 from trusted_testing.fleet import FleetProcess  # noqa: E402
+from trusted_testing.fleet_run import FleetApi, fleet_cluster, running_fleet  # noqa: E402
 from trusted_testing.procstat import cpu_seconds, rss_kib  # noqa: E402
-from verifier.common import tls as tlsutil  # noqa: E402
-from verifier.protocol import PcrPolicy  # noqa: E402
-from verifier.protocol.messages.enrolment import EnrolmentRequest  # noqa: E402
-
-
-class Api:
-    def __init__(self, cluster: LocalCluster, base: str) -> None:
-        ctx = tlsutil.client_context(
-            cluster.pki_file("tenant.pem"),
-            cluster.pki_file("tenant-key.pem"),
-            cluster.pki_file("ca.pem"),
-        )
-        operator = tlsutil.client_context(
-            cluster.pki_file("operator.pem"),
-            cluster.pki_file("operator-key.pem"),
-            cluster.pki_file("ca.pem"),
-        )
-        self.base = base
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=ctx, limit=32)
-        )
-        # the counters cover every project: read them as the operator
-        self.operator = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=operator, limit=2)
-        )
-
-    async def stats(self) -> dict:  # type: ignore[type-arg]
-        async with self.operator.get(f"{self.base}/v1/stats") as resp:
-            return dict(await resp.json())
-
-    async def enrol(self, uuids: list[str], pcr16: str) -> None:
-        policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
-        semaphore = asyncio.Semaphore(32)
-
-        async def one(uuid: str) -> None:
-            body = EnrolmentRequest(uuid, os.urandom(32), policy).to_dict()
-            async with (
-                semaphore,
-                self.session.post(f"{self.base}/v1/nodes", json=body) as resp,
-            ):
-                if resp.status != 201:
-                    raise RuntimeError(f"enrol {uuid}: {await resp.text()}")
-
-        await asyncio.gather(*(one(u) for u in uuids))
 
 
 async def measure(
     cluster: LocalCluster, fleet: FleetProcess, window: float
 ) -> dict[str, float]:
-    apis = [Api(cluster, url) for url in cluster.verifier_urls]
+    apis = [FleetApi(cluster, url) for url in cluster.verifier_urls]
     pids = [
         cluster.procs[cluster.verifier_name(i)].pid
         for i in range(len(cluster.verifier_urls))
@@ -102,10 +57,7 @@ async def measure(
         t0 = time.monotonic()
         await apis[0].enrol(fleet.uuids, fleet.pcr16)
         n = len(fleet.uuids)
-        while (await apis[0].stats())["states"]["attested"] < n:
-            if time.monotonic() - t0 > 600:
-                raise RuntimeError(f"not all attested: {await apis[0].stats()}")
-            await asyncio.sleep(0.5)
+        await apis[0].wait_attested(n, 600)
         enrol_s = time.monotonic() - t0
         await asyncio.sleep(2)  # steady state
         q0, v0, f0 = await quotes(), verifier_cpu(), cpu_seconds(fleet_pid)
@@ -127,8 +79,7 @@ async def measure(
         }
     finally:
         for api in apis:
-            await api.session.close()
-            await api.operator.close()
+            await api.close()
 
 
 def run(
@@ -137,7 +88,7 @@ def run(
     """One measurement; with ``verifiers`` > 1 they share a scratch
     PostgreSQL database and split the fleet through tooz on Redis."""
     workdir = tempfile.mkdtemp(prefix="bench-fleet-")
-    options: dict[str, object] = {"max_in_flight": in_flight, "max_unreachable": 1000}
+    options: dict[str, object] = {"max_in_flight": in_flight}
     database_url, db_name = None, None
     if verifiers > 1:
         missing = services.missing_services()
@@ -146,24 +97,11 @@ def run(
         database_url, db_name = services.scratch_postgres()
         options["coordination_url"] = services.redis_coordination_url(2)
         options["sync_interval"] = 0.5
-    cluster = LocalCluster(
-        os.path.join(workdir, "cluster"),
-        nodes=0,
-        interval=0.0,
-        notifiers=("noop",),
-        verifier_options=options,
-        verifiers=verifiers,
-        database_url=database_url,
-    )
-    fleet = FleetProcess(n, cluster.registrar_url, cluster.pki, workdir, use_uvloop)
+    cluster = fleet_cluster(workdir, 0.0, options, verifiers, database_url)
     try:
-        cluster.start()
-        fleet.registrar_url = cluster.registrar_url
-        fleet.start()
-        return asyncio.run(measure(cluster, fleet, window))
+        with running_fleet(cluster, n, workdir, use_uvloop, 600) as fleet:
+            return asyncio.run(measure(cluster, fleet, window))
     finally:
-        fleet.stop()
-        cluster.stop()
         if db_name:
             services.drop_postgres(db_name)
 
