@@ -27,6 +27,8 @@ from verifier.protocol.messages.enrolment import EnrolmentRequest
 
 __all__ = ["FleetApi", "fleet_cluster", "running_fleet"]
 
+_ENROL_ATTEMPTS = 8
+
 
 def fleet_cluster(
     workdir: str,
@@ -117,12 +119,21 @@ class FleetApi:
 
         async def one(uuid: str) -> None:
             body = EnrolmentRequest(uuid, os.urandom(32), policy).to_dict()
-            async with (
-                semaphore,
-                self.session.post(f"{self.base}/v1/nodes", json=body) as resp,
-            ):
-                if resp.status != 201:
-                    raise RuntimeError(f"enrol {uuid}: {await resp.text()}")
+            # a loaded machine may time out the verifier's registrar
+            # look-up (502/503/504): the enrolment is retried as a
+            # tenant's client would
+            for attempt in range(_ENROL_ATTEMPTS):
+                async with (
+                    semaphore,
+                    self.session.post(f"{self.base}/v1/nodes", json=body) as resp,
+                ):
+                    if resp.status == 201:
+                        return
+                    text = await resp.text()
+                if resp.status not in (502, 503, 504):
+                    break
+                await asyncio.sleep(min(30.0, 2.0**attempt))
+            raise RuntimeError(f"enrol {uuid}: {resp.status} {text}")
 
         await asyncio.gather(*(one(u) for u in uuids))
 
