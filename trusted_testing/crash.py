@@ -25,9 +25,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from trusted_testing.cluster import LocalCluster, wait_until
+from trusted_testing.cluster import LocalCluster, free_port, wait_until
 from trusted_testing.fleet import FleetProcess
 from trusted_testing.fleet_run import FleetApi
+from trusted_testing.keyservice import capability_sections, start_keyservice
 from trusted_testing.postgres import PrivatePostgres
 from trusted_testing.rabbitmq import PrivateRabbit
 from trusted_testing.revocation import RABBIT_FAST_RECONNECT, Pipeline
@@ -43,7 +44,7 @@ class CrashRig:
 
     Args:
         workdir: an empty directory owned by the caller.
-        driver: ``webhook``, ``messaging`` or ``inprocess``.
+        driver: ``webhook``, ``messaging``, ``inprocess`` or ``keyservice``.
         nodes: size of the emulated fleet.
     """
 
@@ -67,17 +68,20 @@ class CrashRig:
         )
         self._cleanups.append(self.pipeline.close)
         self.inprocess_state = os.path.join(workdir, "inprocess-state")
+        self.keyservice_port = free_port()
+        options: dict[str, Any] = {
+            "outbox_retry_delay": 0.2,
+            "outbox_max_retry_delay": 0.5,
+            "max_unreachable": 10_000,
+        }
+        if driver != "keyservice":  # which trusts the cluster's own key
+            options["signing_key"] = self.pipeline.signing_key_file
         self.cluster = LocalCluster(
             os.path.join(workdir, "cluster"),
             nodes=0,
             interval=0.5,
             notifiers=(driver,),
-            verifier_options={
-                "signing_key": self.pipeline.signing_key_file,
-                "outbox_retry_delay": 0.2,
-                "outbox_max_retry_delay": 0.5,
-                "max_unreachable": 10_000,
-            },
+            verifier_options=options,
             verifier_sections=self._sections(),
             database_url=self.pg.url,
         )
@@ -100,6 +104,12 @@ class CrashRig:
                 "topic": p.topic,
             }
             sections["oslo_messaging_rabbit"] = dict(RABBIT_FAST_RECONNECT)
+        elif self.driver == "keyservice":
+            sections.update(
+                capability_sections(
+                    os.path.join(self.workdir, "cluster"), self.keyservice_port
+                )
+            )
         else:
             sections["revocation_hooks"] = {
                 "actions": ["log"],
@@ -140,29 +150,76 @@ class CrashRig:
     # -- the consumer -------------------------------------------------------
 
     def start_consumer(self) -> None:
-        """The listener process (webhook, messaging); nothing for
-        inprocess (the verifier is the consumer)."""
+        """The listener process (webhook, messaging), the key service
+        process (keyservice); nothing for inprocess (the verifier is the
+        consumer)."""
         if self.driver == "inprocess":
+            return
+        if self.driver == "keyservice":
+            start_keyservice(self.cluster, self.keyservice_port)
             return
         self.pipeline.start_listener(
             ["messaging", "webhook"] if self.driver == "messaging" else ["webhook"]
         )
 
+    def consumer_alive(self) -> bool:
+        if self.driver == "inprocess":
+            return True
+        proc = (
+            self.cluster.procs.get("keyservice")
+            if self.driver == "keyservice"
+            else self.pipeline.listener
+        )
+        return proc is not None and proc.poll() is None
+
     def stop_consumer(self) -> None:
+        if self.driver == "keyservice":
+            proc = self.cluster.procs.get("keyservice")
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(30)
+            return
         self.pipeline.stop_listener()
 
+    def _consumer_pid(self) -> int:
+        proc = (
+            self.cluster.procs["keyservice"]
+            if self.driver == "keyservice"
+            else self.pipeline.listener
+        )
+        assert proc is not None
+        return proc.pid
+
     def pause_consumer(self) -> None:
-        """SIGSTOP the listener: it takes connections but answers nothing."""
-        assert self.pipeline.listener is not None
-        os.killpg(self.pipeline.listener.pid, signal.SIGSTOP)
+        """SIGSTOP the listener or key service: it takes connections but
+        answers nothing."""
+        os.killpg(self._consumer_pid(), signal.SIGSTOP)
 
     def resume_consumer(self) -> None:
-        assert self.pipeline.listener is not None
-        os.killpg(self.pipeline.listener.pid, signal.SIGCONT)
+        os.killpg(self._consumer_pid(), signal.SIGCONT)
+
+    def _keyservice_state(self) -> dict[str, Any]:
+        path = os.path.join(self.cluster.workdir, "keyservice.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                return dict(json.load(f))
+        except FileNotFoundError:
+            return {}
 
     def processed(self) -> list[str]:
         """Event ids in the consumer's processed-events file, as written
-        (a duplicate would appear twice)."""
+        (a duplicate would appear twice). For the key service: the events
+        it handled, each node's once more for every extra capability epoch
+        bump (a revocation handled twice bumps twice)."""
+        if self.driver == "keyservice":
+            saved = self._keyservice_state()
+            handled: dict[str, str] = saved.get("handled", {})
+            epochs: dict[str, int] = saved.get("epochs", {})
+            return [
+                event_id
+                for event_id, node in handled.items()
+                for _ in range(max(1, epochs.get(node, 1)))
+            ]
         state = (
             self.inprocess_state
             if self.driver == "inprocess"

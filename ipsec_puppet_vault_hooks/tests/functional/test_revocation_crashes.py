@@ -1,9 +1,9 @@
 """Crashes during revocation (issue 18): the verifier, the database and the
 broker are SIGKILLed at the worst moments, for every notifier driver that
 delivers out of the verifier's transaction (``webhook``, ``messaging``,
-``inprocess``): no event is lost, and an event delivered again carries its
-id and runs the actions once (the consumer's processed-events file lists
-it once).
+``inprocess``, ``keyservice``): no event is lost, and an event delivered
+again carries its id and is acted on once (the consumer's processed-events
+file lists it once; the key service bumps the node's epoch once).
 
 Real parts: the registrar and verifier processes on a private PostgreSQL
 cluster, an emulated fleet of TPM agents attested by them, a private
@@ -66,17 +66,15 @@ class _CrashCase(_Base):
             rig.rabbit.start()
         if not rig.verifier_alive():
             rig.restart_verifier()
-        if rig.driver != "inprocess" and (
-            rig.pipeline.listener is None or rig.pipeline.listener.poll() is not None
-        ):
+        if not rig.consumer_alive():
             rig.start_consumer()
 
     def _consumer_down(self) -> None:
-        """The events cannot be published: the listener is stopped (webhook)
-        or the broker crashed (messaging). Nothing for inprocess: its
-        delivery races the kill."""
+        """The events cannot be published: the listener or the key service
+        is stopped (webhook, keyservice) or the broker crashed (messaging).
+        Nothing for inprocess: its delivery races the kill."""
         rig = self.rig
-        if rig.driver == "webhook":
+        if rig.driver in ("webhook", "keyservice"):
             rig.stop_consumer()
         elif rig.rabbit is not None:
             rig.rabbit.kill()
@@ -85,7 +83,7 @@ class _CrashCase(_Base):
         rig = self.rig
         if rig.rabbit is not None and not rig.rabbit.running:
             rig.rabbit.start()
-        if rig.driver == "webhook":
+        if rig.driver in ("webhook", "keyservice"):
             rig.start_consumer()
 
     def test_verifier_killed_after_the_revocation_commits_loses_no_event(
@@ -102,7 +100,7 @@ class _CrashCase(_Base):
 
     def test_verifier_killed_mid_publish_delivers_once(self) -> None:
         rig = self.rig
-        if rig.driver == "webhook":
+        if rig.driver in ("webhook", "keyservice"):
             rig.pause_consumer()  # the POST is sent and never answered
         elif rig.rabbit is not None:
             rig.rabbit.pause()  # the publish is sent and never confirmed
@@ -110,7 +108,7 @@ class _CrashCase(_Base):
         rig.wait_staged(nodes)
         time.sleep(1.0)  # the verifier is inside its delivery
         rig.kill_verifier()
-        if rig.driver == "webhook":
+        if rig.driver in ("webhook", "keyservice"):
             rig.resume_consumer()  # it may now process the first copy
         elif rig.rabbit is not None:
             rig.rabbit.resume()
@@ -162,3 +160,7 @@ class MessagingCrashTest(_CrashCase, testtools.TestCase):
 
 class InProcessCrashTest(_CrashCase, testtools.TestCase):
     driver = "inprocess"
+
+
+class KeyServiceCrashTest(_CrashCase, testtools.TestCase):
+    driver = "keyservice"
