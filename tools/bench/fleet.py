@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -104,6 +105,7 @@ def run(
     finally:
         if db_name:
             services.drop_postgres(db_name)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _exit_on_sigterm() -> None:

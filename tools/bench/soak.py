@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -133,16 +134,19 @@ class Soak:
 
 async def _main(args: argparse.Namespace) -> int:
     workdir = tempfile.mkdtemp(prefix="soak-")
-    cluster = fleet_cluster(workdir, args.interval)
-    with running_fleet(cluster, args.n, workdir) as fleet:
-        api = FleetApi(cluster, cluster.verifier_urls[0])
-        soak = Soak(api, fleet, cluster.procs[cluster.verifier_name(0)].pid)
-        try:
-            enrol_s = await soak.enrol()
-            await soak.run(args.minutes, args.tamper_every, args.grace, args.poll)
-            return soak.report(args.n, args.minutes, args.interval, enrol_s)
-        finally:
-            await api.close()
+    try:
+        cluster = fleet_cluster(workdir, args.interval)
+        with running_fleet(cluster, args.n, workdir) as fleet:
+            api = FleetApi(cluster, cluster.verifier_urls[0])
+            soak = Soak(api, fleet, cluster.procs[cluster.verifier_name(0)].pid)
+            try:
+                enrol_s = await soak.enrol()
+                await soak.run(args.minutes, args.tamper_every, args.grace, args.poll)
+                return soak.report(args.n, args.minutes, args.interval, enrol_s)
+            finally:
+                await api.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> int:
