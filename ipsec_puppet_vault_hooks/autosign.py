@@ -36,8 +36,8 @@ from oslo_config import cfg
 
 from ipsec_puppet_vault_hooks._certname import CertnameTemplate
 from ipsec_puppet_vault_hooks.conf import puppet_autosign as autosign_conf
+from verifier.common import config, version
 from verifier.common import tls as tlsutil
-from verifier.common import version
 from verifier.common.errors import TransportError
 from verifier.common.http import BlockingClient
 
@@ -188,17 +188,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     try:
-        conf(
-            sys.argv[1:] if argv is None else argv,
-            project=PROJECT,
-            prog=PROG,
+        # one line naming the option or file and exit 2 for any
+        # configuration error, every option's value checked at start
+        config.load(
+            conf,
+            argv,
+            PROG,
             description="Puppet autosign policy: sign a certificate request only "
             "for a node the verifier reports attested.",
         )
-    except (cfg.Error, ValueError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # argparse: --help, or a usage error
+    except SystemExit as exc:  # --help, or a usage or configuration error
         return exc.code if isinstance(exc.code, int) else 2
     if not conf.certname:
         print(f"{PROG}: no certname given", file=sys.stderr)

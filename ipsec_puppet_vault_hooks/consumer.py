@@ -137,6 +137,25 @@ class ConsumeResult:
     dead_lettered: tuple[str, ...] = ()
 
 
+def stores(state_dir: str | None) -> tuple[DedupStore, DeadLetterStore]:
+    """The processed ids and dead letters: kept in ``state_dir`` (created if
+    needed) so that they survive a restart, or in memory without it.
+
+    Raises:
+        HooksError: if ``state_dir`` cannot be created or its files read.
+    """
+    if not state_dir:
+        return DedupStore(), DeadLetterStore()
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise HooksError(f"cannot create state_dir {state_dir}: {exc}") from exc
+    return (
+        DedupStore(os.path.join(state_dir, DEDUP_FILE)),
+        DeadLetterStore(os.path.join(state_dir, DEAD_LETTER_FILE)),
+    )
+
+
 class Consumer:
     """Verifies revocation events and runs actions on them.
 
@@ -233,18 +252,7 @@ class Consumer:
         group = conf.revocation_hooks
         if not group.verifier_public_key:
             raise HooksError("[revocation_hooks] verifier_public_key is not set")
-        dedup, dead_letters = DedupStore(), DeadLetterStore()
-        if group.state_dir:
-            try:
-                os.makedirs(group.state_dir, mode=0o700, exist_ok=True)
-            except OSError as exc:
-                raise HooksError(
-                    f"cannot create state_dir {group.state_dir}: {exc}"
-                ) from exc
-            dedup = DedupStore(os.path.join(group.state_dir, DEDUP_FILE))
-            dead_letters = DeadLetterStore(
-                os.path.join(group.state_dir, DEAD_LETTER_FILE)
-            )
+        dedup, dead_letters = stores(group.state_dir)
         return cls(
             [load_public_key(group.verifier_public_key)],
             list(group.actions),

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
 from ipsec_puppet_vault_hooks import conf as hooks_conf
-from ipsec_puppet_vault_hooks.consumer import Consumer, load_actions
+from ipsec_puppet_vault_hooks.consumer import Consumer, load_actions, stores
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from verifier.common.plugins import Notifier, NotifierError
 
@@ -30,11 +30,24 @@ class InProcessNotifier(Notifier):
         super().__init__(conf, public_key)
         hooks_conf.register_opts(conf)
         group = conf.revocation_hooks
+        # processed ids in [revocation_hooks] state_dir: after a crash of
+        # the verifier between running the actions and marking the event
+        # delivered, the outbox delivers it again and the actions do not
+        # run twice
+        dedup, dead_letters = stores(group.state_dir)
         self.consumer = Consumer(
             [public_key],
             load_actions(conf, group.actions),
             max_attempts=group.max_attempts,
             retry_delay=group.retry_delay,
+            dedup=dedup,
+            dead_letters=dead_letters,
+            conf=conf,
+            failed_actions=(
+                None
+                if group.failed_actions is None
+                else load_actions(conf, group.failed_actions)
+            ),
         )
 
     def _deliver(self, event: Mapping[str, Any]) -> bool:

@@ -34,7 +34,7 @@ from oslo_log import log as logging
 from ipsec_puppet_vault_hooks import _jsonl
 from ipsec_puppet_vault_hooks.consumer import Consumer, ConsumeResult
 from ipsec_puppet_vault_hooks.exceptions import EventRejectedError, HooksError
-from verifier.common import openapi
+from verifier.common import api_schemas, openapi
 from verifier.common.errors import RequestError
 from verifier.common.web import (
     allow,
@@ -201,5 +201,5 @@ def make_app(handler: EventHandler, clients: list[str]) -> web.Application:
     app[_HANDLER] = handler
     app.router.add_post("/v1/events", _post_event)
     app.router.add_get("/v1/stats", _stats)
-    openapi.add_route(app, "trusted-cloud revocation listener")
+    openapi.add_route(app, "trusted-cloud revocation listener", api_schemas.LISTENER)
     return app

@@ -27,7 +27,7 @@ from aiohttp import web
 from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import RefusedError, TpmError
-from verifier.common import extras, openapi
+from verifier.common import api_schemas, extras, openapi
 from verifier.common.errors import RequestError
 from verifier.common.web import (
     Handler,
@@ -156,5 +156,5 @@ def make_app(
     app.router.add_post("/v1/keys/v", _keys_v)
     app.router.add_get("/v1/status", _status)
     _add_abe_routes(app, agent)
-    openapi.add_route(app, "trusted-cloud node agent")
+    openapi.add_route(app, "trusted-cloud node agent", api_schemas.AGENT)
     return app

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -15,13 +14,15 @@ from typing import Any
 
 from nova_plugin.attestation import AttestationClient
 from nova_plugin.boot import BootResult, ServerSpec, TrustedBoot
-from nova_plugin.exceptions import TenantError
+from nova_plugin.exceptions import UsageError
 from nova_plugin.tenant import Tenant, TenantConfig
-from verifier.protocol import MalformedError, PcrPolicy
+from verifier.protocol import MalformedError, PcrPolicy, jsonlimits
 
 __all__ = ["add_boot_arguments", "load_policy", "run_boot", "summary"]
 
 NOVA_API_VERSION = "2.1"
+#: A trust policy file larger than this is refused before parsing.
+_MAX_POLICY_FILE = 1 << 20
 _ENV = {
     "registrar": "TRUSTED_REGISTRAR_URL",
     "verifier": "TRUSTED_VERIFIER_URL",
@@ -151,26 +152,38 @@ def load_policy(args: argparse.Namespace) -> PcrPolicy:
     """The PCR policy from --trust-policy or --pcr.
 
     Raises:
-        TenantError: missing, unreadable or invalid (names the file).
+        UsageError: missing, unreadable or invalid (names the option, the
+            file and, for JSON errors, the position).
     """
     if args.trust_policy:
-        try:
-            with open(args.trust_policy, encoding="utf-8") as f:
-                return PcrPolicy.from_dict(json.load(f))
-        except (OSError, ValueError, MalformedError) as exc:
-            raise TenantError(f"invalid trust policy {args.trust_policy}: {exc}")
+        return _policy_file(args.trust_policy)
     pcrs: dict[str, list[str]] = {}
     for item in args.pcr:
         index, sep, value = item.partition("=")
         if not sep:
-            raise TenantError(f"--pcr {item!r}: expected N=HEX")
+            raise UsageError(f"--pcr {item!r}: expected N=HEX")
         pcrs.setdefault(index, []).append(value)
     if not pcrs:
-        raise TenantError("give --trust-policy FILE or --pcr N=HEX")
+        raise UsageError("give --trust-policy FILE or --pcr N=HEX")
     try:
         return PcrPolicy.from_dict({"pcrs": pcrs})
     except MalformedError as exc:
-        raise TenantError(f"invalid --pcr: {exc}")
+        raise UsageError(f"invalid --pcr: {exc.detail}") from None
+
+
+def _policy_file(path: str) -> PcrPolicy:
+    option = f"--trust-policy {path}"
+    try:
+        with open(path, "rb") as f:
+            text = f.read(_MAX_POLICY_FILE + 1)
+    except OSError as exc:
+        raise UsageError(f"{option}: {exc.strerror or exc}") from None
+    if len(text) > _MAX_POLICY_FILE:
+        raise UsageError(f"{option}: larger than {_MAX_POLICY_FILE} bytes")
+    try:
+        return PcrPolicy.from_dict(jsonlimits.loads(text, option))
+    except MalformedError as exc:
+        raise UsageError(f"{option}: {exc.detail}") from None
 
 
 def _nics(items: list[str]) -> Any:
@@ -182,7 +195,7 @@ def _nics(items: list[str]) -> Any:
         for pair in item.split(","):
             k, sep, v = pair.partition("=")
             if not sep:
-                raise TenantError(f"--nic {item!r}: expected key=value pairs")
+                raise UsageError(f"--nic {item!r}: expected key=value pairs")
             nic[k] = v
         nics.append(nic)
     return nics or None
@@ -190,7 +203,7 @@ def _nics(items: list[str]) -> Any:
 
 def _spec(args: argparse.Namespace) -> ServerSpec:
     if args.min_count < 1 or (args.max_count or args.min_count) < args.min_count:
-        raise TenantError("--min-count must be >= 1 and <= --max-count")
+        raise UsageError("--min-count must be >= 1 and <= --max-count")
     return ServerSpec(
         name=args.name,
         image=args.image,
@@ -204,6 +217,16 @@ def _spec(args: argparse.Namespace) -> ServerSpec:
         meta=dict(args.meta),
         config_drive=args.config_drive,
     )
+
+
+def _read(option: str, path: str, mode: str) -> Any:
+    """The content of ``path``. Raises: UsageError naming ``option``."""
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else exc.reason
+        raise UsageError(f"{option} {path}: {reason or exc}") from None
 
 
 def _progress(quiet: bool) -> Any:
@@ -229,18 +252,13 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
         n for n in _ENV if not getattr(args, n) and not (keystone and n == "verifier")
     ]
     if missing:
-        raise TenantError(
+        raise UsageError(
             "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
         )
     policy = load_policy(args)
     spec = _spec(args)
-    try:
-        with open(args.payload, "rb") as f:
-            payload = f.read()
-        with open(args.ca, encoding="utf-8") as text:
-            ca_pem = text.read()
-    except OSError as exc:
-        raise TenantError(f"cannot read {exc.filename}: {exc.strerror}")
+    payload = _read("--payload", args.payload, "rb")
+    ca_pem = _read("--ca (or $TRUSTED_CA)", args.ca, "r")
     verifier = AttestationClient(session) if keystone else None
     config = TenantConfig(
         args.registrar.rstrip("/"),

@@ -17,7 +17,7 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 
 from nova_plugin.bootcli import NOVA_API_VERSION, add_boot_arguments, run_boot, summary
-from nova_plugin.exceptions import TenantError
+from nova_plugin.exceptions import TenantError, UsageError
 from verifier.common import version
 
 __all__ = ["main", "parser"]
@@ -85,7 +85,7 @@ def _nova(args: argparse.Namespace) -> Any:
     for item in args.nova_header:
         name, sep, value = item.partition(":")
         if not sep or not name.strip():
-            raise TenantError(f"--nova-header {item!r}: expected NAME:VALUE")
+            raise UsageError(f"--nova-header {item!r}: expected NAME:VALUE")
         session.additional_headers[name.strip()] = value.strip()
     return nova_client.Client(
         args.os_compute_api_version,
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser(argv).parse_args(argv)
     try:
         result = run_boot(args, _nova(args))
+    except UsageError as exc:
+        print(f"trusted-nova: error: {exc}", file=sys.stderr)
+        return 2
     except TenantError as exc:
         print(f"trusted-nova: error: {exc}", file=sys.stderr)
         return 1

@@ -103,6 +103,17 @@ class PrivateRabbit:
         """Whether the node process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
+    def pause(self) -> None:
+        """SIGSTOP the node: it keeps its connections and answers nothing
+        (a publish in flight is neither confirmed nor refused)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL the node's process group (a crash, not a clean stop)."""
         if self._proc is not None and self._proc.poll() is None:

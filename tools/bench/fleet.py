@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -36,64 +37,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
-import aiohttp  # noqa: E402
-
 from trusted_testing import services  # noqa: E402
 from trusted_testing.cluster import LocalCluster, free_port  # noqa: E402
 from trusted_testing.fleet import FleetProcess  # noqa: E402
+from trusted_testing.fleet_run import FleetApi, fleet_cluster, running_fleet  # noqa: E402
 from trusted_testing.procstat import cpu_seconds, rss_kib  # noqa: E402
-from verifier.common import tls as tlsutil  # noqa: E402
-from verifier.protocol import PcrPolicy  # noqa: E402
-from verifier.protocol.messages.enrolment import EnrolmentRequest  # noqa: E402
-
-
-class Api:
-    def __init__(self, cluster: LocalCluster, base: str) -> None:
-        ctx = tlsutil.client_context(
-            cluster.pki_file("tenant.pem"),
-            cluster.pki_file("tenant-key.pem"),
-            cluster.pki_file("ca.pem"),
-        )
-        operator = tlsutil.client_context(
-            cluster.pki_file("operator.pem"),
-            cluster.pki_file("operator-key.pem"),
-            cluster.pki_file("ca.pem"),
-        )
-        self.base = base
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=ctx, limit=32)
-        )
-        # the counters cover every project: read them as the operator
-        self.operator = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=operator, limit=2)
-        )
-
-    async def stats(self) -> dict:  # type: ignore[type-arg]
-        async with self.operator.get(f"{self.base}/v1/stats") as resp:
-            return dict(await resp.json())
-
-    async def enrol(self, uuids: list[str], pcr16: str, mode: str = "pull") -> None:
-        policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
-        semaphore = asyncio.Semaphore(32)
-
-        async def one(uuid: str) -> None:
-            body = EnrolmentRequest(
-                uuid, os.urandom(32), policy, mode=mode, u_commitment=bytes(32)
-            ).to_dict()
-            async with (
-                semaphore,
-                self.session.post(f"{self.base}/v1/nodes", json=body) as resp,
-            ):
-                if resp.status != 201:
-                    raise RuntimeError(f"enrol {uuid}: {await resp.text()}")
-
-        await asyncio.gather(*(one(u) for u in uuids))
 
 
 async def measure(
     cluster: LocalCluster, fleet: FleetProcess, window: float, mode: str = "pull"
 ) -> dict[str, float]:
-    apis = [Api(cluster, url) for url in cluster.verifier_urls]
+    apis = [FleetApi(cluster, url) for url in cluster.verifier_urls]
     pids = [
         cluster.procs[cluster.verifier_name(i)].pid
         for i in range(len(cluster.verifier_urls))
@@ -112,10 +66,7 @@ async def measure(
         t0 = time.monotonic()
         await apis[0].enrol(fleet.uuids, fleet.pcr16, mode)
         n = len(fleet.uuids)
-        while (await apis[0].stats())["states"]["attested"] < n:
-            if time.monotonic() - t0 > 600:
-                raise RuntimeError(f"not all attested: {await apis[0].stats()}")
-            await asyncio.sleep(0.5)
+        await apis[0].wait_attested(n, 600)
         enrol_s = time.monotonic() - t0
         await asyncio.sleep(2)  # steady state
         q0, v0, f0 = await quotes(), verifier_cpu(), cpu_seconds(fleet_pid)
@@ -137,8 +88,7 @@ async def measure(
         }
     finally:
         for api in apis:
-            await api.session.close()
-            await api.operator.close()
+            await api.close()
 
 
 def run(
@@ -152,7 +102,7 @@ def run(
     """One measurement; with ``verifiers`` > 1 they share a scratch
     PostgreSQL database and split the fleet through tooz on Redis."""
     workdir = tempfile.mkdtemp(prefix="bench-fleet-")
-    options: dict[str, object] = {"max_in_flight": in_flight, "max_unreachable": 1000}
+    options: dict[str, object] = {"max_in_flight": in_flight}
     database_url, db_name = None, None
     if verifiers > 1:
         missing = services.missing_services()
@@ -162,30 +112,17 @@ def run(
         options["coordination_url"] = services.redis_coordination_url(2)
         options["sync_interval"] = 0.5
     push_port = free_port()
-    cluster = LocalCluster(
-        os.path.join(workdir, "cluster"),
-        nodes=0,
-        interval=0.0,
-        notifiers=("noop",),
-        verifier_options=options,
-        verifiers=verifiers,
-        database_url=database_url,
-        verifier_sections={"push": {"port": push_port, "min_interval": 0.0}},
+    cluster = fleet_cluster(
+        workdir, 0.0, options, verifiers, database_url, push_port=push_port
     )
     push_url = f"https://127.0.0.1:{push_port}" if mode == "push" else None
-    fleet = FleetProcess(
-        n, cluster.registrar_url, cluster.pki, workdir, use_uvloop, push_url
-    )
     try:
-        cluster.start()
-        fleet.registrar_url = cluster.registrar_url
-        fleet.start()
-        return asyncio.run(measure(cluster, fleet, window, mode))
+        with running_fleet(cluster, n, workdir, use_uvloop, 600, push_url) as fleet:
+            return asyncio.run(measure(cluster, fleet, window, mode))
     finally:
-        fleet.stop()
-        cluster.stop()
         if db_name:
             services.drop_postgres(db_name)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _exit_on_sigterm() -> None:

@@ -30,7 +30,7 @@ from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.attest import Verifier
 from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.instances import NovaInstanceOwners
-from verifier.common import openapi
+from verifier.common import api_schemas, openapi
 from verifier.common.web import error_middleware, json_response, read_json
 from verifier.exceptions import RequestError
 from verifier.protocol import canonical_uuid
@@ -176,7 +176,7 @@ def make_app(
     add_policy_routes(app, verifier.policies, policy_max_bytes)
     for add in routes:
         add(app)
-    openapi.add_route(app, "trusted-cloud verifier")
+    openapi.add_route(app, "trusted-cloud verifier", api_schemas.VERIFIER)
     return app
 
 

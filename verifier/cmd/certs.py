@@ -32,16 +32,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("names", nargs="+", help="certificate names, e.g. verifier")
     args = parser.parse_args(argv)
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
     try:
         if os.path.exists(os.path.join(args.dir, "ca-key.pem")):
             ca = CertificateAuthority.load(args.dir)
         else:
             ca = CertificateAuthority.create(args.dir, "Trusted Cloud operator CA")
-    except (CaError, OSError) as exc:
-        print(f"trusted-certs: {exc}", file=sys.stderr)
-        return 1
-    hosts = [h for h in args.hosts.split(",") if h]
-    for name in args.names:
-        ca.issue_to_files(args.dir, name, hosts)
-        print(f"wrote {name}.pem and {name}-key.pem in {args.dir}")
+        for name in args.names:
+            if not name or os.sep in name or name.startswith("."):
+                raise CaError(f"certificate name {name!r}: not a plain file name")
+            ca.issue_to_files(args.dir, name, hosts)
+            print(f"wrote {name}.pem and {name}-key.pem in {args.dir}")
+    except OSError as exc:
+        where = exc.filename or args.dir
+        print(
+            f"trusted-certs: error: --dir {args.dir}: {where}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 2
+    except (CaError, ValueError) as exc:
+        print(f"trusted-certs: error: --dir {args.dir}: {exc}", file=sys.stderr)
+        return 2
     return 0

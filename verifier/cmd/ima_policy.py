@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from verifier.common import version
 from verifier.common.imagefiles import tree_files
-from verifier.protocol import ProtocolError
+from verifier.protocol import ProtocolError, jsonlimits
 from verifier.protocol.ima import (
     ImaEntry,
     RuntimePolicy,
@@ -42,13 +42,36 @@ from verifier.protocol.ima import (
 _CHUNK = 1 << 20
 
 
+class _InputError(Exception):
+    """A file that cannot be used; the message names it."""
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise _InputError(f"{path}: {exc.strerror or exc}") from None
+
+
 def _read_log(path: str) -> list[ImaEntry]:
-    with open(path, "rb") as f:
-        data = f.read()
+    data = _read(path)
     head = data[:64]
-    if head[:3].isdigit() or head[:2].isdigit():  # "10 <hex> ima-ng ..."
-        return parse_ascii(data)
-    return parse_binary(data)
+    try:
+        if head[:3].isdigit() or head[:2].isdigit():  # "10 <hex> ima-ng ..."
+            return parse_ascii(data)
+        return parse_binary(data)
+    except ProtocolError as exc:
+        raise _InputError(f"{path}: {exc}") from None
+
+
+def _read_policy(path: str) -> RuntimePolicy:
+    try:
+        return RuntimePolicy.from_dict(
+            jsonlimits.loads(_read(path), "runtime policy", object_only=True)
+        )
+    except ProtocolError as exc:
+        raise _InputError(f"{path}: {exc}") from None
 
 
 def _write(policy: RuntimePolicy, output: str, sign_key: str | None) -> None:
@@ -105,8 +128,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "check":
-        with open(args.policy, encoding="utf-8") as f:
-            policy = RuntimePolicy.from_dict(json.load(f))
+        policy = _read_policy(args.policy)
         failures = evaluate(policy, _read_log(args.log)[1:], first_index=1)
         for fail in failures:
             print(f"entry {fail.index} {fail.path}: {fail.reason}: {fail.detail}")
@@ -132,6 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _run(args)
-    except (OSError, ValueError, ProtocolError) as exc:
+    except _InputError as exc:
+        print(f"trusted-ima-policy: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(
+            f"trusted-ima-policy: error: {where}{exc.strerror or exc}", file=sys.stderr
+        )
+        return 2
+    except (ValueError, ProtocolError) as exc:
         print(f"trusted-ima-policy: error: {exc}", file=sys.stderr)
         return 2

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except extras.MissingExtraError as exc:
         print(f"trusted-nova-listener: {exc}", file=sys.stderr)
         return 2
-    import oslo_messaging
+    import oslo_messaging  # imported quietly by extras.require
 
     from verifier.nova_listener import InstanceEndpoint, VerifierOperator, make_listener
 

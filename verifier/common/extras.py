@@ -16,6 +16,7 @@ This module imports nothing outside the standard library.
 from __future__ import annotations
 
 import importlib
+import warnings
 
 from verifier.common.errors import CommonError
 
@@ -85,7 +86,12 @@ def extra_for(module: str) -> str | None:
 def _missing(extra: str) -> str | None:
     for module in DRIVER_MODULES[extra]:
         try:
-            importlib.import_module(module)
+            with warnings.catch_warnings():
+                # oslo.messaging loads oslo.service's eventlet backend, and
+                # eventlet warns on import in nine lines on stderr (a
+                # command's configuration error must stay one line)
+                warnings.filterwarnings("ignore", message=r"\s*Eventlet is deprecated")
+                importlib.import_module(module)
         except ImportError:
             return module
     return None

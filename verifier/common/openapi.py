@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from verifier.common.api_schemas import Responses
 from verifier.common.web import json_response
 
 __all__ = ["ERROR_SCHEMA", "add_route", "document"]
@@ -47,14 +48,21 @@ _ERROR = {
 _SUCCESS_TYPES = ("application/json", "application/x-pem-file", "text/plain")
 
 
-def _success(method: str) -> dict[str, Any]:
+def _success(method: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    if schema is not None:
+        return {
+            "description": "success",
+            "content": {"application/json": {"schema": dict(schema)}},
+        }
     if method == "delete":
         return {"description": "done (no body)"}
     content: dict[str, Any] = {t: {"schema": {}} for t in _SUCCESS_TYPES}
     return {"description": "success", "content": content}
 
 
-def _operation(route: web.AbstractRoute, path: str) -> dict[str, Any]:
+def _operation(
+    route: web.AbstractRoute, path: str, schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     method = route.method.lower()
     handler = route.handler
     name = getattr(handler, "__name__", "handler").strip("_") or "handler"  # summary
@@ -65,7 +73,7 @@ def _operation(route: web.AbstractRoute, path: str) -> dict[str, Any]:
             {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
             for p in _PARAM.findall(path)
         ],
-        "responses": {"2XX": _success(method), "4XX": _ERROR},
+        "responses": {"2XX": _success(method, schema), "4XX": _ERROR},
     }
     extra = getattr(handler, "openapi_responses", None)
     if extra:
@@ -81,8 +89,23 @@ def _operation(route: web.AbstractRoute, path: str) -> dict[str, Any]:
     return operation
 
 
-def document(app: web.Application, title: str, version: str = "1") -> dict[str, Any]:
-    """The OpenAPI 3.0 document of ``app``'s routes."""
+def document(
+    app: web.Application,
+    title: str,
+    version: str = "1",
+    responses: Responses | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI 3.0 document of ``app``'s routes.
+
+    Args:
+        app: the application, with every route added.
+        title: the service's name.
+        version: the document's version.
+        responses: schemas of success bodies by (METHOD, route path)
+            (:mod:`verifier.common.api_schemas`); other routes declare
+            any body of their content types.
+    """
+    schemas = responses or {}
     paths: dict[str, dict[str, Any]] = {}
     for route in app.router.routes():
         if route.method in ("HEAD", "*"):
@@ -92,7 +115,7 @@ def document(app: web.Application, title: str, version: str = "1") -> dict[str, 
         if not path:
             continue
         paths.setdefault(_PARAM.sub(r"{\1}", path), {})[route.method.lower()] = (
-            _operation(route, path)
+            _operation(route, path, schemas.get((route.method, path)))
         )
     return {
         "openapi": "3.0.3",
@@ -102,15 +125,18 @@ def document(app: web.Application, title: str, version: str = "1") -> dict[str, 
     }
 
 
-def add_route(app: web.Application, title: str) -> None:
-    """Serve :func:`document` of ``app`` at ``GET /v1/openapi.json`` (built
-    at the first request, when every route is there)."""
+def add_route(
+    app: web.Application, title: str, responses: Responses | None = None
+) -> None:
+    """Serve :func:`document` of ``app`` (with the success schemas
+    ``responses``) at ``GET /v1/openapi.json`` (built at the first request,
+    when every route is there)."""
     built: list[dict[str, Any]] = []
 
     async def serve(request: web.Request) -> web.Response:
         """The service's OpenAPI 3 document."""
         if not built:
-            built.append(document(request.app, title))
+            built.append(document(request.app, title, responses=responses))
         return json_response(built[0])
 
     app.router.add_get("/v1/openapi.json", serve)

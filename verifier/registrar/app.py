@@ -30,7 +30,7 @@ from aiohttp import web
 
 from verifier.api.authz import Auth, keystone_caller, rule, tokens_or_certificates
 from verifier.attest.instances import NovaInstanceOwners
-from verifier.common import openapi
+from verifier.common import api_schemas, openapi
 from verifier.common.web import (
     allow,
     authz_middleware,
@@ -227,5 +227,5 @@ def make_app(
     app.router.add_put("/v1/agents/{uuid}/ek", _put_provider_ek)
     app.router.add_get("/v1/agents/{uuid}/ek", _get_provider_ek)
     app.router.add_delete("/v1/agents/{uuid}/ek", _delete_provider_ek)
-    openapi.add_route(app, "trusted-cloud registrar")
+    openapi.add_route(app, "trusted-cloud registrar", api_schemas.REGISTRAR)
     return app

@@ -80,13 +80,28 @@ class BadInputTest(testtools.TestCase):
 
     def test_policy_file_that_is_not_json_is_refused_before_nova(self) -> None:
         code, err = self.run_boot("{not json")
-        self.assertEqual(1, code)
-        self.assertIn("invalid trust policy", err)
+        self.assertEqual(2, code)
+        self.assertIn(f"--trust-policy {self.dir}/policy.json: ", err)
+        self.assertIn("line 1 column 2", err)
+        self.assertEqual(1, len(err.strip().splitlines()), err)
         self.assertNotIn("Traceback", err)
         self.assertNotIn("Nova", err)
 
     def test_policy_with_a_bad_pcr_value_is_refused_before_nova(self) -> None:
         code, err = self.run_boot(json.dumps({"pcrs": {"16": ["zz"]}}))
-        self.assertEqual(1, code)
-        self.assertIn("invalid trust policy", err)
+        self.assertEqual(2, code)
+        self.assertIn(f"--trust-policy {self.dir}/policy.json: ", err)
         self.assertNotIn("Nova", err)
+
+    def test_deeply_nested_policy_file_exits_2_without_a_traceback(self) -> None:
+        code, err = self.run_boot("[" * 100_000 + "]" * 100_000)
+        self.assertEqual(2, code)
+        self.assertIn("nested more than", err)
+        self.assertNotIn("Traceback", err)
+
+    def test_missing_payload_file_names_the_option_and_path(self) -> None:
+        os.remove(os.path.join(self.dir, "payload"))
+        code, err = self.run_boot(json.dumps({"pcrs": {"16": ["00" * 32]}}))
+        self.assertEqual(2, code)
+        self.assertIn(f"--payload {self.dir}/payload: No such file or directory", err)
+        self.assertEqual(1, len(err.strip().splitlines()), err)

@@ -11,6 +11,7 @@ every document.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import shutil
@@ -18,13 +19,17 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+import jsonschema
 import testtools
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from sqlalchemy.orm import Session
 
 from ipsec_puppet_vault_hooks import Consumer
 from ipsec_puppet_vault_hooks.listener import EventHandler
@@ -37,13 +42,17 @@ from trusted_testing.auth import open_auth
 from verifier.api.push_app import make_push_app
 from verifier.api.verifier_app import make_app as verifier_app
 from verifier.api.verifier_app import public_pem
+from verifier.attest.node import enrolment_row
 from verifier.attest.service import Verifier
+from verifier.common import api_schemas
 from verifier.common.openapi import document
 from verifier.db import make_engine, upgrade
 from verifier.exceptions import AgentUnreachableError, NotFoundError
 from verifier.keyservice import KeyService
 from verifier.keyservice import make_app as keyservice_app
 from verifier.notify import Outbox
+from verifier.notify.outbox import add_to_outbox, make_event
+from verifier.protocol import PcrPolicy
 from verifier.registrar import Registrar
 from verifier.registrar import make_app as registrar_app
 
@@ -51,6 +60,21 @@ ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
 ST = os.path.join(os.path.dirname(sys.executable), "st")
+NODE = "3f2a6c1e-5b1d-4c1e-9a7e-0c6d2b8e4f10"
+#: loopback only: never through a proxy from the environment
+_get = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
+
+
+def _json_schema(schema: Any) -> Any:
+    """An OpenAPI 3.0 schema as JSON Schema (``nullable`` -> null type)."""
+    if isinstance(schema, list):
+        return [_json_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _json_schema(v) for k, v in schema.items() if k != "nullable"}
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
 
 
 class _NoRegistrar:
@@ -131,6 +155,16 @@ class ApiContractTest(testtools.TestCase):
     def _verifier(self) -> web.Application:
         key = ed25519.Ed25519PrivateKey.generate()
         engine = self._engine("v.db")
+        # one enrolled node and one revocation event, so that the node list
+        # and the event list answer with bodies to check against the schema
+        now = time.time()
+        with Session(engine) as session, session.begin():
+            session.add(
+                enrolment_row(
+                    NODE, os.urandom(32), PcrPolicy({}), None, (None, None), now
+                )
+            )
+            add_to_outbox(session, make_event(key, NODE, "pcr_policy", "x", now), now)
         verifier = Verifier(
             engine,
             key,
@@ -205,6 +239,50 @@ class ApiContractTest(testtools.TestCase):
                 for method, op in operations.items():
                     self.assertIn("4XX", op["responses"], f"{method} {path}")
                     self.assertNotIn("5XX", op["responses"], f"{method} {path}")
+
+    def test_main_routes_declare_their_success_body(self) -> None:
+        # without a schema, response_schema_conformance judges only refusals
+        maps = {
+            "registrar": api_schemas.REGISTRAR,
+            "verifier": api_schemas.VERIFIER,
+            "agent": api_schemas.AGENT,
+            "listener": api_schemas.LISTENER,
+        }
+        for name, responses in maps.items():
+            served = self._serve(self._services()[name])
+            with _get(f"{served.url}/v1/openapi.json") as resp:
+                doc = json.load(resp)
+            for method, path in responses:
+                op = doc["paths"][path][method.lower()]
+                content = op["responses"]["2XX"]["content"]
+                self.assertEqual(
+                    responses[(method, path)],
+                    content["application/json"]["schema"],
+                    f"{name} {method} {path}",
+                )
+
+    def test_success_bodies_conform_to_their_schemas(self) -> None:
+        served = self._serve(self._verifier)
+        checked = 0
+        for (method, path), schema in api_schemas.VERIFIER.items():
+            if method != "GET":
+                continue
+            url = served.url + path.replace("{uuid}", NODE)
+            with _get(url) as resp:
+                body = json.load(resp)
+            jsonschema.validate(body, _json_schema(schema))
+            checked += 1
+        self.assertGreaterEqual(checked, 4)
+        # the seeded node and event are in the lists that were checked
+        with _get(served.url + "/v1/events") as resp:
+            self.assertEqual(1, len(json.load(resp)["events"]))
+        # and a body that breaks the schema is caught
+        self.assertRaises(
+            jsonschema.ValidationError,
+            jsonschema.validate,
+            {"nodes": [{"uuid": NODE, "state": "bogus"}]},
+            _json_schema(api_schemas.VERIFIER[("GET", "/v1/nodes")]),
+        )
 
     def test_api_reference_names_every_route(self) -> None:
         with open(

@@ -14,10 +14,12 @@ from collections.abc import Callable
 
 import testtools
 
+from ipsec_puppet_vault_hooks import autosign
 from ipsec_puppet_vault_hooks.cmd import listener as hooks_listener
 from node_agent import cmd as agent_cmd
 from nova_plugin import cmd as tenant_cmd
-from verifier.cmd import keyservice, nova_listener, registrar
+from nova_plugin import nova_cmd
+from verifier.cmd import certs, ima_policy, keyservice, nova_listener, registrar
 from verifier.cmd import verifier as verifier_cmd
 from verifier.common.tls import self_signed_certificate
 from vtpm_manager import cmd as vtpm_cmd
@@ -173,6 +175,108 @@ class CliErrorsTest(testtools.TestCase):
         policy = self.write("deep.json", "[" * 100_000 + "]" * 100_000)
         line = self._tenant(["policy", "add", policy])
         self.assertIn("nested more than", line)
+
+    def test_tenant_enrol_policy_file_missing_names_the_option_and_path(self) -> None:
+        payload = self.write("payload", "hello")
+        policy = os.path.join(self.tmp, "nope.json")
+        line = self._tenant(["enrol", UUID, "--payload", payload, "--policy", policy])
+        self.assertIn(f"--policy {policy}: No such file or directory", line)
+
+    # -- trusted-nova -----------------------------------------------------
+
+    def _nova_boot(self, *extra: str) -> str:
+        env = self._tenant_env()
+        payload = self.write("payload", "hello")
+        argv = [
+            "boot", "vm", "--flavor", "1", "--image", "img", "--payload", payload,
+            "--registrar", env["TRUSTED_REGISTRAR_URL"],
+            "--verifier", env["TRUSTED_VERIFIER_URL"],
+            "--cert", env["TRUSTED_CERT"], "--key", env["TRUSTED_KEY"],
+            "--ca", env["TRUSTED_CA"],
+            "--os-auth-type", "none", "--os-endpoint", "http://127.0.0.1:9/v2.1",
+            *extra,
+        ]  # fmt: skip
+        return self.run_main(nova_cmd.main, argv)
+
+    def test_nova_boot_trust_policy_json_error_names_the_position(self) -> None:
+        policy = self.write("p.json", '{"pcrs": {"16": ["00"],}}')
+        line = self._nova_boot("--trust-policy", policy)
+        self.assertIn(f"--trust-policy {policy}: ", line)
+        self.assertIn("line 1 column", line)
+
+    def test_nova_boot_bad_pcr_argument_names_the_option(self) -> None:
+        line = self._nova_boot("--pcr", "16")
+        self.assertIn("--pcr '16': expected N=HEX", line)
+
+    def test_nova_boot_missing_ca_names_the_option_and_path(self) -> None:
+        ca = os.path.join(self.tmp, "nope-ca.pem")
+        line = self._nova_boot("--pcr", "16=" + "00" * 32, "--ca", ca)
+        self.assertIn(f"--ca (or $TRUSTED_CA) {ca}: No such file or directory", line)
+
+    # -- trusted-certs ----------------------------------------------------
+
+    def test_certs_unwritable_directory_names_the_option_and_path(self) -> None:
+        blocker = self.write("a-file", "not a directory")
+        target = os.path.join(blocker, "pki")
+        line = self.run_main(certs.main, ["--dir", target, "verifier"])
+        self.assertIn(f"--dir {target}: ", line)
+
+    def test_certs_broken_ca_key_names_the_directory(self) -> None:
+        pki = os.path.join(self.tmp, "pki")
+        os.makedirs(pki)
+        self.write("pki/ca-key.pem", "not a key")
+        self.write("pki/ca.pem", "not a certificate")
+        line = self.run_main(certs.main, ["--dir", pki, "verifier"])
+        self.assertIn(f"cannot load the CA from {pki}", line)
+
+    def test_certs_name_with_a_path_separator_is_refused(self) -> None:
+        pki = os.path.join(self.tmp, "pki")
+        line = self.run_main(certs.main, ["--dir", pki, "../escape"])
+        self.assertIn("certificate name '../escape'", line)
+
+    # -- trusted-ima-policy -----------------------------------------------
+
+    def test_ima_policy_check_json_error_names_the_file_and_position(self) -> None:
+        policy = self.write("rt.json", '{"name": "x",\n "version": }')
+        log = self.write("ascii", "")
+        line = self.run_main(ima_policy.main, ["check", policy, log])
+        self.assertIn(f"{policy}: malformed runtime policy", line)
+        self.assertIn("line 2 column", line)
+
+    def test_ima_policy_check_json_array_names_the_file(self) -> None:
+        policy = self.write("rt.json", "[1, 2]")
+        log = self.write("ascii", "")
+        line = self.run_main(ima_policy.main, ["check", policy, log])
+        self.assertIn(f"{policy}: ", line)
+
+    def test_ima_policy_missing_log_names_the_path(self) -> None:
+        log = os.path.join(self.tmp, "nope")
+        line = self.run_main(
+            ima_policy.main,
+            ["from-log", log, "--name", "p", "--version", "1", "-o", "out.json"],
+        )
+        self.assertIn(f"{log}: No such file or directory", line)
+
+    def test_ima_policy_malformed_log_names_the_file(self) -> None:
+        log = self.write("ascii", "10 zz ima-ng sha256:00 /bin/\u00e9\n")
+        line = self.run_main(
+            ima_policy.main,
+            ["from-log", log, "--name", "p", "--version", "1", "-o", "out.json"],
+        )
+        self.assertIn(f"{log}: ", line)
+
+    # -- trusted-puppet-autosign ------------------------------------------
+
+    def test_autosign_missing_config_file_exits_2(self) -> None:
+        line = self.run_main(
+            autosign.main, ["--config-file", self.missing, "node.example"]
+        )
+        self.assertIn(f"cannot read configuration file(s): {self.missing}", line)
+
+    def test_autosign_inline_comment_in_a_float_option_exits_2(self) -> None:
+        conf = self.write("a.conf", "[puppet_autosign]\ntimeout = 5.0  # seconds\n")
+        line = self.run_main(autosign.main, ["--config-file", conf, "node.example"])
+        self.assertIn(f"[puppet_autosign] timeout in {conf}", line)
 
 
 class _Env:

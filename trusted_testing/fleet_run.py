@@ -1,0 +1,163 @@
+"""An emulated fleet attested by the real services, for benchmarks and the
+soak: the registrar and verifier(s) (:class:`LocalCluster`), the fleet
+emulator process (:class:`FleetProcess`) and a client that enrols the
+fleet and reads the verifier's node list and counters.
+
+Used by ``tools/bench/fleet.py`` (throughput) and ``tools/bench/soak.py``
+(false and missed revocations over time), which only differ in what they
+do once every node is attested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+
+from trusted_testing.cluster import LocalCluster
+from trusted_testing.fleet import FleetProcess
+from verifier.common import tls as tlsutil
+from verifier.protocol import PcrPolicy
+from verifier.protocol.messages.enrolment import EnrolmentRequest
+
+__all__ = ["FleetApi", "fleet_cluster", "running_fleet"]
+
+_ENROL_ATTEMPTS = 8
+
+
+def fleet_cluster(
+    workdir: str,
+    interval: float,
+    verifier_options: dict[str, Any] | None = None,
+    verifiers: int = 1,
+    database_url: str | None = None,
+    push_port: int | None = None,
+) -> LocalCluster:
+    """A cluster sized for a fleet: no node quota (one project enrols the
+    whole fleet), many quotes in flight, and room for slow rounds before
+    an unanswered node counts as unreachable; with ``push_port`` its
+    verifier also takes pushed evidence there, as often as agents send it."""
+    sections: dict[str, dict[str, Any]] = {"quota": {"nodes": -1}}
+    if push_port is not None:
+        sections["push"] = {"port": push_port, "min_interval": 0.0}
+    options: dict[str, Any] = {"max_in_flight": 512, "max_unreachable": 1000}
+    options.update(verifier_options or {})
+    return LocalCluster(
+        os.path.join(workdir, "cluster"),
+        nodes=0,
+        interval=interval,
+        notifiers=("noop",),
+        verifier_options=options,
+        verifier_sections=sections,
+        verifiers=verifiers,
+        database_url=database_url,
+    )
+
+
+@contextlib.contextmanager
+def running_fleet(
+    cluster: LocalCluster,
+    n: int,
+    workdir: str,
+    use_uvloop: bool = True,
+    timeout: float = 3600,
+    push_url: str | None = None,
+) -> Iterator[FleetProcess]:
+    """Start ``cluster`` and ``n`` emulated agents registered with its
+    registrar (pushing their evidence to ``push_url`` when given); stop
+    both on exit."""
+    fleet = FleetProcess(
+        n, cluster.registrar_url, cluster.pki, workdir, use_uvloop, push_url
+    )
+    try:
+        cluster.start()
+        fleet.registrar_url = cluster.registrar_url
+        fleet.start(timeout)
+        yield fleet
+    finally:
+        fleet.stop()
+        cluster.stop()
+
+
+class FleetApi:
+    """The verifier's API as the fleet's tenant (enrol, list) and as the
+    operator (counters of every project).
+
+    Args:
+        cluster: the started cluster.
+        base: one verifier's base URL.
+    """
+
+    def __init__(self, cluster: LocalCluster, base: str) -> None:
+        def context(name: str) -> Any:
+            return tlsutil.client_context(
+                cluster.pki_file(f"{name}.pem"),
+                cluster.pki_file(f"{name}-key.pem"),
+                cluster.pki_file("ca.pem"),
+            )
+
+        self.base = base
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context("tenant"), limit=32)
+        )
+        self.operator = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=context("operator"), limit=2)
+        )
+
+    async def stats(self) -> dict[str, Any]:
+        async with self.operator.get(f"{self.base}/v1/stats") as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"stats: {resp.status} {await resp.text()}")
+            return dict(await resp.json())
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        async with self.session.get(f"{self.base}/v1/nodes") as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"nodes: {resp.status} {await resp.text()}")
+            return list((await resp.json())["nodes"])
+
+    async def enrol(self, uuids: list[str], pcr16: str, mode: str = "pull") -> None:
+        """Enrol every node with a PCR 16 policy in ``mode`` (32 requests
+        at a time)."""
+        policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
+        semaphore = asyncio.Semaphore(32)
+
+        async def one(uuid: str) -> None:
+            # the emulated agents take any U: the commitment is a placeholder
+            body = EnrolmentRequest(
+                uuid, os.urandom(32), policy, mode=mode, u_commitment=bytes(32)
+            ).to_dict()
+            # a loaded machine may time out the verifier's registrar
+            # look-up (502/503/504): the enrolment is retried as a
+            # tenant's client would
+            for attempt in range(_ENROL_ATTEMPTS):
+                async with (
+                    semaphore,
+                    self.session.post(f"{self.base}/v1/nodes", json=body) as resp,
+                ):
+                    if resp.status == 201:
+                        return
+                    text = await resp.text()
+                if resp.status not in (502, 503, 504):
+                    break
+                await asyncio.sleep(min(30.0, 2.0**attempt))
+            raise RuntimeError(f"enrol {uuid}: {resp.status} {text}")
+
+        await asyncio.gather(*(one(u) for u in uuids))
+
+    async def wait_attested(self, n: int, timeout: float) -> None:
+        """Wait until ``n`` nodes are attested."""
+        deadline = time.monotonic() + timeout
+        while (stats := await self.stats())["states"]["attested"] < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"not all {n} attested in {timeout:g} s: {stats}")
+            await asyncio.sleep(0.5)
+
+    async def close(self) -> None:
+        await self.session.close()
+        await self.operator.close()

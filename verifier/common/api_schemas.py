@@ -1,0 +1,153 @@
+"""JSON schemas of the success bodies of the services' main routes, for
+their OpenAPI documents (:mod:`verifier.common.openapi`), so that
+schemathesis's ``response_schema_conformance`` check judges successes as
+well as refusals.
+
+Each map is keyed by ``(METHOD, path as routed)``. A schema names every
+field the service always sends (``required``) with its JSON type; more
+fields may be added later without breaking clients
+(``additionalProperties`` stays open).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["AGENT", "LISTENER", "REGISTRAR", "VERIFIER", "Responses"]
+
+#: (METHOD, route path) -> schema of the 2xx body.
+Responses = dict[tuple[str, str], dict[str, Any]]
+
+_STR = {"type": "string"}
+_INT = {"type": "integer", "minimum": 0}
+_NULL_STR = {"type": "string", "nullable": True}
+_NULL_NUM = {"type": "number", "nullable": True}
+_NULL_INT = {"type": "integer", "nullable": True}
+_STATES = ["pending", "created", "registered", "attested", "failed", "revoked"]
+
+
+def _object(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": sorted(required),
+        "properties": {**required, **optional},
+    }
+
+
+_NODE = _object(
+    {
+        "uuid": _STR,
+        "state": {"type": "string", "enum": _STATES},
+        "policy": {"type": "object"},
+        "failure_reason": _NULL_STR,
+        "last_attested_at": _NULL_NUM,
+        "quotes_verified": _INT,
+        "runtime_policy": _NULL_STR,
+        "mb_policy": _NULL_STR,
+        "ima_entries": _NULL_INT,
+        "project_id": _STR,
+    }
+)
+_SIGNED_EVENT = _object(
+    {
+        "event": _object(
+            {
+                "id": _STR,
+                "node_uuid": _STR,
+                "reason": _STR,
+                "detail": _STR,
+                "created_at": _STR,
+                "type": {"type": "string", "enum": ["node.revoked", "node.failed"]},
+                "version": _INT,
+            }
+        ),
+        "signature": _STR,
+        "key_id": _STR,
+    }
+)
+_OUTBOX_ENTRY = _object(
+    {
+        "signed_event": _SIGNED_EVENT,
+        "delivered": {"type": "boolean"},
+        "attempts": _INT,
+        "last_error": _NULL_STR,
+    }
+)
+
+#: The verifier's routes.
+VERIFIER: Responses = {
+    ("POST", "/v1/nodes"): _NODE,
+    ("GET", "/v1/nodes"): _object({"nodes": {"type": "array", "items": _NODE}}),
+    ("GET", "/v1/nodes/{uuid}"): _NODE,
+    ("POST", "/v1/nodes/{uuid}/revoke"): _NODE,
+    ("POST", "/v1/nodes/{uuid}/instance-created"): _NODE,
+    ("GET", "/v1/events"): _object(
+        {"events": {"type": "array", "items": _OUTBOX_ENTRY}}
+    ),
+    ("GET", "/v1/stats"): _object(
+        {
+            "nodes": _INT,
+            "states": _object({s: _INT for s in _STATES}),
+            "owned": _INT,
+            "member": _STR,
+            "quotes_verified": _INT,
+        }
+    ),
+}
+
+#: The registrar's routes.
+REGISTRAR: Responses = {
+    ("GET", "/v1/agents"): _object(
+        {
+            "agents": {
+                "type": "array",
+                "items": _object({"uuid": _STR, "activated": {"type": "boolean"}}),
+            }
+        }
+    ),
+    ("GET", "/v1/agents/{uuid}"): _object(
+        {
+            "uuid": _STR,
+            "ek_public": _STR,
+            "ek_certificate": _NULL_STR,
+            "ak_public": _STR,
+            "tls_cert": _STR,
+            "host": _STR,
+            "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+            "activated": {"type": "boolean"},
+        }
+    ),
+}
+
+#: The node agent's routes.
+AGENT: Responses = {
+    ("GET", "/v1/status"): _object(
+        {
+            "uuid": _STR,
+            "bootstrapped": {"type": "boolean"},
+            "has_u": {"type": "boolean"},
+            "has_v": {"type": "boolean"},
+            "payload_exit_code": _NULL_INT,
+            "last_error": _NULL_STR,
+        }
+    ),
+}
+
+#: The revocation listener's routes.
+LISTENER: Responses = {
+    ("GET", "/v1/stats"): _object(
+        {
+            name: _INT
+            for name in (
+                "received",
+                "handled",
+                "duplicates",
+                "dead_lettered",
+                "malformed",
+                "bad_signature",
+                "state_errors",
+                "redriven",
+            )
+        }
+    ),
+}
