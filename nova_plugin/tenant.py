@@ -328,7 +328,7 @@ class Tenant:
         return EnrolResult(uuid, view["state"], policy.pcrs)
 
     async def enrol_ahead(
-        self, uuid: str, v_share: bytes, policy: PcrPolicy
+        self, uuid: str, v_share: bytes, policy: PcrPolicy, mode: str = "pull"
     ) -> Mapping[str, Any]:
         """Enrol an instance Nova is still creating: the verifier holds V
         and the policy and waits for the instance and its agent.
@@ -337,7 +337,7 @@ class Tenant:
             ServiceError: refused (``code`` ``already_enrolled`` for a
                 duplicate) or unreachable.
         """
-        body = EnrolmentRequest(uuid, v_share, policy, await_instance=True)
+        body = EnrolmentRequest(uuid, v_share, policy, await_instance=True, mode=mode)
         _, view = await self._call(
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
         )
