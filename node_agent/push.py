@@ -32,7 +32,7 @@ from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import BootstrapError, NodeAgentError
 from verifier.common.errors import TransportError
-from verifier.common.http import AsyncClient
+from verifier.common.http import MAX_ANSWER, AsyncClient
 from verifier.common.tls import client_context
 from verifier.protocol import EnvelopeError, MalformedError, Quote, bind_nonce
 from verifier.protocol.messages.abe import AbeKeyDelivery
@@ -45,7 +45,7 @@ from verifier.protocol.messages.push import (
     SessionProof,
     UOutcome,
 )
-from verifier.protocol.messages.shares import ShareU
+from verifier.protocol.messages.shares import MAX_PAYLOAD_ENVELOPE, ShareU
 from verifier.protocol.push import SESSION_LABEL
 
 __all__ = ["PushError", "PushLoop", "push_ssl_context"]
@@ -57,6 +57,8 @@ _MAX_BACKOFF = 60.0
 #: tenant enrols it shortly after boot, and its deadline then runs.
 _NOT_ENROLLED_RETRY = 2.0
 _MAX_FOLLOW_UPS = 64
+#: An answer may carry a relayed U with its sealed payload (base64).
+_MAX_ANSWER = MAX_ANSWER + 4 * (MAX_PAYLOAD_ENVELOPE // 3 + 1)
 
 
 class PushError(NodeAgentError):
@@ -282,5 +284,6 @@ async def run_push(
     on_abe: Callable[[AbeKeyDelivery], None] | None = None,
 ) -> None:
     """Run :class:`PushLoop` with its own client until cancelled or revoked."""
-    async with AsyncClient(push_ssl_context(agent.ca_file), _TIMEOUT) as http:
+    ctx = push_ssl_context(agent.ca_file)
+    async with AsyncClient(ctx, _TIMEOUT, max_answer=_MAX_ANSWER) as http:
         await PushLoop(agent, evidence, url, http, on_abe=on_abe).run()
