@@ -31,11 +31,12 @@ class PushRelay:
     Args:
         call: one verifier call (method, URL, body) -> (status, JSON).
         verifier_url: the verifier's base URL.
-        timeout: seconds to wait for the node (it answers with its next
-            pushed evidence: allow a few of its intervals).
+        timeout: seconds to wait for the node (it answers with the
+            evidence after its next one: allow two of the verifier's quote
+            intervals and a session).
     """
 
-    def __init__(self, call: Call, verifier_url: str, timeout: float = 60.0) -> None:
+    def __init__(self, call: Call, verifier_url: str, timeout: float = 180.0) -> None:
         self._call = call
         self._base = verifier_url
         self.timeout = timeout
