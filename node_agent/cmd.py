@@ -132,8 +132,9 @@ async def serve(
     push_url: str | None = None,
 ) -> int:
     """Serve the API, register, and wait for SIGTERM/SIGINT; with
-    ``push_url``, push evidence there once registered
-    (:mod:`node_agent.push`).
+    ``push_url``, open no port at all and push evidence there once
+    registered (:mod:`node_agent.push`): the tenant's identity quote and U
+    come relayed by the verifier.
 
     Returns:
         The process exit code.
@@ -148,15 +149,18 @@ async def serve(
     runner = web.AppRunner(make_app(agent, roles, evidence), access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(
-            runner, host, agent.port, ssl_context=agent.server_ssl_context()
-        )
-        await site.start()
-        if agent.port == 0:
-            agent.port = int(runner.addresses[0][1])
-        LOG.info(
-            "node agent %s listening on https://%s:%d", agent.uuid, host, agent.port
-        )
+        if push_url is None:
+            site = web.TCPSite(
+                runner, host, agent.port, ssl_context=agent.server_ssl_context()
+            )
+            await site.start()
+            if agent.port == 0:
+                agent.port = int(runner.addresses[0][1])
+            LOG.info(
+                "node agent %s listening on https://%s:%d", agent.uuid, host, agent.port
+            )
+        else:  # push mode: everything goes out to the verifier; no port
+            LOG.info("node agent %s opens no port (push mode)", agent.uuid)
         registration = asyncio.create_task(
             register_with_retry(agent, hint=lambda: tpm_hint(tcti))
         )

@@ -11,11 +11,18 @@ answer to the first good evidence carries V and the identity
 certificate; incomplete evidence is answered with a follow-up challenge,
 answered at once. A refused or failed exchange is logged and retried
 with a backoff; a revoked node stops pushing.
+
+The tenant reaches a push node through the verifier too
+(:mod:`verifier.protocol.relay`): a challenge may carry the tenant's
+nonce, answered with an identity quote beside the evidence, and an answer
+may carry the tenant's U (sealed to NK), whose outcome goes with the next
+evidence. The agent needs no inbound port at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import ssl
 from collections.abc import Callable
@@ -25,7 +32,7 @@ from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import BootstrapError, NodeAgentError
 from verifier.common.errors import TransportError
-from verifier.common.http import AsyncClient
+from verifier.common.http import MAX_ANSWER, AsyncClient
 from verifier.common.tls import client_context
 from verifier.protocol import EnvelopeError, MalformedError, Quote, bind_nonce
 from verifier.protocol.messages.abe import AbeKeyDelivery
@@ -36,7 +43,9 @@ from verifier.protocol.messages.push import (
     SessionGrant,
     SessionNonce,
     SessionProof,
+    UOutcome,
 )
+from verifier.protocol.messages.shares import MAX_PAYLOAD_ENVELOPE, ShareU
 from verifier.protocol.push import SESSION_LABEL
 
 __all__ = ["PushError", "PushLoop", "push_ssl_context"]
@@ -48,6 +57,8 @@ _MAX_BACKOFF = 60.0
 #: tenant enrols it shortly after boot, and its deadline then runs.
 _NOT_ENROLLED_RETRY = 2.0
 _MAX_FOLLOW_UPS = 64
+#: An answer may carry a relayed U with its sealed payload (base64).
+_MAX_ANSWER = MAX_ANSWER + 4 * (MAX_PAYLOAD_ENVELOPE // 3 + 1)
 
 
 class PushError(NodeAgentError):
@@ -111,6 +122,9 @@ class PushLoop:
         self._token: str | None = None
         self._upcoming: ChallengeMessage | None = None
         self.interval = 2.0
+        self._u_outcome: UOutcome | None = None  # to report with evidence
+        self._u_digest: bytes | None = None
+        self._u_last: UOutcome | None = None
         #: the node's state as the verifier last said
         self.state: str | None = None
         self.rounds = 0
@@ -157,10 +171,33 @@ class PushLoop:
             answer = await asyncio.to_thread(
                 self.evidence.add_to, answer, asked.ima_from, asked.mb
             )
-        post = EvidencePost(challenge.id, answer)
-        return EvidenceResult.from_dict(
+        identity = None
+        if challenge.identity is not None:  # a tenant's nonce, relayed
+            ident = challenge.identity
+            identity = await self.agent.quote(ident.nonce, list(ident.pcrs), False)
+        post = EvidencePost(challenge.id, answer, identity, self._u_outcome)
+        result = EvidenceResult.from_dict(
             await self._post("/evidence", post.to_dict(), token=True)
         )
+        self._u_outcome = None  # reported
+        return result
+
+    async def _receive_u(self, share: ShareU) -> None:
+        """Take U the tenant relayed through the verifier (sealed to NK,
+        opaque to the verifier); its outcome goes with the next evidence.
+        The same U again (an answer was lost) gets the same outcome."""
+        digest = hashlib.sha256(share.u).digest()
+        if digest == self._u_digest and self._u_last is not None:
+            self._u_outcome = self._u_last
+            return
+        try:
+            done = await self.agent.receive_u(share.u, share.payload, share.payload_id)
+            outcome = UOutcome(True, done)
+            LOG.info("node %s: U relayed by the verifier accepted", self.agent.uuid)
+        except (EnvelopeError, MalformedError, NodeAgentError) as exc:
+            LOG.error("node %s: relayed U refused: %s", self.agent.uuid, exc)
+            outcome = UOutcome(False, False, str(exc)[:500])
+        self._u_digest, self._u_last, self._u_outcome = digest, outcome, outcome
 
     async def round(self) -> EvidenceResult:
         """One challenge and its evidence (with follow-ups at once).
@@ -183,6 +220,8 @@ class PushLoop:
             self.state, self.interval = result.state, result.interval
             if result.v is not None:
                 await self._receive_v(result)
+            if result.u is not None:
+                await self._receive_u(result.u)
             if result.abe is not None and self._on_abe is not None:
                 self._receive_abe(result.abe)
             if result.next is None:
@@ -247,5 +286,6 @@ async def run_push(
     on_abe: Callable[[AbeKeyDelivery], None] | None = None,
 ) -> None:
     """Run :class:`PushLoop` with its own client until cancelled or revoked."""
-    async with AsyncClient(push_ssl_context(agent.ca_file), _TIMEOUT) as http:
+    ctx = push_ssl_context(agent.ca_file)
+    async with AsyncClient(ctx, _TIMEOUT, max_answer=_MAX_ANSWER) as http:
         await PushLoop(agent, evidence, url, http, on_abe=on_abe).run()

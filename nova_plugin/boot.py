@@ -133,6 +133,9 @@ class TrustedBoot:
         registrar_url: written into the guest's bootstrap configuration.
         ca_pem: the operator CA certificate for the guest (optional).
         progress: receives one line per step (the CLI's indicator).
+        mode: ``pull`` or ``push`` (the agent posts its evidence and opens
+            no port: its identity quote and U go through the verifier's
+            relay).
     """
 
     def __init__(
@@ -143,7 +146,9 @@ class TrustedBoot:
         registrar_url: str,
         ca_pem: str | None = None,
         progress: Progress | None = None,
+        mode: str = "pull",
     ) -> None:
+        self._mode = mode
         self._nova = nova
         self._tenant = tenant
         self._policy = policy
@@ -249,6 +254,7 @@ class TrustedBoot:
                     v_share,
                     self._policy,
                     commit_u(canonical_uuid(server.id), u_share),
+                    mode=self._mode,
                 )
             except ServiceError as exc:
                 if exc.code == "already_enrolled":
@@ -292,11 +298,15 @@ class TrustedBoot:
             lambda: self._activated(server), deadline, f"{uuid}: agent registration"
         )
         self._progress(f"{uuid}: agent registered; checking its identity quote")
-        nk = await self._tenant.check_identity_quote(uuid, record, self._policy)
+        nk = await self._tenant.check_identity_quote(
+            uuid, record, self._policy, self._mode
+        )
         try:
             # U alone: the node has the sealed payload (bound to boot_id)
             # from its user-data.
-            await self._tenant.send_u(uuid, record, nk, self._u[uuid], None)
+            await self._tenant.send_u(
+                uuid, record, nk, self._u[uuid], None, mode=self._mode
+            )
         except AgentError as exc:
             raise ServiceError(f"sending U to {uuid} failed: {exc}")
         self._progress(f"{uuid}: U sent; waiting for the verifier's first quote")

@@ -123,6 +123,15 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         help="allowed sha256 value of PCR N (repeatable; instead of --trust-policy)",
     )
     ours.add_argument(
+        "--mode",
+        choices=("pull", "push"),
+        default="pull",
+        help="how the verifier attests the server(s): pull (it polls the "
+        "agent) or push (the agent, configured for push in the image, posts "
+        "its evidence and opens no port; --wait then reaches it through the "
+        "verifier's relay). Default pull",
+    )
+    ours.add_argument(
         "--wait",
         action="store_true",
         help="drive the bootstrap: wait for each agent to register, check "
@@ -278,6 +287,7 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
                 config.registrar_url,
                 ca_pem,
                 _progress(args.quiet),
+                mode=args.mode,
             )
             return await boot.boot(spec, payload, args.wait, args.wait_timeout)
         finally:

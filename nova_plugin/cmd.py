@@ -96,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
         default="pull",
         help="how the verifier attests the node: pull (default; it polls the "
         "agent) or push (the agent posts evidence to the verifier's push "
-        "endpoint: for nodes the verifier cannot reach)",
+        "endpoint and opens no port: for nodes nobody can reach; the identity "
+        "quote and U then go through the verifier's relay)",
     )
     pol = sub.add_parser(
         "policy", help="store, list, show and delete runtime/measured-boot policies"

@@ -3,8 +3,11 @@
 The tenant keeps K. It checks the node's identity quote against the AK the
 registrar activated, seals the payload under K for that node, sends V and
 the policy to the verifier and U (sealed to the node's quoted transport
-key) with the sealed payload to the node. If anything fails after the
-verifier accepted V, the enrolment is undone and the error says so.
+key) with the sealed payload to the node -- for a push node, which opens
+no port, both the identity quote and U go through the verifier's relay
+(:mod:`nova_plugin.relay`), checked and sealed here all the same. If
+anything fails after the verifier accepted V, the enrolment is undone
+and the error says so.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from urllib.parse import quote
 
 from nova_plugin.attestation import AttestationClient
 from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
+from nova_plugin.relay import PushRelay
 from verifier.common import tls as tlsutil
 from verifier.common.agent_client import AgentClient
 from verifier.common.errors import TransportError
@@ -28,21 +32,20 @@ from verifier.protocol import (
     EvidenceError,
     MalformedError,
     PcrPolicy,
-    bind_nonce,
     canonical_uuid,
     generate_key,
     seal_payload,
     seal_share,
     split,
-    verify_quote,
 )
 from verifier.protocol.enroller import commit_u
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
 from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
 from verifier.protocol.messages.policies import PolicyUpload
-from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
+from verifier.protocol.messages.quote import QuoteRequest
 from verifier.protocol.messages.registration import RegistrationRecord
 from verifier.protocol.messages.shares import ShareAccepted, ShareU
+from verifier.protocol.relay import check_identity_answer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Tenant:
         )
         self._agents = AgentClient(config.cert_file, config.key_file, config.timeout)
         self._http = AsyncClient(self._ssl, config.timeout)
+        self._relay = PushRelay(self._call, config.verifier_url)
 
     async def close(self) -> None:
         await self._http.close()
@@ -216,29 +220,58 @@ class Tenant:
                 return None
             raise
 
+    async def node_mode(self, uuid: str) -> str:
+        """``push`` if the verifier attests ``uuid`` by pushed evidence (its
+        agent opens no port: the tenant goes through the relay), else
+        ``pull`` (also for a node not enrolled yet)."""
+        try:
+            view = await self.status(uuid)
+        except ServiceError as exc:
+            if exc.status == 404:
+                return "pull"
+            raise
+        return "push" if view.get("mode") == "push" else "pull"
+
     async def check_identity_quote(
-        self, uuid: str, record: RegistrationRecord, policy: PcrPolicy
+        self,
+        uuid: str,
+        record: RegistrationRecord,
+        policy: PcrPolicy,
+        mode: str | None = None,
     ) -> bytes:
-        """Verify a fresh identity quote; return the node's transport key."""
+        """Verify a fresh identity quote over our own nonce; return the
+        node's transport key.
+
+        ``mode`` ``push`` asks through the verifier's relay (the agent
+        opens no port), ``pull`` asks the agent; None asks the verifier
+        which. Either way the quote is checked here, by
+        :func:`~verifier.protocol.relay.check_identity_answer`: the
+        verifier is not trusted with it.
+
+        Raises:
+            AttestationFailedError: the quote does not verify.
+            AgentError: the agent (or, relayed, the node) did not answer.
+            ServiceError: the verifier refused the relay.
+        """
+        uuid = canonical_uuid(uuid)
         nonce = os.urandom(20)
         pcrs = policy.pcrs or (10,)  # a runtime-policy-only enrolment
-        params = QuoteRequest(nonce, tuple(pcrs)).to_query()
-        answer = await self._agent(uuid, record, "GET", "/v1/quote", params=params)
-        try:
-            parsed = QuoteAnswer.from_dict(answer)
-            nk = parsed.nk
-            ak = AttestationKey(record.ak_public, True)
-            verify_quote(
-                parsed.quote,
-                ak=ak,
-                qualifying_data=bind_nonce(nonce, nk),
-                policy=policy,
+        request = QuoteRequest(nonce, tuple(pcrs))
+        if mode is None:
+            mode = await self.node_mode(uuid)
+        if mode == "push":
+            answer = await self._relay.identity(uuid, request)
+        else:
+            answer = await self._agent(
+                uuid, record, "GET", "/v1/quote", params=request.to_query()
             )
+        try:
+            ak = AttestationKey(record.ak_public, True)
+            return check_identity_answer(answer, ak, nonce, policy)
         except (EvidenceError, MalformedError, ValueError) as exc:
             raise AttestationFailedError(
                 f"node {uuid} failed its identity quote, nothing was sent: {exc}"
             )
-        return nk
 
     async def enrol(
         self,
@@ -264,7 +297,9 @@ class Tenant:
                 f"{MAX_PAYLOAD_BYTES} are allowed"
             )
         record = await self.identity(uuid)
-        nk = await self.check_identity_quote(uuid, record, policy)
+        nk = None
+        if mode != "push":
+            nk = await self.check_identity_quote(uuid, record, policy, mode)
         key = generate_key()
         sealed = seal_payload(key, payload, uuid)
         u_share, v_share = split(key)
@@ -281,13 +316,31 @@ class Tenant:
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
         )
         try:
-            await self.send_u(uuid, record, nk, u_share, sealed)
+            if nk is None:
+                # push: the relay needs the node enrolled; V alone is
+                # worthless, and U goes only after our own identity check
+                nk = await self.check_identity_quote(uuid, record, policy, mode)
+            await self.send_u(uuid, record, nk, u_share, sealed, mode=mode)
         except AgentError as exc:
             await self._undo(uuid, exc)
+        except AttestationFailedError as exc:
+            try:  # nothing was sent to the node: take V back
+                await self.delete(uuid)
+            except ServiceError as undo:
+                raise ServiceError(
+                    f"{exc}; undoing the enrolment failed too ({undo}): run "
+                    f"'trusted-tenant delete {uuid}'"
+                )
+            raise
         return EnrolResult(uuid, view["state"], policy.pcrs)
 
     async def enrol_ahead(
-        self, uuid: str, v_share: bytes, policy: PcrPolicy, u_commitment: bytes
+        self,
+        uuid: str,
+        v_share: bytes,
+        policy: PcrPolicy,
+        u_commitment: bytes,
+        mode: str = "pull",
     ) -> Mapping[str, Any]:
         """Enrol an instance Nova is still creating: the verifier holds V,
         the policy and the commitment to U (:func:`commit_u` of the U this
@@ -298,7 +351,12 @@ class Tenant:
                 duplicate) or unreachable.
         """
         body = EnrolmentRequest(
-            uuid, v_share, policy, await_instance=True, u_commitment=u_commitment
+            uuid,
+            v_share,
+            policy,
+            await_instance=True,
+            mode=mode,
+            u_commitment=u_commitment,
         )
         _, view = await self._call(
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
@@ -313,11 +371,14 @@ class Tenant:
         u_share: bytes,
         sealed: bytes | None,
         payload_id: str | None = None,
+        mode: str | None = None,
     ) -> bool:
         """Send U (sealed to the quoted NK) and the payload envelope.
 
         ``sealed`` None sends U alone: the node has the payload from the
         user-data of ``trusted-nova boot`` (and the boot id it is bound to).
+        ``mode`` as :meth:`check_identity_quote`: a push node gets it
+        through the verifier's relay, which holds it opaque.
 
         Returns:
             True if this completed the node's bootstrap (V was there).
@@ -326,6 +387,10 @@ class Tenant:
             AgentError: the agent did not take it, or its answer is malformed.
         """
         body = ShareU(seal_share(nk, u_share, "U", uuid), sealed, payload_id)
+        if mode is None:
+            mode = await self.node_mode(uuid)
+        if mode == "push":
+            return await self._relay.send_u(uuid, body)
         answer = await self._agent(
             uuid, record, "POST", "/v1/keys/u", body=body.to_dict()
         )

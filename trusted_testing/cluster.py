@@ -396,6 +396,18 @@ class LocalCluster:
             [_script("trusted-agent"), "--config-file", conf],
             os.path.join(node.dir, "agent.out"),
         )
+        if node.agent_options.get("attestation_mode") == "push":
+            # a push agent opens no port: wait for it to say so
+            proc = node.proc
+            if (
+                not wait_until(
+                    lambda: proc.poll() is not None or _says(node.log, "opens no port"),
+                    60,
+                )
+                or proc.poll() is not None
+            ):
+                raise RuntimeError(f"push agent {node.index} did not start: {node.log}")
+            return
         wait_port(node.port, node.proc, node.log, timeout=60)
 
     def add_node(
@@ -510,3 +522,11 @@ def _soft_kernel(tcti: str, directory: str) -> SoftKernel:
         return dict(with_tpm(lambda tpm: tpm.pcr_read(pcrs)))
 
     return SoftKernel(extend, read, directory)
+
+
+def _says(log: str, text: str) -> bool:
+    try:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            return text in f.read()
+    except OSError:
+        return False

@@ -13,7 +13,10 @@ registrar at ``https://10.0.2.2:PORT`` (slirp's address of the host's
 127.0.0.1; the registrar's certificate names it), and the verifier and the
 tenant reach the agent at ``127.0.0.1:P``, a port qemu forwards to the
 guest's 9002; the vendor-data's ``agent.conf.d`` file makes the agent
-register that address as its contact.
+register that address as its contact. In push mode (``VmCluster(push=
+True)``) nothing is forwarded to the guest: the vendor-data sets the agent
+to push to the verifier's push endpoint at ``https://10.0.2.2:PUSH``, and
+the tenant reaches the agent only through the verifier's relay.
 
 The policies are built from the image, as a tenant would
 (:mod:`nova_plugin.policygen`): the runtime policy from the image's tar
@@ -95,11 +98,15 @@ class VmCluster(LocalCluster):
     (its vTPM is made with the local CA), then :meth:`start_services`.
     """
 
-    def __init__(self, workdir: str, interval: float = 2.0) -> None:
+    def __init__(self, workdir: str, interval: float = 2.0, push: bool = False) -> None:
+        #: the verifier's push endpoint port (push mode), else None
+        self.push_port = free_ports(1) if push else None
+        sections = {"push": {"port": self.push_port}} if push else {}
         super().__init__(
             workdir,
             nodes=0,
             interval=interval,
+            verifier_sections=sections,
             # A reboot on TCG leaves the agent unanswering for up to ~3 min.
             # As an operator would, tolerate that many missed rounds: past
             # max_unreachable a node is failed with a signed node.failed
@@ -117,6 +124,11 @@ class VmCluster(LocalCluster):
     def guest_registrar_url(self) -> str:
         """The registrar as the guest reaches it."""
         return f"https://{GUEST_HOST}:{self.registrar_port}"
+
+    @property
+    def guest_push_url(self) -> str:
+        """The verifier's push endpoint as the guest reaches it."""
+        return f"https://{GUEST_HOST}:{self.push_port}"
 
     def prepare(self) -> None:
         """A fresh work directory and the operator's PKI."""
@@ -186,14 +198,23 @@ class Seed:
     key: bytes
 
 
-def trusted_nova_seed(cluster: VmCluster, payload: bytes, contact_port: int) -> Seed:
+def trusted_nova_seed(
+    cluster: VmCluster, payload: bytes, contact_port: int | None
+) -> Seed:
     """The user-data of ``trusted-nova boot`` for ``payload`` and the
     vendor-data of a provider whose VMs are reached through a forwarded
-    port of the host's 127.0.0.1."""
+    port of the host's 127.0.0.1 -- or, ``contact_port`` None, of one
+    whose VMs are not reached at all: their agents push to the verifier's
+    push endpoint."""
     key, _sealed, _boot_id, user_data = prepare_user_data(
         payload, cluster.guest_registrar_url, cluster.ca_pem()
     )
-    conf = f"[agent]\ncontact_host = 127.0.0.1\ncontact_port = {contact_port}\n"
+    if contact_port is None:
+        conf = (
+            f"[agent]\nattestation_mode = push\npush_url = {cluster.guest_push_url}\n"
+        )
+    else:
+        conf = f"[agent]\ncontact_host = 127.0.0.1\ncontact_port = {contact_port}\n"
     # Not write_files: cloud-init lets the user-data's write_files (the
     # bootstrap file) replace the vendor-data's. bootcmd runs from a file
     # on /run (tmpfs: IMA's tcb policy does not measure it) at each boot.
@@ -251,7 +272,9 @@ class StoryNode:
         self.uuid = uuid
         self.payload = payload
         self.key = key
-        self.contact_port = guest.ports[AGENT_PORT]
+        #: None in push mode: nothing is forwarded to the guest
+        self.contact_port = guest.ports.get(AGENT_PORT)
+        self.mode = "push" if cluster.push_port is not None else "pull"
         self.record: RegistrationRecord | None = None
         self.runtime_policy: dict[str, Any] = {}
         self.mb_policy: dict[str, Any] = {}
@@ -266,15 +289,16 @@ class StoryNode:
         payload: bytes,
         allow_reboot: bool = False,
     ) -> StoryNode:
-        """Start the VM (``cluster`` prepared), then the services."""
-        contact = free_ports(1)
+        """Start the VM (``cluster`` prepared), then the services. A push
+        cluster's VM gets no forwarded port at all."""
+        contact = None if cluster.push_port is not None else free_ports(1)
         seed = trusted_nova_seed(cluster, payload, contact)
         guest = VmGuest(
             image,
             seed.user_data,
             vendor_data=seed.vendor_data,
             instance_id=uuid,
-            forward={AGENT_PORT: contact},
+            forward={} if contact is None else {AGENT_PORT: contact},
             localca_dir=cluster.localca,
             allow_reboot=allow_reboot,
         )
@@ -326,8 +350,7 @@ class StoryNode:
             await tenant.add_policy("runtime", self.runtime_policy, "image")
             await tenant.add_policy("measured-boot", self.mb_policy, "image-mb")
             record = await tenant.identity(self.uuid)
-            policy = PcrPolicy({})
-            nk = await tenant.check_identity_quote(self.uuid, record, policy)
+            policy, mode = PcrPolicy({}), self.mode
             u_share, v_share = split(self.key)
             request = EnrolmentRequest(
                 self.uuid,
@@ -335,13 +358,18 @@ class StoryNode:
                 policy,
                 "image",
                 "image-mb",
+                mode=mode,
                 u_commitment=commit_u(self.uuid, u_share),
             )
+            if mode == "pull":
+                nk = await tenant.check_identity_quote(self.uuid, record, policy, mode)
             await tenant.request(
                 "POST", f"{tenant.verifier_url}/v1/nodes", request.to_dict()
             )
+            if mode == "push":  # through the verifier's relay: once enrolled
+                nk = await tenant.check_identity_quote(self.uuid, record, policy, mode)
             # U alone: the agent has the sealed payload from its user-data.
-            await tenant.send_u(self.uuid, record, nk, u_share, None)
+            await tenant.send_u(self.uuid, record, nk, u_share, None, mode=mode)
 
         run_async(enrol, self.cluster)
         self.mark("enrolled")

@@ -8,6 +8,8 @@
 ``POST /v1/nodes/{uuid}/revoke``   revoke on the tenant's request
 ``GET /v1/events``                 the revocation outbox
 ``GET /v1/signing-key``            the event-signing public key (PEM)
+``/v1/nodes/{uuid}/relay/...``     identity quote and U for push nodes
+                                   (:mod:`verifier.api.relay_app`)
 ``/v1/policies/...``               runtime and measured-boot policies
                                    (:mod:`verifier.api.policies_app`)
 ``POST /v1/nodes/{uuid}/capabilities``  a capability for an attested node
@@ -27,6 +29,7 @@ from cryptography.hazmat.primitives import serialization
 
 from verifier.api.authz import Auth, auth_middleware, caller, rule
 from verifier.api.policies_app import add_routes as add_policy_routes
+from verifier.api.relay_app import add_routes as add_relay_routes
 from verifier.attest import Verifier
 from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.instances import NovaInstanceOwners
@@ -174,6 +177,7 @@ def make_app(
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)
     add_policy_routes(app, verifier.policies, policy_max_bytes)
+    add_relay_routes(app, verifier.push)
     for add in routes:
         add(app)
     openapi.add_route(app, "trusted-cloud verifier", api_schemas.VERIFIER)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from verifier.attest.node import LiveNode, NodeState
+from verifier.attest.relay import TenantRelay
 from verifier.exceptions import ConflictError
 from verifier.protocol.attestation import Action, Verdict
 from verifier.protocol.messages.abe import AbeKeyDelivery
@@ -76,6 +77,8 @@ class PushAttestation:
         self._clock = clock
         self._random = random
         self._due: dict[str, float] = {}  # uuid -> deadline of good evidence
+        #: the tenants' identity asks and U on their way to push agents
+        self.relay = TenantRelay(verifier, clock)
 
     @property
     def _grace(self) -> float:
@@ -140,7 +143,8 @@ class PushAttestation:
         request = node.request(self._random(_NONCE_BYTES))
         challenge_id = self._random(16).hex()
         challenge = self.ledger.issue(node.uuid, challenge_id, request, now, ahead)
-        return ChallengeMessage(challenge.id, request, challenge.expires_at)
+        identity = self.relay.carry(node.uuid, challenge.id)
+        return ChallengeMessage(challenge.id, request, challenge.expires_at, identity)
 
     def evidence(
         self, uuid: str, token: str, post: EvidencePost, size: int
@@ -165,6 +169,7 @@ class PushAttestation:
                 verdict.transition.failure_reason,
             )
         verifier.transitions.act(node, verdict)
+        self.relay.received(node, post)
         share, follow = None, None
         if verdict.action in (Action.WAIT, Action.RELEASE_V, Action.ASK_AGAIN):
             self._due[node.uuid] = now + self._grace
@@ -174,14 +179,17 @@ class PushAttestation:
         elif verdict.action is Action.RELEASE_V:
             share = self._release_v(node, verdict)
         abe = self._abe_key(node, verdict)
-        upcoming = None
+        upcoming, u_share = None, None
+        if node.state != NodeState.REVOKED:
+            u_share = self.relay.deliver_u(node.uuid)
         if node.state == NodeState.REVOKED:
             self.ledger.forget(node.uuid)
+            self.relay.forget(node.uuid)
         elif follow is None and self.interval + 1.0 < self.rules.challenge_ttl:
             # the next challenge rides on this answer: one request per round
             upcoming = self._issue(node, now, ahead=True)
         return EvidenceResult(
-            node.state.value, self.interval, share, follow, abe, upcoming
+            node.state.value, self.interval, share, follow, abe, upcoming, u_share
         )
 
     def _abe_key(self, node: LiveNode, verdict: Verdict) -> AbeKeyDelivery | None:
@@ -237,4 +245,5 @@ class PushAttestation:
     def forget(self, uuid: str) -> None:
         """The node is no longer attested here."""
         self.ledger.forget(uuid)
+        self.relay.forget(uuid)
         self._due.pop(uuid, None)

@@ -28,6 +28,7 @@ from verifier.protocol.errors import EnvelopeError, MalformedError
 __all__ = [
     "MAX_PAYLOAD_BYTES",
     "canonical_uuid",
+    "is_share_envelope",
     "open_payload",
     "open_share",
     "seal_payload",
@@ -110,6 +111,12 @@ def seal_share(nk_public: bytes, share: bytes, kind: str, node_uuid: str) -> byt
     key = _share_key(eph.exchange(peer), eph_pub, nk_public, info)
     nonce = os.urandom(12)
     return _SHARE_MAGIC + eph_pub + nonce + AESGCM(key).encrypt(nonce, share, info)
+
+
+def is_share_envelope(envelope: bytes) -> bool:
+    """Whether ``envelope`` has the form of a share envelope (it can only
+    be opened, and so authenticated, with the node's NK private key)."""
+    return envelope[:4] == _SHARE_MAGIC and len(envelope) >= 4 + 32 + 12 + 16
 
 
 def open_share(

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from verifier.protocol.errors import FieldError
-from verifier.protocol.messages._fields import Reader, check_str
+from verifier.protocol.messages._fields import Reader, check_bool, check_str
 from verifier.protocol.messages.abe import AbeKeyDelivery
 from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
-from verifier.protocol.messages.shares import ShareV
+from verifier.protocol.messages.shares import ShareU, ShareV
 from verifier.protocol.quote import Quote
 
 __all__ = [
@@ -34,12 +34,14 @@ __all__ = [
     "SessionGrant",
     "SessionNonce",
     "SessionProof",
+    "UOutcome",
 ]
 
 _MAX_ID = 64
 _MAX_TOKEN = 128
 _MAX_STATE = 32
 _MAX_TIME = 1 << 40
+_MAX_DETAIL = 512
 
 
 def _check_time(structure: str, name: str, value: object) -> None:
@@ -139,6 +141,7 @@ class ChallengeMessage:
     id: str
     request: QuoteRequest
     expires_at: float
+    identity: QuoteRequest | None = None
 
     _NAME = "challenge"
 
@@ -147,23 +150,36 @@ class ChallengeMessage:
         _check_time(self._NAME, "expires_at", self.expires_at)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "id": self.id,
             "request": self.request.to_query(),
             "expires_at": self.expires_at,
         }
+        if self.identity is not None:
+            body["identity"] = self.identity.to_query()
+        return body
 
     @classmethod
     def from_dict(cls, data: object) -> ChallengeMessage:
         r = Reader(data, cls._NAME)
-        query = r.get("request")
-        if not isinstance(query, Mapping) or not all(
-            isinstance(v, str) for v in query.values()
-        ):
-            raise FieldError(cls._NAME, "request", "must be an object of strings")
-        msg = cls(r.get("id"), QuoteRequest.from_query(query), r.get("expires_at"))
+        request = _query(cls._NAME, "request", r.get("request"))
+        identity = r.get("identity")
+        msg = cls(
+            r.get("id"),
+            request,
+            r.get("expires_at"),
+            _query(cls._NAME, "identity", identity) if identity is not None else None,
+        )
         r.finish()
         return msg
+
+
+def _query(structure: str, name: str, query: object) -> QuoteRequest:
+    if not isinstance(query, Mapping) or not all(
+        isinstance(v, str) for v in query.values()
+    ):
+        raise FieldError(structure, name, "must be an object of strings")
+    return QuoteRequest.from_query(query)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +188,10 @@ class EvidencePost:
 
     challenge: str
     evidence: QuoteAnswer | Mapping[str, Any]
+    #: the identity quote the challenge asked for (the tenant's nonce)
+    identity: QuoteAnswer | Mapping[str, Any] | None = None
+    #: what became of the U the last answer carried
+    u_outcome: UOutcome | None = None
 
     _NAME = "evidence post"
 
@@ -179,10 +199,17 @@ class EvidencePost:
         check_str(self._NAME, "challenge", self.challenge, _MAX_ID)
 
     def to_dict(self) -> dict[str, Any]:
-        evidence = self.evidence
+        evidence, identity = self.evidence, self.identity
         if isinstance(evidence, QuoteAnswer):
             evidence = evidence.to_dict()
-        return {"challenge": self.challenge, "evidence": dict(evidence)}
+        if isinstance(identity, QuoteAnswer):
+            identity = identity.to_dict()
+        body: dict[str, Any] = {"challenge": self.challenge, "evidence": dict(evidence)}
+        if identity is not None:
+            body["identity"] = dict(identity)
+        if self.u_outcome is not None:
+            body["u_outcome"] = self.u_outcome.to_dict()
+        return body
 
     @classmethod
     def from_dict(cls, data: object) -> EvidencePost:
@@ -194,10 +221,50 @@ class EvidencePost:
         """
         r = Reader(data, cls._NAME)
         challenge, evidence = r.get("challenge"), r.get("evidence")
+        identity, outcome = r.get("identity"), r.get("u_outcome")
         r.finish()
         if not isinstance(evidence, Mapping):
             raise FieldError(cls._NAME, "evidence", "must be an object")
-        return cls(challenge, evidence)
+        if identity is not None and not isinstance(identity, Mapping):
+            raise FieldError(cls._NAME, "identity", "must be an object")
+        return cls(
+            challenge,
+            evidence,
+            identity,
+            UOutcome.from_dict(outcome) if outcome is not None else None,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class UOutcome:
+    """The agent's report of a relayed U: accepted (and whether that
+    completed its bootstrap) or refused with a reason."""
+
+    accepted: bool
+    bootstrapped: bool = False
+    detail: str = ""
+
+    _NAME = "U outcome"
+
+    def __post_init__(self) -> None:
+        check_bool(self._NAME, "accepted", self.accepted)
+        check_bool(self._NAME, "bootstrapped", self.bootstrapped)
+        check_str(self._NAME, "detail", self.detail, _MAX_DETAIL, min_len=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> UOutcome:
+        r = Reader(data, cls._NAME)
+        bootstrapped, detail = r.get("bootstrapped"), r.get("detail")
+        msg = cls(
+            r.get("accepted"),
+            False if bootstrapped is None else bootstrapped,
+            "" if detail is None else detail,
+        )
+        r.finish()
+        return msg
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +287,7 @@ class EvidenceResult:
     next: ChallengeMessage | None = None
     abe: AbeKeyDelivery | None = None
     upcoming: ChallengeMessage | None = None
+    u: ShareU | None = None
 
     _NAME = "evidence result"
 
@@ -237,13 +305,14 @@ class EvidenceResult:
             "next": self.next.to_dict() if self.next is not None else None,
             "abe": self.abe.to_dict() if self.abe is not None else None,
             "upcoming": self.upcoming.to_dict() if self.upcoming else None,
+            "u": self.u.to_dict() if self.u is not None else None,
         }
 
     @classmethod
     def from_dict(cls, data: object) -> EvidenceResult:
         r = Reader(data, cls._NAME)
         v, nxt, abe = r.get("v"), r.get("next"), r.get("abe")
-        upcoming = r.get("upcoming")
+        upcoming, u = r.get("upcoming"), r.get("u")
         msg = cls(
             r.get("state"),
             r.get("interval"),
@@ -251,6 +320,7 @@ class EvidenceResult:
             ChallengeMessage.from_dict(nxt) if nxt is not None else None,
             AbeKeyDelivery.from_dict(abe) if abe is not None else None,
             ChallengeMessage.from_dict(upcoming) if upcoming is not None else None,
+            ShareU.from_dict(u) if u is not None else None,
         )
         r.finish()
         return msg

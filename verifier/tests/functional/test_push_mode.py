@@ -1,10 +1,11 @@
 """Push and pull attestation side by side on one verifier: real registrar
 and verifier processes, ``trusted-agent`` processes on swtpm. The pull
-node is polled as always; the push node's agent refuses every verifier
-connection (``verifier_clients`` names nobody), so it can only be
-attested -- V, identity certificate and all -- through the evidence it
-pushes. Tampering revokes either with its signed event, and a push agent
-that stops posting is failed by its deadline with one.
+node is polled as always; the push nodes' agents open no port at all, so
+they can only be attested -- V, identity certificate and all -- through
+the evidence they push, and the tenant reaches them only through the
+verifier's relay: the identity quote over its nonce and U sealed to NK.
+Tampering revokes either with its signed event, and a push agent that
+stops posting is failed by its deadline with one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import tempfile
 from typing import Any
 
@@ -109,6 +111,15 @@ class PushModeTest(testtools.TestCase):
         pull, push = self.cluster.nodes[0], self.cluster.nodes[1]
         self.arun(self.tenant.enrol(pull.uuid, PAYLOAD, self.policy))
         self.arun(self.tenant.enrol(push.uuid, PAYLOAD, self.policy, mode="push"))
+        # nothing listens on the push agent's port: every inbound
+        # connection is refused, so the tenant went through the relay
+        self.assertFalse(_accepts(push.port))
+        self.assertTrue(_accepts(pull.port))
+        relayed = self.http.call(
+            "GET", f"{self.cluster.verifier_url}/v1/nodes/{push.uuid}/relay/u"
+        )
+        self.assertEqual(200, relayed.status_code, relayed.text)
+        self.assertEqual("accepted", relayed.json()["state"])
         for node, mode in ((pull, "pull"), (push, "push")):
             status = wait_until(node.payload_status, 30)
             self.assertEqual({"exit_code": 0}, status, node.uuid)
@@ -124,7 +135,10 @@ class PushModeTest(testtools.TestCase):
             self.node_state(push.uuid)["quotes_verified"], before + 3
         )
         with open(push.log, encoding="utf-8") as f:
-            self.assertIn("opened a push session", f.read())
+            log = f.read()
+        self.assertIn("opened a push session", log)
+        self.assertIn("opens no port (push mode)", log)
+        self.assertIn("U relayed by the verifier accepted", log)
         self.cluster.tamper(push)
         state = self.wait_state(push.uuid, "revoked", 4 * INTERVAL + 10)
         self.assertEqual("revoked", state["state"])
@@ -160,5 +174,29 @@ class PushModeTest(testtools.TestCase):
         self.assertEqual(["unreachable"], [r["reason"] for r in records], records)
         self.assertIn("no evidence pushed since", records[0]["detail"])
 
+    def test_relay_is_only_for_push_nodes(self) -> None:
+        pull = self.cluster.nodes[0]
+        known = self.http.call(
+            "GET", f"{self.cluster.verifier_url}/v1/nodes/{pull.uuid}"
+        )
+        url = f"{self.cluster.verifier_url}/v1/nodes/{pull.uuid}/relay/u"
+        r = self.http.call("POST", url, json={"u": "VENTMQ" + "A" * 122})
+        if known.status_code == 404:  # run alone: not enrolled at all
+            self.assertEqual(404, r.status_code, r.text)
+            return
+        # a polled node's agent is reached directly, never by the relay
+        self.assertEqual("pull", known.json()["mode"])
+        self.assertEqual(409, r.status_code, r.text)
+        self.assertEqual("not_push_mode", r.json()["error"]["code"])
+
     def _records(self, uuid: str) -> list[dict[str, Any]]:
         return [r for r in self.cluster.hook_records() if r["node_uuid"] == uuid]
+
+
+def _accepts(port: int) -> bool:
+    """Whether anything accepts a TCP connection on loopback ``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False

@@ -1,0 +1,102 @@
+"""The tenant's side of the relay to push nodes
+(:mod:`verifier.protocol.relay`): a push node's agent opens no port, so
+the identity quote over the tenant's nonce and U (sealed to the quoted
+NK) go through the verifier, which carries them in its push challenges
+and answers. The tenant trusts the verifier with neither: it checks the
+quote itself and U is opaque to the verifier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from nova_plugin.exceptions import AgentError, ServiceError
+from verifier.protocol import MalformedError
+from verifier.protocol.messages.quote import QuoteRequest
+from verifier.protocol.messages.relay import IdentityAsk, IdentityRelayed, URelayStatus
+from verifier.protocol.messages.shares import ShareU
+
+__all__ = ["PushRelay"]
+
+Call = Callable[[str, str, Mapping[str, Any] | None], Awaitable[tuple[int, Any]]]
+_POLL = 0.25
+
+
+class PushRelay:
+    """Asks the verifier to relay to push nodes.
+
+    Args:
+        call: one verifier call (method, URL, body) -> (status, JSON).
+        verifier_url: the verifier's base URL.
+        timeout: seconds to wait for the node (it answers with the
+            evidence after its next one: allow two of the verifier's quote
+            intervals and a session).
+    """
+
+    def __init__(self, call: Call, verifier_url: str, timeout: float = 180.0) -> None:
+        self._call = call
+        self._base = verifier_url
+        self.timeout = timeout
+
+    def _url(self, uuid: str, what: str) -> str:
+        return f"{self._base}/v1/nodes/{uuid}/relay/{what}"
+
+    async def identity(self, uuid: str, request: QuoteRequest) -> Mapping[str, Any]:
+        """The node's identity answer to ``request`` (the tenant's nonce),
+        unchecked: the caller checks it.
+
+        Raises:
+            ServiceError: the verifier refused the relay.
+            AgentError: the node did not answer in time.
+        """
+        await self._call(
+            "POST", self._url(uuid, "identity"), IdentityAsk(request).to_dict()
+        )
+        url = f"{self._url(uuid, 'identity')}?nonce={request.nonce.hex()}"
+        deadline = time.monotonic() + self.timeout
+        while True:
+            _, data = await self._call("GET", url, None)
+            try:
+                relayed = IdentityRelayed.from_dict(data)
+            except MalformedError as exc:
+                raise ServiceError(f"the verifier's relay of node {uuid}: {exc}")
+            if relayed.answer is not None:
+                return relayed.answer
+            if time.monotonic() > deadline:
+                raise AgentError(
+                    f"node {uuid}: no identity quote through the verifier's "
+                    f"relay in {self.timeout:g} s (is its agent pushing?)"
+                )
+            await asyncio.sleep(_POLL)
+
+    async def send_u(self, uuid: str, share: ShareU) -> bool:
+        """Post U for the node and wait for the agent's outcome.
+
+        Returns:
+            True if U completed the node's bootstrap (V was there).
+
+        Raises:
+            ServiceError: the verifier refused it (e.g. posted already).
+            AgentError: the agent refused U, or did not take it in time.
+        """
+        await self._call("POST", self._url(uuid, "u"), share.to_dict())
+        deadline = time.monotonic() + self.timeout
+        while True:
+            _, data = await self._call("GET", self._url(uuid, "u"), None)
+            try:
+                status = URelayStatus.from_dict(data)
+            except MalformedError as exc:
+                raise ServiceError(f"the verifier's relay of node {uuid}: {exc}")
+            if status.state == "accepted":
+                return status.bootstrapped
+            if status.state == "refused":
+                raise AgentError(f"node {uuid}: the agent refused U: {status.detail}")
+            if time.monotonic() > deadline:
+                raise AgentError(
+                    f"node {uuid}: U not taken through the verifier's relay in "
+                    f"{self.timeout:g} s (state {status.state})"
+                )
+            await asyncio.sleep(_POLL)
