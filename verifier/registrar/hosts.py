@@ -11,7 +11,6 @@ Nova's notifications). :class:`HostRegistry` stores both;
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 
 import sqlalchemy as sa
@@ -23,21 +22,17 @@ from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.ekcert import load_host_ca
 from verifier.protocol.errors import MalformedError
+from verifier.protocol.messages.provider import check_host_name as _check_host
 
 __all__ = ["HostBinding", "HostRegistry", "check_host_name"]
-
-# Nova's [DEFAULT] host: a host name (or any label without spaces/slashes).
-_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
 
 def check_host_name(host: str) -> str:
     """Raises: RequestError (400 ``bad_host``) for a name that is no host."""
-    if not isinstance(host, str) or not _HOST.fullmatch(host):
-        raise RequestError(
-            "bad_host",
-            "a compute host name is 1-255 letters, digits, '.', '_' or '-' "
-            "and starts with a letter or digit",
-        )
+    try:
+        _check_host("compute host", "host", host)
+    except MalformedError as exc:
+        raise RequestError("bad_host", exc.detail)
     return host
 
 

@@ -15,6 +15,7 @@ instead: the provider enrols each host's swtpm local CA
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from verifier.protocol.errors import FieldError, MalformedError
@@ -34,6 +35,7 @@ from verifier.protocol.tpm import TpmPublic
 
 __all__ = [
     "HostCaEnrolment",
+    "check_host_name",
     "InstancePlacement",
     "ProviderEkRecord",
     "ProviderEkRegistration",
@@ -194,9 +196,24 @@ class ProviderEkResult:
         return cls(r.get("uuid"), r.get("created"))
 
 
+# Nova's [DEFAULT]/host: a host name (or a label without spaces or slashes).
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+
+
+def check_host_name(structure: str, name: str, value: object) -> None:
+    """Raises: FieldError unless ``value`` is 1-255 letters, digits, '.',
+    '_' or '-' starting with a letter or digit (a compute host's name)."""
+    if not isinstance(value, str) or not _HOST_NAME.fullmatch(value):
+        raise FieldError(
+            structure,
+            name,
+            "a compute host name is 1-255 letters, digits, '.', '_' or '-' "
+            "starting with a letter or digit",
+        )
+
+
 #: Largest host CA PEM on the wire (as :data:`ekcert.MAX_HOST_CA_PEM`).
 MAX_HOST_CA_PEM = 32 * 1024
-_MAX_HOST = 255
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +265,7 @@ class InstancePlacement:
     _NAME = "instance placement"
 
     def __post_init__(self) -> None:
-        check_str(self._NAME, "host", self.host, _MAX_HOST)
+        check_host_name(self._NAME, "host", self.host)
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host}

@@ -287,7 +287,7 @@ class HostCaApiTest(testtools.TestCase):
         self.assertEqual([201, 200, 200, 204, 404, 400, 400], [a[0] for a in answers])
         self.assertEqual("compute-b", answers[2][1]["host"])
         self.assertEqual("compute-a", answers[2][1]["origin_host"])
-        self.assertEqual("bad_host", answers[5][1]["error"]["code"])
+        self.assertEqual("bad_field", answers[5][1]["error"]["code"])
 
     def test_only_the_provider_may_enrol_or_place(self) -> None:
         uuid = str(uuid_mod.uuid4())
