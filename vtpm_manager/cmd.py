@@ -125,6 +125,7 @@ def _manager_config(group: cfg.ConfigOpts.GroupAttr) -> ManagerConfig:
         ek_alg=group.ek_alg,
         default_model=group.default_model,
         keep_state=group.keep_state,
+        host=group.host,
     )
 
 

@@ -159,6 +159,22 @@ class ProviderRegistrarClient:
         status, _ = self._call("PUT", path, HostCaEnrolment(ca_pem).to_dict())
         return status == 201
 
+    def host_enrolled(self, host: str) -> bool:
+        """Whether ``host`` has an enrolled CA.
+
+        Raises:
+            RegistrationRefusedError: a refusal other than 404.
+            RegistrarUnavailableError: unreachable after the retries.
+        """
+        path = f"/v1/provider/hosts/{urllib.parse.quote(host, safe='')}"
+        try:
+            self._call("GET", path)
+        except RegistrationRefusedError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def unenrol_host(self, host: str) -> bool:
         """Remove ``host``'s CA; False if none was enrolled."""
         path = f"/v1/provider/hosts/{urllib.parse.quote(host, safe='')}"
