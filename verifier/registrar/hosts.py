@@ -17,7 +17,12 @@ import sqlalchemy as sa
 from cryptography import x509
 from sqlalchemy.orm import Session
 
-from verifier.db import HostCa, InstancePlacement
+from verifier.db import (
+    HostCa,
+    InstancePlacement,
+    PendingRegistration,
+    RegisteredAgent,
+)
 from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.ekcert import load_host_ca
@@ -137,7 +142,12 @@ class HostRegistry:
             return row.host, row.origin_host
 
     def delete_placement(self, uuid: str) -> None:
-        """Raises: NotFoundError (``unknown_instance``)."""
+        """Forget a deleted instance: its placement, and any agent
+        registration (in force or pending) under its UUID, so its vTPM's
+        EK cannot be presented again.
+
+        Raises: NotFoundError (``unknown_instance``).
+        """
         uuid = canonical_uuid(uuid)
         with Session(self._engine) as session, session.begin():
             row = session.get(InstancePlacement, uuid)
@@ -146,6 +156,12 @@ class HostRegistry:
                     "unknown_instance", f"no compute host is recorded for {uuid}"
                 )
             session.delete(row)
+            agent = session.get(RegisteredAgent, uuid)
+            if agent is not None:
+                session.delete(agent)
+            session.execute(
+                sa.delete(PendingRegistration).where(PendingRegistration.uuid == uuid)
+            )
 
     # -- the binding --------------------------------------------------------
 

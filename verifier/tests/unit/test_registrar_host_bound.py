@@ -170,6 +170,17 @@ class HostBoundRegistrationTest(testtools.TestCase):
             "ek_certificate", self.refused(self.registration(self.uuid_a, swapped))
         )
 
+    def test_deleted_placement_forgets_the_pending_registration(self) -> None:
+        self.enrol_both()
+        self.registrar.hosts.put_placement(self.uuid_a, "compute-a", "listener")
+        self.registrar.register(self.registration(self.uuid_a, self.ek_a), True)
+        self.registrar.hosts.delete_placement(self.uuid_a)
+        with self.assertRaises(NotFoundError):  # nothing pending any more
+            self.registrar.activate(self.uuid_a, b"\0" * 32)
+        # and a deleted instance's vTPM cannot register again
+        code = self.refused(self.registration(self.uuid_a, self.ek_a))
+        self.assertEqual("instance_host_unknown", code)
+
     def test_resized_instance_keeps_its_origin_hosts_ek(self) -> None:
         self.enrol_both()
         self.registrar.hosts.put_placement(self.uuid_a, "compute-a", "listener")
