@@ -6,6 +6,8 @@ Examples::
     trusted-vtpm-manager undefine instance-0000002a
     trusted-vtpm-manager forget --instance-uuid UUID
     trusted-vtpm-manager hook DOMAIN prepare begin - < domain.xml
+    trusted-vtpm-manager enrol-host [--host compute-1]
+    trusted-vtpm-manager unenrol-host [--host compute-1]
 
 Options come from ``--config-file`` (group ``[vtpm_manager]``).
 """
@@ -72,6 +74,28 @@ def _parser() -> argparse.ArgumentParser:
         "--domain-uuid", help="domain UUID of the state (default: instance UUID)"
     )
     _state_flags(forget)
+    enrol = sub.add_parser(
+        "enrol-host",
+        help="enrol this compute host's swtpm local CA (the one libvirt's "
+        "swtpm_setup signs Nova's vTPM EK certificates with) with the "
+        "registrar under the host's Nova name",
+    )
+    enrol.add_argument(
+        "--host",
+        help="Nova's [DEFAULT]/host of this host (default: [vtpm_manager]/host)",
+    )
+    enrol.add_argument(
+        "--localca-conf",
+        help="swtpm_localca configuration naming the CA (default: "
+        "[vtpm_manager]/localca_conf, /etc/swtpm-localca.conf)",
+    )
+    enrol.add_argument(
+        "--ca-file", help="enrol this PEM CA instead of reading --localca-conf"
+    )
+    unenrol = sub.add_parser(
+        "unenrol-host", help="remove this compute host's CA from the registrar"
+    )
+    unenrol.add_argument("--host")
     hook = sub.add_parser("hook", help="libvirt qemu hook entry (domain XML on stdin)")
     hook.add_argument("hook_args", nargs="+", help="DOMAIN OPERATION SUBOP EXTRA")
     return parser
@@ -101,6 +125,7 @@ def _manager_config(group: cfg.ConfigOpts.GroupAttr) -> ManagerConfig:
         ek_alg=group.ek_alg,
         default_model=group.default_model,
         keep_state=group.keep_state,
+        host=group.host,
     )
 
 
@@ -136,6 +161,9 @@ def _run(
 ) -> tuple[str, Result]:
     config = _manager_config(group)
     registrar = _registrar(group)
+    if args.command in ("enrol-host", "unenrol-host"):
+        done = _host_ca(args, group, registrar)
+        return _summary(done), done
     if args.command == "hook":
         done = _hook(args.hook_args, config, registrar, group.hook_fail_closed)
         return _summary(done), done
@@ -169,6 +197,47 @@ def _run(
         return _summary(data), data
     finally:
         conn.close()
+
+
+def _host_ca(
+    args: argparse.Namespace,
+    group: cfg.ConfigOpts.GroupAttr,
+    registrar: ProviderRegistrarClient,
+) -> Result:
+    from verifier.protocol.errors import MalformedError
+    from verifier.protocol.messages.provider import check_host_name
+    from vtpm_manager.host_ca import read_host_ca
+
+    host = args.host or group.host
+    try:
+        check_host_name("--host", "host", host)
+    except MalformedError as exc:
+        raise VtpmError(f"bad host name {host!r}: {exc.detail}")
+    if args.command == "unenrol-host":
+        return {"host": host, "was_enrolled": registrar.unenrol_host(host)}
+    if args.ca_file:
+        source = args.ca_file
+        pem = _read_ca_file(source)
+    else:
+        source = args.localca_conf or group.localca_conf
+        pem = read_host_ca(source)
+    created = registrar.enrol_host(host, pem)
+    return {"host": host, "ca_from": source, "enrolled": True, "created": created}
+
+
+def _read_ca_file(path: str) -> str:
+    from verifier.protocol.ekcert import MAX_HOST_CA_PEM, load_host_ca
+    from verifier.protocol.errors import MalformedError
+
+    try:
+        with open(path, "rb") as f:
+            pem = f.read(MAX_HOST_CA_PEM + 1)
+        load_host_ca(pem)
+        return pem.decode("ascii")
+    except OSError as exc:
+        raise VtpmError(f"cannot read {path}: {exc.strerror or exc}")
+    except (MalformedError, UnicodeError) as exc:
+        raise VtpmError(f"{path}: {exc}")
 
 
 def _hook(
@@ -211,6 +280,6 @@ def main(argv: list[str] | None = None) -> int:
         summary, data = _run(args, group)
     except (VtpmError, cfg.Error, ValueError) as exc:
         print(f"trusted-vtpm-manager: error: {exc}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps(data, sort_keys=True) if args.json else summary)
     return 0

@@ -59,3 +59,7 @@ class RegistrationRefusedError(VtpmError):
 class EkConflictError(RegistrationRefusedError):
     """The instance UUID is already registered with another EK: an attack or
     a bug, never overwritten."""
+
+
+class HostCaError(VtpmError):
+    """The compute host's swtpm local CA cannot be read or is no CA."""

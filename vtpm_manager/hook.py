@@ -5,12 +5,19 @@ with the domain XML on stdin, synchronously: a non-zero exit at
 ``prepare begin`` aborts the start. A hook must not call back into libvirt
 (it would deadlock), so it works from the XML alone:
 
-* ``prepare begin`` of a domain with a TPM 2.0 emulator device: make the
-  swtpm state if there is none (the domain's first start), read its EK and
-  register it under the instance UUID (= the domain UUID, as Nova sets it).
-  A domain with an encrypted vTPM must have gone through
-  ``trusted-vtpm-manager ensure`` (which can read the secret from libvirt);
-  the hook then only checks that the registrar knows the instance.
+* ``prepare begin`` of a domain with an encrypted TPM 2.0 emulator (the
+  form Nova's libvirt driver makes): nothing is read or made. libvirt's
+  own ``swtpm_setup --vmid <domain>:<uuid>`` makes the state and an EK
+  certificate signed by this host's swtpm local CA, which the registrar
+  checks against the CA enrolled for the host Nova placed the instance on
+  (``trusted-vtpm-manager enrol-host``). The hook only refuses the start
+  when this host's CA is not enrolled (and no provider EK was registered
+  for the instance by ``trusted-vtpm-manager ensure``, the older path
+  that needs the vTPM secret): the guest could never register.
+* ``prepare begin`` of a domain with an unencrypted TPM 2.0 emulator (a
+  libvirt domain not made by Nova): make the swtpm state if there is none
+  (the domain's first start), read its EK and register it under the
+  instance UUID (= the domain UUID) as a provider EK.
 * every other operation: nothing (undefine is ``trusted-vtpm-manager
   undefine`` or ``forget``: libvirt has no undefine hook).
 """
@@ -47,11 +54,18 @@ def on_prepare(
         return None
     instance = info.uuid
     if info.tpm.secret is not None:
+        if config.host and registrar.host_enrolled(config.host):
+            return (
+                f"{info.name}: encrypted vTPM bound to the CA of {config.host} "
+                "(libvirt makes its EK certificate)"
+            )
         if registrar.get_ek(instance) is None:
             raise VtpmError(
-                f"domain {info.name} has an encrypted vTPM that no provider "
-                f"registered: run 'trusted-vtpm-manager ensure {info.name}' "
-                "before starting it"
+                f"domain {info.name} has an encrypted vTPM, but the CA of this "
+                f"host ({config.host or '[vtpm_manager]/host unset'}) is not "
+                "enrolled: run 'trusted-vtpm-manager enrol-host' (or "
+                f"'trusted-vtpm-manager ensure {info.name}' where the vTPM "
+                "secret is readable) before starting it"
             )
         return f"{info.name}: encrypted vTPM already registered"
     path = swtpm_state.state_dir(config.swtpm_storage_dir, info.uuid)

@@ -1,5 +1,12 @@
 """The ``vtpm`` instance hook of ``trusted-nova-listener``.
 
+Nova's notifications say which compute host runs an instance
+(``instance.create.end`` and the ends of resize and migration): the hook
+records it at the registrar (``PUT /v1/provider/instances/{uuid}``), which
+then accepts only a vTPM EK certificate from that host's enrolled swtpm
+CA naming that instance (``trusted-vtpm-manager enrol-host``). On
+``instance.delete.end`` the placement goes too.
+
 libvirt has no undefine hook, so nothing on the compute host learns that
 Nova deleted an instance; the provider's notification listener does
 (``instance.delete.end``). This driver of the listener's extension point
@@ -42,7 +49,8 @@ LOG = logging.getLogger(__name__)
 
 
 class VtpmInstanceHook(InstanceHook):
-    """Drops a deleted instance's provider EK registration.
+    """Records where Nova runs an instance; drops a deleted instance's
+    placement and provider EK registration.
 
     Args:
         conf: the listener's configuration; group ``[instance_hook_vtpm]``
@@ -63,13 +71,22 @@ class VtpmInstanceHook(InstanceHook):
             client = _client_from(self.conf)
         self._client = client
 
+    def _instance_placed(self, uuid: str, host: str) -> None:
+        try:
+            new = self._client.place(uuid, host)
+        except RegistrarUnavailableError as exc:
+            raise InstanceHookRetryError(f"vtpm: {exc}") from exc
+        except RegistrationRefusedError as exc:
+            raise InstanceHookError(f"vtpm: {exc}") from exc
+        LOG.info("Instance %s: %s on %s", uuid, "placed" if new else "now", host)
+
     def _instance_created(self, uuid: str) -> None:
-        """Nothing to do: the vTPM manager registers the EK when the domain
-        is prepared, before Nova reports the instance created."""
+        """Nothing more: the placement came with the same event."""
 
     def _instance_deleted(self, uuid: str) -> None:
         try:
             removed = self._client.deregister(uuid)
+            self._client.unplace(uuid)
         except RegistrarUnavailableError as exc:
             raise InstanceHookRetryError(f"vtpm: {exc}") from exc
         except RegistrationRefusedError as exc:

@@ -59,6 +59,8 @@ class ManagerConfig:
         default_model: TPM model of a newly added device.
         keep_state: keep the state when a domain is undefined.
         swtpm_setup: the swtpm_setup executable.
+        host: this compute host's Nova name (its CA's name at the
+            registrar; "" when unknown).
     """
 
     swtpm_storage_dir: str = "/var/lib/libvirt/swtpm"
@@ -67,6 +69,7 @@ class ManagerConfig:
     default_model: str = "tpm-crb"
     keep_state: bool = False
     swtpm_setup: str = "swtpm_setup"
+    host: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The provider's side of the registrar API: ``/v1/agents/{uuid}/ek``.
+"""The provider's side of the registrar API: ``/v1/agents/{uuid}/ek``,
+``/v1/provider/hosts/{host}`` and ``/v1/provider/instances/{uuid}``.
 
 Synchronous (the manager runs from a CLI or a libvirt hook), over mTLS with
 the compute host's ``provider`` certificate. Transport failures and 5xx
@@ -17,6 +18,8 @@ from verifier.common.errors import TransportError
 from verifier.common.http import BlockingClient
 from verifier.protocol import TpmPublic
 from verifier.protocol.messages.provider import (
+    HostCaEnrolment,
+    InstancePlacement,
     ProviderEkRecord,
     ProviderEkRegistration,
     ProviderEkResult,
@@ -137,6 +140,59 @@ class ProviderRegistrarClient:
         """Forget the instance; False if it was not registered."""
         try:
             self._call("DELETE", f"/v1/agents/{instance_uuid}/ek")
+        except RegistrationRefusedError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    # -- host-bound vTPMs (Nova's own) --------------------------------------
+
+    def enrol_host(self, host: str, ca_pem: str) -> bool:
+        """Enrol (or replace) ``host``'s swtpm local CA; True if new.
+
+        Raises:
+            RegistrationRefusedError: refused (``bad_host_ca``, forbidden).
+            RegistrarUnavailableError: unreachable after the retries.
+        """
+        path = f"/v1/provider/hosts/{urllib.parse.quote(host, safe='')}"
+        status, _ = self._call("PUT", path, HostCaEnrolment(ca_pem).to_dict())
+        return status == 201
+
+    def host_enrolled(self, host: str) -> bool:
+        """Whether ``host`` has an enrolled CA.
+
+        Raises:
+            RegistrationRefusedError: a refusal other than 404.
+            RegistrarUnavailableError: unreachable after the retries.
+        """
+        path = f"/v1/provider/hosts/{urllib.parse.quote(host, safe='')}"
+        try:
+            self._call("GET", path)
+        except RegistrationRefusedError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def unenrol_host(self, host: str) -> bool:
+        """Remove ``host``'s CA; False if none was enrolled."""
+        path = f"/v1/provider/hosts/{urllib.parse.quote(host, safe='')}"
+        return self._delete(path)
+
+    def place(self, instance_uuid: str, host: str) -> bool:
+        """Record that Nova runs the instance on ``host``; True if new."""
+        path = f"/v1/provider/instances/{instance_uuid}"
+        status, _ = self._call("PUT", path, InstancePlacement(host).to_dict())
+        return status == 201
+
+    def unplace(self, instance_uuid: str) -> bool:
+        """Forget the instance's placement; False if none was recorded."""
+        return self._delete(f"/v1/provider/instances/{instance_uuid}")
+
+    def _delete(self, path: str) -> bool:
+        try:
+            self._call("DELETE", path)
         except RegistrationRefusedError as exc:
             if exc.status == 404:
                 return False

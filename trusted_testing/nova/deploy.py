@@ -12,8 +12,10 @@ scratch vhost on the machine's RabbitMQ; Glance and Neutron are the
 from __future__ import annotations
 
 import configparser
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -115,6 +117,7 @@ class NovaDeployment:
         self._manage("cell_v2", "map_cell0", "--database_connection", self._db("cell0"))
         self._manage("cell_v2", "create_cell", "--name", "cell1", "--verbose")
         self._manage("db", "sync")
+        self._write_ahead_logs()
         self._serve("placement", self._placement_env())
         for service in ("conductor", "scheduler", "compute"):
             self._spawn(f"nova-{service}", self._service_argv(service))
@@ -151,6 +154,17 @@ class NovaDeployment:
         # timeout, seconds) instead of failing a build with "database is locked"
         path = os.path.join(self.workdir, f"{name}.sqlite")
         return f"sqlite:///{path}?timeout=60"
+
+    def _write_ahead_logs(self) -> None:
+        """Put every database file in WAL mode (it stays so): readers then
+        never block the conductor's writes, which under load otherwise
+        failed a build with "database is locked" despite the timeout (a
+        reader's lock that must be upgraded is refused at once)."""
+        for name in ("api", "cell0", "cell1", "placement"):
+            path = os.path.join(self.workdir, f"{name}.sqlite")
+            if os.path.exists(path):
+                with contextlib.closing(sqlite3.connect(path)) as conn:
+                    conn.execute("PRAGMA journal_mode=WAL")
 
     def _write_config(self) -> None:
         w = self.workdir

@@ -123,6 +123,25 @@ class InstanceHook(abc.ABC):
         except Exception as exc:  # a plugin boundary: wrap whatever it raised
             raise InstanceHookError(f"{type(self).__name__}: {exc}") from exc
 
+    def instance_placed(self, uuid: str, host: str) -> None:
+        """Nova runs ``uuid`` on compute host ``host`` now
+        (``instance.create.end``, and the ends of resize, cold and live
+        migration and their reverts).
+
+        Raises:
+            InstanceHookRetryError: a failure worth another delivery.
+            InstanceHookError: any other failure of the hook.
+        """
+        try:
+            self._instance_placed(uuid, host)
+        except InstanceHookError:
+            raise
+        except Exception as exc:  # a plugin boundary: wrap whatever it raised
+            raise InstanceHookError(f"{type(self).__name__}: {exc}") from exc
+
+    def _instance_placed(self, uuid: str, host: str) -> None:  # noqa: B027
+        """Default: nothing (a hook that does not care where instances run)."""
+
     @abc.abstractmethod
     def _instance_created(self, uuid: str) -> None: ...
 

@@ -19,6 +19,8 @@ from sqlalchemy.exc import ArgumentError
 from verifier.common import extras
 from verifier.db.models import (
     Base,
+    HostCa,
+    InstancePlacement,
     Node,
     OutboxEvent,
     PendingRegistration,
@@ -31,6 +33,8 @@ from verifier.exceptions import ConfigError
 __all__ = [
     "DRIVERS",
     "Base",
+    "HostCa",
+    "InstancePlacement",
     "Node",
     "OutboxEvent",
     "PendingRegistration",

@@ -77,6 +77,35 @@ class ProviderEk(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+class HostCa(Base):
+    """A compute host's swtpm local CA, enrolled by the provider: the only
+    issuer of EK certificates for vTPMs of instances placed on that host."""
+
+    __tablename__ = "registrar_host_cas"
+
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)
+    ca_pem: Mapped[str] = mapped_column(Text)
+    provider: Mapped[str] = mapped_column(String(255))
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class InstancePlacement(Base):
+    """The compute host Nova placed an instance on (from its notifications).
+
+    ``origin_host`` is the first one: its CA signed the vTPM's EK
+    certificate, which Nova's resize and cold migration carry along with
+    the vTPM state to ``host``.
+    """
+
+    __tablename__ = "registrar_instance_hosts"
+
+    uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    origin_host: Mapped[str] = mapped_column(String(255))
+    provider: Mapped[str] = mapped_column(String(255))
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 class Node(Base):
     """A node under continuous attestation by the verifier."""
 

@@ -9,6 +9,10 @@ An oslo.messaging notification listener on Nova's versioned notifications
     :mod:`verifier.attest.pending`).
 ``instance.delete.end``
     the instance is gone: unenrol it (``DELETE /v1/nodes/{uuid}``).
+``instance.create.end`` and the ends of resize, cold and live migration
+    the payload's ``host`` runs the instance now: hooks learn it
+    (:meth:`InstanceHook.instance_placed`; the ``vtpm`` hook records it at
+    the registrar, which binds the vTPM's EK to that host's CA).
 
 Instances nobody enrolled are ignored (the verifier answers 404). When the
 verifier cannot be reached the event is requeued, so it is not lost. It
@@ -40,6 +44,7 @@ __all__ = [
     "CREATE_END",
     "DELETE_END",
     "InstanceEndpoint",
+    "PLACED_EVENTS",
     "ListenerError",
     "VerifierOperator",
     "make_listener",
@@ -48,6 +53,17 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 CREATE_END = "instance.create.end"
 DELETE_END = "instance.delete.end"
+#: Events after which the payload's ``host`` runs the instance.
+PLACED_EVENTS = frozenset(
+    {
+        CREATE_END,
+        "instance.resize_finish.end",
+        "instance.resize_confirm.end",
+        "instance.resize_revert.end",
+        "instance.live_migration_post_dest.end",
+        "instance.live_migration_rollback_dest.end",
+    }
+)
 
 
 class ListenerError(Exception):
@@ -100,11 +116,23 @@ def instance_uuid(payload: Any) -> str | None:
     return None
 
 
+def instance_host(payload: Any) -> str | None:
+    """The compute host of a versioned instance notification payload."""
+    if isinstance(payload, Mapping):
+        data = payload.get("nova_object.data")
+        if isinstance(data, Mapping) and isinstance(data.get("host"), str):
+            return str(data["host"]) or None
+    return None
+
+
 class InstanceEndpoint:
-    """The notification endpoint: INFO-priority instance create/delete ends."""
+    """The notification endpoint: INFO-priority instance create/delete ends
+    and the ends of the operations that move an instance."""
 
     filter_rule = oslo_messaging.NotificationFilter(
-        event_type=r"^instance\.(create|delete)\.end$"
+        event_type=r"^instance\.(create|delete|resize_finish|resize_confirm|"
+        r"resize_revert|live_migration_post_dest|live_migration_rollback_dest)"
+        r"\.end$"
     )
 
     def __init__(
@@ -125,6 +153,12 @@ class InstanceEndpoint:
         if uuid is None:
             LOG.warning("%s from %s without an instance UUID", event_type, publisher_id)
             return oslo_messaging.NotificationResult.HANDLED
+        placed = oslo_messaging.NotificationResult.HANDLED
+        host = instance_host(payload)
+        if event_type in PLACED_EVENTS and host is not None:
+            placed = self._run_placed(event_type, uuid, host)
+        if event_type not in (CREATE_END, DELETE_END):
+            return placed
         try:
             if event_type == CREATE_END:
                 known = self._operator.instance_created(uuid)
@@ -139,7 +173,23 @@ class InstanceEndpoint:
             return oslo_messaging.NotificationResult.REQUEUE
         if known:
             LOG.info("Instance %s: %s (%s)", uuid, verb, event_type)
-        return self._run_hooks(event_type, uuid)
+        result = self._run_hooks(event_type, uuid)
+        requeue = oslo_messaging.NotificationResult.REQUEUE
+        return requeue if placed == requeue else result
+
+    def _run_placed(self, event_type: str, uuid: str, host: str) -> Any:
+        result = oslo_messaging.NotificationResult.HANDLED
+        for hook in self._hooks:
+            try:
+                hook.instance_placed(uuid, host)
+            except InstanceHookRetryError as exc:
+                LOG.warning(
+                    "Hook failed on %s of %s, requeued: %s", event_type, uuid, exc
+                )
+                result = oslo_messaging.NotificationResult.REQUEUE
+            except InstanceHookError as exc:
+                LOG.error("Hook failed on %s of %s: %s", event_type, uuid, exc)
+        return result
 
     def _run_hooks(self, event_type: str, uuid: str) -> Any:
         result = oslo_messaging.NotificationResult.HANDLED

@@ -29,7 +29,9 @@ from verifier.protocol.tpm import TpmPublic
 __all__ = [
     "check_ek_certificate",
     "check_host_bound_ek",
+    "issuing_hosts",
     "load_anchors",
+    "load_host_ca",
     "named_instance",
 ]
 
@@ -47,6 +49,58 @@ def load_anchors(pem_bundle: bytes) -> list[x509.Certificate]:
     if not certs:
         raise MalformedError("EK CA bundle", "no certificate in bundle")
     return certs
+
+
+#: Largest host CA PEM accepted (a root and a few intermediates).
+MAX_HOST_CA_PEM = 32 * 1024
+_MAX_HOST_CA_CERTS = 8
+
+
+def load_host_ca(pem: bytes) -> list[x509.Certificate]:
+    """Parse a compute host's swtpm local CA (PEM, root and/or intermediates).
+
+    Raises:
+        MalformedError: too large, not PEM certificates, too many, or a
+            certificate that is not a CA (basicConstraints cA true).
+    """
+    if len(pem) > MAX_HOST_CA_PEM:
+        raise MalformedError("host CA", f"more than {MAX_HOST_CA_PEM} bytes")
+    try:
+        certs = x509.load_pem_x509_certificates(pem)
+    except ValueError as exc:
+        raise MalformedError("host CA", f"not PEM certificates: {exc}")
+    if not certs or len(certs) > _MAX_HOST_CA_CERTS:
+        raise MalformedError(
+            "host CA", f"needs 1 to {_MAX_HOST_CA_CERTS} certificates, has {len(certs)}"
+        )
+    for cert in certs:
+        try:
+            constraints = cert.extensions.get_extension_for_class(
+                x509.BasicConstraints
+            ).value
+        except (x509.ExtensionNotFound, ValueError):
+            constraints = None
+        if constraints is None or not constraints.ca:
+            raise MalformedError(
+                "host CA", f"{cert.subject.rfc4514_string()!r} is not a CA certificate"
+            )
+    return certs
+
+
+def issuing_hosts(
+    cert_der: bytes, host_anchors: Mapping[str, Sequence[x509.Certificate]]
+) -> list[str]:
+    """The enrolled hosts whose CA signed ``cert_der`` (sorted; [] if it
+    does not parse or none did)."""
+    try:
+        cert = x509.load_der_x509_certificate(cert_der)
+    except ValueError:
+        return []
+    return sorted(
+        host
+        for host, anchors in host_anchors.items()
+        if any(_issued_by(cert, a) for a in anchors)
+    )
 
 
 def _issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:

@@ -9,6 +9,8 @@ client certificate in one of its roles (403 ``forbidden`` otherwise).
 ``POST /v1/agents/{uuid}/activate``   prove the credential -> activated
 ``GET /v1/agents``, ``GET|DELETE /v1/agents/{uuid}``
 ``PUT|GET|DELETE /v1/agents/{uuid}/ek``  the provider's vTPM EK (role provider)
+``PUT|GET|DELETE /v1/provider/hosts/{host}``  a compute host's vTPM CA
+``PUT|GET|DELETE /v1/provider/instances/{uuid}``  where Nova placed an instance
 
 With Keystone (``[registrar] auth_strategy = keystone``) tenants read
 registrations with their token instead of a reader certificate: the
@@ -44,6 +46,8 @@ from verifier.exceptions import RequestError, VerifierError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.errors import MalformedError
 from verifier.protocol.messages.provider import (
+    HostCaEnrolment,
+    InstancePlacement,
     ProviderEkRecord,
     ProviderEkRegistration,
     ProviderEkResult,
@@ -196,6 +200,61 @@ async def _delete_provider_ek(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+def _provider(request: web.Request) -> str:
+    return peer_common_name(request) or "anonymous"
+
+
+@allow("provider")
+async def _put_host_ca(request: web.Request) -> web.Response:
+    body = HostCaEnrolment.from_dict(await read_json(request))
+    host = request.match_info["host"]
+    created = await asyncio.to_thread(
+        request.app[_KEY].hosts.put_host_ca,
+        host,
+        body.ca_certificate,
+        _provider(request),
+    )
+    answer = {"host": host, "enrolled": True, "created": created}
+    return json_response(answer, status=201 if created else 200)
+
+
+@allow("provider", "reader")
+async def _get_host_ca(request: web.Request) -> web.Response:
+    rec = request.app[_KEY].hosts.get_host_ca(request.match_info["host"])
+    answer = {"host": rec.host, "ca_certificate": rec.ca_pem, "provider": rec.provider}
+    return json_response(answer)
+
+
+@allow("provider", "admin")
+async def _delete_host_ca(request: web.Request) -> web.Response:
+    request.app[_KEY].hosts.delete_host_ca(request.match_info["host"])
+    return web.Response(status=204)
+
+
+@allow("provider")
+async def _put_placement(request: web.Request) -> web.Response:
+    body = InstancePlacement.from_dict(await read_json(request))
+    uuid = request.match_info["uuid"]
+    created = await asyncio.to_thread(
+        request.app[_KEY].hosts.put_placement, uuid, body.host, _provider(request)
+    )
+    answer = {"uuid": uuid, "host": body.host, "created": created}
+    return json_response(answer, status=201 if created else 200)
+
+
+@allow("provider", "reader")
+async def _get_placement(request: web.Request) -> web.Response:
+    uuid = request.match_info["uuid"]
+    host, origin = request.app[_KEY].hosts.get_placement(uuid)
+    return json_response({"uuid": uuid, "host": host, "origin_host": origin})
+
+
+@allow("provider", "admin")
+async def _delete_placement(request: web.Request) -> web.Response:
+    request.app[_KEY].hosts.delete_placement(request.match_info["uuid"])
+    return web.Response(status=204)
+
+
 def make_app(
     registrar: Registrar,
     roles: Mapping[str, Collection[str]] | None = None,
@@ -227,5 +286,13 @@ def make_app(
     app.router.add_put("/v1/agents/{uuid}/ek", _put_provider_ek)
     app.router.add_get("/v1/agents/{uuid}/ek", _get_provider_ek)
     app.router.add_delete("/v1/agents/{uuid}/ek", _delete_provider_ek)
+    hosts = "/v1/provider/hosts/{host}"
+    app.router.add_put(hosts, _put_host_ca)
+    app.router.add_get(hosts, _get_host_ca)
+    app.router.add_delete(hosts, _delete_host_ca)
+    instances = "/v1/provider/instances/{uuid}"
+    app.router.add_put(instances, _put_placement)
+    app.router.add_get(instances, _get_placement)
+    app.router.add_delete(instances, _delete_placement)
     openapi.add_route(app, "trusted-cloud registrar", api_schemas.REGISTRAR)
     return app

@@ -11,6 +11,13 @@ registration in force.
 Anonymous registrations (a node with no operator-issued certificate,
 whose identity is its TPM) must carry an EK certificate that chains to
 the configured EK anchors; without anchors they are refused.
+
+A vTPM that Nova's libvirt driver made is bound to its compute host
+instead (:mod:`verifier.registrar.hosts`): once the provider has enrolled
+any host's vTPM CA, a registration under a UUID whose placement is known
+(or whose EK certificate an enrolled host CA signed) must pass
+:func:`~verifier.protocol.ekcert.check_host_bound_ek`, anonymous or not;
+its refusals are 403 with the check's reason and store nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +45,13 @@ from verifier.protocol import (
     make_credential,
 )
 from verifier.protocol.credential import check_ek_template
-from verifier.protocol.ekcert import check_ek_certificate, named_instance
+from verifier.protocol.ekcert import (
+    check_ek_certificate,
+    check_host_bound_ek,
+    issuing_hosts,
+    named_instance,
+)
+from verifier.registrar.hosts import HostBinding, HostRegistry
 
 #: Seconds a pending registration may wait for its activation.
 PENDING_TTL = 600.0
@@ -118,12 +131,17 @@ class Registrar:
         self._engine = engine
         self._anchors = list(ek_anchors)
         self._require_cert = require_ek_certificate
+        self.hosts = HostRegistry(engine)
 
-    def _check_ek(self, ek_public: bytes, ek_certificate: bytes | None) -> TpmPublic:
+    def _check_ek(
+        self, ek_public: bytes, ek_certificate: bytes | None, bound: bool = False
+    ) -> TpmPublic:
         ek = TpmPublic.from_bytes(ek_public)
         try:
             check_ek_template(ek)
-            if ek_certificate is None:
+            if bound:
+                pass  # check_host_bound_ek checked the certificate
+            elif ek_certificate is None:
                 if self._require_cert:
                     raise EvidenceError(
                         "ek_certificate", "an EK certificate is required"
@@ -135,14 +153,42 @@ class Registrar:
             raise RequestError(exc.reason, exc.detail)
         return ek
 
-    def _check_identity(self, reg: Registration) -> tuple[TpmPublic, TpmPublic]:
-        ek = self._check_ek(reg.ek_public, reg.ek_certificate)
+    def _check_identity(
+        self, reg: Registration, bound: bool = False
+    ) -> tuple[TpmPublic, TpmPublic]:
+        ek = self._check_ek(reg.ek_public, reg.ek_certificate, bound)
         ak = TpmPublic.from_bytes(reg.ak_public)
         try:
             check_ak_template(ak)
         except EvidenceError as exc:
             raise RequestError(exc.reason, exc.detail)
         return ek, ak
+
+    @staticmethod
+    def _needs_host_binding(reg: Registration, binding: HostBinding | None) -> bool:
+        if binding is None:
+            return False  # no host CA enrolled: EK anchors as before
+        if binding.placed_host is not None:
+            return True
+        cert = reg.ek_certificate
+        return cert is not None and bool(issuing_hosts(cert, binding.anchors))
+
+    @staticmethod
+    def _check_host_bound(reg: Registration, uuid: str, binding: HostBinding) -> None:
+        """Raises: RequestError (403) with the check's named reason."""
+        now = datetime.datetime.now(datetime.UTC)
+        try:
+            ek = TpmPublic.from_bytes(reg.ek_public)
+            check_host_bound_ek(
+                reg.ek_certificate,
+                ek,
+                uuid,
+                binding.placed_host,
+                binding.anchors,
+                now,
+            )
+        except EvidenceError as exc:
+            raise RequestError(exc.reason, exc.detail, 403)
 
     def _check_anonymous(self, reg: Registration) -> None:
         """An anonymous caller proves its identity by its TPM's EK cert."""
@@ -179,19 +225,26 @@ class Registrar:
         Args:
             reg: what the node sent.
             anonymous: the caller presented no client certificate; its
-                EK certificate must chain to the EK anchors.
+                EK certificate must chain to the EK anchors (or, for a
+                host-bound vTPM, to its host's enrolled CA).
 
         Raises:
-            RequestError: bad keys or EK certificate; (403)
+            RequestError: bad keys or EK certificate; (403) a reason of
+                :func:`check_host_bound_ek` for a host-bound vTPM;
                 ``ek_certificate_required`` or
                 ``anonymous_registration_disabled`` for anonymous callers.
             ConflictError: the UUID is registered with another EK, or the
                 provider registered another EK (the vTPM) for it.
         """
         uuid = canonical_uuid(reg.uuid)
-        if anonymous:
+        binding = self.hosts.binding(uuid)
+        bound = self._needs_host_binding(reg, binding)
+        if bound:
+            assert binding is not None
+            self._check_host_bound(reg, uuid, binding)
+        elif anonymous:
             self._check_anonymous(reg)
-        ek, ak = self._check_identity(reg)
+        ek, ak = self._check_identity(reg, bound)
         credential = os.urandom(32)
         challenge = make_credential(ek, ak.name, credential)
         now = time.time()

@@ -1,5 +1,7 @@
 """Options of the vTPM manager (group ``vtpm_manager``)."""
 
+import socket
+
 from oslo_config import cfg
 
 GROUP = "vtpm_manager"
@@ -23,6 +25,20 @@ _OPTS = [
         help="The compute host's local CA signing vTPM EK certificates "
         "(swtpm_localca); its issuercert.pem and root certificate belong in "
         "the registrar's [registrar]/ek_ca_bundle.",
+    ),
+    cfg.StrOpt(
+        "localca_conf",
+        default="/etc/swtpm-localca.conf",
+        help="swtpm_localca configuration of the CA libvirt's swtpm_setup "
+        "signs Nova's vTPM EK certificates with (its issuercert); "
+        "enrol-host enrols that CA with the registrar.",
+    ),
+    cfg.StrOpt(
+        "host",
+        default=socket.gethostname(),
+        sample_default="<hostname>",
+        help="This compute host's name in Nova ([DEFAULT]/host of its "
+        "nova-compute): the name its CA is enrolled under.",
     ),
     cfg.StrOpt(
         "ek_alg",

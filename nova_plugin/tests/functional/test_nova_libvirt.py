@@ -26,21 +26,31 @@ import uuid as uuid_mod
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import oslo_messaging
 import testtools
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
+from oslo_config import cfg
 
 from trusted_testing import rabbit
 from trusted_testing.guest_vm import build
 from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
+from trusted_testing.registrar import ThreadRegistrar
 from trusted_testing.softtpm import SoftTpm
 from verifier.common.http import BlockingClient
+from verifier.exceptions import RequestError
+from verifier.nova_listener.listener import instance_host, instance_uuid, make_listener
 from verifier.protocol import EvidenceError
 from verifier.protocol.ekcert import check_host_bound_ek, load_anchors
 from verifier.protocol.tpm import TpmPublic
+from verifier.registrar.service import Registration
+from vtpm_manager import cmd as vtpm_cmd
+from vtpm_manager.identity import EkIdentity
+from vtpm_manager.instance_hook import VtpmInstanceHook
 from vtpm_manager.localca import ek_ca_bundle
-from vtpm_manager.swtpm_state import read_ek
+from vtpm_manager.registrar_client import ProviderRegistrarClient
+from vtpm_manager.swtpm_state import create_state, read_ek
 
 ACTIVE_TIMEOUT = 600.0
 
@@ -73,6 +83,25 @@ def _missing() -> str | None:
     return f"multi-process Nova needs {broker}" if broker else None
 
 
+class _CreateEnds:
+    """Records Nova's real ``instance.create.end`` payloads off the bus."""
+
+    filter_rule = oslo_messaging.NotificationFilter(
+        event_type=r"^instance\.create\.end$"
+    )
+
+    def __init__(self) -> None:
+        self.payloads: dict[str, Any] = {}
+
+    def info(
+        self, ctxt: Any, publisher: str, event: str, payload: Any, meta: Any
+    ) -> Any:
+        uuid = instance_uuid(payload)
+        if uuid is not None:
+            self.payloads[uuid] = payload
+        return oslo_messaging.NotificationResult.HANDLED
+
+
 class NovaLibvirtVtpmTest(testtools.TestCase):
     """One deployment for the class; each test boots and deletes a server."""
 
@@ -97,10 +126,28 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
         cls.image_id = cls.nova.add_guest_image(
             image.qcow2, image.kernel, image.initrd, image.cmdline
         )
+        try:  # Nova's real notifications, for the placement
+            conf = cfg.ConfigOpts()
+            conf([])
+            cls.transport = oslo_messaging.get_notification_transport(
+                conf, url=cls.nova.transport_url
+            )
+            cls.create_ends = _CreateEnds()
+            cls.listener = make_listener(
+                cls.transport, cls.create_ends, pool="placement"
+            )
+            cls.listener.start()
+        except BaseException:
+            cls.nova.stop()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
 
     @classmethod
     def tearDownClass(cls) -> None:
         try:
+            cls.listener.stop()
+            cls.listener.wait()
+            cls.transport.cleanup()
             cls.nova.stop()
         finally:
             shutil.rmtree(cls.tmp, ignore_errors=True)
@@ -203,7 +250,7 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
         self.assertFalse(os.path.exists(self._state_dir(uuid)))
         self.assertEqual(keys_before, self._vault_keys())
 
-    def _check_real_ek_binding(self, uuid: str, secret: str) -> None:
+    def _check_real_ek_binding(self, uuid: str, secret: str) -> EkIdentity:
         value = self.nova.virsh("secret-get-value", secret).strip()
         ek = read_ek(
             os.path.join(self._state_dir(uuid), "tpm2"),
@@ -233,6 +280,63 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
                     ek.ek_certificate, public, claimed, host, anchors, now
                 )
             self.assertEqual(reason, ctx.exception.reason)
+        return ek
+
+    def _check_registrar_binding(self, uuid: str, ek: EkIdentity) -> None:
+        """The registrar with this host's CA enrolled (``enrol-host``) and
+        the placement from Nova's real ``instance.create.end`` (the
+        listener's ``vtpm`` hook) accepts the vTPM's real EK certificate
+        under the instance UUID, and refuses one from a second host's CA."""
+        server = ThreadRegistrar()
+        self.addCleanup(server.close)
+        conf = os.path.join(self.tmp, "vtpm-manager.conf")
+        localca_conf = os.path.join(self.tmp, "host-swtpm-localca.conf")
+        with open(localca_conf, "w", encoding="utf-8") as f:  # as the host's
+            f.write(
+                f"statedir = {self.nova.localca_dir}\n"
+                f"issuercert = {self.nova.localca_dir}/issuercert.pem\n"
+            )
+        with open(conf, "w", encoding="utf-8") as f:
+            f.write(
+                f"[vtpm_manager]\nregistrar_url = {server.url}\n"
+                f"registrar_retries = 0\nhost = {self.nova.host}\n"
+                f"localca_conf = {localca_conf}\n"
+            )
+        self.assertEqual(0, vtpm_cmd.main(["--config-file", conf, "enrol-host"]))
+        deadline = time.monotonic() + 60
+        while uuid not in self.create_ends.payloads and time.monotonic() < deadline:
+            time.sleep(0.5)
+        payload = self.create_ends.payloads[uuid]
+        self.assertEqual(self.nova.host, instance_host(payload))
+        hook_conf = cfg.ConfigOpts()
+        hook_conf([])
+        hook = VtpmInstanceHook(
+            hook_conf, ProviderRegistrarClient(server.url, retries=0)
+        )
+        hook.instance_placed(uuid, str(instance_host(payload)))
+        ak = SoftTpm(ak_alg="ecc", ek_alg="ecc").ak.to_bytes()
+
+        def register(identity: EkIdentity) -> None:
+            server.registrar.register(
+                Registration(
+                    uuid, identity.ek_public, identity.ek_certificate, ak,
+                    "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
+                    "127.0.0.1", 8892,
+                ),
+                anonymous=True,
+            )  # fmt: skip
+
+        register(ek)  # passes: a challenge, stored as pending
+        other = os.path.join(self.tmp, "second-host")
+        state = os.path.join(other, "swtpm", uuid, "tpm2")
+        create_state(state, os.path.join(other, "localca"), f"instance-00000001:{uuid}")
+        with self.assertRaises(RequestError) as ctx:
+            register(read_ek(state))
+        self.assertEqual(
+            (403, "ek_certificate_other_host"),
+            (ctx.exception.status, ctx.exception.code),
+        )
+        hook.instance_deleted(uuid)
 
     # -- tests ------------------------------------------------------------------
 
@@ -259,7 +363,8 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
         self.assertTrue(os.path.exists(state), state)
         # with the host's secret, the EK certificate libvirt had this host's
         # local CA sign can be read back: it is bound to this host and UUID
-        self._check_real_ek_binding(uuid, secret)
+        ek = self._check_real_ek_binding(uuid, secret)
+        self._check_registrar_binding(uuid, ek)
         self._delete(uuid)
         self._check_gone(uuid, keys_before)
 

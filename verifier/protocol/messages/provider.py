@@ -5,11 +5,17 @@ vTPM can later register as the node (ARCHITECTURE "Parties": registrar).
 ``PUT /v1/agents/{uuid}/ek``  :class:`ProviderEkRegistration` ->
                               :class:`ProviderEkResult` (201 new, 200 known)
 ``GET /v1/agents/{uuid}/ek``  -> :class:`ProviderEkRecord`
+
+A vTPM that Nova's libvirt driver made is bound to its compute host
+instead: the provider enrols each host's swtpm local CA
+(:class:`HostCaEnrolment`) and records where Nova placed each instance
+(:class:`InstancePlacement`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from verifier.protocol.errors import FieldError, MalformedError
@@ -27,7 +33,14 @@ from verifier.protocol.messages._fields import (
 from verifier.protocol.messages.registration import MAX_EK_CERTIFICATE
 from verifier.protocol.tpm import TpmPublic
 
-__all__ = ["ProviderEkRecord", "ProviderEkRegistration", "ProviderEkResult"]
+__all__ = [
+    "HostCaEnrolment",
+    "check_host_name",
+    "InstancePlacement",
+    "ProviderEkRecord",
+    "ProviderEkRegistration",
+    "ProviderEkResult",
+]
 
 _MAX_PROVIDER = 255
 
@@ -181,3 +194,90 @@ class ProviderEkResult:
         if r.get("registered") is not True:
             raise FieldError(cls._NAME, "registered", "must be true")
         return cls(r.get("uuid"), r.get("created"))
+
+
+# Nova's [DEFAULT]/host: a host name (or a label without spaces or slashes).
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+
+
+def check_host_name(structure: str, name: str, value: object) -> None:
+    """Raises: FieldError unless ``value`` is 1-255 letters, digits, '.',
+    '_' or '-' starting with a letter or digit (a compute host's name)."""
+    if not isinstance(value, str) or not _HOST_NAME.fullmatch(value):
+        raise FieldError(
+            structure,
+            name,
+            "a compute host name is 1-255 letters, digits, '.', '_' or '-' "
+            "starting with a letter or digit",
+        )
+
+
+#: Largest host CA PEM on the wire (as :data:`ekcert.MAX_HOST_CA_PEM`).
+MAX_HOST_CA_PEM = 32 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCaEnrolment:
+    """A compute host's swtpm local CA (PEM; the host is in the path).
+
+    ``PUT /v1/provider/hosts/{host}`` (201 new, 200 replaced),
+    ``GET`` answers it with ``host`` and ``provider`` added.
+
+    Raises:
+        FieldError: ``ca_certificate`` is not a string of 1..32 KiB.
+    """
+
+    ca_certificate: str
+
+    _NAME = "host CA enrolment"
+
+    def __post_init__(self) -> None:
+        check_str(self._NAME, "ca_certificate", self.ca_certificate, MAX_HOST_CA_PEM)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ca_certificate": self.ca_certificate}
+
+    @classmethod
+    def from_dict(cls, data: object) -> HostCaEnrolment:
+        """Parse a request body (unknown fields are refused).
+
+        Raises:
+            MalformedError: as the constructor.
+        """
+        r = Reader(data, cls._NAME)
+        msg = cls(r.get("ca_certificate"))
+        r.finish()
+        return msg
+
+
+@dataclasses.dataclass(frozen=True)
+class InstancePlacement:
+    """The compute host Nova placed an instance on (UUID in the path).
+
+    ``PUT /v1/provider/instances/{uuid}`` (201 new, 200 updated).
+
+    Raises:
+        FieldError: ``host`` is not a string of 1..255 characters.
+    """
+
+    host: str
+
+    _NAME = "instance placement"
+
+    def __post_init__(self) -> None:
+        check_host_name(self._NAME, "host", self.host)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host}
+
+    @classmethod
+    def from_dict(cls, data: object) -> InstancePlacement:
+        """Parse a request body (unknown fields are refused).
+
+        Raises:
+            MalformedError: as the constructor.
+        """
+        r = Reader(data, cls._NAME)
+        msg = cls(r.get("host"))
+        r.finish()
+        return msg

@@ -186,6 +186,45 @@ class MigrationTest(testtools.TestCase):
             count = conn.execute(sa.text("SELECT count(*) FROM verifier_nodes"))
             self.assertEqual(1, count.scalar_one())
 
+    def test_upgrade_to_0008_keeps_provider_eks_and_downgrade_drops_host_cas(
+        self,
+    ) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", _MIGRATIONS)
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "0005")
+            connection.execute(
+                sa.text(
+                    "INSERT INTO registrar_provider_eks (uuid, ek_public, provider,"
+                    " created_at) VALUES ('u', x'00', 'p', 1.0)"
+                )
+            )
+        upgrade(self.engine)
+        self.assert_schema_matches_models()
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO registrar_host_cas (host, ca_pem, provider,"
+                    " updated_at) VALUES ('compute-a', 'pem', 'p', 1.0)"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO registrar_instance_hosts (uuid, host, origin_host,"
+                    " provider, updated_at) VALUES ('u', 'b', 'a', 'p', 1.0)"
+                )
+            )
+            count = conn.execute(sa.text("SELECT count(*) FROM registrar_provider_eks"))
+            self.assertEqual(1, count.scalar_one())
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.downgrade(cfg, "0007")
+        tables = set(sa.inspect(self.engine).get_table_names())
+        self.assertNotIn("registrar_host_cas", tables)
+        self.assertNotIn("registrar_instance_hosts", tables)
+        self.assertIn("registrar_provider_eks", tables)
+
     def test_upgrade_twice_is_harmless(self) -> None:
         upgrade(self.engine)
         with self.engine.begin() as conn:

@@ -225,7 +225,7 @@ class VtpmLibvirtTest(testtools.TestCase):
         )  # fmt: skip
         for args, code, text in (
             (["release", "end", "-"], 0, "action=none"),
-            (["prepare", "begin", "-"], 1, "supports TPM 2.0 only"),
+            (["prepare", "begin", "-"], 2, "supports TPM 2.0 only"),
         ):
             run = subprocess.run(
                 [script, "--config-file", conf, "hook", "x", *args],

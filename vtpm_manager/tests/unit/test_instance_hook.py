@@ -19,6 +19,7 @@ from trusted_testing.registrar import ThreadRegistrar
 from trusted_testing.softtpm import SoftTpm
 from verifier.ca import CertificateAuthority
 from verifier.cmd import nova_listener as nova_listener_cmd
+from verifier.exceptions import NotFoundError
 from verifier.nova_listener import (
     InstanceEndpoint,
     InstanceHookError,
@@ -138,6 +139,78 @@ class VtpmInstanceHookTest(testtools.TestCase):
             oslo_messaging.NotificationResult.HANDLED,
             endpoint._run_hooks(DELETE_END, "not-a-uuid"),
         )
+
+
+def _payload(uuid: str, host: str | None) -> dict[str, object]:
+    """The parts of Nova's versioned InstanceActionPayload the listener reads."""
+    return {
+        "nova_object.name": "InstanceActionPayload",
+        "nova_object.namespace": "nova",
+        "nova_object.version": "1.8",
+        "nova_object.data": {"uuid": uuid, "host": host, "state": "active"},
+    }
+
+
+class PlacementTest(testtools.TestCase):
+    """Nova's notifications tell the registrar where each instance runs."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.server = ThreadRegistrar()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.close()
+        super().tearDownClass()
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.hook = _load(_conf(registrar_url=self.server.url, retries=0))
+        self.hosts = self.server.registrar.hosts
+        # the verifier is down: create/delete ends are requeued, but the
+        # placement (a hook of its own) is recorded first
+        self.endpoint = InstanceEndpoint(
+            VerifierOperator(f"http://127.0.0.1:{free_port()}", None), [self.hook]
+        )
+
+    def notify(self, event: str, uuid: str, host: str | None) -> object:
+        return self.endpoint.info(
+            {}, "nova-compute:compute-a", event, _payload(uuid, host), {}
+        )
+
+    def test_create_resize_and_revert_move_the_placement(self) -> None:
+        uuid = str(uuid_mod.uuid4())
+        requeue = oslo_messaging.NotificationResult.REQUEUE
+        self.assertEqual(requeue, self.notify("instance.create.end", uuid, "compute-a"))
+        self.assertEqual(("compute-a", "compute-a"), self.hosts.get_placement(uuid))
+        handled = oslo_messaging.NotificationResult.HANDLED
+        self.assertEqual(
+            handled, self.notify("instance.resize_finish.end", uuid, "compute-b")
+        )
+        self.assertEqual(("compute-b", "compute-a"), self.hosts.get_placement(uuid))
+        self.notify("instance.resize_revert.end", uuid, "compute-a")
+        self.assertEqual(("compute-a", "compute-a"), self.hosts.get_placement(uuid))
+
+    def test_event_without_a_host_records_nothing(self) -> None:
+        uuid = str(uuid_mod.uuid4())
+        self.notify("instance.resize_finish.end", uuid, None)
+        with self.assertRaises(NotFoundError):
+            self.hosts.get_placement(uuid)
+
+    def test_delete_removes_the_placement_and_is_idempotent(self) -> None:
+        uuid = str(uuid_mod.uuid4())
+        self.hook.instance_placed(uuid, "compute-a")
+        self.hook.instance_deleted(uuid)
+        with self.assertRaises(NotFoundError):
+            self.hosts.get_placement(uuid)
+        self.hook.instance_deleted(uuid)  # redelivered
+
+    def test_bad_host_is_refused_not_requeued(self) -> None:
+        with self.assertRaises(InstanceHookError) as ctx:
+            self.hook.instance_placed(str(uuid_mod.uuid4()), "bad host")
+        self.assertNotIsInstance(ctx.exception, InstanceHookRetryError)
+        self.assertIn("compute host name", str(ctx.exception))
 
 
 class ListenerLoadsHooksTest(testtools.TestCase):

@@ -1,0 +1,189 @@
+"""Compute hosts' vTPM CAs and Nova's instance placements (no HTTP here).
+
+The provider enrols each compute host's swtpm local CA under the host's
+name (``trusted-vtpm-manager enrol-host``) and records which host Nova
+placed each instance on (the listener's ``vtpm`` instance hook, from
+Nova's notifications). :class:`HostRegistry` stores both;
+:meth:`HostRegistry.binding` gives the registrar what
+:func:`verifier.protocol.ekcert.check_host_bound_ek` needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import sqlalchemy as sa
+from cryptography import x509
+from sqlalchemy.orm import Session
+
+from verifier.db import (
+    HostCa,
+    InstancePlacement,
+    PendingRegistration,
+    RegisteredAgent,
+)
+from verifier.exceptions import NotFoundError, RequestError
+from verifier.protocol import canonical_uuid
+from verifier.protocol.ekcert import load_host_ca
+from verifier.protocol.errors import MalformedError
+from verifier.protocol.messages.provider import check_host_name as _check_host
+
+__all__ = ["HostBinding", "HostRegistry", "check_host_name"]
+
+
+def check_host_name(host: str) -> str:
+    """Raises: RequestError (400 ``bad_host``) for a name that is no host."""
+    try:
+        _check_host("compute host", "host", host)
+    except MalformedError as exc:
+        raise RequestError("bad_host", exc.detail)
+    return host
+
+
+@dataclasses.dataclass(frozen=True)
+class HostBinding:
+    """What the registrar knows to bind an instance's vTPM EK to its host.
+
+    Attributes:
+        placed_host: the host whose CA made the vTPM's EK certificate (the
+            first host Nova placed the instance on), None if unknown.
+        current_host: where Nova runs it now (None if unknown).
+        anchors: every enrolled host's CA certificates, by host.
+    """
+
+    placed_host: str | None
+    current_host: str | None
+    anchors: dict[str, list[x509.Certificate]]
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCaRecord:
+    host: str
+    ca_pem: str
+    provider: str
+
+
+class HostRegistry:
+    """Host CAs and instance placements in the registrar database."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+
+    # -- host CAs -----------------------------------------------------------
+
+    def put_host_ca(self, host: str, ca_pem: str, provider: str) -> bool:
+        """Enrol or replace ``host``'s swtpm local CA; True if new.
+
+        Raises:
+            RequestError: ``bad_host`` or (400) ``bad_host_ca`` naming why
+                the PEM is no CA certificate; nothing is stored then.
+        """
+        check_host_name(host)
+        try:
+            load_host_ca(ca_pem.encode())
+        except (MalformedError, UnicodeError) as exc:
+            raise RequestError("bad_host_ca", str(exc))
+        with Session(self._engine) as session, session.begin():
+            row = session.get(HostCa, host)
+            created = row is None
+            if row is None:
+                row = HostCa(host=host)
+                session.add(row)
+            row.ca_pem, row.provider, row.updated_at = ca_pem, provider, time.time()
+        return created
+
+    def get_host_ca(self, host: str) -> HostCaRecord:
+        """Raises: NotFoundError (``unknown_host``)."""
+        check_host_name(host)
+        with Session(self._engine) as session:
+            row = session.get(HostCa, host)
+            if row is None:
+                raise NotFoundError("unknown_host", f"no vTPM CA enrolled for {host!r}")
+            return HostCaRecord(row.host, row.ca_pem, row.provider)
+
+    def delete_host_ca(self, host: str) -> None:
+        """Raises: NotFoundError (``unknown_host``)."""
+        check_host_name(host)
+        with Session(self._engine) as session, session.begin():
+            row = session.get(HostCa, host)
+            if row is None:
+                raise NotFoundError("unknown_host", f"no vTPM CA enrolled for {host!r}")
+            session.delete(row)
+
+    # -- placements ---------------------------------------------------------
+
+    def put_placement(self, uuid: str, host: str, provider: str) -> bool:
+        """Record that Nova runs instance ``uuid`` on ``host``; True if new.
+
+        The first host stays the instance's origin (its CA made the EK
+        certificate, which resize and cold migration carry along).
+        """
+        uuid = canonical_uuid(uuid)
+        check_host_name(host)
+        with Session(self._engine) as session, session.begin():
+            row = session.get(InstancePlacement, uuid)
+            created = row is None
+            if row is None:
+                row = InstancePlacement(uuid=uuid, origin_host=host)
+                session.add(row)
+            row.host, row.provider, row.updated_at = host, provider, time.time()
+        return created
+
+    def get_placement(self, uuid: str) -> tuple[str, str]:
+        """(current host, origin host). Raises: NotFoundError."""
+        uuid = canonical_uuid(uuid)
+        with Session(self._engine) as session:
+            row = session.get(InstancePlacement, uuid)
+            if row is None:
+                raise NotFoundError(
+                    "unknown_instance", f"no compute host is recorded for {uuid}"
+                )
+            return row.host, row.origin_host
+
+    def delete_placement(self, uuid: str) -> None:
+        """Forget a deleted instance: its placement, and any agent
+        registration (in force or pending) under its UUID, so its vTPM's
+        EK cannot be presented again.
+
+        Raises: NotFoundError (``unknown_instance``).
+        """
+        uuid = canonical_uuid(uuid)
+        with Session(self._engine) as session, session.begin():
+            row = session.get(InstancePlacement, uuid)
+            if row is None:
+                raise NotFoundError(
+                    "unknown_instance", f"no compute host is recorded for {uuid}"
+                )
+            session.delete(row)
+            agent = session.get(RegisteredAgent, uuid)
+            if agent is not None:
+                session.delete(agent)
+            session.execute(
+                sa.delete(PendingRegistration).where(PendingRegistration.uuid == uuid)
+            )
+
+    # -- the binding --------------------------------------------------------
+
+    def binding(self, uuid: str) -> HostBinding | None:
+        """The host binding for ``uuid``; None when no host CA is enrolled
+        at all (the registrar then checks EK certificates as before).
+
+        A stored CA that no longer parses is skipped: its host has no
+        anchors and the check fails closed with ``host_ca_unknown``.
+        """
+        uuid = canonical_uuid(uuid)
+        with Session(self._engine) as session:
+            rows = session.scalars(sa.select(HostCa)).all()
+            if not rows:
+                return None
+            anchors: dict[str, list[x509.Certificate]] = {}
+            for row in rows:
+                try:
+                    anchors[row.host] = load_host_ca(row.ca_pem.encode())
+                except (MalformedError, UnicodeError):
+                    continue
+            placement = session.get(InstancePlacement, uuid)
+            if placement is None:
+                return HostBinding(None, None, anchors)
+            return HostBinding(placement.origin_host, placement.host, anchors)
