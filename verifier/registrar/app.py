@@ -290,9 +290,9 @@ def make_app(
     app.router.add_put(hosts, _put_host_ca)
     app.router.add_get(hosts, _get_host_ca)
     app.router.add_delete(hosts, _delete_host_ca)
-    instances = "/v1/provider/instances/{uuid}"
-    app.router.add_put(instances, _put_placement)
-    app.router.add_get(instances, _get_placement)
-    app.router.add_delete(instances, _delete_placement)
+    placements = "/v1/provider/instances/{uuid}"
+    app.router.add_put(placements, _put_placement)
+    app.router.add_get(placements, _get_placement)
+    app.router.add_delete(placements, _delete_placement)
     openapi.add_route(app, "trusted-cloud registrar", api_schemas.REGISTRAR)
     return app
