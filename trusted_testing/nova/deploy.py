@@ -12,10 +12,8 @@ scratch vhost on the machine's RabbitMQ; Glance and Neutron are the
 from __future__ import annotations
 
 import configparser
-import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,7 +23,7 @@ from typing import Any
 import requests
 import sqlalchemy as sa
 
-from trusted_testing import rabbit
+from trusted_testing import rabbit, services
 from trusted_testing.cluster import die_with_parent, free_port, wait_port
 from trusted_testing.nova.standins import StandIns
 
@@ -95,6 +93,9 @@ class NovaDeployment:
         self.api_url = ""
         self.placement_url = ""
         self.bring_up_seconds = 0.0
+        # MariaDB databases by Nova database name (empty: SQLite files)
+        self._mariadb: dict[str, str] = {}
+        self._use_mariadb = services.missing_mariadb() is None
 
     # -- life cycle -----------------------------------------------------------
 
@@ -117,7 +118,6 @@ class NovaDeployment:
         self._manage("cell_v2", "map_cell0", "--database_connection", self._db("cell0"))
         self._manage("cell_v2", "create_cell", "--name", "cell1", "--verbose")
         self._manage("db", "sync")
-        self._write_ahead_logs()
         self._serve("placement", self._placement_env())
         for service in ("conductor", "scheduler", "compute"):
             self._spawn(f"nova-{service}", self._service_argv(service))
@@ -144,27 +144,30 @@ class NovaDeployment:
         if self.vhost:
             rabbit.drop_vhost(self.vhost)
             self.vhost = None
+        for db_name in self._mariadb.values():
+            services.drop_mariadb(db_name)
+        self._mariadb.clear()
 
     # -- configuration ----------------------------------------------------------
 
     def _db(self, name: str) -> str:
-        # SQLite files: PostgreSQL through psycopg 3 hands Nova INET columns
-        # as ipaddress objects, which Nova's objects (netaddr) refuse.
+        """Nova's database ``name``: a scratch MariaDB database when the
+        machine runs MariaDB (as devstack deploys Nova), else a SQLite file.
+
+        SQLite serves one writer: under load the conductor's write of a
+        failed build could meet "database is locked" at once (a reader's
+        lock that must be upgraded is refused without waiting) and leave
+        the instance in BUILD. PostgreSQL through psycopg 3 hands Nova INET
+        columns as ipaddress objects, which Nova's objects (netaddr) refuse.
+        """
+        if self._use_mariadb:
+            if name not in self._mariadb:
+                _, self._mariadb[name] = services.scratch_mariadb()
+            return f"mysql+pymysql://root@127.0.0.1:3306/{self._mariadb[name]}"
         # several Nova processes write one file: wait for a lock (pysqlite's
-        # timeout, seconds) instead of failing a build with "database is locked"
+        # timeout, seconds) where waiting helps
         path = os.path.join(self.workdir, f"{name}.sqlite")
         return f"sqlite:///{path}?timeout=60"
-
-    def _write_ahead_logs(self) -> None:
-        """Put every database file in WAL mode (it stays so): readers then
-        never block the conductor's writes, which under load otherwise
-        failed a build with "database is locked" despite the timeout (a
-        reader's lock that must be upgraded is refused at once)."""
-        for name in ("api", "cell0", "cell1", "placement"):
-            path = os.path.join(self.workdir, f"{name}.sqlite")
-            if os.path.exists(path):
-                with contextlib.closing(sqlite3.connect(path)) as conn:
-                    conn.execute("PRAGMA journal_mode=WAL")
 
     def _write_config(self) -> None:
         w = self.workdir
