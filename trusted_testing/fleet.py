@@ -151,7 +151,7 @@ class Fleet:
 
     def _quote(self, agent: EmulatedAgent, query: dict[str, str]) -> dict[str, Any]:
         asked = QuoteRequest.from_query(query)
-        csr = self._csr() if asked.csr else None
+        csr = self.csr() if asked.csr else None
         bound = (agent.nk_public, csr) if csr is not None else (agent.nk_public,)
         quote = agent.tpm.quote(bind_nonce(asked.nonce, *bound), asked.pcrs)
         agent.quotes += 1
@@ -169,7 +169,7 @@ class Fleet:
             return 404, _error("not_found", "unknown agent")
         return 404, _error("not_found", "not found")
 
-    def _csr(self) -> bytes:
+    def csr(self) -> bytes:
         # One CSR for all: the emulator measures the verifier, not the CA.
         if self._csr_cache is None:
             key = ec.generate_private_key(ec.SECP256R1())

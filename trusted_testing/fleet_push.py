@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -27,8 +28,27 @@ from verifier.protocol.messages.push import (
 from verifier.protocol.messages.quote import QuoteAnswer
 from verifier.protocol.push import SESSION_LABEL
 
-if TYPE_CHECKING:
-    from trusted_testing.fleet import EmulatedAgent, Fleet
+
+class EmulatedAgent(Protocol):
+    """What pushing needs of an emulated agent
+    (:class:`trusted_testing.fleet.EmulatedAgent` is one)."""
+
+    uuid: str
+    tpm: Any  # a SoftTpm: quote(nonce, pcrs)
+    nk: Any
+    nk_public: bytes
+    quotes: int
+    v_received: bool
+
+
+class Fleet(Protocol):
+    """What pushing needs of the fleet (:class:`trusted_testing.fleet.Fleet`)."""
+
+    @property
+    def agents(self) -> Sequence[EmulatedAgent]: ...
+
+    def csr(self) -> bytes: ...
+
 
 LOG = logging.getLogger(__name__)
 
@@ -82,7 +102,7 @@ async def _push_one(
                 challenge = ChallengeMessage.from_dict(data)
             while challenge is not None:
                 asked = challenge.request
-                csr = fleet._csr() if asked.csr else None
+                csr = fleet.csr() if asked.csr else None
                 bound = (
                     (agent.nk_public, csr) if csr is not None else (agent.nk_public,)
                 )

@@ -42,7 +42,7 @@ from verifier.protocol.messages.shares import ShareV
 from verifier.protocol.push import PushLedger, PushRules
 
 if TYPE_CHECKING:
-    from verifier.attest.service import Verifier
+    from verifier.attest.seam import AttestingService
 
 __all__ = ["PushAttestation"]
 
@@ -64,7 +64,7 @@ class PushAttestation:
 
     def __init__(
         self,
-        verifier: Verifier,
+        verifier: AttestingService,
         rules: PushRules,
         interval: float,
         clock: Callable[[], float],
@@ -92,7 +92,7 @@ class PushAttestation:
             NotFoundError: not enrolled (or attested by another verifier).
             ConflictError: ``not_push_mode`` or ``revoked``.
         """
-        node = self._verifier._live(uuid)
+        node = self._verifier.live(uuid)
         if node.mode != "push":
             raise ConflictError(
                 "not_push_mode", f"node {node.uuid} is attested by polling"
@@ -161,7 +161,7 @@ class PushAttestation:
         self.ledger.session_node(token, node.uuid, now)
         challenge = self.ledger.take(node.uuid, post.challenge, size, now)
         verifier = self._verifier
-        verdict = node.judge(challenge.request, post.evidence, now, verifier._rules)
+        verdict = node.judge(challenge.request, post.evidence, now, verifier.rules)
         if not verdict and verdict.transition is not None:
             LOG.warning(
                 "Node %s failed attestation (push): %s",
@@ -240,7 +240,7 @@ class PushAttestation:
         self._due[node.uuid] = now + self.interval  # one round per interval
         last = node.last_attested_at
         since = f"since {last:.0f}" if last is not None else "since enrolment"
-        self._verifier._unreachable(node, f"no evidence pushed {since}")
+        self._verifier.unreachable(node, f"no evidence pushed {since}")
 
     def forget(self, uuid: str) -> None:
         """The node is no longer attested here."""

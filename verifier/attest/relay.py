@@ -21,7 +21,7 @@ from verifier.protocol.messages.shares import ShareU
 from verifier.protocol.relay import RelayError, RelayLedger
 
 if TYPE_CHECKING:
-    from verifier.attest.service import Verifier
+    from verifier.attest.seam import AttestingService
 
 __all__ = ["TenantRelay"]
 
@@ -36,7 +36,7 @@ class TenantRelay:
         clock: wall clock (seconds).
     """
 
-    def __init__(self, verifier: Verifier, clock: Callable[[], float]) -> None:
+    def __init__(self, verifier: AttestingService, clock: Callable[[], float]) -> None:
         self._verifier = verifier
         self._clock = clock
         self.ledger = RelayLedger()
@@ -49,7 +49,7 @@ class TenantRelay:
             ConflictError: ``not_push_mode`` (the tenant reaches a polled
                 node's agent directly).
         """
-        node = self._verifier._live(uuid)
+        node = self._verifier.live(uuid)
         if node.mode != "push":
             raise ConflictError(
                 "not_push_mode",

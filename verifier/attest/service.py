@@ -141,7 +141,7 @@ class Verifier(NodeQueries):
             ),
             max_in_flight,
         )
-        self._rules = AttestationRules(
+        self.rules = AttestationRules(
             max_unreachable=max_unreachable,
             revoke_unreachable=unreachable_action == "revoke",
         )
@@ -336,7 +336,7 @@ class Verifier(NodeQueries):
         LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
         return node.view()
 
-    def _live(self, uuid: str) -> LiveNode:
+    def live(self, uuid: str) -> LiveNode:
         node = self._nodes.get(canonical_uuid(uuid))
         if node is None:
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
@@ -382,7 +382,7 @@ class Verifier(NodeQueries):
     async def attest_once(self, uuid: str) -> NodeView:
         """Ask the node for one quote (more when its runtime evidence needs
         another round) and act on the verdict."""
-        node = self._live(uuid)
+        node = self.live(uuid)
         while await self._round(node):  # the node bounds its rounds
             pass
         return node.view()
@@ -427,13 +427,13 @@ class Verifier(NodeQueries):
             )
         except AgentUnreachableError as exc:
             if self._still_attesting(node):
-                self._unreachable(node, str(exc))
+                self.unreachable(node, str(exc))
             return False
         except MalformedError as exc:  # it answered, but not with a JSON object
             answer = exc
         if not self._still_attesting(node):  # revoked or deleted meanwhile
             return False
-        verdict = node.judge(request, answer, self._clock(), self._rules)
+        verdict = node.judge(request, answer, self._clock(), self.rules)
         if not verdict and verdict.transition is not None:
             failed = verdict.transition.failure_reason
             LOG.warning("Node %s failed attestation: %s", node.uuid, failed)
@@ -488,8 +488,8 @@ class Verifier(NodeQueries):
         self.transitions.act(node, node.v_delivered(), identity_cert=body.identity_cert)
         LOG.info("Node %s attested; V released", node.uuid)
 
-    def _unreachable(self, node: LiveNode, detail: str) -> None:
-        verdict = node.transport_failed(detail, self._rules)
+    def unreachable(self, node: LiveNode, detail: str) -> None:
+        verdict = node.transport_failed(detail, self.rules)
         LOG.debug("Node %s unreachable (%d): %s", node.uuid, node.unreachable, detail)
         if verdict.transition is not None:
             LOG.warning(
