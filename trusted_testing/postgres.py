@@ -19,13 +19,12 @@ import glob
 import os
 import pwd
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
 
 from trusted_testing.cluster import die_with_parent, free_port
+from trusted_testing.procs import kill_group, listening
 
 __all__ = ["PrivatePostgres", "missing"]
 
@@ -45,12 +44,6 @@ def missing() -> str | None:
         except KeyError:
             return "the postgres user (apt-get install postgresql)"
     return None
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class PrivatePostgres:
@@ -126,7 +119,7 @@ class PrivatePostgres:
             if self._proc.poll() is not None:
                 with open(self.log, encoding="utf-8", errors="replace") as f:
                     raise RuntimeError(f"postgres exited: {f.read()[-2000:]}")
-            if _listening(self.port) and self._ready():
+            if listening(self.port) and self._ready():
                 return
             time.sleep(0.2)
         self.kill()
@@ -146,13 +139,8 @@ class PrivatePostgres:
 
     def kill(self) -> None:
         """SIGKILL the postmaster and every backend (a crash)."""
-        if self._proc is not None and self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait()
+        kill_group(self._proc, self.port)
         self._proc = None
-        deadline = time.monotonic() + 10
-        while _listening(self.port) and time.monotonic() < deadline:
-            time.sleep(0.1)
 
     def cleanup(self) -> None:
         """Kill the cluster and remove its files."""

@@ -4,6 +4,7 @@ parent, waiting for a port or a condition, service configuration files."""
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import socket
 import subprocess
@@ -84,3 +85,21 @@ def wait_until(predicate: Callable[[], Any], timeout: float, step: float = 0.1) 
         if value or time.monotonic() > deadline:
             return value
         time.sleep(step)
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port``."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def kill_group(proc: subprocess.Popen[bytes] | None, port: int) -> None:
+    """SIGKILL ``proc``'s process group (a crash, not a clean stop) and wait
+    up to 10 s until nothing listens on ``port`` any more."""
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while listening(port) and time.monotonic() < deadline:
+        time.sleep(0.1)

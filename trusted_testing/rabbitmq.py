@@ -14,21 +14,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import uuid as uuid_mod
 
 from trusted_testing.cluster import die_with_parent, free_port
+from trusted_testing.procs import kill_group, listening
 
 SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class PrivateRabbit:
@@ -92,7 +86,7 @@ class PrivateRabbit:
                 with open(self.log, encoding="utf-8", errors="replace") as f:
                     tail = f.read()[-2000:]
                 raise RuntimeError(f"rabbitmq-server exited: {tail}")
-            if _listening(self.port):
+            if listening(self.port):
                 return
             time.sleep(0.2)
         self.kill()
@@ -116,13 +110,8 @@ class PrivateRabbit:
 
     def kill(self) -> None:
         """SIGKILL the node's process group (a crash, not a clean stop)."""
-        if self._proc is not None and self._proc.poll() is None:
-            os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait()
+        kill_group(self._proc, self.port)
         self._proc = None
-        deadline = time.monotonic() + 10
-        while _listening(self.port) and time.monotonic() < deadline:
-            time.sleep(0.1)
 
     def cleanup(self) -> None:
         """Kill the node and remove its files."""
