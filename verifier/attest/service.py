@@ -16,8 +16,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -468,6 +468,21 @@ class Verifier(NodeQueries):
                 return None
         sealed = seal_share(verdict.nk, node.v_share, "V", node.uuid)
         return ShareV(sealed, cert, node.u_commitment)
+
+    async def call_agent(
+        self,
+        node: LiveNode,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Mapping[str, Any]:
+        """One request to ``node``'s agent (the tenant relay to polled
+        nodes, :mod:`verifier.attest.relay`)."""
+        return await self._agents.call(
+            method, node.base_url, node.tls_cert, path, params=params, body=body
+        )
 
     async def _release_v(self, node: LiveNode, verdict: Verdict) -> None:
         body = self.share_v(node, verdict)
