@@ -120,7 +120,9 @@ class PullRelayServiceTest(VerifierServiceBase):
         self.assertEqual("wrong_project", caught.exception.code)
         self.assertEqual(asked, len(self.fake.quote_requests))  # agent not asked
         with self.assertRaises(RelayError) as caught:
-            await self.relay.post_u(self.fake.uuid, INTRUDER, self._share(self.agent.nk_public))
+            await self.relay.post_u(
+                self.fake.uuid, INTRUDER, self._share(self.agent.nk_public)
+            )
         self.assertEqual("wrong_project", caught.exception.code)
         self.assertEqual([], self.fake.u_posts)
 
@@ -185,7 +187,9 @@ class PullRelayServiceTest(VerifierServiceBase):
             ("agent_unreachable", 502),
             (caught.exception.code, caught.exception.status),
         )
-        status = await self.relay.post_u(self.fake.uuid, OWNER, self._share(self.agent.nk_public))
+        status = await self.relay.post_u(
+            self.fake.uuid, OWNER, self._share(self.agent.nk_public)
+        )
         self.assertEqual("refused", status.state)
         self.assertIn("unreachable", status.detail)
         self.fake.unreachable = False  # refused: it may be posted again
