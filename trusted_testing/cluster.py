@@ -123,6 +123,8 @@ class LocalCluster:
             (e.g. ``capabilities``).
         registrar_options: extra ``[registrar]`` options (e.g. the EK CA
             bundle of a compute host's vTPMs).
+        registrar_sections: more sections of the registrar's configuration
+            (e.g. ``keystone_authtoken``).
     """
 
     def __init__(
@@ -139,8 +141,10 @@ class LocalCluster:
         evidence: bool = False,
         verifier_sections: dict[str, dict[str, Any]] | None = None,
         registrar_options: dict[str, Any] | None = None,
+        registrar_sections: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
+        self.registrar_sections = dict(registrar_sections or {})
         self.registrar_options = dict(registrar_options or {})
         self.n_nodes = nodes
         self.interval = interval
@@ -301,6 +305,7 @@ class LocalCluster:
                     **self._ek_options(),
                     **self.registrar_options,
                 },
+                **self.registrar_sections,
             },
         )
         log = os.path.join(self.workdir, "registrar.out")
