@@ -134,6 +134,15 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         "agent only through the verifier's relay. Default pull",
     )
     ours.add_argument(
+        "--push-url",
+        default=os.environ.get("TRUSTED_PUSH_URL"),
+        metavar="<url>",
+        help="with --mode push: the verifier's push endpoint, written into "
+        "the guest's bootstrap configuration so that its agent pushes there "
+        "(default: $TRUSTED_PUSH_URL; unset: the image or the provider's "
+        "vendor-data must configure it)",
+    )
+    ours.add_argument(
         "--direct-agents",
         action="store_true",
         help="with --wait, reach polled agents directly with --cert/--key "
@@ -302,6 +311,7 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
                 ca_pem,
                 _progress(args.quiet),
                 mode=args.mode,
+                push_url=args.push_url,
             )
             return await boot.boot(spec, payload, args.wait, args.wait_timeout)
         finally:

@@ -401,7 +401,7 @@ class LocalCluster:
             [_script("trusted-agent"), "--config-file", conf],
             os.path.join(node.dir, "agent.out"),
         )
-        if node.agent_options.get("attestation_mode") == "push":
+        if _pushes(node.agent_options):
             # a push agent opens no port: wait for it to say so
             proc = node.proc
             if (
@@ -527,6 +527,19 @@ def _soft_kernel(tcti: str, directory: str) -> SoftKernel:
         return dict(with_tpm(lambda tpm: tpm.pcr_read(pcrs)))
 
     return SoftKernel(extend, read, directory)
+
+
+def _pushes(options: dict[str, Any]) -> bool:
+    """Whether an agent with these options pushes (its mode, or a bootstrap
+    file naming a push endpoint, as ``trusted-nova boot --mode push``
+    writes)."""
+    if options.get("attestation_mode") == "push":
+        return True
+    path = options.get("bootstrap_file")
+    if not path or not os.path.exists(path):
+        return False
+    with open(path, "rb") as f:
+        return b'"push_url"' in f.read()
 
 
 def _says(log: str, text: str) -> bool:

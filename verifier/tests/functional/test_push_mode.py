@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ import testtools
 from trusted_testing.cluster import LocalCluster, free_port, wait_until
 from trusted_testing.e2e import Http
 from verifier.protocol import PcrPolicy
+from verifier.protocol.userdata import BootstrapConfig
 
 INTERVAL = 0.5
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'
@@ -60,14 +62,26 @@ class PushModeTest(testtools.TestCase):
             cls.cluster.start_services()
             # no tenant certificate reaches the pull agent: only the relay
             cls.cluster.nodes[0].agent_options = {"tenant_clients": "nobody"}
+            push_url = f"https://127.0.0.1:{cls.push_port}"
             for node in cls.cluster.nodes[1:]:
                 node.agent_options = {
                     "attestation_mode": "push",
-                    "push_url": f"https://127.0.0.1:{cls.push_port}",
+                    "push_url": push_url,
                     "verifier_clients": "nobody",  # never reachable by the verifier
                     "cert_file": None,  # identity by the TPM alone
                     "key_file": None,
                 }
+            # the last one is told to push only by its bootstrap file, as
+            # trusted-nova boot --mode push writes it into the user-data
+            last = cls.cluster.nodes[2]
+            bootstrap = os.path.join(last.dir, "bootstrap.json")
+            config = BootstrapConfig(
+                str(uuid_mod.uuid4()), cls.cluster.registrar_url, None, push_url
+            )
+            with open(bootstrap, "w", encoding="utf-8") as f:
+                json.dump(config.to_dict(), f)
+            del last.agent_options["attestation_mode"], last.agent_options["push_url"]
+            last.agent_options["bootstrap_file"] = bootstrap
             for node in cls.cluster.nodes:
                 cls.cluster.start_agent(node)
         except Exception:
@@ -164,9 +178,12 @@ class PushModeTest(testtools.TestCase):
         self.assertEqual("attested", self.node_state(pull.uuid)["state"])
 
     def test_push_node_that_stops_posting_fails_with_a_signed_event(self) -> None:
-        node = self.cluster.nodes[2]
+        node = self.cluster.nodes[2]  # push mode from its bootstrap file
+        self.assertFalse(_accepts(node.port))
         self.arun(self.tenant.enrol(node.uuid, PAYLOAD, self.policy, mode="push"))
         self.wait_state(node.uuid, "attested", 30)
+        with open(node.log, encoding="utf-8") as f:
+            self.assertIn("the bootstrap file names a push endpoint", f.read())
         before = len(self._records(node.uuid))
         assert node.proc is not None
         os.killpg(node.proc.pid, signal.SIGKILL)  # the agent goes silent
