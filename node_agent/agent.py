@@ -347,6 +347,12 @@ class Agent:
             )
             return await self._try_bootstrap(received="V")
 
+    @property
+    def holds_v(self) -> bool:
+        """Whether the verifier's share V reached this agent (push mode
+        says so in each evidence post, so a lost V is sent again)."""
+        return self._v is not None or self.bootstrapped
+
     def open_transport(self, kind: str, envelope: bytes) -> bytes:
         """Open an envelope sealed to NK (e.g. kind ``ABE``, a CP-ABE key).
 

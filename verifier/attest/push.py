@@ -9,7 +9,10 @@ revocations with their signed events, failures with theirs).
 The differences from polling are only where the I/O goes:
 
 * V and the identity certificate travel in the answer to the first good
-  evidence, not in a ``POST /v1/keys/v`` to the agent;
+  evidence, not in a ``POST /v1/keys/v`` to the agent; they count as
+  delivered (the node is ``attested``) only once a later post of the agent
+  says it holds V (``v_held``), and are sent again with each good evidence
+  until then, so an answer lost on the way does not strand the node;
 * a deadline replaces the transport error: the quote scheduler still
   visits each push node every interval, and a node that posted no good
   evidence since its deadline counts one unreachable round
@@ -77,6 +80,8 @@ class PushAttestation:
         self._clock = clock
         self._random = random
         self._due: dict[str, float] = {}  # uuid -> deadline of good evidence
+        #: V sent, not yet acknowledged: uuid -> the identity cert sent with it
+        self._v_sent: dict[str, str | None] = {}
         #: the tenants' identity asks and U on their way to push agents
         self.relay = TenantRelay(verifier, clock)
 
@@ -177,7 +182,7 @@ class PushAttestation:
             self.ledger.follow_up(node.uuid)
             follow = self._issue(node, now)
         elif verdict.action is Action.RELEASE_V:
-            share = self._release_v(node, verdict)
+            share = self._release_v(node, verdict, post.v_held)
         abe = self._abe_key(node, verdict)
         upcoming, u_share = None, None
         if node.state != NodeState.REVOKED:
@@ -185,6 +190,7 @@ class PushAttestation:
         if node.state == NodeState.REVOKED:
             self.ledger.forget(node.uuid)
             self.relay.forget(node.uuid)
+            self._v_sent.pop(node.uuid, None)
         elif follow is None and self.interval + 1.0 < self.rules.challenge_ttl:
             # the next challenge rides on this answer: one request per round
             upcoming = self._issue(node, now, ahead=True)
@@ -215,17 +221,35 @@ class PushAttestation:
         abe.delivered(node.uuid, marker)  # handed over in the answer
         return delivery
 
-    def _release_v(self, node: LiveNode, verdict: Verdict) -> ShareV | None:
-        """V sealed to the quoted NK, with the identity certificate; the node
-        is attested once they are handed over (in the response)."""
+    def _release_v(
+        self, node: LiveNode, verdict: Verdict, held: bool | None
+    ) -> ShareV | None:
+        """V sealed to the quoted NK, with the identity certificate, for the
+        answer; None once the agent says it holds the V sent earlier (the
+        node is then attested).
+
+        ``held`` is the agent's word (:attr:`EvidencePost.v_held`): until
+        it is True, V goes again with each good evidence (the answer that
+        carried it may be lost). An agent that does not say (None) is
+        taken to have V once it is sent."""
         verifier = self._verifier
+        if held and node.uuid in self._v_sent:
+            cert = self._v_sent.pop(node.uuid)
+            verifier.transitions.act(node, node.v_delivered(), identity_cert=cert)
+            LOG.info("Node %s attested (push); its agent holds V", node.uuid)
+            return None
         share = verifier.share_v(node, verdict)
         if share is None:
             return None
-        verifier.transitions.act(
-            node, node.v_delivered(), identity_cert=share.identity_cert
-        )
-        LOG.info("Node %s attested (push); V released", node.uuid)
+        if held is None:
+            verifier.transitions.act(
+                node, node.v_delivered(), identity_cert=share.identity_cert
+            )
+            LOG.info("Node %s attested (push); V released", node.uuid)
+        else:
+            self._v_sent[node.uuid] = share.identity_cert
+            LOG.info("Node %s: V sent (push), waiting for its agent to say so",
+                     node.uuid)  # fmt: skip
         return share
 
     # -- deadlines -------------------------------------------------------------
@@ -247,3 +271,4 @@ class PushAttestation:
         self.ledger.forget(uuid)
         self.relay.forget(uuid)
         self._due.pop(uuid, None)
+        self._v_sent.pop(uuid, None)
