@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from verifier.attest.node import LiveNode, NodeState
+from verifier.attest.push_store import PushStore
 from verifier.attest.relay import TenantRelay
 from verifier.exceptions import ConflictError
 from verifier.protocol.attestation import Action, Verdict
@@ -42,7 +43,7 @@ from verifier.protocol.messages.push import (
     SessionProof,
 )
 from verifier.protocol.messages.shares import ShareV
-from verifier.protocol.push import PushLedger, PushRules
+from verifier.protocol.push import PushError, PushLedger, PushRules, session_digest
 
 if TYPE_CHECKING:
     from verifier.attest.seam import AttestingService
@@ -63,6 +64,11 @@ class PushAttestation:
             interval).
         clock: wall clock (seconds).
         random: makes nonces, challenge ids and session tokens.
+        store: the shared store of sessions and relay state (None: this
+            process's memory only).
+        session_key: the deployment's session-nonce key
+            (:func:`~verifier.attest.push_store.session_key`; None: a
+            random one, good for this process only).
     """
 
     def __init__(
@@ -72,9 +78,12 @@ class PushAttestation:
         interval: float,
         clock: Callable[[], float],
         random: Callable[[int], bytes] = os.urandom,
+        store: PushStore | None = None,
+        session_key: bytes | None = None,
     ) -> None:
         self._verifier = verifier
-        self.ledger = PushLedger(rules, random(32))
+        self._store = store
+        self.ledger = PushLedger(rules, session_key or random(32))
         self.rules = rules
         self.interval = interval
         self._clock = clock
@@ -83,7 +92,7 @@ class PushAttestation:
         #: V sent, not yet acknowledged: uuid -> the identity cert sent with it
         self._v_sent: dict[str, str | None] = {}
         #: the tenants' identity asks and U on their way to push agents
-        self.relay = TenantRelay(verifier, clock)
+        self.relay = TenantRelay(verifier, clock, store=store)
 
     @property
     def _grace(self) -> float:
@@ -126,6 +135,8 @@ class PushAttestation:
         expires = self.ledger.prove_session(
             node.uuid, proof.expires_at, node.ak, proof.quote, token, self._clock()
         )
+        if self._store is not None:  # any process, and a restart, honour it
+            self._store.save_session(session_digest(token), node.uuid, expires)
         LOG.info("Node %s opened a push session", node.uuid)
         return SessionGrant(token, expires, self.interval)
 
@@ -139,8 +150,29 @@ class PushAttestation:
         """
         node = self._node(uuid)
         now = self._clock()
-        self.ledger.session_node(token, node.uuid, now)
+        self._session(token, node.uuid, now)
         return self._issue(node, now)
+
+    def _session(self, token: str, uuid: str, now: float) -> None:
+        """Check ``token`` is a live session of ``uuid``; a session this
+        process does not hold is looked up in the shared store (opened
+        before a restart, or by another process of the deployment).
+
+        Raises:
+            PushError: as :meth:`PushLedger.session_node`.
+        """
+        try:
+            self.ledger.session_node(token, uuid, now)
+            return
+        except PushError as exc:
+            if exc.code != "no_session" or self._store is None:
+                raise
+            digest = session_digest(token)
+            found = self._store.find_session(digest)
+            if found is None:
+                raise
+        self.ledger.adopt_session(digest, *found)
+        self.ledger.session_node(token, uuid, now)
 
     def _issue(
         self, node: LiveNode, now: float, ahead: bool = False
@@ -163,7 +195,7 @@ class PushAttestation:
         """
         node = self._node(uuid)
         now = self._clock()
-        self.ledger.session_node(token, node.uuid, now)
+        self._session(token, node.uuid, now)
         challenge = self.ledger.take(node.uuid, post.challenge, size, now)
         verifier = self._verifier
         verdict = node.judge(challenge.request, post.evidence, now, verifier.rules)
@@ -189,8 +221,8 @@ class PushAttestation:
             u_share = self.relay.deliver_u(node.uuid)
         if node.state == NodeState.REVOKED:
             self.ledger.forget(node.uuid)
-            self.relay.forget(node.uuid)
             self._v_sent.pop(node.uuid, None)
+            self.drop(node.uuid)
         elif follow is None and self.interval + 1.0 < self.rules.challenge_ttl:
             # the next challenge rides on this answer: one request per round
             upcoming = self._issue(node, now, ahead=True)
@@ -266,8 +298,21 @@ class PushAttestation:
         since = f"since {last:.0f}" if last is not None else "since enrolment"
         self._verifier.unreachable(node, f"no evidence pushed {since}")
 
+    def adopted(self, uuid: str) -> None:
+        """This process attests ``uuid`` now (its shared relay state)."""
+        self.relay.adopted(uuid)
+
+    def drop(self, uuid: str) -> None:
+        """The node is revoked or deleted: its sessions and relay state go
+        from the shared store too."""
+        self.ledger.forget(uuid)
+        self.relay.drop(uuid)
+        if self._store is not None:
+            self._store.forget_sessions(uuid)
+
     def forget(self, uuid: str) -> None:
-        """The node is no longer attested here."""
+        """The node is no longer attested here (the shared store keeps its
+        sessions and relay state for the process that attests it)."""
         self.ledger.forget(uuid)
         self.relay.forget(uuid)
         self._due.pop(uuid, None)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from verifier.attest.node import LiveNode, NodeState
+from verifier.attest.push_store import PushStore
 from verifier.exceptions import AgentUnreachableError, ConflictError, RequestError
 from verifier.protocol.errors import MalformedError
 from verifier.protocol.messages.push import EvidencePost
@@ -48,6 +49,8 @@ class TenantRelay:
         verifier: the service (its live nodes, its agent connections).
         clock: wall clock (seconds).
         random: makes the ids of the identity fetches from polled agents.
+        store: the shared store the ledger is written through to and
+            loaded from (None: this process's memory only).
     """
 
     def __init__(
@@ -55,11 +58,49 @@ class TenantRelay:
         verifier: AttestingService,
         clock: Callable[[], float],
         random: Callable[[int], bytes] = os.urandom,
+        store: PushStore | None = None,
     ) -> None:
         self._verifier = verifier
         self._clock = clock
         self._random = random
+        self._store = store
+        self._follow = False
         self.ledger = RelayLedger()
+        if store is not None:  # what a process before a restart left
+            for uuid, state in store.relay_states().items():
+                try:
+                    self.ledger.load(uuid, state)
+                except MalformedError as exc:
+                    LOG.warning("Relay state of node %s dropped: %s", uuid, exc)
+
+    def follow_handovers(self) -> None:
+        """From now on a node this process takes over (from another
+        process of the deployment) is loaded from the store when adopted
+        (the state of the first adoptions was loaded at construction)."""
+        self._follow = True
+
+    def adopted(self, uuid: str) -> None:
+        """This process attests ``uuid`` now: take its relay state from the
+        shared store (another process may have left it)."""
+        if self._store is None or not self._follow:
+            return
+        state = self._store.relay_state(uuid)
+        self.ledger.forget(uuid)
+        if state is not None:
+            try:
+                self.ledger.load(uuid, state)
+            except MalformedError as exc:
+                LOG.warning("Relay state of node %s dropped: %s", uuid, exc)
+
+    def drop(self, uuid: str) -> None:
+        """The node is revoked or deleted: forget it here and in the store."""
+        self.ledger.forget(uuid)
+        self._save(uuid)
+
+    def _save(self, uuid: str) -> None:
+        """Write the ledger's state of ``uuid`` through to the store."""
+        if self._store is not None:
+            self._store.save_relay(uuid, self.ledger.export(uuid))
 
     def _node(self, uuid: str) -> LiveNode:
         """The live node ``uuid``.
@@ -91,8 +132,13 @@ class TenantRelay:
         self.ledger.ask_identity(
             node.uuid, node.project_id, scope, request, self._clock()
         )
-        if node.mode != "push":
+        if node.mode == "push":
+            self._save(node.uuid)
+            return
+        try:
             await self._fetch_identity(node)
+        finally:
+            self._save(node.uuid)
 
     async def _fetch_identity(self, node: LiveNode) -> None:
         """The polled agent's identity quote for the waiting ask, checked by
@@ -134,8 +180,12 @@ class TenantRelay:
         self.ledger.post_u(node.uuid, node.project_id, scope, share)
         LOG.info("Node %s: U posted for relay (sealed to its NK)", node.uuid)
         if node.mode == "push":
+            self._save(node.uuid)
             return URelayStatus("waiting")
-        return await self._forward_u(node)
+        try:
+            return await self._forward_u(node)
+        finally:
+            self._save(node.uuid)
 
     async def _forward_u(self, node: LiveNode) -> URelayStatus:
         """Hand U to the polled agent; record what it said (an agent that
@@ -175,7 +225,10 @@ class TenantRelay:
 
     def carry(self, uuid: str, challenge_id: str) -> QuoteRequest | None:
         """The identity ask the node's new challenge carries, if any."""
-        return self.ledger.carry(uuid, challenge_id, self._clock())
+        carried = self.ledger.carry(uuid, challenge_id, self._clock())
+        if carried is not None:
+            self._save(uuid)
+        return carried
 
     def received(self, node: LiveNode, post: EvidencePost) -> None:
         """Take what the agent's evidence post carries for a tenant (it was
@@ -200,9 +253,18 @@ class TenantRelay:
                 node.uuid,
                 "accepted" if outcome.accepted else f"refused ({outcome.detail})",
             )
+        if post.identity is not None or outcome is not None:
+            self._save(node.uuid)
 
     def deliver_u(self, uuid: str) -> ShareU | None:
-        return self.ledger.deliver_u(uuid)
+        held = self.ledger.u_status(uuid, "", None)
+        was = held.state if held is not None else None
+        share = self.ledger.deliver_u(uuid)
+        if share is not None and was != "delivered":
+            self._save(uuid)
+        return share
 
     def forget(self, uuid: str) -> None:
+        """This process no longer attests ``uuid`` (the store keeps its
+        state for the process that does)."""
         self.ledger.forget(uuid)

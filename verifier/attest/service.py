@@ -33,6 +33,7 @@ from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.policies import PolicyStore
 from verifier.attest.push import PushAttestation
+from verifier.attest.push_store import PushStore, session_key
 from verifier.attest.queries import NodeQueries
 from verifier.attest.quotas import Quotas
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
@@ -153,7 +154,14 @@ class Verifier(NodeQueries):
         self._background: list[asyncio.Task[None]] = []
         self._outbox_wakeup = asyncio.Event()
         self.abe = abe
-        self.push = PushAttestation(self, push_rules or PushRules(), interval, clock)
+        self.push = PushAttestation(
+            self,
+            push_rules or PushRules(),
+            interval,
+            clock,
+            store=PushStore(engine, clock),
+            session_key=session_key(signing_key),
+        )
         self.pending = PendingNodes(
             self.store,
             registrar,
@@ -170,6 +178,7 @@ class Verifier(NodeQueries):
         """Join the ownership group, adopt owned nodes, start the loops."""
         await self._ownership.start()
         await self.sync()
+        self.push.relay.follow_handovers()
         self._background = [
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
@@ -193,6 +202,7 @@ class Verifier(NodeQueries):
 
     def _adopt(self, node: LiveNode) -> None:
         self._nodes[node.uuid] = node
+        self.push.adopted(node.uuid)
         if node.state != NodeState.REVOKED:
             self._scheduler.schedule(node, 0.0)
 
@@ -352,6 +362,7 @@ class Verifier(NodeQueries):
         if scope is not None:
             self.get(uuid, scope)  # another project's node: 404
         self.pending.forget(uuid)
+        self.push.drop(uuid)
         node = self._nodes.get(uuid)
         if node is not None:
             self._release(node)
