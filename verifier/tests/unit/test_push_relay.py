@@ -274,6 +274,34 @@ class TestPullRelay(RelayBase):
         return ShareU(seal_share(self.nk, os.urandom(32), "U", uuid), b"sealed payload")
 
 
+class TestRelayExport(RelayBase):
+    """What the shared store keeps of a node's relay, and reads back."""
+
+    def test_export_and_load_round_trip(self) -> None:
+        nonce = os.urandom(20)
+        self.ledger.ask_identity(NODE, OWNER, OWNER, QuoteRequest(nonce, (16,)), NOW)
+        self.ledger.carry(NODE, "c1", NOW)
+        self.ledger.answer_identity(NODE, "c1", self.ak, self._answer(nonce))
+        share = ShareU(seal_share(self.nk, os.urandom(32), "U", NODE), b"payload")
+        self.ledger.post_u(NODE, OWNER, OWNER, share)
+        self.ledger.deliver_u(NODE)
+        exported = self.ledger.export(NODE)
+        assert exported is not None
+        other = RelayLedger()
+        other.load(NODE, exported)
+        self.assertEqual(
+            self.ledger.identity(NODE, OWNER, OWNER, nonce),
+            other.identity(NODE, OWNER, OWNER, nonce),
+        )
+        self.assertEqual(share, other.deliver_u(NODE))
+        self.assertIsNone(other.export(OTHER))
+
+    def test_load_of_something_else_raises_malformed(self) -> None:
+        for bad in ({"ask": {"nonce": "zz"}}, {"u": {"state": "lost"}}, {"u": 3}):
+            self.assertRaises(MalformedError, self.ledger.load, NODE, bad)
+        self.assertIsNone(self.ledger.export(NODE))
+
+
 class TestTenantIdentityCheck(RelayBase):
     """check_identity_answer: what the tenant runs on either path."""
 
