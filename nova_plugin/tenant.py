@@ -310,7 +310,15 @@ class Tenant:
         if mode is None and self._config.direct_agents:
             mode = await self.node_mode(uuid)
         if not self._direct(mode or "pull"):
-            answer = await self._relay.identity(uuid, request)
+            try:
+                answer = await self._relay.identity(uuid, request)
+            except ServiceError as exc:
+                if exc.code != "revoked":
+                    raise
+                raise AttestationFailedError(  # its first quote failed
+                    f"node {uuid} failed the verifier's attestation before its "
+                    f"identity quote, nothing was sent: {exc}"
+                )
         else:
             answer = await self._agent(
                 uuid, record, "GET", "/v1/quote", params=request.to_query()
