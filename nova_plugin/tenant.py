@@ -26,10 +26,10 @@ from typing import Any
 from urllib.parse import quote
 
 from nova_plugin.attestation import AttestationClient
+from nova_plugin.direct import DirectAgents
 from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
 from nova_plugin.relay import PushRelay
 from verifier.common import tls as tlsutil
-from verifier.common.agent_client import AgentClient
 from verifier.common.errors import TransportError
 from verifier.common.http import AsyncClient
 from verifier.protocol import (
@@ -108,13 +108,9 @@ class Tenant:
         self._ssl: ssl.SSLContext = tlsutil.client_context(
             config.cert_file, config.key_file, config.ca_file
         )
-        self._agents: AgentClient | None = None
+        self._agents: DirectAgents | None = None
         if config.direct_agents:
-            if not config.cert_file or not config.key_file:
-                raise ServiceError(
-                    "reaching agents directly needs a tenant certificate and key"
-                )
-            self._agents = AgentClient(
+            self._agents = DirectAgents(
                 config.cert_file, config.key_file, config.timeout
             )
         self._http = AsyncClient(self._ssl, config.timeout)
@@ -176,32 +172,20 @@ class Tenant:
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
     ) -> Any:
-        """One call to a node's agent, its TLS certificate pinned from the
-        registrar's ``record``; the JSON answer.
+        """One call to a node's agent on the direct path (:mod:`nova_plugin.
+        direct`).
 
         Raises:
-            AgentError: unreachable, another certificate, or a non-2xx answer.
+            AgentError: no direct path, or as :meth:`DirectAgents.call`.
         """
         if self._agents is None:
             raise AgentError(
                 f"node {uuid}: agents are reached through the verifier's relay "
                 "(no direct_agents)"
             )
-        try:
-            answer = await self._agents.request(
-                method, record.base_url, record.tls_cert, path, params=params, body=body
-            )
-        except TransportError as exc:
-            raise AgentError(f"node {uuid}: agent unreachable: {exc}")
-        if not answer.ok:
-            error = answer.error
-            detail = f"{error.code}: {error.message}" if error.code else error.message
-            raise AgentError(
-                f"node {uuid}: agent answered {answer.status} to {path}: {detail}",
-                answer.status,
-                error.code,
-            )
-        return answer.data
+        return await self._agents.call(
+            uuid, record, method, path, params=params, body=body
+        )
 
     @property
     def verifier_url(self) -> str:
@@ -220,13 +204,20 @@ class Tenant:
     async def agent_request(
         self, uuid: str, method: str, path: str, body: Mapping[str, Any] | None = None
     ) -> Mapping[str, Any]:
-        """One call to a node's agent, its TLS certificate pinned from the
+        """One call to a node's agent's own API (e.g. ``/v1/sealed``), with
+        the tenant certificate, the agent's TLS certificate pinned from the
         registrar's record.
 
         Raises:
-            ServiceError: unknown node, unreachable, or a non-2xx answer.
+            ServiceError: unknown node, no tenant certificate, unreachable,
+                or a non-2xx answer.
         """
         record = await self.identity(canonical_uuid(uuid))
+        if self._agents is None:  # the agent's own API (the relay has no part)
+            config = self._config
+            self._agents = DirectAgents(
+                config.cert_file, config.key_file, config.timeout
+            )
         answer = await self._agent(uuid, record, method, path, body=body)
         if not isinstance(answer, dict):
             raise AgentError(f"node {uuid}: the agent's answer is not an object")
