@@ -67,10 +67,12 @@ class PushRestartTest(testtools.TestCase):
 
     def test_restarted_verifier_honours_the_agents_push_session(self) -> None:
         registered = wait_until(
-            lambda: self.http.call(
-                "GET", f"{self.cluster.registrar_url}/v1/agents/{self.node.uuid}"
-            ).status_code
-            == 200,
+            lambda: (
+                self.http.call(
+                    "GET", f"{self.cluster.registrar_url}/v1/agents/{self.node.uuid}"
+                ).status_code
+                == 200
+            ),
             60,
         )
         self.assertTrue(registered)
