@@ -109,10 +109,25 @@ class TenantRelay:
             NotFoundError: not enrolled here (or not adopted yet).
             ConflictError: ``revoked`` (nothing goes to a revoked node).
         """
-        node = self._verifier.live(uuid)
+        node = self._verifier.relay_node(uuid)
         if node.state == NodeState.REVOKED:
             raise ConflictError("revoked", f"node {node.uuid} is revoked")
+        self._refresh(node)
         return node
+
+    def _refresh(self, node: LiveNode) -> None:
+        """A polled node's relay state is the shared store's: any process
+        of the deployment serves its tenant, one request at a time (a push
+        node's is the memory of the process that attests it)."""
+        if self._store is None or node.mode == "push":
+            return
+        state = self._store.relay_state(node.uuid)
+        self.ledger.forget(node.uuid)
+        if state is not None:
+            try:
+                self.ledger.load(node.uuid, state)
+            except MalformedError as exc:
+                LOG.warning("Relay state of node %s dropped: %s", node.uuid, exc)
 
     # -- the tenant's side -----------------------------------------------------
 
@@ -217,7 +232,8 @@ class TenantRelay:
         return URelayStatus(held.state, held.detail, held.bootstrapped)
 
     def u_status(self, uuid: str, scope: str | None) -> URelayStatus:
-        node = self._verifier.live(uuid)
+        node = self._verifier.relay_node(uuid)
+        self._refresh(node)
         self.ledger.u_status(node.uuid, node.project_id, scope)  # its project's
         return self.u_status_of(node)
 

@@ -30,6 +30,10 @@ class AttestingService(Protocol):
     def live(self, uuid: str) -> LiveNode:
         """The node this process attests (NotFoundError: none)."""
 
+    def relay_node(self, uuid: str) -> LiveNode:
+        """The node for the tenant relay: the live one, or a polled node
+        another process attests (NotFoundError: neither)."""
+
     def unreachable(self, node: LiveNode, detail: str) -> None:
         """Count one round without an answer (and act on it)."""
 

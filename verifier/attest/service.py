@@ -346,6 +346,25 @@ class Verifier(NodeQueries):
         LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
         return node.view()
 
+    def relay_node(self, uuid: str) -> LiveNode:
+        """The node as the tenant relay needs it: the one this process
+        attests, or a polled node another process attests, read from the
+        database (the relay to it is stateless here: its agent is asked
+        at once).
+
+        Raises:
+            NotFoundError: not enrolled, not in the quote loop yet, or a
+                push node another process attests.
+        """
+        uuid = canonical_uuid(uuid)
+        node = self._nodes.get(uuid)
+        if node is not None:
+            return node
+        row = self.store.load(uuid)
+        if row is None or is_waiting(row.state) or row.attestation_mode == "push":
+            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled here")
+        return LiveNode.from_row(row)
+
     def live(self, uuid: str) -> LiveNode:
         node = self._nodes.get(canonical_uuid(uuid))
         if node is None:

@@ -16,7 +16,10 @@ from node_agent.agent import Agent, TpmAccess
 from node_agent.exceptions import RefusedError
 from node_agent.tests.unit.test_agent import SCRIPT, SoftTpmAdapter
 from trusted_testing.softtpm import SoftTpm
-from verifier.exceptions import AgentUnreachableError, RequestError
+from verifier.attest.ownership import Ownership
+from verifier.attest.service import Verifier
+from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
+from verifier.notify import Outbox
 from verifier.protocol import (
     AttestationKey,
     EnvelopeError,
@@ -33,6 +36,13 @@ from verifier.protocol.relay import RelayError, check_identity_answer
 from verifier.tests.unit.test_attest_service import VerifierServiceBase
 
 OWNER, INTRUDER = "project-a", "project-b"
+
+
+class _OwnsNothing(Ownership):
+    """Another verifier process of the deployment: attests none of these."""
+
+    def owns(self, uuid: str) -> bool:
+        return False
 
 
 class PullRelayServiceTest(VerifierServiceBase):
@@ -196,3 +206,39 @@ class PullRelayServiceTest(VerifierServiceBase):
         nk = self._tenant_checks(await self._ask())
         status = await self.relay.post_u(self.fake.uuid, OWNER, self._share(nk))
         self.assertEqual("accepted", status.state)
+
+    async def test_any_verifier_process_serves_the_relay_of_a_polled_node(
+        self,
+    ) -> None:
+        other = Verifier(  # a second process on the same database
+            self.engine,
+            self.signing_key,
+            self.registrar,  # type: ignore[arg-type]
+            self.agents,  # type: ignore[arg-type]
+            Outbox(self.engine, [self.notifier]),
+            self.ca,
+            interval=0.01,
+            ownership=_OwnsNothing(),
+        )
+        self.verifiers.append(other)
+        await other.sync()
+        self.assertRaises(NotFoundError, other.live, self.fake.uuid)  # not its node
+        nonce = os.urandom(20)
+        await other.push.relay.ask_identity(
+            self.fake.uuid, OWNER, QuoteRequest(nonce, (16,))
+        )
+        nk = self._tenant_checks(nonce)  # read at the attesting process
+        status = await self.relay.post_u(self.fake.uuid, OWNER, self._share(nk))
+        self.assertEqual("accepted", status.state)
+        with self.assertRaises(RelayError) as caught:  # U once, whichever
+            await other.push.relay.post_u(self.fake.uuid, OWNER, self._share(nk))
+        self.assertEqual("u_already_posted", caught.exception.code)
+        self.assertEqual(
+            "accepted", other.push.relay.u_status(self.fake.uuid, OWNER).state
+        )
+        with self.assertRaises(RelayError) as caught:  # still project-scoped
+            await other.push.relay.ask_identity(
+                self.fake.uuid, INTRUDER, QuoteRequest(nonce, (16,))
+            )
+        self.assertEqual("wrong_project", caught.exception.code)
+        self.assertTrue(await self._deliver_v())
