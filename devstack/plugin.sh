@@ -90,6 +90,8 @@ function _configure_trusted_verifier {
     else
         iniset "$conf" verifier auth_strategy noauth
     fi
+    # agents that nobody can reach push their evidence here (push mode)
+    iniset "$conf" push port "$TRUSTED_PUSH_PORT"
     iniset "$conf" revocation_hooks actions "$TRUSTED_REVOCATION_ACTIONS"
     iniset "$conf" action_log record_file \
         "$TRUSTED_CLOUD_DATA_DIR/revocations.jsonl"
@@ -115,6 +117,11 @@ function _configure_trusted_agent {
     iniset "$conf" agent cert_file "$TRUSTED_CLOUD_PKI_DIR/agent.pem"
     iniset "$conf" agent key_file "$TRUSTED_CLOUD_PKI_DIR/agent-key.pem"
     iniset "$conf" agent work_dir "$TRUSTED_CLOUD_DATA_DIR/agent"
+    if [[ "$TRUSTED_PUSH_PORT" != "0" ]]; then
+        # where the agent would push (attestation_mode push); pull stays the default
+        iniset "$conf" agent push_url \
+            "https://$TRUSTED_VERIFIER_HOST:$TRUSTED_PUSH_PORT"
+    fi
 }
 
 # _configure_nova_notifications - versioned notifications on the message

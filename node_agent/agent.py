@@ -114,12 +114,15 @@ class Agent:
         contact_port: int | None = None,
         boot_payload: BootPayload | None = None,
         no_payload_reason: str = "no payload was delivered with the user-data",
+        bootstrap_push_url: str | None = None,
     ) -> None:
         self.uuid = canonical_uuid(uuid)
         self.tpm = tpm
         self.work_dir = os.path.abspath(work_dir)
         self.registrar_url = registrar_url.rstrip("/") if registrar_url else None
         self.ca_file = ca_file
+        #: the push endpoint the tenant's bootstrap file names (push mode)
+        self.bootstrap_push_url = bootstrap_push_url
         self.cert_file = cert_file
         self.key_file = key_file
         self.contact_host = contact_host
@@ -187,6 +190,7 @@ class Agent:
             contact_port=opts.contact_port,
             boot_payload=settings.boot_payload,
             no_payload_reason=settings.no_payload_reason,
+            bootstrap_push_url=settings.push_url,
         )
 
     # -- TLS ---------------------------------------------------------------
@@ -342,6 +346,12 @@ class Agent:
                 self.uuid, u_commitment, self._u, certified, self._candidates
             )
             return await self._try_bootstrap(received="V")
+
+    @property
+    def holds_v(self) -> bool:
+        """Whether the verifier's share V reached this agent (push mode
+        says so in each evidence post, so a lost V is sent again)."""
+        return self._v is not None or self.bootstrapped
 
     def open_transport(self, kind: str, envelope: bytes) -> bytes:
         """Open an envelope sealed to NK (e.g. kind ``ABE``, a CP-ABE key).

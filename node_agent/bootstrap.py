@@ -13,7 +13,9 @@ from cloud-init's instance id, and merges them with ``[agent]`` options:
   ``instance-data.json``, else ``/var/lib/cloud/data/instance-id``; it must
   be a UUID (Nova's instance UUID);
 * the payload envelope comes from cloud-init's copy of the user-data,
-  bound to the boot id written beside it.
+  bound to the boot id written beside it;
+* ``push_url`` in the bootstrap file (``trusted-nova boot --mode push``)
+  makes the agent push to it when ``[agent] push_url`` is unset.
 
 The formats are parsed by :mod:`verifier.protocol.userdata`; this module
 only reads files and turns failures into :class:`BootstrapError`.
@@ -67,6 +69,8 @@ class Settings:
         boot_payload: the payload from the user-data, if there is one.
         no_payload_reason: why there is none (for the tenant's refusal).
         contact_host: the address registered for verifiers and tenants.
+        push_url: the verifier's push endpoint the tenant's bootstrap file
+            names (the node was enrolled in push mode), else None.
     """
 
     uuid: str
@@ -75,6 +79,7 @@ class Settings:
     boot_payload: BootPayload | None
     no_payload_reason: str
     contact_host: str
+    push_url: str | None = None
 
 
 def _read(path: str, limit: int) -> bytes | None:
@@ -232,4 +237,5 @@ def resolve(opts: cfg.ConfigOpts.GroupAttr) -> Settings:
             payload.boot_id,
         )
     contact = opts.contact_host or contact_address(opts.host, registrar_url)
-    return Settings(uuid, registrar_url, ca_file, payload, reason, contact)
+    push_url = config.push_url if config is not None else None
+    return Settings(uuid, registrar_url, ca_file, payload, reason, contact, push_url)

@@ -296,9 +296,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         push_url = None
         if conf.agent.attestation_mode == "push":
-            push_url = conf.agent.push_url
+            push_url = conf.agent.push_url or agent.bootstrap_push_url
             if not push_url:
                 raise BootstrapError("[agent] attestation_mode = push needs push_url")
+        elif agent.bootstrap_push_url:
+            # the tenant enrolled this node in push mode (its user-data);
+            # a push_url of agent.conf still wins
+            push_url = conf.agent.push_url or agent.bootstrap_push_url
+            LOG.info("the bootstrap file names a push endpoint: push mode")
         return asyncio.run(
             serve(agent, conf.agent.host, roles, evidence, conf.agent.tcti, push_url)
         )

@@ -175,7 +175,9 @@ class PushLoop:
         if challenge.identity is not None:  # a tenant's nonce, relayed
             ident = challenge.identity
             identity = await self.agent.quote(ident.nonce, list(ident.pcrs), False)
-        post = EvidencePost(challenge.id, answer, identity, self._u_outcome)
+        post = EvidencePost(
+            challenge.id, answer, identity, self._u_outcome, self.agent.holds_v
+        )
         result = EvidenceResult.from_dict(
             await self._post("/evidence", post.to_dict(), token=True)
         )

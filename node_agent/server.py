@@ -3,9 +3,11 @@
 ``GET  /v1/quote?nonce=<hex>&pcrs=16,17&csr=0|1``   a quote bound to NK (+CSR)
      ``&ima_from=N&mb=0|1``  plus IMA entries from N / the firmware log
 ``POST /v1/keys/u``  ``{"u": b64, "payload": b64, "payload_id"?: uuid}``
-                     the tenant's share (``ShareU``); open to any client:
-                     only the U matching the enroller's commitment (with
-                     V) is combined (:mod:`verifier.protocol.enroller`)
+                     the tenant's share (``ShareU``); open to any client
+                     (the tenant's relay through the verifier posts it
+                     with the verifier's certificate): only the U matching
+                     the enroller's commitment (with V) is combined
+                     (:mod:`verifier.protocol.enroller`)
 ``POST /v1/keys/v``  ``{"v": b64, "identity_cert": PEM|null}``  the verifier's
                      (``ShareV``; both in :mod:`verifier.protocol.messages.shares`)
 ``GET  /v1/status``  bootstrap state
@@ -36,6 +38,7 @@ from verifier.common.web import (
     error_middleware,
     is_anonymous,
     json_response,
+    peer_common_name,
     read_json,
 )
 from verifier.protocol.messages.quote import QuoteRequest, QuoteRequestError
@@ -50,6 +53,8 @@ __all__ = ["make_app"]
 
 _KEY = web.AppKey("agent", Agent)
 _EVIDENCE = web.AppKey("evidence", EvidenceReader)
+#: client certificate names in the tenant role (None: no check)
+_TENANTS: web.AppKey[frozenset[str] | None] = web.AppKey("tenants")
 #: The largest body: a payload envelope in base64 (4/3) and room for the rest.
 _CLIENT_MAX_SIZE = (MAX_PAYLOAD_ENVELOPE * 4) // 3 + 64 * 1024
 
@@ -72,13 +77,19 @@ async def _quote(request: web.Request) -> web.Response:
     return json_response(answer.to_dict())
 
 
-@allow("tenant", anonymous=True)
+@allow("tenant", "verifier", anonymous=True)
 async def _keys_u(request: web.Request) -> web.Response:
-    # anyone may offer U: only the enroller's (V's commitment) is combined
+    # anyone may offer U: only the enroller's (V's commitment) is combined.
+    # The verifier relays a tenant's U (sealed to NK, opaque to it): that
+    # U is no tenant certificate's, so it counts as anonymous.
     body = ShareU.from_dict(await read_json(request))
     agent = request.app[_KEY]
+    tenants = request.app[_TENANTS]
+    certified = not is_anonymous(request) and (
+        tenants is None or peer_common_name(request) in tenants
+    )
     done = await agent.receive_u(
-        body.u, body.payload, body.payload_id, certified=not is_anonymous(request)
+        body.u, body.payload, body.payload_id, certified=certified
     )
     return json_response(ShareAccepted("u", done).to_dict())
 
@@ -151,6 +162,7 @@ def make_app(
     app = web.Application(middlewares=middlewares, client_max_size=_CLIENT_MAX_SIZE)
     app[_KEY] = agent
     app[_EVIDENCE] = evidence or EvidenceReader()
+    app[_TENANTS] = frozenset(roles.get("tenant", ())) if roles is not None else None
     app.router.add_get("/v1/quote", _quote)
     app.router.add_post("/v1/keys/u", _keys_u)
     app.router.add_post("/v1/keys/v", _keys_v)

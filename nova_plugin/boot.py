@@ -96,22 +96,27 @@ class BootResult:
 
 
 def prepare_user_data(
-    payload: bytes, registrar_url: str, ca_pem: str | None
+    payload: bytes,
+    registrar_url: str,
+    ca_pem: str | None,
+    push_url: str | None = None,
 ) -> tuple[bytes, bytes, str, bytes]:
-    """Seal ``payload`` and build the user-data.
+    """Seal ``payload`` and build the user-data (``push_url``: the
+    verifier's push endpoint, for a node booted in push mode).
 
     Returns:
         (K, sealed envelope, boot id, user-data).
 
     Raises:
         UserDataTooLargeError: over Nova's limit after compression.
-        TenantError: ``registrar_url`` or ``ca_pem`` is not what it names.
+        TenantError: ``registrar_url``, ``ca_pem`` or ``push_url`` is not
+            what it names.
     """
     key = generate_key()
     boot_id = str(uuid_mod.uuid4())
     sealed = seal_payload(key, userdata.compress_payload(payload), boot_id)
     try:
-        config = userdata.BootstrapConfig(boot_id, registrar_url, ca_pem)
+        config = userdata.BootstrapConfig(boot_id, registrar_url, ca_pem, push_url)
     except MalformedError as exc:
         raise TenantError(f"cannot build the guest's bootstrap configuration: {exc}")
     return key, sealed, boot_id, userdata.build_user_data(config, sealed)
@@ -134,8 +139,11 @@ class TrustedBoot:
         ca_pem: the operator CA certificate for the guest (optional).
         progress: receives one line per step (the CLI's indicator).
         mode: ``pull`` or ``push`` (the agent posts its evidence and opens
-            no port: its identity quote and U go through the verifier's
-            relay).
+            no port); the identity quote and U go through the verifier's
+            relay either way.
+        push_url: the verifier's push endpoint, written into the guest's
+            bootstrap configuration in push mode (None: the image's or the
+            provider's vendor-data configuration names it).
     """
 
     def __init__(
@@ -147,8 +155,10 @@ class TrustedBoot:
         ca_pem: str | None = None,
         progress: Progress | None = None,
         mode: str = "pull",
+        push_url: str | None = None,
     ) -> None:
         self._mode = mode
+        self._push_url = push_url if mode == "push" else None
         self._nova = nova
         self._tenant = tenant
         self._policy = policy
@@ -168,7 +178,7 @@ class TrustedBoot:
             BootFailedError: the message says what is left.
         """
         key, sealed, boot_id, user_data = prepare_user_data(
-            payload, self._registrar_url, self._ca_pem
+            payload, self._registrar_url, self._ca_pem, self._push_url
         )
         self._progress(
             f"payload sealed ({len(payload):,} bytes, user-data "

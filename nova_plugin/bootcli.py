@@ -12,10 +12,10 @@ import sys
 import time
 from typing import Any
 
-from nova_plugin.attestation import AttestationClient
 from nova_plugin.boot import BootResult, ServerSpec, TrustedBoot
 from nova_plugin.exceptions import UsageError
 from nova_plugin.tenant import Tenant, TenantConfig
+from nova_plugin.tenant_auth import keystone_tenant
 from verifier.protocol import MalformedError, PcrPolicy, jsonlimits
 
 __all__ = ["add_boot_arguments", "load_policy", "run_boot", "summary"]
@@ -34,8 +34,10 @@ _SETTING_HELP = {
     "registrar": "registrar base URL; also written into the guest's "
     "bootstrap configuration",
     "verifier": "verifier base URL over mTLS (unset: the catalog's "
-    "attestation service on your Keystone session)",
-    "cert": "tenant client certificate (PEM) for mTLS",
+    "attestation service on your Keystone session, and no tenant "
+    "certificate is needed)",
+    "cert": "tenant client certificate (PEM) for mTLS (the noauth demo's "
+    "tenant identity; not needed on a Keystone session)",
     "key": "private key of --cert (PEM)",
     "ca": "operator CA bundle (PEM); also given to the guest",
 }
@@ -128,8 +130,23 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         default="pull",
         help="how the verifier attests the server(s): pull (it polls the "
         "agent) or push (the agent, configured for push in the image, posts "
-        "its evidence and opens no port; --wait then reaches it through the "
-        "verifier's relay). Default pull",
+        "its evidence and opens no port). Either way --wait reaches the "
+        "agent only through the verifier's relay. Default pull",
+    )
+    ours.add_argument(
+        "--push-url",
+        default=os.environ.get("TRUSTED_PUSH_URL"),
+        metavar="<url>",
+        help="with --mode push: the verifier's push endpoint, written into "
+        "the guest's bootstrap configuration so that its agent pushes there "
+        "(default: $TRUSTED_PUSH_URL; unset: the image or the provider's "
+        "vendor-data must configure it)",
+    )
+    ours.add_argument(
+        "--direct-agents",
+        action="store_true",
+        help="with --wait, reach polled agents directly with --cert/--key "
+        "(which they must accept) instead of through the verifier's relay",
     )
     ours.add_argument(
         "--wait",
@@ -257,9 +274,8 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
     """
     session = getattr(getattr(nova, "client", None), "session", None)
     keystone = session is not None and not args.verifier
-    missing = [
-        n for n in _ENV if not getattr(args, n) and not (keystone and n == "verifier")
-    ]
+    optional = ("verifier", "cert", "key") if keystone else ()
+    missing = [n for n in _ENV if not getattr(args, n) and n not in optional]
     if missing:
         raise UsageError(
             "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
@@ -268,26 +284,34 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
     spec = _spec(args)
     payload = _read("--payload", args.payload, "rb")
     ca_pem = _read("--ca (or $TRUSTED_CA)", args.ca, "r")
-    verifier = AttestationClient(session) if keystone else None
-    config = TenantConfig(
-        args.registrar.rstrip("/"),
-        "keystone:attestation" if keystone else args.verifier.rstrip("/"),
-        args.cert,
-        args.key,
-        args.ca,
-    )
+    registrar_url = args.registrar.rstrip("/")
+
+    def tenant_of() -> Tenant:
+        if keystone:  # the user's token for the verifier and the registrar
+            return keystone_tenant(session, registrar_url, None, args.ca)
+        return Tenant(
+            TenantConfig(
+                registrar_url,
+                args.verifier.rstrip("/"),
+                args.cert,
+                args.key,
+                args.ca,
+                direct_agents=args.direct_agents,
+            )
+        )
 
     async def go() -> BootResult:
-        tenant = Tenant(config, verifier)
+        tenant = tenant_of()
         try:
             boot = TrustedBoot(
                 nova,
                 tenant,
                 policy,
-                config.registrar_url,
+                registrar_url,
                 ca_pem,
                 _progress(args.quiet),
                 mode=args.mode,
+                push_url=args.push_url,
             )
             return await boot.boot(spec, payload, args.wait, args.wait_timeout)
         finally:

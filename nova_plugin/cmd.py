@@ -4,8 +4,13 @@ payload to a policy over attested node attributes (``seal --seal-policy``,
 ``send-sealed``).
 
 Connection settings come from options or the environment
-(``TRUSTED_REGISTRAR_URL``, ``TRUSTED_VERIFIER_URL``, ``TRUSTED_CERT``,
-``TRUSTED_KEY``, ``TRUSTED_CA``).
+(``TRUSTED_REGISTRAR_URL``, ``TRUSTED_VERIFIER_URL``, ``TRUSTED_CA``).
+With keystoneauth options (``--os-auth-type`` or ``OS_AUTH_TYPE``, and
+the usual ``OS_*``) every call goes over the user's Keystone session and
+no tenant certificate is needed; without them (the ``noauth`` demo)
+``TRUSTED_CERT`` and ``TRUSTED_KEY`` name the tenant's project. Nodes'
+agents are reached through the verifier's relay in both cases
+(``--direct-agents`` keeps the older direct path to polled agents).
 
 ``seal`` needs the ``abe`` extra (``pip install 'trusted-cloud[abe]'``);
 without it the command says so in one line and exits 2.
@@ -23,11 +28,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+
 from nova_plugin.exceptions import TenantError, UsageError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
 from nova_plugin.policygen import add_generate_parser, generate
 from nova_plugin.tenant import Tenant, TenantConfig
+from nova_plugin.tenant_auth import keystone_tenant
 from verifier.common import extras, version
 from verifier.protocol import MalformedError, PcrPolicy, TpmPublic, jsonlimits
 
@@ -56,7 +65,7 @@ def _pcr_options(parser: argparse.ArgumentParser, whose: str) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="trusted-tenant",
         description="Enrol nodes with an encrypted payload, check their "
@@ -68,6 +77,16 @@ def _parser() -> argparse.ArgumentParser:
             f"--{name}", default=os.environ.get(env), help=f"(default: ${env})"
         )
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--direct-agents",
+        action="store_true",
+        help="reach polled nodes' agents directly with --cert/--key (which "
+        "the agents must accept) instead of through the verifier's relay",
+    )
+    ks_loading.register_session_argparse_arguments(p)
+    ks_loading.register_auth_argparse_arguments(
+        p, list(argv if argv is not None else sys.argv[1:]), default=None
+    )
     sub = p.add_subparsers(dest="command", required=True)
     enrol = sub.add_parser("enrol", help="enrol a node with a payload and a policy")
     enrol.add_argument("uuid", help="the node's UUID")
@@ -289,27 +308,46 @@ async def _sealing(tenant: Tenant, args: argparse.Namespace) -> Any:
     return answer
 
 
-async def _run(args: argparse.Namespace) -> Any:
-    needed = [
-        n for n in _ENV if n != "registrar" or args.command in ("enrol", "send-sealed")
-    ]
+def _tenant(args: argparse.Namespace) -> Tenant:
+    """The tenant client: on a Keystone session when keystoneauth options
+    are given (no certificate), else with the ``noauth`` demo's tenant
+    certificate.
+
+    Raises:
+        UsageError: a missing setting or an unreadable file.
+    """
+    direct = args.direct_agents or args.command == "send-sealed"  # agent's API
+    auth = ks_loading.load_auth_from_argparse_arguments(args)
+    needed = ["registrar"] if args.command in ("enrol", "send-sealed") else []
+    if auth is None or direct:  # certificates (the noauth demo, or agents)
+        needed += ["verifier", "cert", "key", "ca"]
     missing = [n for n in needed if not getattr(args, n)]
     if missing:
         raise UsageError(
             "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
         )
     for name in ("cert", "key", "ca"):
-        _readable(f"--{name} (or ${_ENV[name]})", getattr(args, name))
+        if getattr(args, name):
+            _readable(f"--{name} (or ${_ENV[name]})", getattr(args, name))
     if args.command == "enrol":
         _readable("--payload", args.payload)
+    if auth is not None and not direct:
+        session = ks_loading.load_session_from_argparse_arguments(args, auth=auth)
+        return keystone_tenant(
+            session,
+            (args.registrar or "").rstrip("/"),
+            (args.verifier or "").rstrip("/") or None,
+            args.ca,
+        )
     try:
-        tenant = Tenant(
+        return Tenant(
             TenantConfig(
                 (args.registrar or "").rstrip("/"),
                 args.verifier.rstrip("/"),
                 args.cert,
                 args.key,
                 args.ca,
+                direct_agents=direct,
             )
         )
     except ssl.SSLError as exc:
@@ -317,6 +355,10 @@ async def _run(args: argparse.Namespace) -> Any:
             f"--cert {args.cert}, --key {args.key}, --ca {args.ca}: not a usable "
             f"certificate, key and CA (PEM): {exc}"
         ) from None
+
+
+async def _run(args: argparse.Namespace) -> Any:
+    tenant = _tenant(args)
     try:
         if args.command in ("seal", "send-sealed"):
             return await _sealing(tenant, args)
@@ -410,7 +452,7 @@ def _print(result: Any, as_json: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     version.exit_if_asked(argv, "trusted-tenant")
-    args = _parser().parse_args(argv)
+    args = _parser(argv).parse_args(argv)
     if args.command == "policy" and args.policy_command == "generate":
         try:  # offline: no verifier, no credentials
             _print(generate(args), args.json)
@@ -431,5 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (TenantError, MalformedError, OSError) as exc:
         print(f"trusted-tenant: error: {exc}", file=sys.stderr)
+        return 1
+    except ks_exc.ClientException as exc:  # e.g. Keystone unreachable
+        print(f"trusted-tenant: error: Keystone: {exc}", file=sys.stderr)
         return 1
     return 0

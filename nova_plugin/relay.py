@@ -1,9 +1,11 @@
-"""The tenant's side of the relay to push nodes
-(:mod:`verifier.protocol.relay`): a push node's agent opens no port, so
-the identity quote over the tenant's nonce and U (sealed to the quoted
-NK) go through the verifier, which carries them in its push challenges
-and answers. The tenant trusts the verifier with neither: it checks the
-quote itself and U is opaque to the verifier.
+"""The tenant's side of the relay to its nodes
+(:mod:`verifier.protocol.relay`): the identity quote over the tenant's
+nonce and U (sealed to the quoted NK) go through the verifier's
+project-scoped API, so the tenant needs neither a route to the node nor a
+certificate its agent accepts. A push node gets them with its next
+challenge and answer; a polled node's agent from the verifier on its own
+mTLS connection. The tenant trusts the verifier with neither: it checks
+the quote itself and U is opaque to the verifier.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ _POLL = 0.25
 
 
 class PushRelay:
-    """Asks the verifier to relay to push nodes.
+    """Asks the verifier to relay to a node (push or pull).
 
     Args:
         call: one verifier call (method, URL, body) -> (status, JSON).
@@ -50,13 +52,14 @@ class PushRelay:
 
         Raises:
             ServiceError: the verifier refused the relay.
-            AgentError: the node did not answer in time.
+            AgentError: the node did not answer (in time, or with a quote
+                by its AK over the nonce).
         """
-        await self._call(
-            "POST", self._url(uuid, "identity"), IdentityAsk(request).to_dict()
+        deadline = time.monotonic() + self.timeout
+        await self._post(
+            uuid, self._url(uuid, "identity"), IdentityAsk(request).to_dict(), deadline
         )
         url = f"{self._url(uuid, 'identity')}?nonce={request.nonce.hex()}"
-        deadline = time.monotonic() + self.timeout
         while True:
             _, data = await self._call("GET", url, None)
             try:
@@ -82,8 +85,8 @@ class PushRelay:
             ServiceError: the verifier refused it (e.g. posted already).
             AgentError: the agent refused U, or did not take it in time.
         """
-        await self._call("POST", self._url(uuid, "u"), share.to_dict())
         deadline = time.monotonic() + self.timeout
+        await self._post(uuid, self._url(uuid, "u"), share.to_dict(), deadline)
         while True:
             _, data = await self._call("GET", self._url(uuid, "u"), None)
             try:
@@ -99,4 +102,27 @@ class PushRelay:
                     f"node {uuid}: U not taken through the verifier's relay in "
                     f"{self.timeout:g} s (state {status.state})"
                 )
+            await asyncio.sleep(_POLL)
+
+    async def _post(
+        self, uuid: str, url: str, body: Mapping[str, Any], deadline: float
+    ) -> None:
+        """POST to the relay. A node the verifier has not taken up yet
+        (404 ``unknown_node`` right after ``trusted-nova boot`` enrolled
+        it ahead) is asked again until ``deadline``.
+
+        Raises:
+            AgentError: the node's agent did not answer (502).
+            ServiceError: any other refusal.
+        """
+        while True:
+            try:
+                await self._call("POST", url, body)
+                return
+            except ServiceError as exc:
+                if exc.status == 502:
+                    raise AgentError(f"node {uuid}: {exc}", exc.status, exc.code)
+                pending = exc.status == 404 and exc.code == "unknown_node"
+                if not pending or time.monotonic() > deadline:
+                    raise
             await asyncio.sleep(_POLL)

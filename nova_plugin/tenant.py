@@ -3,11 +3,16 @@
 The tenant keeps K. It checks the node's identity quote against the AK the
 registrar activated, seals the payload under K for that node, sends V and
 the policy to the verifier and U (sealed to the node's quoted transport
-key) with the sealed payload to the node -- for a push node, which opens
-no port, both the identity quote and U go through the verifier's relay
-(:mod:`nova_plugin.relay`), checked and sealed here all the same. If
-anything fails after the verifier accepted V, the enrolment is undone
-and the error says so.
+key) with the sealed payload to the node. Both the identity quote and U
+go through the verifier's relay (:mod:`nova_plugin.relay`) in either
+attestation mode, so the tenant needs no route to the node and no
+certificate an agent would accept: only its Keystone session (or, in the
+``noauth`` demo, the certificate that names its project). The quote is
+checked here and U sealed here all the same; the verifier is trusted with
+neither. ``TenantConfig.direct_agents`` keeps the older path for polled
+nodes (the tenant's own mTLS connection to the agent, with a tenant
+certificate the agent accepts). If anything fails after the verifier
+accepted V, the enrolment is undone and the error says so.
 """
 
 from __future__ import annotations
@@ -21,10 +26,10 @@ from typing import Any
 from urllib.parse import quote
 
 from nova_plugin.attestation import AttestationClient
+from nova_plugin.direct import DirectAgents
 from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
 from nova_plugin.relay import PushRelay
 from verifier.common import tls as tlsutil
-from verifier.common.agent_client import AgentClient
 from verifier.common.errors import TransportError
 from verifier.common.http import AsyncClient
 from verifier.protocol import (
@@ -50,12 +55,24 @@ from verifier.protocol.relay import check_identity_answer
 
 @dataclasses.dataclass(frozen=True)
 class TenantConfig:
+    """Where the services are, and how the tenant reaches them.
+
+    Attributes:
+        cert_file, key_file: a tenant client certificate (None: none; the
+            calls then go over the user's Keystone session).
+        ca_file: the CAs the services' TLS certificates chain to.
+        direct_agents: reach polled nodes' agents directly (their quote
+            endpoint and ``/v1/keys/u``) with ``cert_file`` instead of the
+            verifier's relay.
+    """
+
     registrar_url: str
     verifier_url: str
-    cert_file: str
-    key_file: str
-    ca_file: str
+    cert_file: str | None
+    key_file: str | None
+    ca_file: str | None
     timeout: float = 10.0
+    direct_agents: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,30 +83,47 @@ class EnrolResult:
 
 
 class Tenant:
-    """Talks to the registrar, the verifier and node agents over mTLS.
+    """Talks to the registrar and the verifier (and, only with
+    ``direct_agents``, to polled nodes' agents).
 
     Args:
-        config: where the services are, and the tenant certificate.
+        config: where the services are, and the tenant certificate if any.
         verifier: the verifier on the user's Keystone session (found in
             the catalog); when given, every verifier call goes through it
             instead of mTLS (``config.verifier_url`` is then only a label).
+        registrar: the registrar's read side on the user's Keystone
+            session (``[registrar] auth_strategy = keystone``); when given,
+            registrar calls go through it instead of mTLS.
     """
 
     def __init__(
-        self, config: TenantConfig, verifier: AttestationClient | None = None
+        self,
+        config: TenantConfig,
+        verifier: AttestationClient | None = None,
+        registrar: AttestationClient | None = None,
     ) -> None:
         self._config = config
         self._verifier = verifier
+        self._registrar = registrar
         self._ssl: ssl.SSLContext = tlsutil.client_context(
             config.cert_file, config.key_file, config.ca_file
         )
-        self._agents = AgentClient(config.cert_file, config.key_file, config.timeout)
+        self._agents: DirectAgents | None = None
+        if config.direct_agents:
+            self._agents = DirectAgents(
+                config.cert_file, config.key_file, config.timeout
+            )
         self._http = AsyncClient(self._ssl, config.timeout)
         self._relay = PushRelay(self._call, config.verifier_url)
 
     async def close(self) -> None:
         await self._http.close()
-        await self._agents.close()
+        if self._agents is not None:
+            await self._agents.close()
+
+    def _direct(self, mode: str) -> bool:
+        """Whether this node's agent is called directly (never for push)."""
+        return self._config.direct_agents and mode != "push"
 
     async def _call(
         self, method: str, url: str, body: Mapping[str, Any] | None = None
@@ -100,14 +134,19 @@ class Tenant:
         Raises:
             ServiceError: unreachable, a non-2xx answer, or not an object.
         """
-        base = self._config.verifier_url
-        if self._verifier is not None and url.startswith(base):
-            data = await asyncio.to_thread(
-                self._verifier.call, method, url[len(base) :], body
-            )
-            if data is not None and not isinstance(data, dict):
-                raise ServiceError(f"{method} {url}: the answer is not a JSON object")
-            return 200, data or {}
+        for base, client in (
+            (self._config.verifier_url, self._verifier),
+            (self._config.registrar_url, self._registrar),
+        ):
+            if client is not None and base and url.startswith(base):
+                data = await asyncio.to_thread(
+                    client.call, method, url[len(base) :], body
+                )
+                if data is not None and not isinstance(data, dict):
+                    raise ServiceError(
+                        f"{method} {url}: the answer is not a JSON object"
+                    )
+                return 200, data or {}
         try:
             answer = await self._http.request(method, url, json=body)
         except TransportError as exc:
@@ -133,27 +172,20 @@ class Tenant:
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
     ) -> Any:
-        """One call to a node's agent, its TLS certificate pinned from the
-        registrar's ``record``; the JSON answer.
+        """One call to a node's agent on the direct path (:mod:`nova_plugin.
+        direct`).
 
         Raises:
-            AgentError: unreachable, another certificate, or a non-2xx answer.
+            AgentError: no direct path, or as :meth:`DirectAgents.call`.
         """
-        try:
-            answer = await self._agents.request(
-                method, record.base_url, record.tls_cert, path, params=params, body=body
-            )
-        except TransportError as exc:
-            raise AgentError(f"node {uuid}: agent unreachable: {exc}")
-        if not answer.ok:
-            error = answer.error
-            detail = f"{error.code}: {error.message}" if error.code else error.message
+        if self._agents is None:
             raise AgentError(
-                f"node {uuid}: agent answered {answer.status} to {path}: {detail}",
-                answer.status,
-                error.code,
+                f"node {uuid}: agents are reached through the verifier's relay "
+                "(no direct_agents)"
             )
-        return answer.data
+        return await self._agents.call(
+            uuid, record, method, path, params=params, body=body
+        )
 
     @property
     def verifier_url(self) -> str:
@@ -172,13 +204,20 @@ class Tenant:
     async def agent_request(
         self, uuid: str, method: str, path: str, body: Mapping[str, Any] | None = None
     ) -> Mapping[str, Any]:
-        """One call to a node's agent, its TLS certificate pinned from the
+        """One call to a node's agent's own API (e.g. ``/v1/sealed``), with
+        the tenant certificate, the agent's TLS certificate pinned from the
         registrar's record.
 
         Raises:
-            ServiceError: unknown node, unreachable, or a non-2xx answer.
+            ServiceError: unknown node, no tenant certificate, unreachable,
+                or a non-2xx answer.
         """
         record = await self.identity(canonical_uuid(uuid))
+        if self._agents is None:  # the agent's own API (the relay has no part)
+            config = self._config
+            self._agents = DirectAgents(
+                config.cert_file, config.key_file, config.timeout
+            )
         answer = await self._agent(uuid, record, method, path, body=body)
         if not isinstance(answer, dict):
             raise AgentError(f"node {uuid}: the agent's answer is not an object")
@@ -242,9 +281,11 @@ class Tenant:
         """Verify a fresh identity quote over our own nonce; return the
         node's transport key.
 
-        ``mode`` ``push`` asks through the verifier's relay (the agent
-        opens no port), ``pull`` asks the agent; None asks the verifier
-        which. Either way the quote is checked here, by
+        The verifier's relay asks the node (``mode`` ``push``: with its
+        next challenge; ``pull``: the verifier asks the agent on its own
+        connection); with ``direct_agents`` a polled agent is asked here
+        (None: ask the verifier which mode the node is in). Either way
+        the quote is checked here, by
         :func:`~verifier.protocol.relay.check_identity_answer`: the
         verifier is not trusted with it.
 
@@ -257,10 +298,18 @@ class Tenant:
         nonce = os.urandom(20)
         pcrs = policy.pcrs or (10,)  # a runtime-policy-only enrolment
         request = QuoteRequest(nonce, tuple(pcrs))
-        if mode is None:
+        if mode is None and self._config.direct_agents:
             mode = await self.node_mode(uuid)
-        if mode == "push":
-            answer = await self._relay.identity(uuid, request)
+        if not self._direct(mode or "pull"):
+            try:
+                answer = await self._relay.identity(uuid, request)
+            except ServiceError as exc:
+                if exc.code != "revoked":
+                    raise
+                raise AttestationFailedError(  # its first quote failed
+                    f"node {uuid} failed the verifier's attestation before its "
+                    f"identity quote, nothing was sent: {exc}"
+                )
         else:
             answer = await self._agent(
                 uuid, record, "GET", "/v1/quote", params=request.to_query()
@@ -298,7 +347,7 @@ class Tenant:
             )
         record = await self.identity(uuid)
         nk = None
-        if mode != "push":
+        if self._direct(mode):  # before the verifier holds anything
             nk = await self.check_identity_quote(uuid, record, policy, mode)
         key = generate_key()
         sealed = seal_payload(key, payload, uuid)
@@ -317,11 +366,11 @@ class Tenant:
         )
         try:
             if nk is None:
-                # push: the relay needs the node enrolled; V alone is
-                # worthless, and U goes only after our own identity check
+                # the relay needs the node enrolled; V alone is worthless,
+                # and U goes only after our own identity check
                 nk = await self.check_identity_quote(uuid, record, policy, mode)
             await self.send_u(uuid, record, nk, u_share, sealed, mode=mode)
-        except AgentError as exc:
+        except (AgentError, ServiceError) as exc:
             await self._undo(uuid, exc)
         except AttestationFailedError as exc:
             try:  # nothing was sent to the node: take V back
@@ -377,8 +426,9 @@ class Tenant:
 
         ``sealed`` None sends U alone: the node has the payload from the
         user-data of ``trusted-nova boot`` (and the boot id it is bound to).
-        ``mode`` as :meth:`check_identity_quote`: a push node gets it
-        through the verifier's relay, which holds it opaque.
+        ``mode`` as :meth:`check_identity_quote`: U goes through the
+        verifier's relay, which holds it opaque (or, with
+        ``direct_agents``, to a polled agent directly).
 
         Returns:
             True if this completed the node's bootstrap (V was there).
@@ -387,9 +437,9 @@ class Tenant:
             AgentError: the agent did not take it, or its answer is malformed.
         """
         body = ShareU(seal_share(nk, u_share, "U", uuid), sealed, payload_id)
-        if mode is None:
+        if mode is None and self._config.direct_agents:
             mode = await self.node_mode(uuid)
-        if mode == "push":
+        if not self._direct(mode or "pull"):
             return await self._relay.send_u(uuid, body)
         answer = await self._agent(
             uuid, record, "POST", "/v1/keys/u", body=body.to_dict()

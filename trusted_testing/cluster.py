@@ -123,6 +123,8 @@ class LocalCluster:
             (e.g. ``capabilities``).
         registrar_options: extra ``[registrar]`` options (e.g. the EK CA
             bundle of a compute host's vTPMs).
+        registrar_sections: more sections of the registrar's configuration
+            (e.g. ``keystone_authtoken``).
     """
 
     def __init__(
@@ -139,8 +141,10 @@ class LocalCluster:
         evidence: bool = False,
         verifier_sections: dict[str, dict[str, Any]] | None = None,
         registrar_options: dict[str, Any] | None = None,
+        registrar_sections: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
+        self.registrar_sections = dict(registrar_sections or {})
         self.registrar_options = dict(registrar_options or {})
         self.n_nodes = nodes
         self.interval = interval
@@ -301,6 +305,7 @@ class LocalCluster:
                     **self._ek_options(),
                     **self.registrar_options,
                 },
+                **self.registrar_sections,
             },
         )
         log = os.path.join(self.workdir, "registrar.out")
@@ -396,7 +401,7 @@ class LocalCluster:
             [_script("trusted-agent"), "--config-file", conf],
             os.path.join(node.dir, "agent.out"),
         )
-        if node.agent_options.get("attestation_mode") == "push":
+        if _pushes(node.agent_options):
             # a push agent opens no port: wait for it to say so
             proc = node.proc
             if (
@@ -522,6 +527,19 @@ def _soft_kernel(tcti: str, directory: str) -> SoftKernel:
         return dict(with_tpm(lambda tpm: tpm.pcr_read(pcrs)))
 
     return SoftKernel(extend, read, directory)
+
+
+def _pushes(options: dict[str, Any]) -> bool:
+    """Whether an agent with these options pushes (its mode, or a bootstrap
+    file naming a push endpoint, as ``trusted-nova boot --mode push``
+    writes)."""
+    if options.get("attestation_mode") == "push":
+        return True
+    path = options.get("bootstrap_file")
+    if not path or not os.path.exists(path):
+        return False
+    with open(path, "rb") as f:
+        return b'"push_url"' in f.read()
 
 
 def _says(log: str, text: str) -> bool:

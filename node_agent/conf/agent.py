@@ -102,7 +102,8 @@ _OPTS = [
         help="pull: the verifier polls this agent's quote endpoint. push: the "
         "agent posts its evidence to push_url (the node is enrolled with "
         "mode push); the verifier then never connects to the agent, which "
-        "suits nodes on tenant networks it cannot reach.",
+        "suits nodes on tenant networks it cannot reach. A bootstrap file "
+        "that names a push_url (trusted-nova boot --mode push) means push.",
     ),
     cfg.StrOpt(
         "push_url",

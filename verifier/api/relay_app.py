@@ -1,7 +1,10 @@
-"""The tenant's relay to push nodes on the verifier's tenant API
-(:mod:`verifier.protocol.messages.relay`): a push node opens no port, so
-its tenant asks for the identity quote and hands U over here, and the
-node's agent gets them in the answers to its pushed evidence.
+"""The tenant's relay to its nodes on the verifier's tenant API
+(:mod:`verifier.protocol.messages.relay`): the tenant asks for the
+identity quote and hands U over here, with nothing but its Keystone token,
+in both modes. A push node's agent gets them in the answers to its pushed
+evidence; a polled node's agent from the verifier on its own mTLS
+connection, while the tenant's request waits (so for a polled node the
+``POST`` already holds the outcome).
 
 ``POST /v1/nodes/{uuid}/relay/identity``           ask (tenant nonce)
 ``GET  /v1/nodes/{uuid}/relay/identity?nonce=HEX`` the agent's answer
@@ -9,7 +12,10 @@ node's agent gets them in the answers to its pushed evidence.
 ``GET  /v1/nodes/{uuid}/relay/u``                  what became of it
 
 Only the node's project (or an operator) may use them; another project's
-node is 404, as everywhere else on this API.
+node is 404 ``unknown_node``, as everywhere else on this API. An agent
+that does not answer is 502 ``agent_unreachable``; a polled agent's
+identity quote that is not by its AK over the tenant's nonce is 502
+``identity_not_over_nonce`` (nothing is kept).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ _KEY = web.AppKey("relay_push", PushAttestation)
 #: The HTTP status of each refusal.
 STATUS = {
     "wrong_project": 404,
+    "identity_not_over_nonce": 502,
     "not_asked": 404,
     "u_not_posted": 404,
     "u_already_posted": 409,
@@ -39,7 +46,9 @@ STATUS = {
 _MAX_U_BODY = 4 * (MAX_PAYLOAD_ENVELOPE // 3 + 2) + 4096
 
 
-def _refused(exc: RelayError) -> RequestError:
+def _refused(exc: RelayError, uuid: str) -> RequestError:
+    if exc.code == "wrong_project":  # as if it did not exist
+        return RequestError("unknown_node", f"node {uuid} is not enrolled", 404)
     return RequestError(exc.code, exc.detail, STATUS.get(exc.code, 400))
 
 
@@ -63,11 +72,11 @@ async def _body(request: web.Request, limit: int) -> bytes:
 async def _ask_identity(request: web.Request) -> web.Response:
     ask = IdentityAsk.from_dict(parse_json_body(await _body(request, 4096)))
     try:
-        request.app[_KEY].relay.ask_identity(
+        await request.app[_KEY].relay.ask_identity(
             request.match_info["uuid"], caller(request).scope, ask.request
         )
     except RelayError as exc:
-        raise _refused(exc) from exc
+        raise _refused(exc, request.match_info["uuid"]) from None
     return json_response({"state": "asked"}, status=202)
 
 
@@ -82,7 +91,7 @@ async def _identity(request: web.Request) -> web.Response:
             request.match_info["uuid"], caller(request).scope, nonce
         )
     except RelayError as exc:
-        raise _refused(exc) from exc
+        raise _refused(exc, request.match_info["uuid"]) from None
     return json_response(relayed.to_dict())
 
 
@@ -90,11 +99,11 @@ async def _identity(request: web.Request) -> web.Response:
 async def _post_u(request: web.Request) -> web.Response:
     share = ShareU.from_dict(parse_json_body(await _body(request, _MAX_U_BODY)))
     try:
-        status = request.app[_KEY].relay.post_u(
+        status = await request.app[_KEY].relay.post_u(
             request.match_info["uuid"], caller(request).scope, share
         )
     except RelayError as exc:
-        raise _refused(exc) from exc
+        raise _refused(exc, request.match_info["uuid"]) from None
     return json_response(status.to_dict(), status=202)
 
 
@@ -105,7 +114,7 @@ async def _u_status(request: web.Request) -> web.Response:
             request.match_info["uuid"], caller(request).scope
         )
     except RelayError as exc:
-        raise _refused(exc) from exc
+        raise _refused(exc, request.match_info["uuid"]) from None
     return json_response(status.to_dict())
 
 

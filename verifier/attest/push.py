@@ -9,7 +9,10 @@ revocations with their signed events, failures with theirs).
 The differences from polling are only where the I/O goes:
 
 * V and the identity certificate travel in the answer to the first good
-  evidence, not in a ``POST /v1/keys/v`` to the agent;
+  evidence, not in a ``POST /v1/keys/v`` to the agent; they count as
+  delivered (the node is ``attested``) only once a later post of the agent
+  says it holds V (``v_held``), and are sent again with each good evidence
+  until then, so an answer lost on the way does not strand the node;
 * a deadline replaces the transport error: the quote scheduler still
   visits each push node every interval, and a node that posted no good
   evidence since its deadline counts one unreachable round
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from verifier.attest.node import LiveNode, NodeState
+from verifier.attest.push_store import PushStore
 from verifier.attest.relay import TenantRelay
 from verifier.exceptions import ConflictError
 from verifier.protocol.attestation import Action, Verdict
@@ -39,7 +43,7 @@ from verifier.protocol.messages.push import (
     SessionProof,
 )
 from verifier.protocol.messages.shares import ShareV
-from verifier.protocol.push import PushLedger, PushRules
+from verifier.protocol.push import PushError, PushLedger, PushRules, session_digest
 
 if TYPE_CHECKING:
     from verifier.attest.seam import AttestingService
@@ -60,6 +64,11 @@ class PushAttestation:
             interval).
         clock: wall clock (seconds).
         random: makes nonces, challenge ids and session tokens.
+        store: the shared store of sessions and relay state (None: this
+            process's memory only).
+        session_key: the deployment's session-nonce key
+            (:func:`~verifier.attest.push_store.session_key`; None: a
+            random one, good for this process only).
     """
 
     def __init__(
@@ -69,16 +78,21 @@ class PushAttestation:
         interval: float,
         clock: Callable[[], float],
         random: Callable[[int], bytes] = os.urandom,
+        store: PushStore | None = None,
+        session_key: bytes | None = None,
     ) -> None:
         self._verifier = verifier
-        self.ledger = PushLedger(rules, random(32))
+        self._store = store
+        self.ledger = PushLedger(rules, session_key or random(32))
         self.rules = rules
         self.interval = interval
         self._clock = clock
         self._random = random
         self._due: dict[str, float] = {}  # uuid -> deadline of good evidence
+        #: V sent, not yet acknowledged: uuid -> the identity cert sent with it
+        self._v_sent: dict[str, str | None] = {}
         #: the tenants' identity asks and U on their way to push agents
-        self.relay = TenantRelay(verifier, clock)
+        self.relay = TenantRelay(verifier, clock, store=store)
 
     @property
     def _grace(self) -> float:
@@ -121,6 +135,8 @@ class PushAttestation:
         expires = self.ledger.prove_session(
             node.uuid, proof.expires_at, node.ak, proof.quote, token, self._clock()
         )
+        if self._store is not None:  # any process, and a restart, honour it
+            self._store.save_session(session_digest(token), node.uuid, expires)
         LOG.info("Node %s opened a push session", node.uuid)
         return SessionGrant(token, expires, self.interval)
 
@@ -134,8 +150,29 @@ class PushAttestation:
         """
         node = self._node(uuid)
         now = self._clock()
-        self.ledger.session_node(token, node.uuid, now)
+        self._session(token, node.uuid, now)
         return self._issue(node, now)
+
+    def _session(self, token: str, uuid: str, now: float) -> None:
+        """Check ``token`` is a live session of ``uuid``; a session this
+        process does not hold is looked up in the shared store (opened
+        before a restart, or by another process of the deployment).
+
+        Raises:
+            PushError: as :meth:`PushLedger.session_node`.
+        """
+        try:
+            self.ledger.session_node(token, uuid, now)
+            return
+        except PushError as exc:
+            if exc.code != "no_session" or self._store is None:
+                raise
+            digest = session_digest(token)
+            found = self._store.find_session(digest)
+            if found is None:
+                raise
+        self.ledger.adopt_session(digest, *found)
+        self.ledger.session_node(token, uuid, now)
 
     def _issue(
         self, node: LiveNode, now: float, ahead: bool = False
@@ -158,7 +195,7 @@ class PushAttestation:
         """
         node = self._node(uuid)
         now = self._clock()
-        self.ledger.session_node(token, node.uuid, now)
+        self._session(token, node.uuid, now)
         challenge = self.ledger.take(node.uuid, post.challenge, size, now)
         verifier = self._verifier
         verdict = node.judge(challenge.request, post.evidence, now, verifier.rules)
@@ -177,14 +214,15 @@ class PushAttestation:
             self.ledger.follow_up(node.uuid)
             follow = self._issue(node, now)
         elif verdict.action is Action.RELEASE_V:
-            share = self._release_v(node, verdict)
+            share = self._release_v(node, verdict, post.v_held)
         abe = self._abe_key(node, verdict)
         upcoming, u_share = None, None
         if node.state != NodeState.REVOKED:
             u_share = self.relay.deliver_u(node.uuid)
         if node.state == NodeState.REVOKED:
             self.ledger.forget(node.uuid)
-            self.relay.forget(node.uuid)
+            self._v_sent.pop(node.uuid, None)
+            self.drop(node.uuid)
         elif follow is None and self.interval + 1.0 < self.rules.challenge_ttl:
             # the next challenge rides on this answer: one request per round
             upcoming = self._issue(node, now, ahead=True)
@@ -215,17 +253,35 @@ class PushAttestation:
         abe.delivered(node.uuid, marker)  # handed over in the answer
         return delivery
 
-    def _release_v(self, node: LiveNode, verdict: Verdict) -> ShareV | None:
-        """V sealed to the quoted NK, with the identity certificate; the node
-        is attested once they are handed over (in the response)."""
+    def _release_v(
+        self, node: LiveNode, verdict: Verdict, held: bool | None
+    ) -> ShareV | None:
+        """V sealed to the quoted NK, with the identity certificate, for the
+        answer; None once the agent says it holds the V sent earlier (the
+        node is then attested).
+
+        ``held`` is the agent's word (:attr:`EvidencePost.v_held`): until
+        it is True, V goes again with each good evidence (the answer that
+        carried it may be lost). An agent that does not say (None) is
+        taken to have V once it is sent."""
         verifier = self._verifier
+        if held and node.uuid in self._v_sent:
+            cert = self._v_sent.pop(node.uuid)
+            verifier.transitions.act(node, node.v_delivered(), identity_cert=cert)
+            LOG.info("Node %s attested (push); its agent holds V", node.uuid)
+            return None
         share = verifier.share_v(node, verdict)
         if share is None:
             return None
-        verifier.transitions.act(
-            node, node.v_delivered(), identity_cert=share.identity_cert
-        )
-        LOG.info("Node %s attested (push); V released", node.uuid)
+        if held is None:
+            verifier.transitions.act(
+                node, node.v_delivered(), identity_cert=share.identity_cert
+            )
+            LOG.info("Node %s attested (push); V released", node.uuid)
+        else:
+            self._v_sent[node.uuid] = share.identity_cert
+            LOG.info("Node %s: V sent (push), waiting for its agent to say so",
+                     node.uuid)  # fmt: skip
         return share
 
     # -- deadlines -------------------------------------------------------------
@@ -242,8 +298,22 @@ class PushAttestation:
         since = f"since {last:.0f}" if last is not None else "since enrolment"
         self._verifier.unreachable(node, f"no evidence pushed {since}")
 
+    def adopted(self, uuid: str) -> None:
+        """This process attests ``uuid`` now (its shared relay state)."""
+        self.relay.adopted(uuid)
+
+    def drop(self, uuid: str) -> None:
+        """The node is revoked or deleted: its sessions and relay state go
+        from the shared store too."""
+        self.ledger.forget(uuid)
+        self.relay.drop(uuid)
+        if self._store is not None:
+            self._store.forget_sessions(uuid)
+
     def forget(self, uuid: str) -> None:
-        """The node is no longer attested here."""
+        """The node is no longer attested here (the shared store keeps its
+        sessions and relay state for the process that attests it)."""
         self.ledger.forget(uuid)
         self.relay.forget(uuid)
         self._due.pop(uuid, None)
+        self._v_sent.pop(uuid, None)

@@ -1,23 +1,37 @@
-"""The tenant's relay to push nodes in the verifier service
-(:mod:`verifier.protocol.relay`): a tenant's identity ask rides on the
-node's next push challenge, the agent's identity quote comes back with its
-evidence, and U (sealed to NK) rides on the next answer. The state is the
-:class:`~verifier.protocol.relay.RelayLedger` of the process that attests
-the node (push nodes are attested by one verifier process at a time).
+"""The tenant's relay to its nodes in the verifier service
+(:mod:`verifier.protocol.relay`): the tenant needs no route to the node
+and no certificate of its own, in either attestation mode.
+
+* push (the agent opens no port): a tenant's identity ask rides on the
+  node's next push challenge, the agent's identity quote comes back with
+  its evidence, and U (sealed to NK) rides on the next answer;
+* pull (the verifier polls the agent): the verifier asks the agent for
+  the identity quote over the tenant's nonce on its own mTLS connection
+  (the one it polls with, the agent's certificate pinned from the
+  registrar) and forwards U to the agent's ``POST /v1/keys/u`` -- both
+  while the tenant's request waits.
+
+Either way the same :class:`~verifier.protocol.relay.RelayLedger` checks
+the relay (the node's project only, a quote by the node's AK over the
+tenant's nonce, U once), and the tenant checks the quote itself. The
+state is the ledger of the process that attests the node.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from verifier.attest.node import LiveNode
-from verifier.exceptions import ConflictError
+from verifier.attest.node import LiveNode, NodeState
+from verifier.attest.push_store import PushStore
+from verifier.exceptions import AgentUnreachableError, ConflictError, RequestError
+from verifier.protocol.errors import MalformedError
 from verifier.protocol.messages.push import EvidencePost
 from verifier.protocol.messages.quote import QuoteRequest
 from verifier.protocol.messages.relay import IdentityRelayed, URelayStatus
-from verifier.protocol.messages.shares import ShareU
+from verifier.protocol.messages.shares import ShareAccepted, ShareU
 from verifier.protocol.relay import RelayError, RelayLedger
 
 if TYPE_CHECKING:
@@ -29,41 +43,139 @@ LOG = logging.getLogger(__name__)
 
 
 class TenantRelay:
-    """Relays identity quotes and U between tenants and push agents.
+    """Relays identity quotes and U between tenants and their agents.
 
     Args:
-        verifier: the service (its live nodes).
+        verifier: the service (its live nodes, its agent connections).
         clock: wall clock (seconds).
+        random: makes the ids of the identity fetches from polled agents.
+        store: the shared store the ledger is written through to and
+            loaded from (None: this process's memory only).
     """
 
-    def __init__(self, verifier: AttestingService, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        verifier: AttestingService,
+        clock: Callable[[], float],
+        random: Callable[[int], bytes] = os.urandom,
+        store: PushStore | None = None,
+    ) -> None:
         self._verifier = verifier
         self._clock = clock
+        self._random = random
+        self._store = store
+        self._follow = False
         self.ledger = RelayLedger()
+        if store is not None:  # what a process before a restart left
+            for uuid, state in store.relay_states().items():
+                try:
+                    self.ledger.load(uuid, state)
+                except MalformedError as exc:
+                    LOG.warning("Relay state of node %s dropped: %s", uuid, exc)
+
+    def follow_handovers(self) -> None:
+        """From now on a node this process takes over (from another
+        process of the deployment) is loaded from the store when adopted
+        (the state of the first adoptions was loaded at construction)."""
+        self._follow = True
+
+    def adopted(self, uuid: str) -> None:
+        """This process attests ``uuid`` now: take its relay state from the
+        shared store (another process may have left it)."""
+        if self._store is None or not self._follow:
+            return
+        state = self._store.relay_state(uuid)
+        self.ledger.forget(uuid)
+        if state is not None:
+            try:
+                self.ledger.load(uuid, state)
+            except MalformedError as exc:
+                LOG.warning("Relay state of node %s dropped: %s", uuid, exc)
+
+    def drop(self, uuid: str) -> None:
+        """The node is revoked or deleted: forget it here and in the store."""
+        self.ledger.forget(uuid)
+        self._save(uuid)
+
+    def _save(self, uuid: str) -> None:
+        """Write the ledger's state of ``uuid`` through to the store."""
+        if self._store is not None:
+            self._store.save_relay(uuid, self.ledger.export(uuid))
 
     def _node(self, uuid: str) -> LiveNode:
-        """The live push node ``uuid``.
+        """The live node ``uuid``.
 
         Raises:
-            NotFoundError: not enrolled here.
-            ConflictError: ``not_push_mode`` (the tenant reaches a polled
-                node's agent directly).
+            NotFoundError: not enrolled here (or not adopted yet).
+            ConflictError: ``revoked`` (nothing goes to a revoked node).
         """
-        node = self._verifier.live(uuid)
-        if node.mode != "push":
-            raise ConflictError(
-                "not_push_mode",
-                f"node {node.uuid} is polled: talk to its agent directly",
-            )
+        node = self._verifier.relay_node(uuid)
+        if node.state == NodeState.REVOKED:
+            raise ConflictError("revoked", f"node {node.uuid} is revoked")
+        self._refresh(node)
         return node
+
+    def _refresh(self, node: LiveNode) -> None:
+        """A polled node's relay state is the shared store's: any process
+        of the deployment serves its tenant, one request at a time (a push
+        node's is the memory of the process that attests it)."""
+        if self._store is None or node.mode == "push":
+            return
+        state = self._store.relay_state(node.uuid)
+        self.ledger.forget(node.uuid)
+        if state is not None:
+            try:
+                self.ledger.load(node.uuid, state)
+            except MalformedError as exc:
+                LOG.warning("Relay state of node %s dropped: %s", node.uuid, exc)
 
     # -- the tenant's side -----------------------------------------------------
 
-    def ask_identity(self, uuid: str, scope: str | None, request: QuoteRequest) -> None:
+    async def ask_identity(
+        self, uuid: str, scope: str | None, request: QuoteRequest
+    ) -> None:
+        """Ask node ``uuid`` for an identity quote over the tenant's nonce:
+        a push node with its next challenge, a polled node's agent at once.
+
+        Raises:
+            RelayError: ``wrong_project``; for a polled node
+                ``identity_not_over_nonce`` (its agent answered with a
+                quote that is not by its AK over the nonce).
+            RequestError: ``agent_unreachable`` (502; a polled node).
+        """
         node = self._node(uuid)
         self.ledger.ask_identity(
             node.uuid, node.project_id, scope, request, self._clock()
         )
+        if node.mode == "push":
+            self._save(node.uuid)
+            return
+        try:
+            await self._fetch_identity(node)
+        finally:
+            self._save(node.uuid)
+
+    async def _fetch_identity(self, node: LiveNode) -> None:
+        """The polled agent's identity quote for the waiting ask, checked by
+        the ledger as a pushed one is (by the node's AK, over the nonce)."""
+        fetch = f"pull-{self._random(16).hex()}"
+        request = self.ledger.carry(node.uuid, fetch, self._clock())
+        if request is None:  # pragma: no cover - asked just now
+            raise RelayError("not_asked", f"no identity ask for node {node.uuid}")
+        try:
+            answer = await self._verifier.call_agent(
+                node, "GET", "/v1/quote", params=request.to_query()
+            )
+        except AgentUnreachableError as exc:
+            raise RequestError(
+                "agent_unreachable",
+                f"node {node.uuid}: its agent did not give the identity quote: {exc}",
+                502,
+            ) from None
+        except MalformedError as exc:
+            raise RelayError("identity_not_over_nonce", str(exc)) from None
+        self.ledger.answer_identity(node.uuid, fetch, node.ak, answer)
+        LOG.info("Node %s: identity quote fetched for its tenant", node.uuid)
 
     def identity(self, uuid: str, scope: str | None, nonce: bytes) -> IdentityRelayed:
         node = self._node(uuid)
@@ -71,24 +183,68 @@ class TenantRelay:
             self.ledger.identity(node.uuid, node.project_id, scope, nonce)
         )
 
-    def post_u(self, uuid: str, scope: str | None, share: ShareU) -> URelayStatus:
+    async def post_u(self, uuid: str, scope: str | None, share: ShareU) -> URelayStatus:
+        """Take U (sealed to NK, opaque here) for node ``uuid``: a push
+        node gets it in its next answer, a polled node's agent at once.
+
+        Raises:
+            RelayError: ``wrong_project``, ``u_malformed``,
+                ``u_already_posted``.
+        """
         node = self._node(uuid)
         self.ledger.post_u(node.uuid, node.project_id, scope, share)
         LOG.info("Node %s: U posted for relay (sealed to its NK)", node.uuid)
-        return URelayStatus("waiting")
+        if node.mode == "push":
+            self._save(node.uuid)
+            return URelayStatus("waiting")
+        try:
+            return await self._forward_u(node)
+        finally:
+            self._save(node.uuid)
 
-    def u_status(self, uuid: str, scope: str | None) -> URelayStatus:
-        node = self._node(uuid)
-        held = self.ledger.u_status(node.uuid, node.project_id, scope)
+    async def _forward_u(self, node: LiveNode) -> URelayStatus:
+        """Hand U to the polled agent; record what it said (an agent that
+        did not answer counts as a refusal: the tenant may post again)."""
+        share = self.ledger.deliver_u(node.uuid)
+        if share is None:  # pragma: no cover - posted just now
+            raise RelayError("u_not_posted", f"no U for node {node.uuid}")
+        accepted, detail, bootstrapped = False, "", False
+        try:
+            answer = await self._verifier.call_agent(
+                node, "POST", "/v1/keys/u", body=share.to_dict()
+            )
+            bootstrapped = ShareAccepted.from_dict(answer).bootstrapped
+            accepted = True
+        except (AgentUnreachableError, MalformedError) as exc:
+            detail = str(exc)[:500]
+        self.ledger.u_outcome(node.uuid, accepted, detail, bootstrapped)
+        LOG.info(
+            "Node %s: relayed U %s",
+            node.uuid,
+            "accepted" if accepted else f"refused ({detail})",
+        )
+        return self.u_status_of(node)
+
+    def u_status_of(self, node: LiveNode) -> URelayStatus:
+        held = self.ledger.u_status(node.uuid, node.project_id, None)
         if held is None:
             raise RelayError("u_not_posted", f"no U was posted for node {node.uuid}")
         return URelayStatus(held.state, held.detail, held.bootstrapped)
+
+    def u_status(self, uuid: str, scope: str | None) -> URelayStatus:
+        node = self._verifier.relay_node(uuid)
+        self._refresh(node)
+        self.ledger.u_status(node.uuid, node.project_id, scope)  # its project's
+        return self.u_status_of(node)
 
     # -- the push side -----------------------------------------------------------
 
     def carry(self, uuid: str, challenge_id: str) -> QuoteRequest | None:
         """The identity ask the node's new challenge carries, if any."""
-        return self.ledger.carry(uuid, challenge_id, self._clock())
+        carried = self.ledger.carry(uuid, challenge_id, self._clock())
+        if carried is not None:
+            self._save(uuid)
+        return carried
 
     def received(self, node: LiveNode, post: EvidencePost) -> None:
         """Take what the agent's evidence post carries for a tenant (it was
@@ -113,9 +269,18 @@ class TenantRelay:
                 node.uuid,
                 "accepted" if outcome.accepted else f"refused ({outcome.detail})",
             )
+        if post.identity is not None or outcome is not None:
+            self._save(node.uuid)
 
     def deliver_u(self, uuid: str) -> ShareU | None:
-        return self.ledger.deliver_u(uuid)
+        held = self.ledger.u_status(uuid, "", None)
+        was = held.state if held is not None else None
+        share = self.ledger.deliver_u(uuid)
+        if share is not None and was != "delivered":
+            self._save(uuid)
+        return share
 
     def forget(self, uuid: str) -> None:
+        """This process no longer attests ``uuid`` (the store keeps its
+        state for the process that does)."""
         self.ledger.forget(uuid)

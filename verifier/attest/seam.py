@@ -5,7 +5,8 @@ protocol: they depend on this seam, not on :mod:`verifier.attest.service`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from verifier.attest.node import LiveNode
 from verifier.attest.transitions import TransitionWriter
@@ -29,8 +30,29 @@ class AttestingService(Protocol):
     def live(self, uuid: str) -> LiveNode:
         """The node this process attests (NotFoundError: none)."""
 
+    def relay_node(self, uuid: str) -> LiveNode:
+        """The node for the tenant relay: the live one, or a polled node
+        another process attests (NotFoundError: neither)."""
+
     def unreachable(self, node: LiveNode, detail: str) -> None:
         """Count one round without an answer (and act on it)."""
 
     def share_v(self, node: LiveNode, verdict: Verdict) -> ShareV | None:
         """V, the identity certificate and the U commitment for the node."""
+
+    async def call_agent(
+        self,
+        node: LiveNode,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Mapping[str, Any]:
+        """One request to a polled node's agent on the verifier's own mTLS
+        connection (its certificate pinned from the registrar).
+
+        Raises:
+            AgentUnreachableError: transport failure or a non-2xx answer.
+            MalformedError: a 2xx answer that is not a JSON object.
+        """

@@ -16,8 +16,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -33,6 +33,7 @@ from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.policies import PolicyStore
 from verifier.attest.push import PushAttestation
+from verifier.attest.push_store import PushStore, session_key
 from verifier.attest.queries import NodeQueries
 from verifier.attest.quotas import Quotas
 from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
@@ -153,7 +154,14 @@ class Verifier(NodeQueries):
         self._background: list[asyncio.Task[None]] = []
         self._outbox_wakeup = asyncio.Event()
         self.abe = abe
-        self.push = PushAttestation(self, push_rules or PushRules(), interval, clock)
+        self.push = PushAttestation(
+            self,
+            push_rules or PushRules(),
+            interval,
+            clock,
+            store=PushStore(engine, clock),
+            session_key=session_key(signing_key),
+        )
         self.pending = PendingNodes(
             self.store,
             registrar,
@@ -170,6 +178,7 @@ class Verifier(NodeQueries):
         """Join the ownership group, adopt owned nodes, start the loops."""
         await self._ownership.start()
         await self.sync()
+        self.push.relay.follow_handovers()
         self._background = [
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
@@ -193,6 +202,7 @@ class Verifier(NodeQueries):
 
     def _adopt(self, node: LiveNode) -> None:
         self._nodes[node.uuid] = node
+        self.push.adopted(node.uuid)
         if node.state != NodeState.REVOKED:
             self._scheduler.schedule(node, 0.0)
 
@@ -336,6 +346,25 @@ class Verifier(NodeQueries):
         LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
         return node.view()
 
+    def relay_node(self, uuid: str) -> LiveNode:
+        """The node as the tenant relay needs it: the one this process
+        attests, or a polled node another process attests, read from the
+        database (the relay to it is stateless here: its agent is asked
+        at once).
+
+        Raises:
+            NotFoundError: not enrolled, not in the quote loop yet, or a
+                push node another process attests.
+        """
+        uuid = canonical_uuid(uuid)
+        node = self._nodes.get(uuid)
+        if node is not None:
+            return node
+        row = self.store.load(uuid)
+        if row is None or is_waiting(row.state) or row.attestation_mode == "push":
+            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled here")
+        return LiveNode.from_row(row)
+
     def live(self, uuid: str) -> LiveNode:
         node = self._nodes.get(canonical_uuid(uuid))
         if node is None:
@@ -352,6 +381,7 @@ class Verifier(NodeQueries):
         if scope is not None:
             self.get(uuid, scope)  # another project's node: 404
         self.pending.forget(uuid)
+        self.push.drop(uuid)
         node = self._nodes.get(uuid)
         if node is not None:
             self._release(node)
@@ -468,6 +498,21 @@ class Verifier(NodeQueries):
                 return None
         sealed = seal_share(verdict.nk, node.v_share, "V", node.uuid)
         return ShareV(sealed, cert, node.u_commitment)
+
+    async def call_agent(
+        self,
+        node: LiveNode,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Mapping[str, Any]:
+        """One request to ``node``'s agent (the tenant relay to polled
+        nodes, :mod:`verifier.attest.relay`)."""
+        return await self._agents.call(
+            method, node.base_url, node.tls_cert, path, params=params, body=body
+        )
 
     async def _release_v(self, node: LiveNode, verdict: Verdict) -> None:
         body = self.share_v(node, verdict)

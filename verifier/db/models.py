@@ -181,3 +181,28 @@ class StoredPolicy(Base):
     signature: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     entries: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[float] = mapped_column(Float)
+
+
+class PushSession(Base):
+    """A push agent's session, opened with its AK (issue 20): shared by
+    every verifier process of a deployment and kept across restarts.
+    Found by the SHA-256 of its bearer token (never stored in clear)."""
+
+    __tablename__ = "verifier_push_sessions"
+
+    token_digest: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
+    node_uuid: Mapped[str] = mapped_column(String(36), index=True)
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class RelayState(Base):
+    """The tenant's relay to one node (``verifier.protocol.relay``): its
+    identity ask and answer and U on its way, as the ledger exports them
+    (JSON; U only as the envelope sealed to the node's NK). Kept across
+    restarts of the verifier process that attests the node."""
+
+    __tablename__ = "verifier_relay"
+
+    node_uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    body: Mapped[bytes] = mapped_column(BIG_BINARY)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -134,6 +134,12 @@ def _token_key(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
 
+def session_digest(token: str) -> bytes:
+    """What a session is stored and found by: SHA-256 of its token (a
+    shared store never holds the bearer token itself)."""
+    return _token_key(token)
+
+
 def check_session_proof(ak: AttestationKey, nonce: bytes, quote: Quote) -> None:
     """Check that ``quote`` proves possession of the node's activated AK:
     signed by ``ak`` over :func:`bind_nonce` of the verifier's ``nonce``
@@ -162,8 +168,9 @@ class PushLedger:
 
     Args:
         rules: the limits.
-        key: the secret session nonces are made with (random per process:
-            sessions do not outlive it).
+        key: the secret session nonces are made with (the same for every
+            verifier process of a deployment, so that any of them checks
+            a nonce another gave).
     """
 
     def __init__(self, rules: PushRules, key: bytes) -> None:
@@ -223,6 +230,12 @@ class PushLedger:
         session = _Session(uuid, now + self.rules.session_ttl)
         self._sessions[_token_key(token)] = session
         return session.expires_at
+
+    def adopt_session(self, digest: bytes, uuid: str, expires_at: float) -> None:
+        """Take a session another verifier process (or this one before a
+        restart) opened: found in the shared store by ``digest``
+        (:func:`session_digest`)."""
+        self._sessions[digest] = _Session(uuid, expires_at)
 
     def session_node(self, token: str, uuid: str, now: float) -> None:
         """Check that ``token`` is a live session of node ``uuid``.

@@ -285,3 +285,66 @@ class RelayLedger:
         """Drop everything about ``uuid``."""
         self._asks.pop(uuid, None)
         self._u.pop(uuid, None)
+
+    # -- the shared store ------------------------------------------------------
+
+    def export(self, uuid: str) -> dict[str, Any] | None:
+        """What the ledger holds of ``uuid`` as JSON-able data for a
+        shared store (None: nothing); U only as its sealed envelope."""
+        ask, held = self._asks.get(uuid), self._u.get(uuid)
+        if ask is None and held is None:
+            return None
+        out: dict[str, Any] = {}
+        if ask is not None:
+            out["ask"] = {
+                "nonce": ask.request.nonce.hex(),
+                "pcrs": list(ask.request.pcrs),
+                "asked_at": ask.asked_at,
+                "challenge": ask.challenge,
+                "answer": ask.answer,
+            }
+        if held is not None:
+            out["u"] = {
+                "share": held.share.to_dict(),
+                "state": held.state,
+                "detail": held.detail,
+                "bootstrapped": held.bootstrapped,
+            }
+        return out
+
+    def load(self, uuid: str, data: Mapping[str, Any]) -> None:
+        """Take what :meth:`export` gave for ``uuid`` (replacing what is
+        held of it).
+
+        Raises:
+            MalformedError: ``data`` is not an export.
+        """
+        try:
+            ask, held = data.get("ask"), data.get("u")
+            asks, us = None, None
+            if ask is not None:
+                request = QuoteRequest(
+                    bytes.fromhex(ask["nonce"]), tuple(int(p) for p in ask["pcrs"])
+                )
+                answer = ask["answer"]
+                if answer is not None and not isinstance(answer, dict):
+                    raise TypeError("answer")
+                asks = _IdentityAsk(
+                    request, float(ask["asked_at"]), ask["challenge"], answer
+                )
+            if held is not None:
+                if held["state"] not in U_STATES:
+                    raise ValueError("state")
+                us = URelay(
+                    ShareU.from_dict(held["share"]),
+                    held["state"],
+                    str(held["detail"]),
+                    bool(held["bootstrapped"]),
+                )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise MalformedError("relay state", f"not an export: {exc}") from None
+        self.forget(uuid)
+        if asks is not None:
+            self._asks[uuid] = asks
+        if us is not None:
+            self._u[uuid] = us

@@ -54,17 +54,17 @@ _VERSION = 1
 _STRUCTURE = "bootstrap configuration"
 
 
-def _check_url(url: object) -> str:
+def _check_url(url: object, name: str = "registrar_url") -> str:
     if not isinstance(url, str) or not url or len(url) > 2048:
-        raise MalformedError(_STRUCTURE, "'registrar_url' must be a URL string")
+        raise MalformedError(_STRUCTURE, f"'{name}' must be a URL string")
     parts = urlsplit(url)
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise MalformedError(
-            _STRUCTURE, f"'registrar_url' {url!r} is not an http(s) URL with a host"
+            _STRUCTURE, f"'{name}' {url!r} is not an http(s) URL with a host"
         )
     if parts.query or parts.fragment or parts.username or parts.password:
         raise MalformedError(
-            _STRUCTURE, "'registrar_url' must not carry credentials, query or fragment"
+            _STRUCTURE, f"'{name}' must not carry credentials, query or fragment"
         )
     return url.rstrip("/")
 
@@ -96,6 +96,10 @@ class BootstrapConfig:
             server certificate and the client certificates (verifier,
             tenant) allowed to call the agent. None: the agent's own
             configuration must name one.
+        push_url: the verifier's push endpoint when the node is enrolled in
+            push mode (``trusted-nova boot --mode push``): the agent then
+            pushes its evidence there and opens no port. None: the agent's
+            configuration (or the provider's vendor-data) decides.
 
     Raises:
         MalformedError: a field that is not what it names.
@@ -104,6 +108,7 @@ class BootstrapConfig:
     boot_id: str
     registrar_url: str
     ca_pem: str | None = None
+    push_url: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.boot_id, str):
@@ -111,14 +116,19 @@ class BootstrapConfig:
         object.__setattr__(self, "boot_id", canonical_uuid(self.boot_id))
         object.__setattr__(self, "registrar_url", _check_url(self.registrar_url))
         object.__setattr__(self, "ca_pem", _check_ca(self.ca_pem))
+        if self.push_url is not None:
+            object.__setattr__(self, "push_url", _check_url(self.push_url, "push_url"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "version": _VERSION,
             "boot_id": self.boot_id,
             "registrar_url": self.registrar_url,
             "ca_pem": self.ca_pem,
         }
+        if self.push_url is not None:  # a pull node's file is as before
+            out["push_url"] = self.push_url
+        return out
 
     @classmethod
     def from_dict(cls, data: object) -> BootstrapConfig:
@@ -129,12 +139,18 @@ class BootstrapConfig:
             raise MalformedError(
                 _STRUCTURE, f"unsupported version {data.get('version')!r}"
             )
-        unknown = set(data) - {"version", "boot_id", "registrar_url", "ca_pem"}
+        known = {"version", "boot_id", "registrar_url", "ca_pem", "push_url"}
+        unknown = set(data) - known
         if unknown:
             raise MalformedError(_STRUCTURE, f"unknown fields {sorted(unknown)}")
         if "boot_id" not in data or "registrar_url" not in data:
             raise MalformedError(_STRUCTURE, "'boot_id' and 'registrar_url' needed")
-        return cls(data["boot_id"], data["registrar_url"], data.get("ca_pem"))
+        return cls(
+            data["boot_id"],
+            data["registrar_url"],
+            data.get("ca_pem"),
+            data.get("push_url"),
+        )
 
     @classmethod
     def from_json(cls, raw: bytes) -> BootstrapConfig:

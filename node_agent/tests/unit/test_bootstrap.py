@@ -73,6 +73,21 @@ class ResolveTest(AgentTestBase):
             (settings.uuid, settings.registrar_url, settings.ca_file),
         )
 
+    def test_bootstrap_push_url_names_the_push_endpoint(self):
+        # trusted-nova boot --mode push: the tenant's user-data says "push"
+        self.config = BootstrapConfig(
+            self.boot_id, "https://192.0.2.1:8891", CA_PEM, "https://192.0.2.1:8883/"
+        )
+        self.write_bootstrap()
+        self.set(uuid=self.uuid)
+        self.assertEqual("https://192.0.2.1:8883", resolve(self.conf.agent).push_url)
+
+    def test_bootstrap_without_push_url_leaves_the_mode_to_the_options(self):
+        self.write_bootstrap()
+        self.set(uuid=self.uuid)
+        self.assertIsNone(resolve(self.conf.agent).push_url)
+        self.assertNotIn("push_url", self.config.to_dict())  # as before
+
     def test_no_bootstrap_file_leaves_options_as_they_are(self):
         self.set(uuid=self.uuid)
         settings = resolve(self.conf.agent)

@@ -40,6 +40,28 @@ class UserDataTest(testtools.TestCase):
         other = "00000000-0000-0000-0000-000000000001"
         self.assertRaises(EnvelopeError, open_payload, key, envelope, other)
 
+    def test_push_mode_puts_the_push_url_into_the_bootstrap_configuration(
+        self,
+    ) -> None:
+        _, _, _, data = prepare_user_data(
+            PAYLOAD, "https://registrar:8891", CA_PEM, "https://verifier:8883"
+        )
+        config, _ = userdata.parse_user_data(data)
+        self.assertEqual("https://verifier:8883", config["push_url"])
+        _, _, _, data = prepare_user_data(PAYLOAD, "https://registrar:8891", CA_PEM)
+        self.assertNotIn("push_url", userdata.parse_user_data(data)[0])
+
+    def test_push_url_that_is_not_a_url_is_refused_before_nova(self) -> None:
+        exc = self.assertRaises(
+            TenantError,
+            prepare_user_data,
+            PAYLOAD,
+            "https://r:8891",
+            CA_PEM,
+            "ftp://verifier/?x=1",
+        )
+        self.assertIn("push_url", str(exc))
+
     def test_ca_that_is_not_a_certificate_is_refused_before_nova(self) -> None:
         exc = self.assertRaises(
             TenantError, prepare_user_data, PAYLOAD, "https://r:8891", "PEM"

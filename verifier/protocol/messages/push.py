@@ -192,11 +192,17 @@ class EvidencePost:
     identity: QuoteAnswer | Mapping[str, Any] | None = None
     #: what became of the U the last answer carried
     u_outcome: UOutcome | None = None
+    #: the agent holds V (an answer carried it): V is delivered only once an
+    #: agent says so, so a lost answer is resent. None: an agent that does
+    #: not say (V counts as delivered when sent, as before).
+    v_held: bool | None = None
 
     _NAME = "evidence post"
 
     def __post_init__(self) -> None:
         check_str(self._NAME, "challenge", self.challenge, _MAX_ID)
+        if self.v_held is not None:
+            check_bool(self._NAME, "v_held", self.v_held)
 
     def to_dict(self) -> dict[str, Any]:
         evidence, identity = self.evidence, self.identity
@@ -209,6 +215,8 @@ class EvidencePost:
             body["identity"] = dict(identity)
         if self.u_outcome is not None:
             body["u_outcome"] = self.u_outcome.to_dict()
+        if self.v_held is not None:
+            body["v_held"] = self.v_held
         return body
 
     @classmethod
@@ -222,6 +230,7 @@ class EvidencePost:
         r = Reader(data, cls._NAME)
         challenge, evidence = r.get("challenge"), r.get("evidence")
         identity, outcome = r.get("identity"), r.get("u_outcome")
+        v_held = r.get("v_held")
         r.finish()
         if not isinstance(evidence, Mapping):
             raise FieldError(cls._NAME, "evidence", "must be an object")
@@ -232,6 +241,7 @@ class EvidencePost:
             evidence,
             identity,
             UOutcome.from_dict(outcome) if outcome is not None else None,
+            v_held,
         )
 
 

@@ -100,6 +100,7 @@ class FakeDevstack(fixtures.Fixture):
         open(self.log, "w").close()
         self.registrar_port = free_port()
         self.verifier_port = free_port()
+        self.push_port = free_port()
         self.env = dict(
             os.environ,
             DEST=self.dest,
@@ -116,6 +117,7 @@ class FakeDevstack(fixtures.Fixture):
             TRUSTED_CLOUD_CONF_DIR=self.conf_dir,
             TRUSTED_REGISTRAR_PORT=str(self.registrar_port),
             TRUSTED_VERIFIER_PORT=str(self.verifier_port),
+            TRUSTED_PUSH_PORT=str(self.push_port),
             FAKE_DEVSTACK_LOG=self.log,
             FAKE_DEVSTACK_DIR=self.root,
             FAKE_DEVSTACK_BIN=BIN,
@@ -277,6 +279,7 @@ class DevstackConfigTest(_PluginTestCase):
             f"https://127.0.0.1:{ds.registrar_port}", verifier["registrar_url"]
         )
         self.assertEqual("inprocess", verifier["notifiers"])
+        self.assertEqual(str(ds.push_port), verifier_conf["push"]["port"])
         self.assertEqual("log", verifier_conf["revocation_hooks"]["actions"])
         for section in (registrar, verifier):
             for key in ("cert_file", "key_file", "ca_file"):
@@ -420,6 +423,9 @@ class DevstackServicesTest(_PluginTestCase):
         self.assertEqual(
             200, requests.get(url, cert=tenant, verify=ca, timeout=10).status_code
         )
+        # the push endpoint the plugin configured serves agents (no client
+        # certificate: they authenticate with their TPM)
+        self.assertTrue(_listening(ds.push_port))
         # (a TLS 1.3 server may only drop the connection after the handshake)
         self.assertRaises(
             requests.exceptions.ConnectionError,
@@ -435,6 +441,7 @@ class DevstackServicesTest(_PluginTestCase):
         )
         self.assertFalse(_listening(ds.registrar_port))
         self.assertFalse(_listening(ds.verifier_port))
+        self.assertFalse(_listening(ds.push_port))
 
     def test_test_config_gives_the_tenant_cli_its_environment(self) -> None:
         # no Keystone here: the verifier takes the tenant certificate (noauth)
@@ -467,6 +474,8 @@ class DevstackServicesTest(_PluginTestCase):
             f"https://127.0.0.1:{ds.registrar_port}", agent["registrar_url"]
         )
         self.assertEqual("device:/dev/tpmrm0", agent["tcti"])
+        # where it pushes if switched to push mode: the verifier's push port
+        self.assertEqual(f"https://127.0.0.1:{ds.push_port}", agent["push_url"])
         ds.phase("stack", "post-config")  # configured again: same node
         self.assertEqual(uuid, _read_ini(ds.conf("agent.conf"))["agent"]["uuid"])
         calls = ds.phase("stack", "extra")

@@ -2,8 +2,9 @@
 and verifier processes, ``trusted-agent`` processes on swtpm. The pull
 node is polled as always; the push nodes' agents open no port at all, so
 they can only be attested -- V, identity certificate and all -- through
-the evidence they push, and the tenant reaches them only through the
-verifier's relay: the identity quote over its nonce and U sealed to NK.
+the evidence they push. The tenant reaches every node only through the
+verifier's relay (the identity quote over its nonce and U sealed to NK):
+the pull node's agent accepts no tenant certificate at all.
 Tampering revokes either with its signed event, and a push agent that
 stops posting is failed by its deadline with one.
 """
@@ -11,11 +12,15 @@ stops posting is failed by its deadline with one.
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import tempfile
+import uuid as uuid_mod
 from typing import Any
 
 import testtools
@@ -23,6 +28,7 @@ import testtools
 from trusted_testing.cluster import LocalCluster, free_port, wait_until
 from trusted_testing.e2e import Http
 from verifier.protocol import PcrPolicy
+from verifier.protocol.userdata import BootstrapConfig
 
 INTERVAL = 0.5
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'
@@ -54,14 +60,28 @@ class PushModeTest(testtools.TestCase):
         )
         try:
             cls.cluster.start_services()
+            # no tenant certificate reaches the pull agent: only the relay
+            cls.cluster.nodes[0].agent_options = {"tenant_clients": "nobody"}
+            push_url = f"https://127.0.0.1:{cls.push_port}"
             for node in cls.cluster.nodes[1:]:
                 node.agent_options = {
                     "attestation_mode": "push",
-                    "push_url": f"https://127.0.0.1:{cls.push_port}",
+                    "push_url": push_url,
                     "verifier_clients": "nobody",  # never reachable by the verifier
                     "cert_file": None,  # identity by the TPM alone
                     "key_file": None,
                 }
+            # the last one is told to push only by its bootstrap file, as
+            # trusted-nova boot --mode push writes it into the user-data
+            last = cls.cluster.nodes[2]
+            bootstrap = os.path.join(last.dir, "bootstrap.json")
+            config = BootstrapConfig(
+                str(uuid_mod.uuid4()), cls.cluster.registrar_url, None, push_url
+            )
+            with open(bootstrap, "w", encoding="utf-8") as f:
+                json.dump(config.to_dict(), f)
+            del last.agent_options["attestation_mode"], last.agent_options["push_url"]
+            last.agent_options["bootstrap_file"] = bootstrap
             for node in cls.cluster.nodes:
                 cls.cluster.start_agent(node)
         except Exception:
@@ -115,11 +135,12 @@ class PushModeTest(testtools.TestCase):
         # connection is refused, so the tenant went through the relay
         self.assertFalse(_accepts(push.port))
         self.assertTrue(_accepts(pull.port))
-        relayed = self.http.call(
-            "GET", f"{self.cluster.verifier_url}/v1/nodes/{push.uuid}/relay/u"
-        )
-        self.assertEqual(200, relayed.status_code, relayed.text)
-        self.assertEqual("accepted", relayed.json()["state"])
+        for node in (pull, push):  # U went through the relay for both
+            relayed = self.http.call(
+                "GET", f"{self.cluster.verifier_url}/v1/nodes/{node.uuid}/relay/u"
+            )
+            self.assertEqual(200, relayed.status_code, relayed.text)
+            self.assertEqual("accepted", relayed.json()["state"])
         for node, mode in ((pull, "pull"), (push, "push")):
             status = wait_until(node.payload_status, 30)
             self.assertEqual({"exit_code": 0}, status, node.uuid)
@@ -157,9 +178,12 @@ class PushModeTest(testtools.TestCase):
         self.assertEqual("attested", self.node_state(pull.uuid)["state"])
 
     def test_push_node_that_stops_posting_fails_with_a_signed_event(self) -> None:
-        node = self.cluster.nodes[2]
+        node = self.cluster.nodes[2]  # push mode from its bootstrap file
+        self.assertFalse(_accepts(node.port))
         self.arun(self.tenant.enrol(node.uuid, PAYLOAD, self.policy, mode="push"))
         self.wait_state(node.uuid, "attested", 30)
+        with open(node.log, encoding="utf-8") as f:
+            self.assertIn("the bootstrap file names a push endpoint", f.read())
         before = len(self._records(node.uuid))
         assert node.proc is not None
         os.killpg(node.proc.pid, signal.SIGKILL)  # the agent goes silent
@@ -174,20 +198,27 @@ class PushModeTest(testtools.TestCase):
         self.assertEqual(["unreachable"], [r["reason"] for r in records], records)
         self.assertIn("no evidence pushed since", records[0]["detail"])
 
-    def test_relay_is_only_for_push_nodes(self) -> None:
+    def test_pull_agent_refuses_the_tenants_certificate(self) -> None:
+        # what the relay spares the tenant: its certificate is no good here
         pull = self.cluster.nodes[0]
-        known = self.http.call(
-            "GET", f"{self.cluster.verifier_url}/v1/nodes/{pull.uuid}"
+        r = self.http.call("GET", f"{self.cluster.registrar_url}/v1/agents/{pull.uuid}")
+        ctx = ssl.create_default_context(cadata=r.json()["tls_cert"])
+        ctx.check_hostname = False
+        ctx.load_cert_chain(
+            self.cluster.pki_file("tenant.pem"), self.cluster.pki_file("tenant-key.pem")
         )
-        url = f"{self.cluster.verifier_url}/v1/nodes/{pull.uuid}/relay/u"
+        conn = http.client.HTTPSConnection("127.0.0.1", pull.port, context=ctx)
+        try:
+            conn.request("GET", f"/v1/quote?nonce={'00' * 20}&pcrs=16")
+            answer = conn.getresponse()
+            self.assertEqual(403, answer.status)
+        finally:
+            conn.close()
+
+    def test_relay_for_an_unknown_node_is_404(self) -> None:
+        url = f"{self.cluster.verifier_url}/v1/nodes/{uuid_mod.uuid4()}/relay/u"
         r = self.http.call("POST", url, json={"u": "VENTMQ" + "A" * 122})
-        if known.status_code == 404:  # run alone: not enrolled at all
-            self.assertEqual(404, r.status_code, r.text)
-            return
-        # a polled node's agent is reached directly, never by the relay
-        self.assertEqual("pull", known.json()["mode"])
-        self.assertEqual(409, r.status_code, r.text)
-        self.assertEqual("not_push_mode", r.json()["error"]["code"])
+        self.assertEqual(404, r.status_code, r.text)
 
     def _records(self, uuid: str) -> list[dict[str, Any]]:
         return [r for r in self.cluster.hook_records() if r["node_uuid"] == uuid]

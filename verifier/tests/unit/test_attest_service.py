@@ -71,6 +71,8 @@ class FakeAgent:
         v_not_json: answers POST /v1/keys/v that way.
         nk_override: the NK the agent hands out (and binds in its quote).
         before_answer: awaited before a quote answer is returned.
+        take_u: answers POST /v1/keys/u (the tenant's U relayed by the
+            verifier); None: record it and answer ``bootstrapped: false``.
     """
 
     def __init__(self, node_uuid: str, port: int) -> None:
@@ -99,6 +101,10 @@ class FakeAgent:
         self.before_answer: Callable[[], Awaitable[None]] | None = None
         self.quote_requests: list[dict[str, str]] = []
         self.v_posts: list[Mapping[str, Any]] = []
+        self.u_posts: list[Mapping[str, Any]] = []
+        self.take_u: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = (
+            None
+        )
 
     @property
     def base_url(self) -> str:
@@ -177,6 +183,12 @@ class FakeAgents:
             if agent.v_not_json:
                 raise MalformedError("agent answer", "response is not JSON")
             return {"bootstrapped": False}
+        if method == "POST" and path == "/v1/keys/u":
+            assert body is not None
+            agent.u_posts.append(dict(body))
+            if agent.take_u is not None:
+                return await agent.take_u(body)
+            return {"accepted": "u", "bootstrapped": False}
         raise AgentUnreachableError(f"agent answered 404 to {path}")
 
     def forget(self, base: str, agent_cert: str) -> None:

@@ -171,6 +171,37 @@ class CliErrorsTest(testtools.TestCase):
         )
         self.assertIn(f"--cert {junk}", line)
 
+    def test_tenant_without_keystone_needs_the_certificate(self) -> None:
+        # the noauth demo: the certificate names the tenant's project
+        payload = self.write("payload", "hello")
+        line = self._tenant(
+            ["enrol", UUID, "--payload", payload, "--pcr", "16=00"],
+            TRUSTED_CERT="",
+            TRUSTED_KEY="",
+        )
+        self.assertIn(
+            "missing settings: --cert (or $TRUSTED_CERT), --key (or $TRUSTED_KEY)",
+            line,
+        )
+
+    def test_tenant_on_keystone_needs_no_certificate(self) -> None:
+        # keystoneauth options: no certificate is asked for; the run gets
+        # as far as the (bad) policy file, before any network call
+        payload = self.write("payload", "hello")
+        policy = self.write("p.json", '{"pcrs": ')
+        keystone = [
+            "--os-auth-type", "password", "--os-auth-url", "http://127.0.0.1:9/v3",
+            "--os-username", "alice", "--os-password", "secret",
+            "--os-project-name", "alpha",
+        ]  # fmt: skip
+        line = self._tenant(
+            [*keystone, "enrol", UUID, "--payload", payload, "--policy", policy],
+            TRUSTED_CERT="",
+            TRUSTED_KEY="",
+            TRUSTED_VERIFIER_URL="",
+        )
+        self.assertIn(f"--policy {policy}: not valid JSON", line)
+
     def test_tenant_policy_add_with_deep_json_exits_2(self) -> None:
         policy = self.write("deep.json", "[" * 100_000 + "]" * 100_000)
         line = self._tenant(["policy", "add", policy])

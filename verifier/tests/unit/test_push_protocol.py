@@ -284,6 +284,9 @@ class TestPushMessages(testtools.TestCase):
         self.assertEqual(result, EvidenceResult.from_dict(result.to_dict()))
         post = EvidencePost("c1", {"quote": {}})
         self.assertEqual(post, EvidencePost.from_dict(post.to_dict()))
+        held = EvidencePost("c1", {"quote": {}}, v_held=True)
+        self.assertEqual(held, EvidencePost.from_dict(held.to_dict()))
+        self.assertNotIn("v_held", post.to_dict())  # an agent that does not say
 
     def test_bad_challenge_message_raises_malformed(self) -> None:
         from verifier.protocol import MalformedError
@@ -301,3 +304,8 @@ class TestPushMessages(testtools.TestCase):
         ):
             self.assertRaises(MalformedError, ChallengeMessage.from_dict, bad)
         self.assertRaises(MalformedError, EvidencePost.from_dict, {"challenge": "c"})
+        self.assertRaises(
+            MalformedError,
+            EvidencePost.from_dict,
+            {"challenge": "c", "evidence": {}, "v_held": "yes"},
+        )

@@ -1,8 +1,10 @@
-"""The tenant's relay to push nodes, pure core (verifier.protocol.relay):
+"""The tenant's relay to its nodes, pure core (verifier.protocol.relay):
 one named test per attack -- another project's node, a replayed identity
 quote, U for another node or not decryptable, U posted twice or replaced
-by another project -- and the tenant's own identity check, which is the
-same on the direct and the relayed path."""
+by another project -- for push nodes (the ask rides on a challenge) and
+polled nodes (the verifier fetches the quote at once, under a fetch id of
+its own), and the tenant's own identity check, which is the same on the
+direct and the relayed path."""
 
 from __future__ import annotations
 
@@ -184,6 +186,120 @@ class TestIdentityRelay(RelayBase):
     def test_expired_ask_is_not_carried(self) -> None:
         self._ask()
         self.assertIsNone(self.ledger.carry(NODE, "c1", NOW + 61))
+
+
+class TestPullRelay(RelayBase):
+    """A polled node: the verifier carries the ask on a fetch of its own
+    (``carry`` with its fetch id), asks the agent and hands the answer to
+    the same ledger checks."""
+
+    FETCH = "pull-0001"
+
+    def _fetch(self, scope: str | None = OWNER) -> bytes:
+        nonce = os.urandom(20)
+        self.ledger.ask_identity(NODE, OWNER, scope, QuoteRequest(nonce, (16,)), NOW)
+        carried = self.ledger.carry(NODE, self.FETCH, NOW)
+        assert carried is not None and carried.nonce == nonce
+        return nonce
+
+    def test_pull_relay_for_another_projects_node_is_refused(self) -> None:
+        self._refused(
+            "wrong_project",
+            self._fetch,
+            INTRUDER,
+        )
+        self.assertIsNone(self.ledger.carry(NODE, self.FETCH, NOW))
+        self._refused(
+            "wrong_project", self.ledger.post_u, NODE, OWNER, INTRUDER, self._share()
+        )
+
+    def test_pull_quote_not_over_the_tenants_nonce_is_refused(self) -> None:
+        nonce = self._fetch()
+        replay = self._answer(os.urandom(20))
+        self._refused(
+            "identity_not_over_nonce",
+            self.ledger.answer_identity,
+            NODE,
+            self.FETCH,
+            self.ak,
+            replay,
+        )
+        self.assertIsNone(self.ledger.identity(NODE, OWNER, OWNER, nonce))
+
+    def test_pull_quote_not_by_the_nodes_ak_is_refused(self) -> None:
+        nonce = self._fetch()
+        forged = self._answer(nonce, SoftTpm())
+        self._refused(
+            "identity_not_over_nonce",
+            self.ledger.answer_identity,
+            NODE,
+            self.FETCH,
+            self.ak,
+            forged,
+        )
+        self.assertIsNone(self.ledger.identity(NODE, OWNER, OWNER, nonce))
+
+    def test_pull_quote_for_another_fetch_is_refused(self) -> None:
+        nonce = self._fetch()
+        self._refused(
+            "identity_not_asked",
+            self.ledger.answer_identity,
+            NODE,
+            "pull-other",
+            self.ak,
+            self._answer(nonce),
+        )
+
+    def test_pull_u_for_another_node_does_not_open_on_this_node(self) -> None:
+        other = self._share(OTHER)
+        self.ledger.post_u(NODE, OWNER, OWNER, other)
+        handed = self.ledger.deliver_u(NODE)
+        assert handed is not None
+        self.assertRaises(
+            EnvelopeError, open_share, self.nk_private, handed.u, "U", NODE
+        )
+        # the agent refuses it: the tenant may post again
+        self.ledger.u_outcome(NODE, False, "share U does not authenticate", False)
+        self.ledger.post_u(NODE, OWNER, OWNER, self._share())
+
+    def test_pull_u_posted_twice_is_refused(self) -> None:
+        self.ledger.post_u(NODE, OWNER, OWNER, self._share())
+        self.assertIsNotNone(self.ledger.deliver_u(NODE))
+        self.ledger.u_outcome(NODE, True, "", False)
+        self._refused(
+            "u_already_posted", self.ledger.post_u, NODE, OWNER, OWNER, self._share()
+        )
+
+    def _share(self, uuid: str = NODE) -> ShareU:
+        return ShareU(seal_share(self.nk, os.urandom(32), "U", uuid), b"sealed payload")
+
+
+class TestRelayExport(RelayBase):
+    """What the shared store keeps of a node's relay, and reads back."""
+
+    def test_export_and_load_round_trip(self) -> None:
+        nonce = os.urandom(20)
+        self.ledger.ask_identity(NODE, OWNER, OWNER, QuoteRequest(nonce, (16,)), NOW)
+        self.ledger.carry(NODE, "c1", NOW)
+        self.ledger.answer_identity(NODE, "c1", self.ak, self._answer(nonce))
+        share = ShareU(seal_share(self.nk, os.urandom(32), "U", NODE), b"payload")
+        self.ledger.post_u(NODE, OWNER, OWNER, share)
+        self.ledger.deliver_u(NODE)
+        exported = self.ledger.export(NODE)
+        assert exported is not None
+        other = RelayLedger()
+        other.load(NODE, exported)
+        self.assertEqual(
+            self.ledger.identity(NODE, OWNER, OWNER, nonce),
+            other.identity(NODE, OWNER, OWNER, nonce),
+        )
+        self.assertEqual(share, other.deliver_u(NODE))
+        self.assertIsNone(other.export(OTHER))
+
+    def test_load_of_something_else_raises_malformed(self) -> None:
+        for bad in ({"ask": {"nonce": "zz"}}, {"u": {"state": "lost"}}, {"u": 3}):
+            self.assertRaises(MalformedError, self.ledger.load, NODE, bad)
+        self.assertIsNone(self.ledger.export(NODE))
 
 
 class TestTenantIdentityCheck(RelayBase):

@@ -80,7 +80,7 @@ class RelayServiceTest(VerifierServiceBase):
 
     async def _identity(self) -> bytes:
         nonce = os.urandom(20)
-        self.relay.ask_identity(self.fake.uuid, OWNER, QuoteRequest(nonce, (16,)))
+        await self.relay.ask_identity(self.fake.uuid, OWNER, QuoteRequest(nonce, (16,)))
         await self._round()
         relayed = self.relay.identity(self.fake.uuid, OWNER, nonce)
         assert relayed.answer is not None
@@ -93,7 +93,7 @@ class RelayServiceTest(VerifierServiceBase):
         envelope = seal_payload(self.key, b"not a script", self.fake.uuid)
         share = ShareU(seal_share(nk, self.u, "U", self.fake.uuid), envelope)
         self.assertEqual(
-            "waiting", self.relay.post_u(self.fake.uuid, OWNER, share).state
+            "waiting", (await self.relay.post_u(self.fake.uuid, OWNER, share)).state
         )
         self.assertEqual("attested", await self._round())  # U rides on the answer
         self.assertTrue(self.agent.bootstrapped)
@@ -110,7 +110,7 @@ class RelayServiceTest(VerifierServiceBase):
         nk = await self._identity()
         other = self.new_agent().uuid
         share = ShareU(seal_share(nk, self.u, "U", other), b"x" * 40)
-        self.relay.post_u(self.fake.uuid, OWNER, share)
+        await self.relay.post_u(self.fake.uuid, OWNER, share)
         await self._round()
         await self._round()
         status = self.relay.u_status(self.fake.uuid, OWNER)
@@ -121,7 +121,7 @@ class RelayServiceTest(VerifierServiceBase):
     async def test_u_not_decryptable_is_refused_by_the_agent(self) -> None:
         await self._identity()
         garbage = b"TCS1" + os.urandom(92)
-        self.relay.post_u(self.fake.uuid, OWNER, ShareU(garbage, b"x" * 40))
+        await self.relay.post_u(self.fake.uuid, OWNER, ShareU(garbage, b"x" * 40))
         await self._round()
         await self._round()
         self.assertEqual("refused", self.relay.u_status(self.fake.uuid, OWNER).state)
@@ -129,22 +129,21 @@ class RelayServiceTest(VerifierServiceBase):
     async def test_another_project_is_refused_everything(self) -> None:
         request = QuoteRequest(os.urandom(20), (16,))
         with self.assertRaises(RelayError) as caught:
-            self.relay.ask_identity(self.fake.uuid, "project-b", request)
+            await self.relay.ask_identity(self.fake.uuid, "project-b", request)
         error = caught.exception
         self.assertEqual("wrong_project", error.code)
         self.assertIsNone(self.relay.carry(self.fake.uuid, "c1"))
         with self.assertRaises(RelayError) as caught:
-            self.relay.post_u(self.fake.uuid, "project-b", ShareU(b"TCS1" + bytes(92)))
+            await self.relay.post_u(
+                self.fake.uuid, "project-b", ShareU(b"TCS1" + bytes(92))
+            )
         self.assertEqual("wrong_project", caught.exception.code)
 
-    async def test_pull_node_has_no_relay(self) -> None:
-        pull = self.new_agent()
-        await self.verifier.enrol(pull.uuid, os.urandom(32), self.policy)
-        self.quiesce(self.verifier)
+    async def test_unknown_or_revoked_node_has_no_relay(self) -> None:
         request = QuoteRequest(os.urandom(20), (16,))
-        self.assertRaises(
-            ConflictError, self.relay.ask_identity, pull.uuid, None, request
-        )
-        self.assertRaises(
-            NotFoundError, self.relay.ask_identity, self.new_agent().uuid, None, request
-        )
+        with self.assertRaises(NotFoundError):
+            await self.relay.ask_identity(self.new_agent().uuid, None, request)
+        await self.verifier.revoke(self.fake.uuid, "tenant", "test")
+        with self.assertRaises(ConflictError) as caught:
+            await self.relay.ask_identity(self.fake.uuid, OWNER, request)
+        self.assertEqual("revoked", caught.exception.code)

@@ -365,14 +365,17 @@ class AgentPushLoopTest(VerifierServiceBase):
         envelope = seal_payload(key, b"not a script", self.fake.uuid)
         await self.agent.receive_u(seal_share(nk, u, "U", self.fake.uuid), envelope)
         result = await self.loop.round()
-        self.assertEqual("attested", result.state)
+        # V came with the answer; attested once the agent says it holds it
+        self.assertEqual("bootstrapping", result.state)
         self.assertTrue(self.agent.bootstrapped)
+        self.now += 2.0
+        self.assertEqual("attested", (await self.loop.round()).state)
         self.assertTrue(
             os.path.exists(os.path.join(self.agent.work_dir, "identity.pem"))
         )
         self.now += 2.0
         self.assertEqual("attested", (await self.loop.round()).state)
-        self.assertEqual(2, self.verifier.get(self.fake.uuid).quotes_verified)
+        self.assertEqual(3, self.verifier.get(self.fake.uuid).quotes_verified)
         self.fake.tpm.extend(16, b"\x02" * 32)
         self.now += 2.0
         sleeps: list[float] = []
@@ -384,6 +387,46 @@ class AgentPushLoopTest(VerifierServiceBase):
         await self.loop.run()  # returns: the node is revoked
         self.assertEqual("revoked", self.loop.state)
         self.assertEqual("revoked", self.verifier.get(self.fake.uuid).state)
+
+    async def test_v_is_sent_again_when_the_answer_carrying_it_is_lost(
+        self,
+    ) -> None:
+        from node_agent.push import PushError
+        from verifier.protocol import generate_key, seal_payload, seal_share, split
+
+        key = generate_key()
+        u, v = split(key)
+        await self.verifier.enrol(self.fake.uuid, v, self.policy, mode="push")
+        self.quiesce(self.verifier)
+        nk = self.agent.nk_public
+        envelope = seal_payload(key, b"not a script", self.fake.uuid)
+        await self.agent.receive_u(seal_share(nk, u, "U", self.fake.uuid), envelope)
+        real, lost = self.loop._post, []
+
+        async def lossy(path: str, body: Any = None, token: bool = False) -> Any:
+            answer = await real(path, body, token=token)
+            if path == "/evidence" and not lost:  # judged, then lost on the way
+                lost.append(answer)
+                raise PushError("transport", "connection reset")
+            return answer
+
+        self.loop._post = lossy  # type: ignore[method-assign]
+        with self.assertRaises(PushError):
+            await self.loop.round()
+        self.assertIsNotNone(lost[0]["v"])  # the lost answer carried V
+        self.assertFalse(self.agent.holds_v)
+        self.assertEqual("bootstrapping", self.verifier.get(self.fake.uuid).state)
+        self.now += 2.0
+        result = await self.loop.round()  # V again, with the next good evidence
+        self.assertIsNotNone(result.v)
+        self.assertTrue(self.agent.bootstrapped)
+        self.assertEqual("bootstrapping", result.state)
+        self.now += 2.0
+        result = await self.loop.round()  # the agent says it holds V
+        self.assertEqual(("attested", None), (result.state, result.v))
+        row = self.row(self.fake.uuid)
+        assert row is not None
+        self.assertIsNotNone(row.identity_cert)
 
     async def test_cp_abe_key_comes_with_the_answer_to_good_evidence(self) -> None:
         import json
