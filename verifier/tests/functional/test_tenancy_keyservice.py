@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from verifier.api.authz import Auth
 from verifier.api.keystone import KeystoneAuthenticator
+from verifier.api.verifier_app import make_app as make_verifier_app
+from verifier.attest.grants import CapabilityIssuer
 from verifier.exceptions import NotFoundError
 from verifier.keyservice import KeyService
 from verifier.keyservice.app import make_app
@@ -125,6 +127,39 @@ class KeyServiceTenancyTest(KeystoneTestBase):
         status, _ = await self.ks("PUT", "/v1/secrets/x", "not-a-token", json=body)
         self.assertEqual(401, status)
         self.assertEqual(0, len(self.keys._secrets))
+
+    async def test_capability_names_the_nodes_project_and_not_anothers(
+        self,
+    ) -> None:
+        """The verifier issues a capability only to the node's project, and
+        the capability carries that project: another project asking for
+        one for alpha's node gets 404 and nothing is issued."""
+        issuer = CapabilityIssuer(self.verifier, self.mac_key, 60)
+        app = make_verifier_app(self.verifier, "PEM", self.auth, issuer=issuer)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        self.addAsyncCleanup(server.close)
+        good = {"hash": "sha256", "pcrs": {"16": [self._good_pcr16().hex()]}}
+        agent = await self.enrol_node("alice", policy=good)
+        self.assertEqual(
+            "attested", (await self.verifier.attest_once(agent.uuid)).state
+        )
+        await self.put("alice", "db-password", b"alpha's")
+        await self.put("bob", "db-password", b"beta's")
+        url = str(server.make_url(f"/v1/nodes/{agent.uuid}/capabilities"))
+        body = {"object": "secret:db-password", "rights": "r"}
+        grants = {}
+        for who in ("bob", "alice"):
+            headers = {"X-Auth-Token": self.tokens[who]}
+            async with self.http.post(url, json=body, headers=headers) as resp:
+                grants[who] = (resp.status, await resp.json())
+        self.assertEqual(404, grants["bob"][0])
+        self.assertEqual("unknown_node", grants["bob"][1]["error"]["code"])
+        status, grant = grants["alice"]
+        self.assertEqual(201, status, grant)
+        headers = {"Authorization": f"Capability {grant['token']}"}
+        status, data = await self.ks("GET", "/v1/secrets/db-password", headers=headers)
+        self.assertEqual((200, b"alpha's"), (status, base64.b64decode(data["secret"])))
 
     # -- LKH groups and filegroups: one namespace per project -----------------
 
