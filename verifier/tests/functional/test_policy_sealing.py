@@ -101,8 +101,11 @@ class PolicySealingTest(testtools.TestCase):
         )
         try:
             for node in cls.cluster.nodes:
-                if not wait_until(lambda n=node: cls._registered(n.uuid), 60):
-                    raise RuntimeError(f"agent {node.index} never registered")
+                wait_until(
+                    lambda n=node: cls._registered(n.uuid),
+                    60,
+                    what=f"agent {node.index} registered",
+                )
                 cls.loop.run_until_complete(
                     cls.tenant.enrol(node.uuid, PAYLOAD, cls.policy)
                 )
@@ -149,8 +152,7 @@ class PolicySealingTest(testtools.TestCase):
         def has() -> dict[str, Any] | None:
             return next((k for k in self.keys_of(uuid) if k["epoch"] == epoch), None)
 
-        key = wait_until(has, 30)
-        self.assertIsNotNone(key, f"node {uuid} never got its epoch {epoch} key")
+        key = wait_until(has, 30, what=f"node {uuid}'s epoch {epoch} key")
         return dict(key)
 
     def opened(self, uuid: str, blob: bytes) -> bytes:
