@@ -33,7 +33,12 @@ from keystoneauth1 import loading as ks_loading
 
 from nova_plugin.exceptions import TenantError, UsageError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
-from nova_plugin.policy_seal import fetch_params, seal_to_policy, send_sealed
+from nova_plugin.policy_seal import (
+    fetch_params,
+    seal_to_policy,
+    sealed_policy,
+    send_sealed,
+)
 from nova_plugin.policygen import add_generate_parser, generate
 from nova_plugin.tenant import Tenant, TenantConfig
 from nova_plugin.tenant_auth import keystone_tenant
@@ -291,15 +296,16 @@ async def _sealing(tenant: Tenant, args: argparse.Namespace) -> Any:
     if args.command == "seal":
         with open(args.payload, "rb") as f:
             payload = f.read()
-        pp, epoch = await fetch_params(tenant)
-        blob = seal_to_policy(pp, epoch, args.seal_policy, payload)
+        params = await fetch_params(tenant)
+        blob = seal_to_policy(params, args.seal_policy, payload)
         with open(args.out, "wb") as f:
             f.write(blob)
         return {
-            "epoch": epoch,
+            "epoch": params.epoch,
+            "project": params.project,
             "bytes": len(blob),
-            "message": f"sealed {len(payload)} bytes to ({args.seal_policy}) "
-            f"and epoch={epoch}: {args.out}",
+            "message": f"sealed {len(payload)} bytes to "
+            f"{sealed_policy(params, args.seal_policy)}: {args.out}",
         }
     with open(args.blob, "rb") as f:
         blob = f.read()

@@ -10,26 +10,36 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import dataclasses
-import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid as uuid_mod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from nova_plugin.exceptions import ServiceError
 from nova_plugin.tenant import Tenant, TenantConfig
-from trusted_testing.procs import _write_conf, die_with_parent, wait_port, wait_until
-from trusted_testing.softkernel import SoftKernel
+from trusted_testing.cluster_node import (
+    GOLDEN_MEASUREMENT,
+    PCR,
+    ROOTKIT_MEASUREMENT,
+    NodeHandle,
+    expected_pcr,
+    says,
+    soft_kernel,
+)
+from trusted_testing.procs import (
+    WaitTimeoutError,
+    _write_conf,
+    die_with_parent,
+    wait_port,
+    wait_until,
+)
 from trusted_testing.swtpm import Swtpm, ek_ca_bundle, free_port_pair, free_ports
 from verifier.ca import CertificateAuthority
-from verifier.common.errors import TpmError
 from verifier.common.tpm import Tpm
 
 __all__ = [  # what tests and tools import from here
@@ -38,24 +48,13 @@ __all__ = [  # what tests and tools import from here
     "ROOTKIT_MEASUREMENT",
     "LocalCluster",
     "NodeHandle",
+    "WaitTimeoutError",
     "die_with_parent",
     "expected_pcr",
     "free_port",
     "wait_port",
     "wait_until",
 ]
-
-GOLDEN_MEASUREMENT = hashlib.sha256(b"trusted-cloud demo: golden boot image").digest()
-ROOTKIT_MEASUREMENT = hashlib.sha256(b"unexpected kernel module").digest()
-PCR = 16
-
-
-def expected_pcr(*measurements: bytes) -> bytes:
-    """The sha256 PCR value after extending ``measurements`` from zero."""
-    value = bytes(32)
-    for m in measurements:
-        value = hashlib.sha256(value + m).digest()
-    return value
 
 
 def free_port() -> int:
@@ -66,45 +65,6 @@ def free_port() -> int:
 
 def _script(name: str) -> str:
     return os.path.join(os.path.dirname(sys.executable), name)
-
-
-@dataclasses.dataclass
-class NodeHandle:
-    uuid: str
-    index: int
-    dir: str
-    swtpm: Swtpm
-    port: int
-    proc: subprocess.Popen[bytes] | None = None
-    kernel: SoftKernel | None = None
-    #: ``[agent]`` options over the cluster's defaults (None: drop one)
-    agent_options: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def work_dir(self) -> str:
-        return os.path.join(self.dir, "work")
-
-    @property
-    def log(self) -> str:
-        return os.path.join(self.dir, "agent.log")
-
-    def payload_output(self) -> str | None:
-        try:
-            with open(
-                os.path.join(self.work_dir, "payload.out"), encoding="utf-8"
-            ) as f:
-                return f.read()
-        except OSError:
-            return None
-
-    def payload_status(self) -> dict[str, Any] | None:
-        try:
-            with open(
-                os.path.join(self.work_dir, "payload.status"), encoding="utf-8"
-            ) as f:
-                return dict(json.load(f))
-        except (OSError, ValueError):
-            return None
 
 
 class LocalCluster:
@@ -272,7 +232,7 @@ class LocalCluster:
         with Tpm(swtpm.tcti) as tpm:  # firmware measures the boot image
             tpm.pcr_extend(PCR, GOLDEN_MEASUREMENT)
         if self.evidence:
-            node.kernel = _soft_kernel(swtpm.tcti, node_dir)
+            node.kernel = soft_kernel(swtpm.tcti, node_dir)
             node.kernel.boot()
 
     def _common(self, name: str) -> dict[str, Any]:
@@ -404,13 +364,12 @@ class LocalCluster:
         if _pushes(node.agent_options):
             # a push agent opens no port: wait for it to say so
             proc = node.proc
-            if (
-                not wait_until(
-                    lambda: proc.poll() is not None or _says(node.log, "opens no port"),
-                    60,
-                )
-                or proc.poll() is not None
-            ):
+            wait_until(
+                lambda: proc.poll() is not None or says(node.log, "opens no port"),
+                60,
+                what=f"push agent {node.index} started ({node.log})",
+            )
+            if proc.poll() is not None:
                 raise RuntimeError(f"push agent {node.index} did not start: {node.log}")
             return
         wait_port(node.port, node.proc, node.log, timeout=60)
@@ -507,28 +466,6 @@ class LocalCluster:
         self.stop()
 
 
-def _soft_kernel(tcti: str, directory: str) -> SoftKernel:
-    # The agent uses the same swtpm (no resource manager): opening it while
-    # the agent works can race with its transient handles; try again.
-    def with_tpm(work: Callable[[Tpm], Any]) -> Any:
-        for attempt in range(5):
-            try:
-                with Tpm(tcti) as tpm:
-                    return work(tpm)
-            except TpmError:
-                if attempt == 4:
-                    raise
-                time.sleep(0.1)
-
-    def extend(index: int, digest: bytes) -> None:
-        with_tpm(lambda tpm: tpm.pcr_extend(index, digest))
-
-    def read(pcrs: Sequence[int]) -> Mapping[int, bytes]:
-        return dict(with_tpm(lambda tpm: tpm.pcr_read(pcrs)))
-
-    return SoftKernel(extend, read, directory)
-
-
 def _pushes(options: dict[str, Any]) -> bool:
     """Whether an agent with these options pushes (its mode, or a bootstrap
     file naming a push endpoint, as ``trusted-nova boot --mode push``
@@ -540,11 +477,3 @@ def _pushes(options: dict[str, Any]) -> bool:
         return False
     with open(path, "rb") as f:
         return b'"push_url"' in f.read()
-
-
-def _says(log: str, text: str) -> bool:
-    try:
-        with open(log, encoding="utf-8", errors="replace") as f:
-            return text in f.read()
-    except OSError:
-        return False

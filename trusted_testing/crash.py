@@ -276,8 +276,9 @@ class CrashRig:
         return set(fresh)
 
     def wait_staged(self, uuids: set[str], timeout: float = 120) -> None:
-        if not wait_until(lambda: self.staged(uuids), timeout, step=0.01):
-            raise AssertionError(f"no revocation committed in {timeout} s")
+        wait_until(
+            lambda: self.staged(uuids), timeout, 0.01, what="a revocation committed"
+        )
 
     def delivered_once(self, timeout: float = 180) -> dict[str, Any]:
         """Wait until the outbox is drained, then check exactly-once.

@@ -252,6 +252,72 @@ class Keystone:
     def user_token(self, user: KeystoneUser) -> str:
         return self.token(user.name, user.password, user.project_name)
 
+    def system_token(self, user: str = "admin", password: str = "") -> str:
+        """A system-scoped token (what Keystone asks for limits and
+        system role grants)."""
+        body = {
+            "auth": {
+                "identity": {
+                    "methods": ["password"],
+                    "password": {
+                        "user": {
+                            "name": user,
+                            "domain": {"id": "default"},
+                            "password": password or ADMIN_PASSWORD,
+                        }
+                    },
+                },
+                "scope": {"system": {"all": True}},
+            }
+        }
+        status, _, headers = self.request("POST", "/auth/tokens", body)
+        if status != 201:
+            raise RuntimeError(f"system token for {user}: HTTP {status}")
+        return headers["X-Subject-Token"]
+
+    def grant_system_role(self, user_id: str, role: str) -> None:
+        """Give ``user_id`` ``role`` on the system (e.g. reader, to read
+        every project's limits as oslo.limit does)."""
+        status, data, _ = self.request(
+            "PUT", f"/system/users/{user_id}/roles/{self.role_id(role)}",
+            token=self.system_token(),
+        )  # fmt: skip
+        if status != 204:
+            raise RuntimeError(f"system grant {role}: HTTP {status} {data}")
+
+    def endpoint_id(self, service_id: str) -> str:
+        status, data, _ = self.request(
+            "GET", f"/endpoints?service_id={service_id}", token=self.system_token()
+        )
+        if status != 200 or not data.get("endpoints"):
+            raise RuntimeError(f"no endpoint of {service_id}: HTTP {status}")
+        return str(data["endpoints"][0]["id"])
+
+    def set_limit(
+        self,
+        service_id: str,
+        resource: str,
+        value: int,
+        project_id: str | None = None,
+        region: str = "RegionOne",
+    ) -> None:
+        """A unified limit: registered (the default of every project), or
+        ``project_id``'s own."""
+        kind, field = ("limits", "resource_limit")
+        if project_id is None:
+            kind, field = ("registered_limits", "default_limit")
+        item: dict[str, Any] = {
+            "service_id": service_id, "resource_name": resource,
+            field: value, "region_id": region,
+        }  # fmt: skip
+        if project_id is not None:
+            item["project_id"] = project_id
+        status, data, _ = self.request(
+            "POST", f"/{kind}", {kind: [item]}, self.system_token()
+        )
+        if status != 201:
+            raise RuntimeError(f"create {kind} {resource}: HTTP {status} {data}")
+
     def delete_service(self, service_id: str) -> None:
         """Remove a catalog entry (and its endpoints)."""
         self.request("DELETE", f"/services/{service_id}", token=self.admin_token())

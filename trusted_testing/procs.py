@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["die_with_parent", "wait_port", "wait_until"]
+__all__ = ["WaitTimeoutError", "die_with_parent", "wait_port", "wait_until"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -77,13 +77,45 @@ def _write_conf(path: str, sections: dict[str, dict[str, Any]]) -> None:
             f.write("\n")
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, step: float = 0.1) -> Any:
-    """Poll ``predicate`` until it returns something truthy or time runs out."""
+class WaitTimeoutError(AssertionError):
+    """What :func:`wait_until` waited for did not happen in time (an
+    ``AssertionError``: in a test it is a failure, not an error)."""
+
+    def __init__(self, what: str, timeout: float, last: Any) -> None:
+        shown = repr(last)
+        if len(shown) > 200:
+            shown = shown[:200] + "..."
+        super().__init__(f"{what} not within {timeout:g} s (last value: {shown})")
+        self.what = what
+        self.timeout = timeout
+        self.last = last
+
+
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float,
+    step: float = 0.1,
+    what: str = "",
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; that value.
+
+    Args:
+        predicate: called every ``step`` seconds.
+        timeout: seconds to wait at most.
+        step: seconds between calls.
+        what: what is awaited, for the error ("node 3 registered").
+
+    Raises:
+        WaitTimeoutError: ``predicate`` was still falsy after ``timeout``.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
-        if value or time.monotonic() > deadline:
+        if value:
             return value
+        if time.monotonic() > deadline:
+            name = getattr(predicate, "__qualname__", "condition")
+            raise WaitTimeoutError(what or name, timeout, value)
         time.sleep(step)
 
 

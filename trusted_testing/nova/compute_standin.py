@@ -4,7 +4,11 @@ and ``GET /v2.1/servers`` (the token's project's servers).
 
 The token is validated with the real Keystone (``GET /v3/auth/tokens``);
 a server of another project is a 404 unless the token has the ``admin``
-role, and the answer carries the server's ``tenant_id``. Servers are
+role, and the answer carries the server's ``tenant_id``. The list is paged
+as Nova pages it: at most ``max_limit`` servers a page (Nova's
+``[api] max_limit``, 1000 by default), ``?limit=`` and ``?marker=`` (the
+last id of the previous page; an unknown marker is a 400), and a
+``servers_links`` ``next`` link on every full page. Servers are
 added with :meth:`ComputeStandIn.add_server` (what a tenant's
 ``POST /servers`` would have made). Every request is recorded.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -32,7 +37,8 @@ class ComputeStandIn:
         validate: checks a token with Keystone.
     """
 
-    def __init__(self, validate: Validate) -> None:
+    def __init__(self, validate: Validate, max_limit: int = 1000) -> None:
+        self.max_limit = max_limit
         self.servers: dict[str, str] = {}
         self.requests: list[str] = []
         owner = self
@@ -71,7 +77,7 @@ class ComputeStandIn:
         project, roles = identity
         if path.split("?")[0] == "/v2.1/servers":  # the project's own, as Nova
             mine = [u for u, p in self.servers.items() if p == project]
-            return 200, {"servers": [{"id": u, "links": []} for u in mine]}
+            return self._page(mine, urllib.parse.urlsplit(path).query)
         match = _SERVER.match(path)
         owner = self.servers.get(match.group(1)) if match else None
         if owner is None or (owner != project and "admin" not in roles):
@@ -79,6 +85,29 @@ class ComputeStandIn:
                                           "code": 404}}  # fmt: skip
         return 200, {"server": {"id": match.group(1) if match else "",
                                 "tenant_id": owner, "status": "BUILD"}}  # fmt: skip
+
+    def _page(self, ids: list[str], query: str) -> tuple[int, dict[str, Any]]:
+        args = urllib.parse.parse_qs(query)
+        try:
+            limit = min(int(args.get("limit", [self.max_limit])[0]), self.max_limit)
+        except ValueError:
+            return 400, {"badRequest": {"message": "limit must be an integer",
+                                        "code": 400}}  # fmt: skip
+        start = 0
+        if "marker" in args:
+            marker = args["marker"][0]
+            if marker not in ids:
+                return 400, {"badRequest": {"message": f"marker [{marker}] not "
+                                            "found", "code": 400}}  # fmt: skip
+            start = ids.index(marker) + 1
+        page = ids[start : start + limit]
+        body: dict[str, Any] = {"servers": [{"id": u, "links": []} for u in page]}
+        if len(page) == limit:  # Nova links on from every full page
+            query = urllib.parse.urlencode({"limit": limit, "marker": page[-1]})
+            body["servers_links"] = [
+                {"rel": "next", "href": f"{self.url}/servers?{query}"}
+            ]
+        return 200, body
 
     def stop(self) -> None:
         self._httpd.shutdown()

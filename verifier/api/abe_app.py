@@ -2,7 +2,8 @@
 
 ``GET /v1/abe/params``   ``AbeParams`` (:mod:`verifier.protocol.messages.abe`)
 
-Tenants seal to ``(policy) and epoch=<n>`` under these parameters; nodes
+Tenants seal to ``(policy) and epoch=<n> and project=<p>`` under these
+parameters (``p``: the caller's project, in the answer); nodes
 get their keys from the verifier after valid quotes
 (:mod:`verifier.attest.abe_keys`). The master key never leaves the
 verifier.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from verifier.api.authz import rule
+from verifier.api.authz import caller, rule
 from verifier.attest.abe_keys import AbeAuthority
 from verifier.common.web import json_response
 
@@ -23,7 +24,8 @@ _AUTHORITY = web.AppKey("abe_authority", AbeAuthority)
 
 @rule("attestation:abe:params")
 async def _params(request: web.Request) -> web.Response:
-    return json_response(request.app[_AUTHORITY].params().to_dict())
+    project = caller(request).project
+    return json_response(request.app[_AUTHORITY].params(project).to_dict())
 
 
 def add_abe_routes(app: web.Application, authority: AbeAuthority) -> None:

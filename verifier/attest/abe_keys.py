@@ -7,7 +7,12 @@ the provider knows, never from the node or the tenant:
   (host, hypervisor version, region, availability zone, image, ...);
 * ``pcrs=<hex>``: the SHA-256 PCR digest of the node's latest verified
   quote (the TPMS_ATTEST pcrDigest the AK signed);
-* ``epoch=<n>``: the key epoch (see below).
+* ``epoch=<n>``: the key epoch (see below);
+* ``project=<id>``: the Keystone project that owns the node. Tenants seal
+  to ``... and project=<their project>`` (the tool adds it, with the
+  project :meth:`AbeAuthority.params` names), so a node of another project
+  with the same configuration cannot open it. A node without a project
+  (enrolled before projects) gets no key.
 
 After each valid quote :meth:`AbeAuthority.after_quote` makes sure the
 node holds the key for its current attribute set: keys are cached per
@@ -49,7 +54,7 @@ from verifier.protocol.messages.abe import AbeKeyDelivery, AbeParams
 __all__ = ["AbeAuthority", "ProviderAttributes", "load_master_key"]
 
 LOG = logging.getLogger(__name__)
-RESERVED = frozenset({"pcrs", "epoch"})
+RESERVED = frozenset({"pcrs", "epoch", "project"})
 
 
 def _write_secret(path: str, data: bytes) -> None:
@@ -181,16 +186,28 @@ class AbeAuthority:
         self._lock = threading.Lock()
         self.keygens = 0  # distinct keys made (tests and operators)
 
-    def params(self) -> AbeParams:
-        """What tenants fetch to seal (the public parameters and epoch)."""
-        return AbeParams(self.pp, self.epoch)
+    def params(self, project: str | None = "") -> AbeParams:
+        """What tenants fetch to seal: the public parameters, the epoch and
+        ``project``, the caller's project its nodes' keys name."""
+        return AbeParams(self.pp, self.epoch, project or "")
 
-    def attributes(self, uuid: str, pcr_digest: bytes) -> frozenset[str] | None:
-        """The node's attribute set, or None without a provider entry."""
+    def attributes(
+        self, uuid: str, pcr_digest: bytes, project: str
+    ) -> frozenset[str] | None:
+        """The attribute set of node ``uuid`` of ``project``, or None
+        without a provider entry or a project.
+
+        Raises:
+            ConfigError: the project cannot be an attribute value.
+        """
         provider = self._provider.get(uuid)
-        if provider is None:
+        if provider is None or not project:
             return None
-        return provider | {f"pcrs={pcr_digest.hex()}", f"epoch={self.epoch}"}
+        try:
+            owner = str(parse_attribute(f"project={project}"))
+        except (AbeError, MalformedError) as exc:
+            raise ConfigError(f"project {project!r} is no attribute value: {exc}")
+        return provider | {f"pcrs={pcr_digest.hex()}", f"epoch={self.epoch}", owner}
 
     def key_for(self, attributes: frozenset[str]) -> bytes:
         """The (cached) encoded key for exactly ``attributes``."""
@@ -219,7 +236,7 @@ class AbeAuthority:
         pass :meth:`delivered` once it is handed over; None when it holds
         it already or has no provider attributes."""
         try:
-            attrs = self.attributes(node.uuid, attest.pcr_digest)
+            attrs = self.attributes(node.uuid, attest.pcr_digest, node.project_id)
         except (ConfigError, OSError) as exc:
             LOG.error("No CP-ABE key for %s: provider attributes: %s", node.uuid, exc)
             return None

@@ -198,8 +198,8 @@ class PolicyStore:
                 sa.func.coalesce(sa.func.sum(sa.func.length(StoredPolicy.body)), 0),
             ).where(StoredPolicy.project_id == project)
         ).one()
-        self._quotas.check("policies", count)
-        self._quotas.check("policy_bytes", used, size)
+        self._quotas.check("policies", count, project=project)
+        self._quotas.check("policy_bytes", used, size, project)
 
     def _check_signature(self, body: bytes, signature: bytes | None) -> None:
         if not self._keys:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 
 from verifier.exceptions import RequestError
 
@@ -41,22 +42,43 @@ class Quotas:
         pending_enrolments: nodes enrolled ahead of their instance.
         policies: stored policies.
         policy_bytes: total bytes of stored policies.
+        source: (project, resource) -> that project's limit, or None for
+            the default above (e.g.
+            :class:`~verifier.attest.keystone_limits.KeystoneLimits`);
+            None: the defaults for every project.
     """
 
     nodes: int = UNLIMITED
     pending_enrolments: int = UNLIMITED
     policies: int = UNLIMITED
     policy_bytes: int = UNLIMITED
+    source: Callable[[str, str], int | None] | None = dataclasses.field(
+        default=None, compare=False
+    )
     lock: threading.Lock = dataclasses.field(
         default_factory=threading.Lock, compare=False, repr=False
     )
 
-    def check(self, resource: str, used: int, adding: int = 1) -> None:
-        """Refuse to take ``used`` of ``resource`` past its limit.
+    def limit(self, resource: str, project: str = "") -> int:
+        """``project``'s limit of ``resource``.
+
+        Raises:
+            RequestError: the source could not be asked (fail closed).
+        """
+        found = None
+        if self.source is not None and project:
+            found = self.source(project, resource)
+        return int(getattr(self, resource)) if found is None else found
+
+    def check(
+        self, resource: str, used: int, adding: int = 1, project: str = ""
+    ) -> None:
+        """Refuse to take ``used`` of ``resource`` past ``project``'s limit.
 
         Raises:
             QuotaExceededError: ``used + adding`` exceeds the limit.
+            RequestError: the limit could not be read (fail closed).
         """
-        limit = int(getattr(self, resource))
+        limit = self.limit(resource, project)
         if limit != UNLIMITED and used + adding > limit:
             raise QuotaExceededError(resource.replace("_", " "), limit)

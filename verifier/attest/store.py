@@ -61,10 +61,12 @@ class NodeStore:
 
     def _check_quotas(self, session: Session, row: Node) -> None:
         mine = sa.select(sa.func.count()).where(Node.project_id == row.project_id)
-        self._quotas.check("nodes", session.scalar(mine) or 0)
+        project = row.project_id
+        self._quotas.check("nodes", session.scalar(mine) or 0, project=project)
         if row.state in _WAITING:
             waiting = mine.where(Node.state.in_(_WAITING))
-            self._quotas.check("pending_enrolments", session.scalar(waiting) or 0)
+            used = session.scalar(waiting) or 0
+            self._quotas.check("pending_enrolments", used, project=project)
 
     def load(self, uuid: str) -> Node | None:
         with Session(self.engine) as session:

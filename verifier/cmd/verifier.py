@@ -130,7 +130,12 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     agents = AgentClient(group.cert_file, group.key_file, group.agent_timeout)
     abe = build_abe(conf, agents)
     q = conf.quota
-    quotas = Quotas(q.nodes, q.pending_enrolments, q.policies, q.policy_bytes)
+    source = None
+    if q.source == "keystone":
+        from verifier.attest.keystone_limits import KeystoneLimits
+
+        source = KeystoneLimits(conf.config_file)
+    quotas = Quotas(q.nodes, q.pending_enrolments, q.policies, q.policy_bytes, source)
     verifier = Verifier(
         engine,
         signing_key,

@@ -4,7 +4,7 @@ Each deployable role installs only what it imports (``pip install
 'trusted-cloud[agent]'``, ``[client]``, ``[server]``, ``[hooks]``,
 ``[vtpm]``), and each optional driver has an extra of its own (``[abe]``,
 ``[messaging]``, ``[scale]``, ``[postgresql]``, ``[mysql]``, ``[tpm]``,
-``[vault]``, ``[ipsec]``). A feature that needs an extra that is not
+``[vault]``, ``[ipsec]``, ``[limits]``). A feature that needs an extra that is not
 installed must say so in one line and name the extra, never end in a
 traceback: :func:`require` checks before the feature is used, and
 :func:`explain` turns an import failure met while loading a plugin into
@@ -42,6 +42,7 @@ DRIVER_MODULES: dict[str, tuple[str, ...]] = {
     "tpm": ("tpm2_pytss",),
     "vault": ("hvac",),
     "ipsec": ("vici",),
+    "limits": ("oslo_limit",),
 }
 
 #: Modules of the role extras that a feature of another role may miss.

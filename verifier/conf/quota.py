@@ -2,8 +2,9 @@
 
 Every project gets the same limits; ``-1`` is unlimited. The semantics
 are those of Keystone's unified limits with the flat model (a project's
-usage against one limit per resource), so a deployment can later take
-the limits from Keystone (oslo.limit) without changing behaviour.
+usage against one limit per resource); with ``source = keystone`` the
+limits come from Keystone (oslo.limit, ``[oslo_limit]``), and these are
+the defaults for resources Keystone has no registered limit for.
 """
 
 from oslo_config import cfg
@@ -11,6 +12,19 @@ from oslo_config import cfg
 GROUP = "quota"
 
 _OPTS: list[cfg.Opt] = [
+    cfg.StrOpt(
+        "source",
+        default="config",
+        choices=[
+            ("config", "the limits below, the same for every project"),
+            (
+                "keystone",
+                "Keystone unified limits via oslo.limit ([oslo_limit]); "
+                "the limits below for resources without a registered limit",
+            ),
+        ],
+        help="Where per-project limits come from.",
+    ),
     cfg.IntOpt(
         "nodes",
         default=1000,

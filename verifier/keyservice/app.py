@@ -9,7 +9,11 @@ must come with the node's identity certificate (CN = node UUID).
 ``GET  /v1/secrets/{name}``             node, capability ``r`` on ``secret:{name}``
 ``POST /v1/groups/{gid}/join``          node, capability ``j`` on ``group:{gid}``
 ``GET  /v1/groups/{gid}/rekey?since=N`` node: signed rekey messages after N
+                                        (of the group of the node's project)
 ``GET  /v1/filegroups/{fg}/state``      node, capability ``r`` on ``filegroup:{fg}``
+``GET  /v1/groups[/{gid}]``             tenant (Keystone token): its project's
+``GET  /v1/filegroups[/{fg}]``          groups and filegroups (admin: all;
+                                        ``?project=`` picks one for a show)
 ``POST /v1/revocations``                verifier: one signed revocation event
 ``GET  /v1/signing-key``                the rekey-message signing key (PEM)
 ``GET  /v1/stats``                      counters (accepted/rejected by reason)
@@ -24,7 +28,13 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
-from verifier.api.authz import Auth, keystone_caller, rule, tokens_or_certificates
+from verifier.api.authz import (
+    Auth,
+    caller,
+    keystone_caller,
+    rule,
+    tokens_or_certificates,
+)
 from verifier.common import openapi
 from verifier.common.web import (
     allow,
@@ -106,8 +116,10 @@ async def _rekey(request: web.Request) -> web.Response:
         raise RequestError("bad_field", "'since' must be an integer")
     svc = request.app[_KEY]
     gid = _name(request, "gid")
-    messages = svc.rekey_messages(gid, since)
-    return json_response(RekeyLog(svc.group_epoch(gid), tuple(messages)).to_dict())
+    peer = _peer(request)
+    messages = svc.rekey_messages(gid, since, peer)
+    epoch = svc.group_epoch(gid, peer)
+    return json_response(RekeyLog(epoch, tuple(messages)).to_dict())
 
 
 @allow("node")
@@ -115,6 +127,39 @@ async def _filegroup(request: web.Request) -> web.Response:
     svc = request.app[_KEY]
     state = svc.filegroup_state(_name(request, "fg"), _token(request), _peer(request))
     return json_response(FilegroupState.of(state).to_dict())
+
+
+def _show_project(request: web.Request) -> str:
+    """The project whose group or filegroup a caller reads: its own; an
+    admin (every project in scope) may name another with ``?project=``."""
+    who = caller(request)
+    if who.scope is None:
+        return request.query.get("project") or who.project or ""
+    return who.scope
+
+
+@rule("attestation:group:list")
+async def _list_groups(request: web.Request) -> web.Response:
+    groups = request.app[_KEY].groups(caller(request).scope)
+    return json_response({"groups": groups})
+
+
+@rule("attestation:group:get")
+async def _show_group(request: web.Request) -> web.Response:
+    name, project = _name(request, "gid"), _show_project(request)
+    return json_response(request.app[_KEY].find("group", name, project))
+
+
+@rule("attestation:filegroup:list")
+async def _list_filegroups(request: web.Request) -> web.Response:
+    filegroups = request.app[_KEY].filegroups(caller(request).scope)
+    return json_response({"filegroups": filegroups})
+
+
+@rule("attestation:filegroup:get")
+async def _show_filegroup(request: web.Request) -> web.Response:
+    name, project = _name(request, "fg"), _show_project(request)
+    return json_response(request.app[_KEY].find("filegroup", name, project))
 
 
 @allow("verifier")
@@ -164,6 +209,10 @@ def make_app(
     app.router.add_post("/v1/groups/{gid}/join", _join)
     app.router.add_get("/v1/groups/{gid}/rekey", _rekey)
     app.router.add_get("/v1/filegroups/{fg}/state", _filegroup)
+    app.router.add_get("/v1/groups", _list_groups)
+    app.router.add_get("/v1/groups/{gid}", _show_group)
+    app.router.add_get("/v1/filegroups", _list_filegroups)
+    app.router.add_get("/v1/filegroups/{fg}", _show_filegroup)
     app.router.add_post("/v1/revocations", _revocation)
     app.router.add_get("/v1/signing-key", _signing_key)
     app.router.add_get("/v1/stats", _stats)

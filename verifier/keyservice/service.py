@@ -18,9 +18,19 @@ everywhere at once: its capability epoch is bumped, it is removed from every
 LKH group (one batch per group) and every filegroup it could read moves to a
 new key version (lazy: nothing is re-encrypted now).
 
+Every secret, group and filegroup belongs to a project: the one the
+capability names (the verifier puts the node's owning project in it, under
+its MAC). Each project has its own namespace: group ``web`` of project
+alpha and group ``web`` of project beta are two groups, and a node of one
+never reaches the other's. Rekey messages (public: keys wrapped) are served
+from the group of the asking node's project, which the service learnt from
+the node's capabilities.
+
 State that must survive a restart (epochs, handled events, secrets,
 filegroup seeds) is written atomically to a 0600 JSON file. LKH trees live
-in memory: after a restart members resync by joining again.
+in memory: after a restart members resync by joining again. A filegroup
+stored before projects (no project in its key) is adopted by the project
+of the first of its former readers that asks for it again.
 """
 
 from __future__ import annotations
@@ -84,6 +94,8 @@ class KeyService:
         self._log: dict[str, collections.deque[RekeyMessage]] = {}
         self._filegroups: dict[str, KeyRegressionOwner] = {}
         self._readers: dict[str, set[str]] = {}
+        #: node -> the project its capabilities name (to scope rekey reads)
+        self._projects: dict[str, str] = {}
         self.revocations = 0
         self._load()
 
@@ -164,7 +176,7 @@ class KeyService:
         secret)."""
         if not 0 < len(secret) <= _MAX_SECRET:
             raise RequestError("bad_field", f"secret must be 1..{_MAX_SECRET} bytes")
-        self._secrets[_secret_key(project, name)] = secret
+        self._secrets[_scoped(project, name)] = secret
         self._save()
 
     def get_secret(self, name: str, token: object, peer: str | None) -> bytes:
@@ -174,7 +186,7 @@ class KeyService:
         also for another project's).
         """
         cap = self.check(token, f"secret:{name}", "r", peer)
-        key = _secret_key(cap.project, name)
+        key = _scoped(cap.project, name)
         if key not in self._secrets:
             raise NotFoundError("unknown_secret", f"no secret {name!r}")
         return self._secrets[key]
@@ -185,47 +197,114 @@ class KeyService:
         self._log.setdefault(gid, collections.deque(maxlen=_MAX_LOG)).append(message)
 
     def join(self, gid: str, token: object, peer: str | None) -> Welcome:
-        """Join ``gid`` (created on first join) or resync if already in it."""
+        """Join ``gid`` of the capability's project (created on first
+        join) or resync if already in it."""
         cap = self.check(token, f"group:{gid}", "j", peer)
-        tree = self._groups.get(gid)
+        self._projects[cap.node] = cap.project
+        key = _scoped(cap.project, gid)
+        tree = self._groups.get(key)
         if tree is None:
-            tree = self._groups[gid] = LkhTree(gid, self._signing_key, self._degree)
+            tree = self._groups[key] = LkhTree(gid, self._signing_key, self._degree)
         if cap.node in tree:
             return tree.welcome(cap.node)
         message, welcome = tree.join(cap.node)
-        self._append(gid, message)
+        self._append(key, message)
         return welcome
 
-    def rekey_messages(self, gid: str, since: int) -> list[bytes]:
-        """Signed rekey messages after epoch ``since`` (public: keys wrapped).
+    def _group_key(self, gid: str, peer: str | None) -> str:
+        """Where the group ``gid`` that ``peer`` reads is kept: in the
+        project of the node's capabilities. Without peer binding (no TLS,
+        tests) the one group of that name, if it is unique.
 
         Raises:
-            NotFoundError: unknown group.
+            NotFoundError: ``unknown_group`` (also for a group of another
+                project, and for a node the service has never seen).
+        """
+        if peer is not None:
+            project = self._projects.get(peer)
+            key = None if project is None else _scoped(project, gid)
+        else:
+            found = [k for k in self._groups if _unscoped(k)[1] == gid]
+            key = found[0] if len(found) == 1 else None
+        if key is None or key not in self._groups:
+            raise NotFoundError("unknown_group", f"no group {gid!r}")
+        return key
+
+    def rekey_messages(
+        self, gid: str, since: int, peer: str | None = None
+    ) -> list[bytes]:
+        """Signed rekey messages of ``peer``'s group ``gid`` after epoch
+        ``since`` (public: keys wrapped).
+
+        Raises:
+            NotFoundError: unknown group (or another project's).
             RequestError: 409 ``resync`` when older messages were dropped.
         """
-        if gid not in self._groups:
-            raise NotFoundError("unknown_group", f"no group {gid!r}")
-        log = self._log.get(gid, collections.deque())
+        key = self._group_key(gid, peer)
+        log = self._log.get(key, collections.deque())
         if log and since < log[0].epoch - 1:
             raise RequestError("resync", "messages were dropped: join again", 409)
         return [m.to_bytes() for m in log if m.epoch > since]
 
-    def group_epoch(self, gid: str) -> int:
-        if gid not in self._groups:
-            raise NotFoundError("unknown_group", f"no group {gid!r}")
-        return self._groups[gid].epoch
+    def group_epoch(self, gid: str, peer: str | None = None) -> int:
+        return self._groups[self._group_key(gid, peer)].epoch
 
     # -- filegroups -------------------------------------------------------------
 
     def filegroup_state(self, fg: str, token: object, peer: str | None) -> ReaderState:
-        """The current key-regression state for a reader of ``fg``."""
+        """The current key-regression state for a reader of ``fg`` of the
+        capability's project."""
         cap = self.check(token, f"filegroup:{fg}", "r", peer)
-        owner = self._filegroups.get(fg)
+        self._projects[cap.node] = cap.project
+        key = _scoped(cap.project, fg)
+        owner = self._filegroups.get(key)
+        if owner is None and cap.node in self._readers.get(fg, ()) and key != fg:
+            # stored before projects: adopted by a former reader's project
+            owner = self._filegroups[key] = self._filegroups.pop(fg)
+            self._readers[key] = self._readers.pop(fg)
         if owner is None:
-            owner = self._filegroups[fg] = KeyRegressionOwner(fg)
-        self._readers.setdefault(fg, set()).add(cap.node)
+            owner = self._filegroups[key] = KeyRegressionOwner(fg)
+        self._readers.setdefault(key, set()).add(cap.node)
         self._save()
         return owner.reader_state()
+
+    # -- what a project sees (Keystone) ------------------------------------------
+
+    def groups(self, scope: str | None) -> list[dict[str, Any]]:
+        """The LKH groups of project ``scope`` (None: every project)."""
+        out = []
+        for key, tree in sorted(self._groups.items()):
+            project, gid = _unscoped(key)
+            if scope is None or project == scope:
+                out.append(
+                    {"group": gid, "project": project, "epoch": tree.epoch,
+                     "members": len(tree.members())}
+                )  # fmt: skip
+        return out
+
+    def filegroups(self, scope: str | None) -> list[dict[str, Any]]:
+        """The filegroups of project ``scope`` (None: every project)."""
+        out = []
+        for key, owner in sorted(self._filegroups.items()):
+            project, fg = _unscoped(key)
+            if scope is None or project == scope:
+                out.append(
+                    {"filegroup": fg, "project": project, "version": owner.version,
+                     "readers": len(self._readers.get(key, ()))}
+                )  # fmt: skip
+        return out
+
+    def find(self, kind: str, name: str, project: str) -> dict[str, Any]:
+        """Group or filegroup (``kind``) ``name`` of ``project``.
+
+        Raises:
+            NotFoundError: ``unknown_<kind>``, also for another project's.
+        """
+        listed = self.groups(project) if kind == "group" else self.filegroups(project)
+        for item in listed:
+            if item[kind] == name:
+                return item
+        raise NotFoundError(f"unknown_{kind}", f"no {kind} {name!r}")
 
     # -- stats and persistence ----------------------------------------------------
 
@@ -247,6 +326,7 @@ class KeyService:
             "secrets": {n: _b64(s) for n, s in self._secrets.items()},
             "filegroups": {
                 f: {
+                    "name": o.group,
                     "seed": _b64(o._seed),
                     "length": o.length,
                     "version": o.version,
@@ -273,13 +353,22 @@ class KeyService:
         self._secrets = {n: base64.b64decode(s) for n, s in state["secrets"].items()}
         for fg, data in state["filegroups"].items():
             self._filegroups[fg] = KeyRegressionOwner(
-                fg, base64.b64decode(data["seed"]), data["length"], data["version"]
+                data.get("name", fg),  # stored before projects: the key
+                base64.b64decode(data["seed"]),
+                data["length"],
+                data["version"],
             )
             self._readers[fg] = set(data["readers"])
 
 
-def _secret_key(project: str, name: str) -> str:
-    """Where a project's secret is kept ("/" is in neither part); the
-    secrets of no project (a ``noauth`` tenant certificate, or stored
-    before projects) keep their bare name."""
+def _scoped(project: str, name: str) -> str:
+    """Where a project's secret, group or filegroup is kept ("/" is in
+    neither part); those of no project (a ``noauth`` tenant certificate
+    without one, or stored before projects) keep their bare name."""
     return f"{project}/{name}" if project else name
+
+
+def _unscoped(key: str) -> tuple[str, str]:
+    """(project, name) of a key made by :func:`_scoped`."""
+    project, _, name = key.rpartition("/")
+    return project, name

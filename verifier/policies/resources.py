@@ -42,6 +42,16 @@ _RULES = [
           "Store a secret at the key service for the caller's project (its "
           "attested nodes read it with a capability).",
           "PUT", "/v1/secrets/{name}"),
+    _rule("group:list", _READ,
+          "List the key service's LKH groups of the caller's project (admin: "
+          "every project's).", "GET", "/v1/groups"),
+    _rule("group:get", _READ, "Show an LKH group of the caller's project.",
+          "GET", "/v1/groups/{gid}"),
+    _rule("filegroup:list", _READ,
+          "List the key service's filegroups of the caller's project (admin: "
+          "every project's).", "GET", "/v1/filegroups"),
+    _rule("filegroup:get", _READ, "Show a filegroup of the caller's project.",
+          "GET", "/v1/filegroups/{fg}"),
     _rule("event:list", _READ, "Read the revocation events of the project's nodes.",
           "GET", "/v1/events"),
     _rule("abe:params", _READ, "Read the CP-ABE public parameters.",

@@ -56,7 +56,6 @@ class SealWithoutAbeTest(testtools.TestCase):
                 extras.MissingExtraError,
                 policy_seal.seal_to_policy,
                 None,  # type: ignore[arg-type]
-                1,
                 "region=eu",
                 b"x",
             )

@@ -34,6 +34,7 @@ MAX_PARAMS = 4096
 #: The largest policy-sealed blob.
 MAX_SEALED_BLOB = 16 << 20
 _MAX_EPOCH = (1 << 63) - 1
+_MAX_PROJECT = 255
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,11 @@ class AbeParams:
     """The verifier's CP-ABE public parameters and current key epoch.
 
     On the wire the parameters' id (hex SHA-256 of their encoding) comes
-    along; an id that is not theirs is refused.
+    along; an id that is not theirs is refused. ``project`` is the
+    caller's project as the verifier labels its nodes: every node's key
+    carries ``project=<its project>``, so a tenant seals to
+    ``... and project=<project>`` and no other project's node opens it
+    ("" when the caller owns nothing; the tenant tool then refuses to seal).
 
     Raises:
         FieldError: a bad epoch or parameters object.
@@ -50,6 +55,7 @@ class AbeParams:
 
     params: PublicParams
     epoch: int
+    project: str = ""
 
     _NAME = "ABE parameters"
 
@@ -59,12 +65,17 @@ class AbeParams:
         if not isinstance(self.params, PublicParams):
             raise FieldError(self._NAME, "params", "must be CP-ABE public parameters")
         check_int(self._NAME, "epoch", self.epoch, 0, _MAX_EPOCH)
+        if not isinstance(self.project, str) or len(self.project) > _MAX_PROJECT:
+            raise FieldError(
+                self._NAME, "project", f"must be a string of <= {_MAX_PROJECT} chars"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "params": b64(self.params.to_bytes()),
             "id": self.params.id.hex(),
             "epoch": self.epoch,
+            "project": self.project,
         }
 
     @classmethod
@@ -80,7 +91,8 @@ class AbeParams:
         pp = PublicParams.from_bytes(r.b64("params", MAX_PARAMS))
         if r.get("id") != pp.id.hex():
             raise MalformedError(cls._NAME, "'id' is not the id of 'params'")
-        return cls(pp, r.get("epoch"))
+        project = r.get("project")
+        return cls(pp, r.get("epoch"), "" if project is None else project)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -118,6 +118,40 @@ class OpenStackCliTest(KeystoneTestBase):
         self.assertEqual(0, code, err)
         self.assertEqual([], await self.json_of("alice", "node", "list"))
 
+    async def test_value_and_table_formats_and_bad_input(self) -> None:
+        uuid = (await self.enrol_node("alice")).uuid
+        code, out, err = await self.openstack(
+            "alice", "node", "list", "-f", "value", "-c", "uuid"
+        )
+        self.assertEqual((0, uuid), (code, out.strip()), err)
+        code, out, err = await self.openstack(
+            "alice", "node", "show", uuid, "-f", "table"
+        )
+        self.assertEqual(0, code, err)
+        self.assertIn("| uuid", out)
+        self.assertIn(uuid, out)
+        code, out, err = await self.openstack(
+            "alice", "node", "show", uuid, "-f", "value", "-c", "state"
+        )
+        self.assertEqual((0, "registered"), (code, out.strip()), err)
+        code, out, err = await self.openstack("bob", "node", "list", "-f", "value")
+        self.assertEqual((0, ""), (code, out.strip()), err)
+        code, out, err = await self.openstack(
+            "alice", "policy", "list", "--kind", "measured-boot", "-f", "table"
+        )
+        self.assertEqual(0, code, err)
+        # bad input: a usage error on one line, exit 2, nothing changed
+        code, _, err = await self.openstack(
+            "alice", "policy", "list", "--kind", "bogus"
+        )
+        self.assertEqual(2, code)
+        self.assertNotIn("Traceback", err)
+        code, _, err = await self.openstack("rita", "node", "revoke", uuid)
+        self.assertEqual((1, True), (code, "forbidden" in err), err)
+        self.assertEqual(
+            "registered", (await self.json_of("alice", "node", "show", uuid))["state"]
+        )
+
 
 class TenantLibraryKeystoneTest(KeystoneTestBase):
     """The tenant library (what ``trusted-nova boot`` enrols with) calls the

@@ -101,8 +101,11 @@ class PolicySealingTest(testtools.TestCase):
         )
         try:
             for node in cls.cluster.nodes:
-                if not wait_until(lambda n=node: cls._registered(n.uuid), 60):
-                    raise RuntimeError(f"agent {node.index} never registered")
+                wait_until(
+                    lambda n=node: cls._registered(n.uuid),
+                    60,
+                    what=f"agent {node.index} registered",
+                )
                 cls.loop.run_until_complete(
                     cls.tenant.enrol(node.uuid, PAYLOAD, cls.policy)
                 )
@@ -149,8 +152,7 @@ class PolicySealingTest(testtools.TestCase):
         def has() -> dict[str, Any] | None:
             return next((k for k in self.keys_of(uuid) if k["epoch"] == epoch), None)
 
-        key = wait_until(has, 30)
-        self.assertIsNotNone(key, f"node {uuid} never got its epoch {epoch} key")
+        key = wait_until(has, 30, what=f"node {uuid}'s epoch {epoch} key")
         return dict(key)
 
     def opened(self, uuid: str, blob: bytes) -> bytes:
@@ -170,7 +172,8 @@ class PolicySealingTest(testtools.TestCase):
         self,
     ) -> None:
         eu1, eu2, us, eu_revoked = self.cluster.nodes
-        pp, epoch = self.arun(fetch_params(self.tenant))
+        params = self.arun(fetch_params(self.tenant))
+        epoch = params.epoch
         keys = {n.uuid: self.wait_key(n.uuid, epoch) for n in self.cluster.nodes}
         # the quote's pcrDigest: SHA-256 over the quoted PCR values
         digest = hashlib.sha256(bytes.fromhex(self.cluster.good_pcr_hex()))
@@ -178,7 +181,7 @@ class PolicySealingTest(testtools.TestCase):
         self.assertEqual(
             sorted(
                 [f"{k}={v}" for k, v in dict(EU, host="cn-1").items()]
-                + [pcrs, f"epoch={epoch}"]
+                + [pcrs, f"epoch={epoch}", f"project={params.project}"]
             ),
             keys[eu1.uuid]["attributes"],
         )
@@ -187,7 +190,7 @@ class PolicySealingTest(testtools.TestCase):
         self.assertNotEqual(keys[eu1.uuid]["fingerprint"], keys[us.uuid]["fingerprint"])
 
         secret = os.urandom(1024)
-        before = seal_to_policy(pp, epoch, POLICY, secret)
+        before = seal_to_policy(params, POLICY, secret)
         for node in (eu1, eu2, eu_revoked):
             self.assertEqual(secret, self.opened(node.uuid, before))
         self.assertRaises(ServiceError, self.opened, us.uuid, before)
@@ -196,12 +199,13 @@ class PolicySealingTest(testtools.TestCase):
         # revocation: a new epoch; the revoked node is not keyed for it
         self.arun(self.tenant.revoke(eu_revoked.uuid, "test"))
         new_epoch = wait_until(
-            lambda: (e := self.arun(fetch_params(self.tenant))[1]) > epoch and e, 10
+            lambda: (e := self.arun(fetch_params(self.tenant))).epoch > epoch and e,
+            10,
         )
-        self.assertEqual(epoch + 1, new_epoch)
+        self.assertEqual(epoch + 1, new_epoch.epoch)
         for node in (eu1, eu2, us):
-            self.wait_key(node.uuid, new_epoch)
-        after = seal_to_policy(pp, new_epoch, POLICY, b"sealed after revocation")
+            self.wait_key(node.uuid, new_epoch.epoch)
+        after = seal_to_policy(new_epoch, POLICY, b"sealed after revocation")
         for node in (eu1, eu2):
             self.assertEqual(b"sealed after revocation", self.opened(node.uuid, after))
         self.assert_refused(us.uuid, after, "policy_not_satisfied")
@@ -228,7 +232,7 @@ class PolicySealingTest(testtools.TestCase):
 
     def test_tenant_cli_seals_to_a_policy_and_checks_the_verifier(self) -> None:
         node = self.cluster.nodes[1]  # region=eu, hv=kvm-9, never revoked
-        _, epoch = self.arun(fetch_params(self.tenant))
+        epoch = self.arun(fetch_params(self.tenant)).epoch
         self.wait_key(node.uuid, epoch)
         payload = os.path.join(self.tmp, "cli-payload")
         with open(payload, "wb") as f:
@@ -306,8 +310,8 @@ class PolicySealingTest(testtools.TestCase):
                 ServiceError, self.arun, send_sealed(self.tenant, node.uuid, blob)
             )
             self.assertIn(code, str(exc))
-        pp, epoch = self.arun(fetch_params(self.tenant))
+        params = self.arun(fetch_params(self.tenant))
         exc = self.assertRaises(
-            PolicyError, seal_to_policy, pp, epoch, "region=eu and", b"x"
+            PolicyError, seal_to_policy, params, "region=eu and", b"x"
         )
         self.assertEqual(13, exc.position)

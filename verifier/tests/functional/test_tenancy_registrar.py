@@ -6,6 +6,7 @@ tokens. One named test per attack; each leaves the registrar unchanged.
 
 from __future__ import annotations
 
+import os
 import uuid as uuid_mod
 from typing import Any
 
@@ -18,7 +19,9 @@ from verifier.api.keystone import KeystoneAuthenticator
 from verifier.attest.instances import NovaInstanceOwners
 from verifier.common.http import AsyncClient
 from verifier.db import make_engine, upgrade
+from verifier.exceptions import RequestError
 from verifier.policies import make_enforcer
+from verifier.protocol import EvidenceError
 from verifier.registrar import Registrar, make_app
 from verifier.registrar.service import Registration
 from verifier.tests.functional.tenancy_base import KeystoneTestBase, unittest
@@ -39,6 +42,7 @@ class RegistrarTenancyTest(KeystoneTestBase):
         app = make_app(self.registrar, roles, auth, self.owners)
         self.reg_server = TestServer(app, host="127.0.0.1")
         await self.reg_server.start_server()
+        self.tpms: dict[str, SoftTpm] = {}
         self.alices = self.registered("alice")
         self.bobs = self.registered("bob")
 
@@ -51,7 +55,7 @@ class RegistrarTenancyTest(KeystoneTestBase):
         """An activated registration of an instance of ``who``'s project."""
         uuid = str(uuid_mod.uuid4())
         self.nova.add_server(uuid, self.project_of(who))
-        tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
+        tpm = self.tpms[uuid] = SoftTpm(ak_alg="ecc", ek_alg="ecc")
         challenge = self.registrar.register(
             Registration(uuid, tpm.ek.to_bytes(), None, tpm.ak.to_bytes(), CERT,
                          "192.0.2.7", 8892)
@@ -110,6 +114,48 @@ class RegistrarTenancyTest(KeystoneTestBase):
                 self.assertEqual(401, resp.status)
         status, data = await self.reg(None, "GET", f"/v1/agents/{self.alices}")
         self.assertEqual((403, "forbidden"), (status, data["error"]["code"]))
+
+    async def test_list_follows_novas_pages(self) -> None:
+        self.addCleanup(setattr, self.nova, "max_limit", self.nova.max_limit)
+        self.nova.max_limit = 2  # Nova's [api] max_limit, small
+        more = {self.registered("alice") for _ in range(4)}
+        before = len(self.nova.requests)
+        status, data = await self.reg("alice", "GET", "/v1/agents")
+        self.assertEqual(200, status, data)
+        self.assertEqual(more | {self.alices}, {a["uuid"] for a in data["agents"]})
+        pages = [p for p in self.nova.requests[before:] if "/servers" in p]
+        # alpha's servers in pages of two (Nova links on from a full page)
+        servers = [
+            u for u, p in self.nova.servers.items() if p == self.project_of("alice")
+        ]
+        self.assertEqual(len(servers) // 2 + 1, len(pages), pages)
+        self.assertTrue(all("marker=" in p for p in pages[1:]), pages)
+        status, data = await self.reg("bob", "GET", "/v1/agents")
+        self.assertEqual([self.bobs], [a["uuid"] for a in data["agents"]])
+
+    async def test_foreign_ak_for_a_known_ek_changes_no_registration(self) -> None:
+        """Why: anyone could re-register a node UUID with its (public) EK
+        and their own AK. The old registration stays in force until the
+        new AK is activated, which needs the node's TPM."""
+        _, before = await self.reg("alice", "GET", f"/v1/agents/{self.alices}")
+        attacker = SoftTpm(ak_alg="ecc", ek_alg="ecc")
+        ek = self.tpms[self.alices].ek.to_bytes()
+        challenge = self.registrar.register(
+            Registration(self.alices, ek, None, attacker.ak.to_bytes(), CERT,
+                         "203.0.113.9", 8892)
+        )  # fmt: skip
+        self.assertRaises(
+            EvidenceError,
+            attacker.activate_credential,
+            challenge.credential_blob,
+            challenge.encrypted_secret,
+        )
+        self.assertRaises(
+            RequestError, self.registrar.activate, self.alices, os.urandom(32)
+        )
+        status, after = await self.reg("alice", "GET", f"/v1/agents/{self.alices}")
+        self.assertEqual((200, before), (status, after))
+        self.assertTrue(after["activated"])
 
 
 if __name__ == "__main__":

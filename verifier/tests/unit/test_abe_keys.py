@@ -18,9 +18,18 @@ from verifier.attest.abe_keys import AbeAuthority, ProviderAttributes, load_mast
 from verifier.common.tpm_access import TpmAccess
 from verifier.exceptions import ConfigError
 from verifier.protocol import EnvelopeError, MalformedError, seal_share
-from verifier.protocol.abe import SealIntegrityError, keygen, seal, setup
+from verifier.protocol.abe import (
+    AbeError,
+    SealIntegrityError,
+    SecretKey,
+    keygen,
+    seal,
+    setup,
+    unseal,
+)
 
 DIGEST = bytes(range(32))
+ALPHA, BETA = "4f1c0d9e8b7a6c5d4e3f2a1b0c9d8e7f", "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 
 
 class MasterKeyFileTest(testtools.TestCase):
@@ -79,7 +88,14 @@ class ProviderAttributesTest(testtools.TestCase):
         self.assertEqual(frozenset({"region=us-east"}), p.get(self.uuid))
 
     def test_reserved_and_unencodable_attributes_are_refused(self) -> None:
-        for bad in ({"pcrs": "00"}, {"epoch": "9"}, {"region": "eu west"}, {"r": 1}):
+        bad_tables = (
+            {"pcrs": "00"},
+            {"epoch": "9"},
+            {"project": ALPHA},
+            {"region": "eu west"},
+            {"r": 1},
+        )
+        for bad in bad_tables:
             p = self.write({self.uuid: bad})
             exc = self.assertRaises(ConfigError, p.get, self.uuid)
             self.assertIn(self.uuid, str(exc))
@@ -108,32 +124,64 @@ class AuthorityTest(testtools.TestCase):
 
     def test_attributes_are_provider_known_plus_attested_state(self) -> None:
         self.assertEqual(
-            frozenset({"region=eu", "hv=kvm-9", f"pcrs={DIGEST.hex()}", "epoch=0"}),
-            self.authority.attributes(self.uuids[0], DIGEST),
+            frozenset(
+                {
+                    "region=eu",
+                    "hv=kvm-9",
+                    f"pcrs={DIGEST.hex()}",
+                    "epoch=0",
+                    f"project={ALPHA}",
+                }
+            ),
+            self.authority.attributes(self.uuids[0], DIGEST, ALPHA),
         )
-        self.assertIsNone(self.authority.attributes(str(uuid_mod.uuid4()), DIGEST))
+        unknown = str(uuid_mod.uuid4())
+        self.assertIsNone(self.authority.attributes(unknown, DIGEST, ALPHA))
+
+    def test_node_without_a_project_gets_no_key(self) -> None:
+        self.assertIsNone(self.authority.attributes(self.uuids[0], DIGEST, ""))
+
+    def test_project_that_is_no_attribute_value_is_refused(self) -> None:
+        self.assertRaises(
+            ConfigError, self.authority.attributes, self.uuids[0], DIGEST, "a b"
+        )
 
     def test_identical_configurations_share_one_key(self) -> None:
         keys = [
-            self.authority.key_for(self.authority.attributes(u, DIGEST))  # type: ignore[arg-type]
+            self.authority.key_for(self.authority.attributes(u, DIGEST, ALPHA))  # type: ignore[arg-type]
             for u in self.uuids
         ]
         self.assertEqual(keys[0], keys[1])
         self.assertNotEqual(keys[0], keys[2])
         self.assertEqual(2, self.authority.keygens)
 
+    def test_identical_configurations_of_two_projects_do_not_share_a_key(
+        self,
+    ) -> None:
+        alpha = self.authority.attributes(self.uuids[0], DIGEST, ALPHA)
+        beta = self.authority.attributes(self.uuids[1], DIGEST, BETA)
+        assert alpha is not None and beta is not None
+        self.assertNotEqual(self.authority.key_for(alpha), self.authority.key_for(beta))
+        blob = seal(self.authority.pp, f"region=eu and project={ALPHA}", b"alpha")
+        self.assertEqual(b"alpha", unseal(self.authority.pp, self.sk(alpha), blob))
+        self.assertRaises(AbeError, unseal, self.authority.pp, self.sk(beta), blob)
+
+    def sk(self, attrs: frozenset[str]) -> SecretKey:
+        return SecretKey.from_bytes(self.authority.key_for(attrs))
+
     def test_revocation_starts_a_persisted_epoch_with_fresh_keys(self) -> None:
-        attrs = self.authority.attributes(self.uuids[0], DIGEST)
+        attrs = self.authority.attributes(self.uuids[0], DIGEST, ALPHA)
         assert attrs is not None
         old = self.authority.key_for(attrs)
         self.authority.revoked(self.uuids[2])
         self.assertEqual(1, self.authority.epoch)
         self.assertEqual(1, load_master_key(self.key_file)[2])
-        new_attrs = self.authority.attributes(self.uuids[0], DIGEST)
+        new_attrs = self.authority.attributes(self.uuids[0], DIGEST, ALPHA)
         assert new_attrs is not None
         self.assertIn("epoch=1", new_attrs)
         self.assertNotEqual(old, self.authority.key_for(new_attrs))
         self.assertEqual(1, self.authority.params().epoch)
+        self.assertEqual(ALPHA, self.authority.params(ALPHA).project)
 
 
 class KeyringTest(testtools.TestCase):

@@ -56,6 +56,7 @@ MODULE_OF = {
     "vici": "vici",
     "keystonemiddleware": "keystonemiddleware",
     "oslo.policy": "oslo_policy",
+    "oslo.limit": "oslo_limit",
 }
 #: Installed by a test requirement only: no role may import it.
 TEST_ONLY = ("nova",)
@@ -96,6 +97,7 @@ DRIVERS = {
     ("server", "messaging"): ["verifier.notify.messaging", "verifier.nova_listener"],
     ("server", "tpm"): ["verifier.common.tpm", "verifier.attest.monitor"],
     ("server", "scale"): ["verifier.attest.ownership"],
+    ("server", "limits"): ["verifier.attest.keystone_limits"],
     ("hooks", "messaging"): ["ipsec_puppet_vault_hooks.messaging"],
     ("hooks", "vault"): ["ipsec_puppet_vault_hooks.actions.vault"],
     ("hooks", "ipsec"): ["ipsec_puppet_vault_hooks.actions.ipsec"],

@@ -2,6 +2,7 @@
 
 import asyncio
 import base64
+import json
 import os
 import tempfile
 import uuid
@@ -28,9 +29,11 @@ def _event(node: str) -> dict:  # type: ignore[type-arg]
     return event.sign(EVENTS).to_dict()
 
 
-def _token(node: str, obj: str, rights: str = "r", epoch: int = 0) -> str:
+def _token(
+    node: str, obj: str, rights: str = "r", epoch: int = 0, project: str = ""
+) -> str:
     return issue(
-        MAC_KEY, node, obj, rights, int(NOW) + 60, epoch, os.urandom(16)
+        MAC_KEY, node, obj, rights, int(NOW) + 60, epoch, os.urandom(16), project
     ).to_token()
 
 
@@ -112,6 +115,34 @@ class KeyServiceTest(testtools.TestCase):
         again = self.svc.join("g", _token(self.a, "group:g", "j"), None)
         self.assertEqual(first.slot, again.slot)
         self.assertGreater(again.epoch, first.epoch)
+
+    def test_filegroup_stored_before_projects_is_adopted_by_a_former_reader(
+        self,
+    ) -> None:
+        legacy = self.svc.filegroup_state("fg", _token(self.a, "filegroup:fg"), None)
+        self.svc.revoke(_event(str(uuid.uuid4())))  # a save, as an older release
+        with open(self.state) as f:
+            old = json.load(f)
+        del old["filegroups"]["fg"]["name"]  # not written before projects
+        with open(self.state, "w") as f:
+            json.dump(old, f)
+        upgraded = self._service()
+        # a node of another project that never read it gets its own
+        other = upgraded.filegroup_state(
+            "fg", _token(self.b, "filegroup:fg", project="beta"), None
+        )
+        self.assertNotEqual(legacy.key(0), other.key(0))
+        # a former reader's project adopts it: same keys, kept across restarts
+        adopted = upgraded.filegroup_state(
+            "fg", _token(self.a, "filegroup:fg", project="alpha"), None
+        )
+        self.assertEqual((legacy.key(0), "fg"), (adopted.key(0), adopted.group))
+        restarted = self._service()
+        self.assertEqual(["alpha/fg", "beta/fg"], sorted(restarted._filegroups))
+        again = restarted.filegroup_state(
+            "fg", _token(self.a, "filegroup:fg", project="alpha"), None
+        )
+        self.assertEqual(legacy.key(0), again.key(0))
 
     def test_filegroup_of_a_revoked_reader_moves_to_a_new_version(self) -> None:
         state = self.svc.filegroup_state("fg", _token(self.a, "filegroup:fg"), None)
