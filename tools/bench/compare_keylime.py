@@ -95,8 +95,12 @@ def main() -> None:
     )
     rows = []
     for n in args.n:
-        k = keylime_bench.run(n, args.window)
-        o = ours_bench.run(n, args.window, args.uvloop, args.in_flight)
+        try:
+            k = keylime_bench.run(n, args.window)
+            o = ours_bench.run(n, args.window, args.uvloop, args.in_flight)
+        except (RuntimeError, OSError) as exc:  # one N failing loses no other
+            print(f"{n:>5} | failed: {exc}", flush=True)
+            continue
         ratio = o["rate"] / k["rate_passed"] if k["rate_passed"] else float("inf")
         # verifier CPU per passed quote: what the load on a shared machine
         # changes least (the rates move with the CPU each side was given)
@@ -126,11 +130,11 @@ def main() -> None:
             + ("  " + "; ".join(notes) if notes else ""),
             flush=True,
         )
+        if args.json:  # written after each N: a later failure keeps these
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(rows, f, indent=1, default=str)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1, default=str)
-    if args.plot:
+    if args.plot and rows:
         plot(rows, os.path.join(ROOT, "doc", "source", "perf", "rate_vs_n.png"))
 
 
