@@ -181,6 +181,8 @@ def run(
             raise SystemExit("--verifiers > 1 needs: " + "; ".join(missing))
         database_url, db_name = services.scratch_postgres()
         options["coordination_url"] = services.redis_coordination_url(2)
+        # a group of its own: other deployments may share this Redis
+        options["coordination_group"] = f"bench-fleet-{os.getpid()}-{time.time_ns()}"
         options["sync_interval"] = 0.5
     push_port = free_port()
     cluster = fleet_cluster(
@@ -189,11 +191,25 @@ def run(
     push_url = f"https://127.0.0.1:{push_port}" if mode == "push" else None
     try:
         with running_fleet(cluster, n, workdir, use_uvloop, 600, push_url) as fleet:
-            return asyncio.run(measure(cluster, fleet, window, mode, rtts))
+            try:
+                return asyncio.run(measure(cluster, fleet, window, mode, rtts))
+            except Exception:
+                _show_logs(os.path.join(workdir, "cluster"))
+                raise
     finally:
         if db_name:
             services.drop_postgres(db_name)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _show_logs(where: str) -> None:
+    """The end of each service log, for a run that failed."""
+    for root, _, files in os.walk(where):
+        for name in sorted(files):
+            if name.endswith(".log"):
+                with open(os.path.join(root, name), errors="replace") as f:
+                    tail = f.read()[-1500:]
+                print(f"--- {name} (end)\n{tail}", file=sys.stderr)
 
 
 def _exit_on_sigterm() -> None:
