@@ -15,6 +15,11 @@ Run as a process (the benchmark does)::
 With ``--push URL`` the agents also push their evidence to the verifier's
 push endpoint (:mod:`trusted_testing.fleet_push`), for nodes enrolled in
 push mode.
+
+Latency: ``POST /_fleet/rtt {"rtt": 0.15}`` (:meth:`FleetProcess.set_rtt`)
+holds every answer back that many seconds from then on, as if the agents
+were that far away; connections are kept alive, so the TLS handshake (not
+delayed) happens once per agent.
 """
 
 from __future__ import annotations
@@ -112,6 +117,8 @@ class Fleet:
             "fleet", ["127.0.0.1"]
         )
         self._csr_cache: bytes | None = None
+        #: seconds every answer is held back: an injected round-trip time
+        self.rtt = 0.0
 
     def handle(
         self,
@@ -160,6 +167,14 @@ class Fleet:
     def _control(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
         if method == "GET" and path == "/_fleet/counters":
             return 200, {a.uuid: a.quotes for a in self.agents}
+        if method == "POST" and path == "/_fleet/rtt":
+            rtt = json.loads(body).get("rtt")
+            if isinstance(rtt, bool) or not isinstance(rtt, (int, float)):
+                return 400, _error("bad_rtt", "'rtt' must be a number of seconds")
+            if not 0 <= rtt <= 10:
+                return 400, _error("bad_rtt", "'rtt' must be 0..10 seconds")
+            self.rtt = float(rtt)
+            return 200, {"rtt": self.rtt}
         if method == "POST" and path == "/_fleet/tamper":
             uuid = json.loads(body)["uuid"]
             for agent in self.agents:
@@ -320,6 +335,11 @@ class FleetProcess:
         """Quotes answered per agent UUID."""
         return dict(self._control("GET", "/_fleet/counters"))
 
+    def set_rtt(self, rtt: float) -> None:
+        """Hold every answer back ``rtt`` seconds from now on: the round
+        trip the verifier sees, as if the agents were that far away."""
+        self._control("POST", "/_fleet/rtt", {"rtt": rtt})
+
     def tamper(self, uuid: str) -> None:
         """Extend PCR 16 of one agent: its next quote fails the policy."""
         self._control("POST", "/_fleet/tamper", {"uuid": uuid})
@@ -393,10 +413,19 @@ class _HttpProtocol(asyncio.Protocol):
         except Exception as exc:  # the emulator must answer, not die
             status, answer = 500, _error("internal", repr(exc))
         payload = orjson.dumps(answer)
-        self.transport.write(
+        data = (
             b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (status, len(payload), payload)
         )
+        rtt = self.fleet.rtt
+        if rtt > 0:  # an agent far away: its answer arrives one RTT later
+            asyncio.get_running_loop().call_later(rtt, self._write_late, data)
+        else:
+            self.transport.write(data)
+
+    def _write_late(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
 
 async def _serve(args: argparse.Namespace) -> None:

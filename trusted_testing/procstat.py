@@ -7,9 +7,15 @@ import os
 
 def cpu_seconds(pid: int | str = "self") -> float:
     """User plus system CPU time of a process, in seconds."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int | str = "self") -> tuple[float, float]:
+    """User and system (kernel) CPU time of a process, in seconds."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def rss_kib(pid: int | str = "self") -> int:

@@ -41,6 +41,7 @@ _EK_ATTRS = (
     | t.ATTR_DECRYPT
 )
 _EK_SYM = (t.ALG_AES, 128, t.ALG_CFB)
+_ECDSA_SHA256 = ec.ECDSA(hashes.SHA256())
 
 
 class SoftTpm:
@@ -74,6 +75,7 @@ class SoftTpm:
             symmetric=_EK_SYM,
             auth_policy=bytes(32),
         )
+        self._ak_name = self.ak.name  # quoted each time: computed once
         self.pcrs = {i: bytes(32) for i in range(24)}
         self.clock = 1000
         self.reset_count = 0
@@ -90,7 +92,7 @@ class SoftTpm:
         attest = t.TpmAttest(
             magic=t.TPM_GENERATED_VALUE,
             type=t.ST_ATTEST_QUOTE,
-            qualified_signer=self.ak.name,
+            qualified_signer=self._ak_name,
             extra_data=qualifying_data,
             clock_info=t.ClockInfo(
                 self.clock, self.reset_count, self.restart_count, True
@@ -106,7 +108,7 @@ class SoftTpm:
         if isinstance(key, rsa.RSAPrivateKey):
             sig = key.sign(data, padding.PKCS1v15(), hashes.SHA256())
             return t.TpmSignature(t.ALG_RSASSA, t.ALG_SHA256, sig=sig)
-        r, s = decode_dss_signature(key.sign(data, ec.ECDSA(hashes.SHA256())))
+        r, s = decode_dss_signature(key.sign(data, _ECDSA_SHA256))
         return t.TpmSignature(
             t.ALG_ECDSA, t.ALG_SHA256, r=r.to_bytes(32, "big"), s=s.to_bytes(32, "big")
         )

@@ -134,7 +134,7 @@ class Verifier(NodeQueries):
         self._ca = ca
         self._interval = interval
         self._scheduler = QuoteScheduler(
-            lambda node: self.attest_once(node.uuid),
+            self._attest_live,
             self._still_attesting,
             # a push node's visit only checks its deadline: at most 1/s
             lambda node: next_delay(
@@ -413,9 +413,14 @@ class Verifier(NodeQueries):
         """Ask the node for one quote (more when its runtime evidence needs
         another round) and act on the verdict."""
         node = self.live(uuid)
+        await self._attest_live(node)
+        return node.view()
+
+    async def _attest_live(self, node: LiveNode) -> None:
+        """The scheduler's round of ``node`` (no look-up, no view: the
+        quote loop runs this thousands of times a second)."""
         while await self._round(node):  # the node bounds its rounds
             pass
-        return node.view()
 
     async def _round(self, node: LiveNode) -> bool:
         """One quote round; True if another is needed at once.
