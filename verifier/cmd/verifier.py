@@ -144,6 +144,7 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         ),
         ca,
         interval=group.quote_interval,
+        min_node_interval=group.min_node_interval,
         max_unreachable=group.max_unreachable,
         max_in_flight=group.max_in_flight,
         ownership=make_ownership(

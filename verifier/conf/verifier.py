@@ -83,7 +83,18 @@ _OPTS = [
         "quote_interval",
         default=2.0,
         min=0.0,
-        help="Seconds between integrity quotes of one node.",
+        help="Seconds between integrity quotes of one node, unless its "
+        "enrolment gave it its own interval (its verification class).",
+    ),
+    cfg.FloatOpt(
+        "min_node_interval",
+        default=1.0,
+        min=0.1,
+        max=86400.0,
+        help="The shortest quote interval a tenant may give a node at "
+        "enrolment (the 'interval' field; shorter is refused with 400 "
+        "interval_too_short). Under overload every class is slowed by the "
+        "same factor (earliest virtual deadline first).",
     ),
     cfg.FloatOpt(
         "agent_timeout",
