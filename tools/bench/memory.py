@@ -46,6 +46,9 @@ class _Silent:
     def forget(self, base: str, agent_cert: str) -> None:
         pass
 
+    def rest(self, base: str, delay: float) -> None:
+        pass
+
     async def get_agent(self, uuid: str) -> Any:
         raise AssertionError("not used")
 

@@ -157,6 +157,8 @@ class QuoteScheduler:
         is_live: whether a node is still to be attested by us.
         interval: a node's quote interval (its class).
         workers: how many rounds may be in flight at once.
+        rest: told after each round how many seconds until the node's
+            next one (the connection policy, :meth:`AgentClient.rest`).
     """
 
     def __init__(
@@ -165,8 +167,10 @@ class QuoteScheduler:
         is_live: Callable[[LiveNode], bool],
         interval: Callable[[LiveNode], float],
         workers: int,
+        rest: Callable[[LiveNode, float], None] | None = None,
     ) -> None:
         self._attest = attest
+        self._rest = rest
         self._is_live = is_live
         self._interval = interval
         self._workers = workers
@@ -242,6 +246,8 @@ class QuoteScheduler:
                 self._free.release()
             if self._is_live(node):
                 delay = next_delay(node, self._interval(node))
+                if self._rest is not None:
+                    self._rest(node, delay)
                 now = asyncio.get_running_loop().time()
                 if self._deadlines.again(node, deadline, delay, now):
                     self._changed.set()

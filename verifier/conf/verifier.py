@@ -102,6 +102,17 @@ _OPTS = [
         min=0.1,
         help="Seconds to wait for an agent's answer.",
     ),
+    cfg.FloatOpt(
+        "agent_keep_alive",
+        default=15.0,
+        min=0.0,
+        max=25.0,
+        help="A node quoted at most this many seconds apart keeps its "
+        "connection open between rounds; a node with a longer interval "
+        "(or backed off) is reconnected for each round, so that a large "
+        "fleet watched slowly holds no idle TLS connections (tens of KB "
+        "each). At most 25 s: idle connections are dropped after 30 s.",
+    ),
     cfg.IntOpt(
         "max_unreachable",
         default=5,
