@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from verifier.attest.clients import AgentClient, RegistrarClient
+from verifier.attest.memtrim import trim_loop
 from verifier.attest.node import (
     LiveNode,
     NodeState,
@@ -141,6 +142,7 @@ class Verifier(NodeQueries):
             self._still_attesting,
             self.interval_of,
             max_in_flight,
+            lambda node, delay: self._agents.rest(node.base_url, delay),
         )
         self.rules = AttestationRules(
             max_unreachable=max_unreachable,
@@ -175,6 +177,7 @@ class Verifier(NodeQueries):
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
             asyncio.create_task(self.pending.run()),
+            asyncio.create_task(trim_loop()),  # see verifier.attest.memtrim
         ]
         self._scheduler.start()
         if not isinstance(self._ownership, AllNodes):
