@@ -44,6 +44,7 @@ from nova_plugin.tenant import Tenant, TenantConfig
 from nova_plugin.tenant_auth import keystone_tenant
 from verifier.common import extras, version
 from verifier.protocol import MalformedError, PcrPolicy, TpmPublic, jsonlimits
+from verifier.protocol.messages.enrolment import check_interval
 
 _ENV = {
     "registrar": "TRUSTED_REGISTRAR_URL",
@@ -55,6 +56,18 @@ _ENV = {
 
 
 _MAX_POLICY_FILE = 1 << 20  # a PCR policy is a few KiB
+
+
+def _interval(text: str) -> float:
+    """``--interval``: a number of seconds the verifier can accept."""
+    try:
+        value = check_interval("--interval", float(text))
+    except (ValueError, MalformedError) as exc:
+        raise argparse.ArgumentTypeError(
+            str(exc) if isinstance(exc, MalformedError) else f"not a number: {text!r}"
+        ) from None
+    assert value is not None
+    return value
 
 
 def _pcr_options(parser: argparse.ArgumentParser, whose: str) -> None:
@@ -122,6 +135,15 @@ def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "agent) or push (the agent posts evidence to the verifier's push "
         "endpoint and opens no port: for nodes nobody can reach; the identity "
         "quote and U then go through the verifier's relay)",
+    )
+    enrol.add_argument(
+        "--interval",
+        type=_interval,
+        metavar="SECONDS",
+        help="the node's own seconds between integrity quotes, its "
+        "verification class (pull nodes; default: the verifier's "
+        "quote_interval; the verifier may refuse intervals shorter than its "
+        "min_node_interval)",
     )
     pol = sub.add_parser(
         "policy", help="store, list, show and delete runtime/measured-boot policies"
@@ -337,6 +359,8 @@ def _tenant(args: argparse.Namespace) -> Tenant:
             _readable(f"--{name} (or ${_ENV[name]})", getattr(args, name))
     if args.command == "enrol":
         _readable("--payload", args.payload)
+        if args.interval is not None and args.mode != "pull":
+            raise UsageError("--interval is for pull nodes (--mode pull)")
     if auth is not None and not direct:
         session = ks_loading.load_session_from_argparse_arguments(args, auth=auth)
         return keystone_tenant(
@@ -380,6 +404,7 @@ async def _run(args: argparse.Namespace) -> Any:
                 runtime_policy=args.runtime_policy,
                 mb_policy=args.mb_policy,
                 mode=args.mode,
+                interval=args.interval,
             )
             return {
                 "uuid": result.uuid,

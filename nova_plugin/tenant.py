@@ -331,13 +331,15 @@ class Tenant:
         runtime_policy: str | None = None,
         mb_policy: str | None = None,
         mode: str = "pull",
+        interval: float | None = None,
     ) -> EnrolResult:
         """Enrol ``uuid``: verifier gets V and the policies, the node gets U.
 
         ``runtime_policy`` and ``mb_policy`` name policies stored at the
         verifier (:meth:`add_policy`); ``policy`` may then be empty.
         ``mode`` is ``pull`` (the verifier polls the agent) or ``push`` (the
-        agent posts its evidence).
+        agent posts its evidence). ``interval`` is the node's own seconds
+        between quotes, its verification class (None: the verifier's).
         """
         uuid = canonical_uuid(uuid)
         if len(payload) > MAX_PAYLOAD_BYTES:
@@ -360,6 +362,7 @@ class Tenant:
             mb_policy,
             mode=mode,
             u_commitment=commit_u(uuid, u_share),
+            interval=interval,
         )
         _, view = await self._call(
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()

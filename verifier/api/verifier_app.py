@@ -64,6 +64,7 @@ async def _enrol(request: web.Request) -> web.Response:
         project=owner,
         mode=body.mode,
         u_commitment=body.u_commitment,
+        interval=body.interval,
     )
     return json_response(view.to_dict(), status=201)
 

@@ -42,6 +42,7 @@ class NodeView:
     ima_entries: int | None = None
     project_id: str = ""
     mode: str = "pull"
+    interval: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -72,12 +73,14 @@ def enrolment_row(
     project_id: str = "",
     mode: str = "pull",
     u_commitment: bytes | None = None,
+    interval: float | None = None,
 ) -> Node:
     """The row of a new enrolment: the registrar's ``record`` of the node
     (AK, TLS certificate, address; None before the agent registered), the
     runtime/measured-boot policy digests ``refs``, the owning project and
-    the attestation ``mode`` (``pull`` or ``push``) and the enroller's
-    commitment to U."""
+    the attestation ``mode`` (``pull`` or ``push``), the enroller's
+    commitment to U and the node's own quote ``interval`` (None: the
+    verifier's)."""
     values = _UNREGISTERED if record is None else registration_values(record)
     return Node(
         uuid=uuid,
@@ -94,6 +97,7 @@ def enrolment_row(
         runtime_policy=refs[0],
         mb_policy=refs[1],
         attestation_mode=mode,
+        quote_interval=interval,
     )
 
 
@@ -111,6 +115,7 @@ def view_of_row(row: Node) -> NodeView:
         row.ima_count,
         row.project_id,
         row.attestation_mode or "pull",
+        row.quote_interval,
     )
 
 
@@ -152,12 +157,15 @@ class LiveNode(NodeAttestation):
         mode: ``pull`` (polled) or ``push`` (its agent posts evidence).
         u_commitment: the enroller's commitment to U, sent with V (None:
             enrolled before commitments).
+        interval: its own quote interval, its verification class (None:
+            the verifier's).
         judged: :class:`NodeAttestation`'s keyword arguments (its state as
             last written).
     """
 
     __slots__ = (
         "base_url",
+        "interval",
         "mb_ref",
         "mode",
         "project_id",
@@ -181,12 +189,14 @@ class LiveNode(NodeAttestation):
         project_id: str = "",
         mode: str = "pull",
         u_commitment: bytes | None = None,
+        interval: float | None = None,
         **judged: Any,
     ) -> None:
         super().__init__(uuid, policy, ak, **judged)
         self.project_id = project_id
         self.mode = mode
         self.u_commitment = u_commitment
+        self.interval = interval
         self.base_url = base_url
         self.tls_cert = tls_cert
         self.v_share = v_share
@@ -206,6 +216,7 @@ class LiveNode(NodeAttestation):
             self.ima.count if self.runtime is not None else None,
             self.project_id,
             self.mode,
+            self.interval,
         )
 
     @classmethod
@@ -239,6 +250,7 @@ class LiveNode(NodeAttestation):
             project_id=row.project_id or "",
             mode=row.attestation_mode or "pull",
             u_commitment=row.u_commitment,
+            interval=row.quote_interval,
             state=NodeState(row.state),
             runtime=runtime,
             mb=mb,

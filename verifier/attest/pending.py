@@ -96,6 +96,7 @@ class PendingNodes:
         project: str = "",
         mode: str = "pull",
         u_commitment: bytes | None = None,
+        interval: float | None = None,
     ) -> NodeView:
         """Store V and the policies (``refs``: runtime and measured-boot
         policy digests) for an instance Nova has not created yet.
@@ -115,6 +116,7 @@ class PendingNodes:
             project,
             mode=mode,
             u_commitment=u_commitment,
+            interval=interval,
         )
         row.state = NodeState.PENDING.value
         view = view_of_row(row)  # before the commit expires the row

@@ -10,6 +10,7 @@ from typing import Any
 
 from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
 from verifier.attest.ownership import Ownership
+from verifier.attest.scheduler import QuoteScheduler
 from verifier.attest.store import NodeStore
 from verifier.exceptions import NotFoundError
 from verifier.protocol import canonical_uuid
@@ -29,6 +30,7 @@ class NodeQueries:
     store: NodeStore
     _nodes: dict[str, LiveNode]
     _ownership: Ownership
+    _scheduler: QuoteScheduler
 
     def get(self, uuid: str, scope: str | None = None) -> NodeView:
         """A node of project ``scope`` (None: of any project).
@@ -50,7 +52,9 @@ class NodeQueries:
     def stats(self) -> dict[str, Any]:
         """Counts for operators and benchmarks: nodes per state (this
         process's view of its own nodes, the database's of the others) and
-        quotes verified."""
+        quotes verified; per verification class (quote interval) the
+        rounds this process started and how late (``stretch``: the period
+        its nodes see over their interval, 1.0 when nothing is late)."""
         states: dict[str, int] = {s.value: 0 for s in NodeState}
         db = self.store.states()
         for uuid, state in db.items():
@@ -63,6 +67,7 @@ class NodeQueries:
             "owned": len(self._nodes),
             "member": self._ownership.member_id,
             "quotes_verified": local,
+            "classes": self._scheduler.classes(),
         }
 
     def list(self, scope: str | None = None) -> list[NodeView]:

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from verifier.attest.clients import AgentClient, RegistrarClient
+from verifier.attest.memtrim import trim_loop
 from verifier.attest.node import (
     LiveNode,
     NodeState,
@@ -36,7 +37,7 @@ from verifier.attest.push import PushAttestation
 from verifier.attest.push_store import PushStore, session_key
 from verifier.attest.queries import NodeQueries
 from verifier.attest.quotas import Quotas
-from verifier.attest.scheduler import QuoteScheduler, next_delay, wait_event
+from verifier.attest.scheduler import QuoteScheduler, wait_event
 from verifier.attest.store import NodeStore
 from verifier.attest.transitions import TransitionWriter
 from verifier.ca import CaError, CertificateAuthority
@@ -98,6 +99,8 @@ class Verifier(NodeQueries):
             default policy store).
         push_rules: limits on evidence pushed by ``push`` nodes
             (:mod:`verifier.attest.push`).
+        min_node_interval: the shortest quote interval a tenant may give
+            a node (its verification class).
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class Verifier(NodeQueries):
         abe: AbeAuthority | None = None,
         quotas: Quotas | None = None,
         push_rules: PushRules | None = None,
+        min_node_interval: float = 1.0,
     ) -> None:
         if unreachable_action not in ("fail", "revoke"):
             raise ValueError("unreachable_action must be 'fail' or 'revoke'")
@@ -133,14 +137,13 @@ class Verifier(NodeQueries):
         self.outbox = outbox
         self._ca = ca
         self._interval = interval
+        self._min_node_interval = min_node_interval
         self._scheduler = QuoteScheduler(
             self._attest_live,
             self._still_attesting,
-            # a push node's visit only checks its deadline: at most 1/s
-            lambda node: next_delay(
-                node, self._interval if node.mode == "pull" else max(self._interval, 1)
-            ),
+            self.interval_of,
             max_in_flight,
+            lambda node, delay: self._agents.rest(node.base_url, delay),
         )
         self.rules = AttestationRules(
             max_unreachable=max_unreachable,
@@ -183,6 +186,7 @@ class Verifier(NodeQueries):
             asyncio.create_task(self._outbox_loop()),
             asyncio.create_task(self._flush_loop()),
             asyncio.create_task(self.pending.run()),
+            asyncio.create_task(trim_loop()),  # see verifier.attest.memtrim
         ]
         self._scheduler.start()
         if not isinstance(self._ownership, AllNodes):
@@ -199,6 +203,14 @@ class Verifier(NodeQueries):
         await self._agents.close()
         await self._registrar.close()
         self.outbox.close()
+
+    def interval_of(self, node: LiveNode) -> float:
+        """Seconds between rounds of ``node``: its own quote interval (its
+        verification class) or ours; a push node's visit only checks its
+        deadline, at most once a second."""
+        if node.mode != "pull":
+            return max(self._interval, 1)
+        return self._interval if node.interval is None else node.interval
 
     def _adopt(self, node: LiveNode) -> None:
         self._nodes[node.uuid] = node
@@ -275,6 +287,7 @@ class Verifier(NodeQueries):
         project: str = "",
         mode: str = "pull",
         u_commitment: bytes | None = None,
+        interval: float | None = None,
     ) -> NodeView:
         """Start attesting ``uuid``; V is released to the node after its
         first valid quote (and runtime evidence). With ``await_instance``
@@ -295,14 +308,22 @@ class Verifier(NodeQueries):
             mode: ``pull`` (polled) or ``push`` (its agent posts evidence).
             u_commitment: the enroller's commitment to U, released with V
                 (:mod:`verifier.protocol.enroller`).
+            interval: the node's own seconds between quotes (None: ours).
 
         Raises:
             ConflictError: already enrolled, or the AK is not activated.
             NotFoundError: the registrar does not know the node, or a
                 named policy does not exist.
-            RequestError: ``no_policy`` when nothing would be checked.
+            RequestError: ``no_policy`` when nothing would be checked;
+                ``interval_too_short`` below ``min_node_interval``.
         """
         uuid = canonical_uuid(uuid)
+        if interval is not None and interval < self._min_node_interval:
+            raise RequestError(
+                "interval_too_short",
+                f"a node's quote interval is at least "
+                f"{self._min_node_interval:g} s here",
+            )
         if not policy.pcrs and runtime_policy is None and mb_policy is None:
             raise RequestError(
                 "no_policy", "give a PCR, runtime or measured-boot policy"
@@ -321,6 +342,7 @@ class Verifier(NodeQueries):
                 project,
                 mode=mode,
                 u_commitment=u_commitment,
+                interval=interval,
             )
         record = await self._registrar.get_agent(uuid)
         if not record.activated:
@@ -338,6 +360,7 @@ class Verifier(NodeQueries):
             project,
             mode=mode,
             u_commitment=u_commitment,
+            interval=interval,
         )
         node = LiveNode.from_row(row, self.policies.cached)
         await asyncio.to_thread(self.store.insert, row)

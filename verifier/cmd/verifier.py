@@ -127,7 +127,12 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     db.upgrade(engine)
     notifiers = load_notifiers(conf, group.notifiers, signing_key.public_key())
     client_ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
-    agents = AgentClient(group.cert_file, group.key_file, group.agent_timeout)
+    agents = AgentClient(
+        group.cert_file,
+        group.key_file,
+        group.agent_timeout,
+        keep_alive=group.agent_keep_alive,
+    )
     abe = build_abe(conf, agents)
     q = conf.quota
     source = None
@@ -149,6 +154,7 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         ),
         ca,
         interval=group.quote_interval,
+        min_node_interval=group.min_node_interval,
         max_unreachable=group.max_unreachable,
         max_in_flight=group.max_in_flight,
         ownership=make_ownership(

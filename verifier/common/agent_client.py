@@ -104,6 +104,12 @@ class AgentClient:
             expect_json=expect_json,
         )
 
+    def close_idle(self, base: str) -> None:
+        """Close the kept-alive connection to an agent (its pinned
+        certificate stays known: the next request reconnects)."""
+        if self._http is not None:
+            self._http.forget(base)
+
     def forget(self, base: str, agent_cert: str) -> None:
         """Close the kept-alive connection to an agent we stop talking to."""
         if self._http is not None:

@@ -46,7 +46,8 @@ _NODE = _object(
         "mb_policy": _NULL_STR,
         "ima_entries": _NULL_INT,
         "project_id": _STR,
-    }
+    },
+    interval=_NULL_NUM,
 )
 _SIGNED_EVENT = _object(
     {

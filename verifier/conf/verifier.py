@@ -83,13 +83,35 @@ _OPTS = [
         "quote_interval",
         default=2.0,
         min=0.0,
-        help="Seconds between integrity quotes of one node.",
+        help="Seconds between integrity quotes of one node, unless its "
+        "enrolment gave it its own interval (its verification class).",
+    ),
+    cfg.FloatOpt(
+        "min_node_interval",
+        default=1.0,
+        min=0.1,
+        max=86400.0,
+        help="The shortest quote interval a tenant may give a node at "
+        "enrolment (the 'interval' field; shorter is refused with 400 "
+        "interval_too_short). Under overload every class is slowed by the "
+        "same factor (earliest virtual deadline first).",
     ),
     cfg.FloatOpt(
         "agent_timeout",
         default=5.0,
         min=0.1,
         help="Seconds to wait for an agent's answer.",
+    ),
+    cfg.FloatOpt(
+        "agent_keep_alive",
+        default=15.0,
+        min=0.0,
+        max=25.0,
+        help="A node quoted at most this many seconds apart keeps its "
+        "connection open between rounds; a node with a longer interval "
+        "(or backed off) is reconnected for each round, so that a large "
+        "fleet watched slowly holds no idle TLS connections (tens of KB "
+        "each). At most 25 s: idle connections are dropped after 30 s.",
     ),
     cfg.IntOpt(
         "max_unreachable",

@@ -11,6 +11,7 @@ Both are requests: fields they do not define are refused, so a misspelt
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from verifier.protocol.enroller import COMMITMENT_BYTES
@@ -28,10 +29,13 @@ from verifier.protocol.shares import KEY_BYTES
 
 __all__ = [
     "MAX_DETAIL",
+    "MAX_INTERVAL",
+    "MIN_INTERVAL",
     "MAX_POLICY_REF",
     "MODES",
     "EnrolmentRequest",
     "RevokeRequest",
+    "check_interval",
 ]
 
 #: The longest stored-policy reference (``name``, ``name@version``, digest).
@@ -41,6 +45,33 @@ MAX_POLICY_REF = 299
 MODES = ("pull", "push")
 #: The longest revocation detail a tenant may give.
 MAX_DETAIL = 1000
+#: The bounds of a node's own quote interval, in seconds (a verifier may
+#: hold its tenants to a longer shortest one: ``min_node_interval``).
+MIN_INTERVAL = 0.1
+MAX_INTERVAL = 86400.0
+
+
+def check_interval(structure: str, value: object) -> float | None:
+    """A node's quote interval as a float, or None.
+
+    Raises:
+        FieldError: not a finite number of seconds in
+            :data:`MIN_INTERVAL`..:data:`MAX_INTERVAL`.
+    """
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not MIN_INTERVAL <= value <= MAX_INTERVAL
+    ):
+        raise FieldError(
+            structure,
+            "interval",
+            f"must be a number of seconds {MIN_INTERVAL:g}..{MAX_INTERVAL:g}",
+        )
+    return float(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +91,9 @@ class EnrolmentRequest:
             (:func:`verifier.protocol.enroller.commit_u`); the node takes U
             only if it matches. Required: an enrolment without it is
             refused.
+        interval: the node's own seconds between quotes, its verification
+            class (None: the verifier's ``quote_interval``); pull nodes
+            only (a push node's agent chooses when it pushes).
 
     Raises:
         FieldError: a field of the wrong type or size.
@@ -75,6 +109,7 @@ class EnrolmentRequest:
     await_instance: bool = False
     mode: str = "pull"
     u_commitment: bytes = b""
+    interval: float | None = None
 
     _NAME = "enrolment request"
 
@@ -98,6 +133,9 @@ class EnrolmentRequest:
             COMMITMENT_BYTES,
             exact=COMMITMENT_BYTES,
         )
+        object.__setattr__(self, "interval", check_interval(self._NAME, self.interval))
+        if self.interval is not None and self.mode != "pull":
+            raise FieldError(self._NAME, "interval", "is for pull nodes only")
 
     @property
     def has_policy_refs(self) -> bool:
@@ -105,8 +143,9 @@ class EnrolmentRequest:
         return self.runtime_policy is not None or self.mb_policy is not None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON body."""
-        return {
+        """The JSON body (``interval`` only when set: verifiers from
+        before verification classes refuse the field)."""
+        body: dict[str, Any] = {
             "uuid": self.uuid,
             "v": b64(self.v),
             "policy": self.policy.to_dict(),
@@ -116,6 +155,9 @@ class EnrolmentRequest:
             "mode": self.mode,
             "u_commitment": b64(self.u_commitment),
         }
+        if self.interval is not None:
+            body["interval"] = self.interval
+        return body
 
     @classmethod
     def from_dict(cls, data: object) -> EnrolmentRequest:
@@ -140,6 +182,7 @@ class EnrolmentRequest:
         await_instance = r.get("await_instance")
         mode = r.get("mode")
         commitment = r.b64("u_commitment", COMMITMENT_BYTES)
+        interval = r.get("interval")
         r.finish()
         return cls(
             uuid,
@@ -150,6 +193,7 @@ class EnrolmentRequest:
             False if await_instance is None else await_instance,
             "pull" if mode is None else mode,
             commitment,
+            interval,
         )
 
 

@@ -194,6 +194,9 @@ class FakeAgents:
     def forget(self, base: str, agent_cert: str) -> None:
         self.forgotten.append(base)
 
+    def rest(self, base: str, delay: float) -> None:
+        pass
+
     async def close(self) -> None:
         self.closed = True
 

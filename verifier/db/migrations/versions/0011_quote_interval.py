@@ -1,0 +1,24 @@
+"""Verification classes: a node's own quote interval (issue 19), so that a
+tenant can watch some nodes more often than others. Rows written before
+this revision have none: they are quoted at the verifier's
+``quote_interval``.
+
+Revision ID: 0011
+Revises: 0008 (the lead re-chains at merge)
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0008"
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("verifier_nodes") as batch:
+        batch.add_column(sa.Column("quote_interval", sa.Float(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("verifier_nodes") as batch:
+        batch.drop_column("quote_interval")
