@@ -147,8 +147,12 @@ class TrustedBoot:
         ca_pem: str | None = None,
         progress: Progress | None = None,
         mode: str = "pull",
+        stored: tuple[str | None, str | None] = (None, None),
     ) -> None:
+        """``stored``: the names of a runtime (IMA) and a measured-boot
+        policy stored with the verifier, each checked with every quote."""
         self._mode = mode
+        self._stored = stored
         self._nova = nova
         self._tenant = tenant
         self._policy = policy
@@ -255,6 +259,8 @@ class TrustedBoot:
                     self._policy,
                     commit_u(canonical_uuid(server.id), u_share),
                     mode=self._mode,
+                    runtime_policy=self._stored[0],
+                    mb_policy=self._stored[1],
                 )
             except ServiceError as exc:
                 if exc.code == "already_enrolled":
