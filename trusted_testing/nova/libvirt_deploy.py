@@ -271,7 +271,7 @@ class LibvirtNovaDeployment(NovaDeployment):
                     "helper_command": f"nsenter --net={self.netns_file} {helper}"
                 },
                 "api": {
-                    "vendordata_providers": "DynamicJSON",
+                    "vendordata_providers": "StaticJSON,DynamicJSON",
                     "vendordata_dynamic_targets": (
                         f"trusted@{self.standins.url}/vendordata"
                     ),
@@ -300,29 +300,37 @@ class LibvirtNovaDeployment(NovaDeployment):
     def _create_flavor(self) -> None:
         super()._create_flavor()
         for name, specs in FLAVORS.items():
-            body = {
-                "flavor": {
-                    "name": name,
-                    "id": name.replace(".", "-"),
-                    "ram": RAM_MB,
-                    "vcpus": 1,
-                    "disk": DISK_GB,
-                }
+            self.add_flavor(name, specs)
+
+    def add_flavor(
+        self, name: str, specs: dict[str, str], disk_gb: int = DISK_GB
+    ) -> str:
+        """A flavor of :data:`RAM_MB` and one vCPU; returns its ID (the
+        name with ``-`` for ``.``)."""
+        body = {
+            "flavor": {
+                "name": name,
+                "id": name.replace(".", "-"),
+                "ram": RAM_MB,
+                "vcpus": 1,
+                "disk": disk_gb,
             }
-            resp = self.request("POST", "/flavors", admin=True, json=body)
+        }
+        resp = self.request("POST", "/flavors", admin=True, json=body)
+        if resp.status_code != 200:
+            raise RuntimeError(f"creating {name}: {resp.status_code} {resp.text}")
+        if specs:
+            resp = self.request(
+                "POST",
+                f"/flavors/{body['flavor']['id']}/os-extra_specs",
+                admin=True,
+                json={"extra_specs": specs},
+            )
             if resp.status_code != 200:
-                raise RuntimeError(f"creating {name}: {resp.status_code} {resp.text}")
-            if specs:
-                resp = self.request(
-                    "POST",
-                    f"/flavors/{body['flavor']['id']}/os-extra_specs",
-                    admin=True,
-                    json={"extra_specs": specs},
+                raise RuntimeError(
+                    f"extra specs of {name}: {resp.status_code} {resp.text}"
                 )
-                if resp.status_code != 200:
-                    raise RuntimeError(
-                        f"extra specs of {name}: {resp.status_code} {resp.text}"
-                    )
+        return str(body["flavor"]["id"])
 
     # -- images ----------------------------------------------------------------
 

@@ -43,7 +43,12 @@ from trusted_testing.cluster import wait_until
 from trusted_testing.guest_vm import VmImage
 from trusted_testing.guest_vm_story import VmCluster, agent_settings_vendor_data
 from trusted_testing.nova.guestnet import GuestNetwork
-from trusted_testing.nova.libvirt_deploy import RAM_MB, LibvirtNovaDeployment
+from trusted_testing.nova.libvirt_deploy import (
+    DISK_GB,
+    FLAVORS,
+    RAM_MB,
+    LibvirtNovaDeployment,
+)
 from trusted_testing.qga import GuestAgent, GuestAgentError
 from verifier.ca import CertificateAuthority
 from verifier.protocol.mb.policy import MeasuredBootPolicy
@@ -59,6 +64,14 @@ PUSH_META = ("trusted_attestation", "push")
 def seabios_mb_policy() -> dict[str, Any]:
     """The measured-boot policy of a SeaBIOS guest (see the module doc)."""
     return MeasuredBootPolicy(frozenset(), None, False).to_dict()
+
+
+def _make_localca(localca: str, scratch: str) -> None:
+    """A swtpm local CA in ``localca`` unless there is one (swtpm_localca
+    makes it at its first EK certificate)."""
+    if not os.path.exists(os.path.join(localca, "issuercert.pem")):
+        state = os.path.join(scratch, "tpm2")
+        create_state(state, localca, "instance-00000000:first-use")
 
 
 class LibvirtGuestAgent(GuestAgent):
@@ -112,12 +125,19 @@ class NovaStory:
         CertificateAuthority.load(pki).issue_to_files(
             pki, "vtpm-manager", ["127.0.0.1", "localhost"]
         )
+        # the registrar's EK anchors: a CA of no Nova host (VMs outside
+        # Nova); a Nova guest gets in only by its host's enrolled CA
+        _make_localca(self.cluster.localca, os.path.join(self.workdir, "anchor"))
         self.cluster.start_services()
         self.nova.start()
         self.network.forward_in(self.cluster.registrar_port)
         assert self.cluster.push_port is not None
         self.network.forward_in(self.cluster.push_port)
         self.nova.standins.vendordata = self.vendordata
+        # a resize on this one host goes to this flavor (a larger disk)
+        self.nova.add_flavor(
+            "trusted.vtpm-host-resized", FLAVORS["trusted.vtpm-host"], DISK_GB + 1
+        )
         self.image_id = self.nova.add_guest_image(
             image.qcow2,
             image.kernel,
@@ -166,9 +186,7 @@ class NovaStory:
         host's swtpm local CA is made first, as ``swtpm_localca`` makes it
         at a host's first vTPM (enrol-host only reads it)."""
         localca = self.nova.localca_dir
-        if not os.path.exists(os.path.join(localca, "issuercert.pem")):
-            scratch = os.path.join(self.workdir, "localca-first-use", "tpm2")
-            create_state(scratch, localca, "instance-00000000:first-use")
+        _make_localca(localca, os.path.join(self.workdir, "host-ca"))
         localca_conf = os.path.join(self.workdir, "host-swtpm-localca.conf")
         with open(localca_conf, "w", encoding="utf-8") as f:
             f.write(f"statedir = {localca}\nissuercert = {localca}/issuercert.pem\n")
