@@ -272,8 +272,10 @@ class LibvirtNovaDeployment(NovaDeployment):
                 },
                 "api": {
                     "vendordata_providers": "StaticJSON,DynamicJSON",
+                    # vendor_data2.json = {"<name>": <answer>}; cloud-init
+                    # takes the answer under the name "cloud-init"
                     "vendordata_dynamic_targets": (
-                        f"trusted@{self.standins.url}/vendordata"
+                        f"cloud-init@{self.standins.url}/vendordata"
                     ),
                 },
             },

@@ -201,9 +201,11 @@ class NovaStory:
         if code != 0:
             raise RuntimeError(f"trusted-vtpm-manager enrol-host exited {code}")
 
-    def vendordata(self, body: Any) -> dict[str, Any]:
+    def vendordata(self, body: Any) -> str:
         """Nova's dynamic vendor-data request -> the provider's part of the
-        instance's cloud-config (see the module doc)."""
+        instance's cloud-config (see the module doc): Nova puts it in
+        ``vendor_data2.json`` under the target's name, ``cloud-init``,
+        where cloud-init takes it as vendor-data."""
         uuid = str(body.get("instance-id", ""))
         metadata = body.get("metadata") or {}
         gateway = self.network.gateway
@@ -216,9 +218,9 @@ class NovaStory:
         else:
             contact = self.nova.contact_port(uuid)
             if contact is None:  # no port: the agent cannot be reached
-                return {}
+                return ""
             conf += f"contact_host = 127.0.0.1\ncontact_port = {contact}\n"
-        return {"cloud-init": agent_settings_vendor_data(conf)}
+        return agent_settings_vendor_data(conf)
 
     # -- the tenant ----------------------------------------------------------
 
