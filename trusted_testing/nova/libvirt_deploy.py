@@ -266,9 +266,16 @@ class LibvirtNovaDeployment(NovaDeployment):
                     "vif_plugging_timeout": "0",
                 },
                 # Nova's tap devices (plug_tap) in the guests' namespace,
-                # where libvirtd opens them
+                # where libvirtd opens them; with a sysfs of that namespace
+                # (Nova tests /sys/class/net/<tap> before it makes a tap:
+                # else a hard reboot, which keeps the tap, fails making it)
                 "nova_sys_admin": {
-                    "helper_command": f"nsenter --net={self.netns_file} {helper}"
+                    "helper_command": (
+                        f"nsenter --net={self.netns_file} unshare --mount "
+                        "--propagation slave sh -c "
+                        "'mount -t sysfs sysfs /sys && exec \"$0\" \"$@\"' "
+                        f"{helper}"
+                    )
                 },
                 "api": {
                     "vendordata_providers": "StaticJSON,DynamicJSON",
