@@ -273,7 +273,7 @@ class LibvirtNovaDeployment(NovaDeployment):
                     "helper_command": (
                         f"nsenter --net={self.netns_file} unshare --mount "
                         "--propagation slave sh -c "
-                        "'mount -t sysfs sysfs /sys && exec \"$0\" \"$@\"' "
+                        '\'mount -t sysfs sysfs /sys && exec "$0" "$@"\' '
                         f"{helper}"
                     )
                 },
