@@ -51,6 +51,8 @@ from trusted_testing.nova.libvirt_deploy import (
 )
 from trusted_testing.qga import GuestAgent, GuestAgentError
 from verifier.ca import CertificateAuthority
+from verifier.common import tls as tlsutil
+from verifier.common.http import BlockingClient
 from verifier.protocol.mb.policy import MeasuredBootPolicy
 from vtpm_manager import cmd as vtpm_cmd
 from vtpm_manager.swtpm_state import create_state
@@ -221,6 +223,18 @@ class NovaStory:
                 return ""
             conf += f"contact_host = 127.0.0.1\ncontact_port = {contact}\n"
         return agent_settings_vendor_data(conf)
+
+    def placement(self, uuid: str) -> int:
+        """The registrar's answer (HTTP status) for the instance's
+        placement, asked as the provider (200: recorded, 404: none)."""
+        tls = self._provider_tls()
+        context = tlsutil.client_context(
+            tls["cert_file"], tls["key_file"], tls["ca_file"]
+        )
+        answer = BlockingClient(context, 30.0).request(
+            "GET", f"{self.cluster.registrar_url}/v1/provider/instances/{uuid}"
+        )
+        return int(answer.status)
 
     # -- the tenant ----------------------------------------------------------
 

@@ -204,6 +204,8 @@ class TestNovaGuestStory(testtools.TestCase):
         cert = x509.load_der_x509_certificate(record.ek_certificate)
         cn = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value
         self.assertRegex(str(cn), rf"^instance-[0-9a-f]{{8}}:{self.uuid}$")
+        # the placement came from Nova's instance.create.end (vtpm hook)
+        self.assertEqual(200, self.story.placement(self.uuid))
         issuer = os.path.join(self.story.nova.localca_dir, "issuercert.pem")
         with open(issuer, "rb") as f:
             host_ca = x509.load_pem_x509_certificate(f.read())
@@ -366,6 +368,7 @@ class TestNovaGuestStory(testtools.TestCase):
         # agent's registration
         self.assertIsNone(run_async(lambda t: t.activated_record(self.uuid), cluster))
         self.assertIsNone(self.story.nova.instance_port(self.uuid))
+        self.assertEqual(404, self.story.placement(self.uuid))
 
     def test_9b_push_mode_boot_opens_no_port_in_the_guest(self) -> None:
         """``trusted-nova boot --mode push --wait`` on the same deployment
