@@ -44,7 +44,7 @@ from trusted_testing.guest_vm_story import IMA_LIST, image_policies, run_async
 from trusted_testing.nova.cli import run_cli, tenant_argv
 from trusted_testing.nova.deploy import TENANT_HEADERS
 from trusted_testing.nova.neutron_standin import NETWORK_ID
-from trusted_testing.nova.story import PUSH_META, NovaStory, seabios_mb_policy
+from trusted_testing.nova.story import NovaStory, seabios_mb_policy
 from trusted_testing.qga import GuestAgentError
 from verifier.protocol.ima import parse_ascii
 from verifier.protocol.messages.registration import RegistrationRecord
@@ -255,7 +255,8 @@ class TestNovaGuestStory(testtools.TestCase):
         resp = self.story.nova.request(
             "POST", f"/servers/{self.uuid}/action", json=body
         )
-        self.assertEqual(202, resp.status_code, resp.text)
+        # confirmResize answers 204, the others 202
+        self.assertIn(resp.status_code, (202, 204), resp.text)
 
     def _wait_new_boot(self, old: str) -> None:
         agent = self.story.guest_agent(self.uuid)
@@ -369,28 +370,3 @@ class TestNovaGuestStory(testtools.TestCase):
         self.assertIsNone(run_async(lambda t: t.activated_record(self.uuid), cluster))
         self.assertIsNone(self.story.nova.instance_port(self.uuid))
         self.assertEqual(404, self.story.placement(self.uuid))
-
-    def test_9b_push_mode_boot_opens_no_port_in_the_guest(self) -> None:
-        """``trusted-nova boot --mode push --wait`` on the same deployment
-        (issue 20): the provider's vendor-data sets the agent to push to
-        the verifier's push endpoint at the gateway; the tenant reaches the
-        agent only through the verifier's relay."""
-        argv = self._boot_argv("--mode", "push", "--meta", "=".join(PUSH_META))
-        argv[1] = "trusted-push-vm"
-        code, out, err = run_cli(argv)
-        self.assertEqual(0, code, err + _errors(self.story.nova.log("nova-compute")))
-        uuid = json.loads(out.splitlines()[0])["id"]
-        self.addCleanup(self.story.nova.request, "DELETE", f"/servers/{uuid}")
-        status = self.story.cluster.node_status(uuid)
-        assert status is not None
-        self.assertEqual(("attested", "push"), (status["state"], status["mode"]))
-        agent = self.story.guest_agent(uuid)
-        out_file = agent.read_file(PAYLOAD_PATH + ".out").decode()
-        self.assertTrue(out_file.startswith(f"payload ran on node {uuid} as root\n"))
-        listening = agent.exec(["/bin/cat", "/proc/net/tcp", "/proc/net/tcp6"])
-        ports = {
-            int(line.split()[1].rsplit(":", 1)[1], 16)
-            for line in listening.stdout.decode().splitlines()
-            if line.split()[3:4] == ["0A"]
-        }
-        self.assertNotIn(9002, ports)
