@@ -156,9 +156,13 @@ class TrustedBoot:
         progress: Progress | None = None,
         mode: str = "pull",
         push_url: str | None = None,
+        stored: tuple[str | None, str | None] = (None, None),
     ) -> None:
+        """``stored``: the names of a runtime (IMA) and a measured-boot
+        policy stored with the verifier, each checked with every quote."""
         self._mode = mode
         self._push_url = push_url if mode == "push" else None
+        self._stored = stored
         self._nova = nova
         self._tenant = tenant
         self._policy = policy
@@ -265,6 +269,8 @@ class TrustedBoot:
                     self._policy,
                     commit_u(canonical_uuid(server.id), u_share),
                     mode=self._mode,
+                    runtime_policy=self._stored[0],
+                    mb_policy=self._stored[1],
                 )
             except ServiceError as exc:
                 if exc.code == "already_enrolled":

@@ -125,6 +125,18 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         help="allowed sha256 value of PCR N (repeatable; instead of --trust-policy)",
     )
     ours.add_argument(
+        "--runtime-policy",
+        metavar="<name>",
+        help="a runtime (IMA) policy stored with the verifier ('trusted-tenant "
+        "policy add runtime'): every quote's IMA list is checked against it",
+    )
+    ours.add_argument(
+        "--mb-policy",
+        metavar="<name>",
+        help="a measured-boot policy stored with the verifier ('trusted-tenant "
+        "policy add measured-boot'): every quote's boot event log is checked",
+    )
+    ours.add_argument(
         "--mode",
         choices=("pull", "push"),
         default="pull",
@@ -175,7 +187,8 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_policy(args: argparse.Namespace) -> PcrPolicy:
-    """The PCR policy from --trust-policy or --pcr.
+    """The PCR policy from --trust-policy or --pcr (empty when only stored
+    policies are named).
 
     Raises:
         UsageError: missing, unreadable or invalid (names the option, the
@@ -190,7 +203,12 @@ def load_policy(args: argparse.Namespace) -> PcrPolicy:
             raise UsageError(f"--pcr {item!r}: expected N=HEX")
         pcrs.setdefault(index, []).append(value)
     if not pcrs:
-        raise UsageError("give --trust-policy FILE or --pcr N=HEX")
+        if getattr(args, "runtime_policy", None) or getattr(args, "mb_policy", None):
+            return PcrPolicy({})  # the stored policies judge each quote
+        raise UsageError(
+            "give --trust-policy FILE or --pcr N=HEX (or a stored "
+            "--runtime-policy or --mb-policy)"
+        )
     try:
         return PcrPolicy.from_dict({"pcrs": pcrs})
     except MalformedError as exc:
@@ -312,6 +330,7 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
                 _progress(args.quiet),
                 mode=args.mode,
                 push_url=args.push_url,
+                stored=(args.runtime_policy, args.mb_policy),
             )
             return await boot.boot(spec, payload, args.wait, args.wait_timeout)
         finally:

@@ -393,10 +393,14 @@ class Tenant:
         policy: PcrPolicy,
         u_commitment: bytes,
         mode: str = "pull",
+        runtime_policy: str | None = None,
+        mb_policy: str | None = None,
     ) -> Mapping[str, Any]:
         """Enrol an instance Nova is still creating: the verifier holds V,
         the policy and the commitment to U (:func:`commit_u` of the U this
         tenant will send) and waits for the instance and its agent.
+        ``runtime_policy`` and ``mb_policy`` name policies stored with the
+        verifier (checked with every quote, as for :meth:`enrol`).
 
         Raises:
             ServiceError: refused (``code`` ``already_enrolled`` for a
@@ -406,6 +410,8 @@ class Tenant:
             uuid,
             v_share,
             policy,
+            runtime_policy,
+            mb_policy,
             await_instance=True,
             mode=mode,
             u_commitment=u_commitment,

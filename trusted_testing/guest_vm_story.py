@@ -61,6 +61,7 @@ __all__ = [
     "PAYLOAD_DIR",
     "Seed",
     "StoryNode",
+    "agent_settings_vendor_data",
     "VmCluster",
     "image_policies",
     "run_async",
@@ -215,13 +216,18 @@ def trusted_nova_seed(
         )
     else:
         conf = f"[agent]\ncontact_host = 127.0.0.1\ncontact_port = {contact_port}\n"
+    return Seed(user_data, agent_settings_vendor_data(conf), key)
+
+
+def agent_settings_vendor_data(conf: str) -> str:
+    """A provider's vendor-data (cloud-config) that drops ``conf`` into the
+    agent's ``agent.conf.d`` at every boot."""
     # Not write_files: cloud-init lets the user-data's write_files (the
     # bootstrap file) replace the vendor-data's. bootcmd runs from a file
     # on /run (tmpfs: IMA's tcb policy does not measure it) at each boot.
     script = 'mkdir -p "${0%/*}" && printf %s "$1" > "$0"'
     bootcmd = [["/bin/sh", "-c", script, CONTACT_CONF, conf]]
-    vendor = "#cloud-config\n" + json.dumps({"bootcmd": bootcmd}, indent=1) + "\n"
-    return Seed(user_data, vendor, key)
+    return "#cloud-config\n" + json.dumps({"bootcmd": bootcmd}, indent=1) + "\n"
 
 
 def image_policies(

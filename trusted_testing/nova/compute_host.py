@@ -2,7 +2,7 @@
 namespace, so nothing they write outlives the test.
 
 ``unshare --mount --propagation private python -m
-trusted_testing.nova.compute_host ROOT -- nova-compute ARGS...``
+trusted_testing.nova.compute_host ROOT [--netns PATH] -- nova-compute ARGS...``
 
 Inside the new mount namespace this module:
 
@@ -20,6 +20,10 @@ Inside the new mount namespace this module:
 * starts ``libvirtd`` (its sockets in ``ROOT/sock``, so the test can reach
   it as ``qemu:///system?socket=ROOT/sock/libvirt-sock``) and waits for
   its socket;
+* with ``--netns PATH``, runs libvirtd in that network namespace
+  (:mod:`trusted_testing.nova.guestnet`: the guests' taps and addresses
+  live there; nova-compute stays on the machine's loopback with the
+  control plane);
 * execs nova-compute, which sees the same files libvirtd sees (Nova
   reads and moves vTPM states under ``/var/lib/libvirt/swtpm`` on resize).
 
@@ -31,11 +35,13 @@ has none of them to spare).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 _TMPFS = ("/run", "/var/lib", "/var/log", "/var/cache")
 QEMU_CONF = """\
@@ -98,16 +104,39 @@ def _enter(root: str) -> None:
     _mount("--bind", os.path.join(root, "swtpm"), "/var/lib/libvirt/swtpm")
 
 
+_CLONE_NEWNET = 0x40000000
+
+
+def _enter_netns(fd: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that moves the child into the namespace ``fd``."""
+
+    def enter() -> None:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+
+    return enter
+
+
 def main(argv: list[str]) -> int:
+    netns_fd: int | None = None
+    if len(argv) > 2 and argv[1] == "--netns":
+        # opened before /run is covered (ip netns keeps it in /run/netns)
+        netns_fd = os.open(argv[2], os.O_RDONLY)
+        argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: compute_host ROOT -- COMMAND...", file=sys.stderr)
+        print("usage: compute_host ROOT [--netns PATH] -- COMMAND...", file=sys.stderr)
         return 2
     root, command = os.path.abspath(argv[0]), argv[2:]
     _enter(root)
     sock = socket_path(root)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock)
-    libvirtd = subprocess.Popen([shutil.which("libvirtd") or "/usr/sbin/libvirtd"])
+    libvirtd = subprocess.Popen(
+        [shutil.which("libvirtd") or "/usr/sbin/libvirtd"],
+        preexec_fn=None if netns_fd is None else _enter_netns(netns_fd),
+    )
+    if netns_fd is not None:
+        os.close(netns_fd)
     deadline = time.monotonic() + 60
     while not os.path.exists(sock):
         if libvirtd.poll() is not None or time.monotonic() > deadline:

@@ -15,6 +15,18 @@ auth to every run for the same castellan calls). Every instance gets a
 config drive (``force_config_drive``; ISO 9660 made by ``xorrisofs``,
 Debian has no genisoimage), which carries the user-data to cloud-init.
 
+With a :class:`~trusted_testing.nova.guestnet.GuestNetwork`, guests get a
+real NIC: the Neutron stand-in
+(:class:`~trusted_testing.nova.neutron_standin.NeutronState`) hands out
+ports of ``binding:vif_type`` ``tap``; Nova makes the tap (through its
+privsep helper, run in the network namespace by ``nsenter``), libvirtd
+(in the same namespace) gives it to qemu, and the namespace's bridge
+carries the gateway. Every port gets a ``127.0.0.1`` port of the machine
+forwarded to its agent port (:meth:`LibvirtNovaDeployment.contact_port`);
+Nova's dynamic vendor-data (``DynamicJSON``, answered by the stand-in's
+:attr:`~trusted_testing.nova.standins.StandIns.vendordata`) lets the
+provider tell each guest how it is reached.
+
 Glance stays the stand-in; :meth:`add_guest_image` serves the real guest
 image (:mod:`trusted_testing.guest_vm`: a root-filesystem qcow2 booted
 with its kernel and initramfs, as Glance ``kernel_id``/``ramdisk_id``/
@@ -34,7 +46,9 @@ from typing import Any
 
 from trusted_testing.embedded_libvirt import _ensure_qemu_user
 from trusted_testing.nova import compute_host
-from trusted_testing.nova.deploy import _BIN, NovaDeployment
+from trusted_testing.nova.deploy import _BIN, PROJECT_ID, NovaDeployment
+from trusted_testing.nova.guestnet import GuestNetwork
+from trusted_testing.nova.neutron_standin import NeutronState
 from trusted_testing.openbao import OpenBaoDev
 
 __all__ = ["FLAVORS", "LibvirtNovaDeployment"]
@@ -55,6 +69,8 @@ FLAVORS: dict[str, dict[str, str]] = {
 }
 RAM_MB = 512
 DISK_GB = 4
+#: the agent's port in the guest (pull mode)
+AGENT_PORT = 9002
 
 
 def _update_ini(path: str, sections: dict[str, dict[str, Any]]) -> None:
@@ -79,10 +95,58 @@ class LibvirtNovaDeployment(NovaDeployment):
         bao: the key manager's server.
     """
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, network: GuestNetwork | None = None) -> None:
         super().__init__(workdir)
         self.host_root = os.path.join(workdir, "host")
         self.bao = OpenBaoDev()
+        self.network = network
+        #: Neutron port ID -> the machine's 127.0.0.1 port forwarded to
+        #: that port's agent port
+        self.contact_ports: dict[str, int] = {}
+        self._netns_mounted = False
+
+    @property
+    def netns_file(self) -> str:
+        """The guests' network namespace, where the compute host (whose
+        /run is its own) sees it."""
+        return os.path.join(self.host_root, "netns")
+
+    def _start_network(self) -> None:
+        network = self.network
+        assert network is not None
+        network.start()
+        with open(self.netns_file, "w", encoding="ascii"):
+            pass
+        subprocess.run(
+            ["mount", "--bind", network.path, self.netns_file], check=True, timeout=30
+        )
+        self._netns_mounted = True
+        self.standins.neutron = NeutronState(
+            PROJECT_ID,
+            network.gateway,
+            network.address,
+            network.prefix,
+            on_port=self._port_made,
+        )
+
+    def _port_made(self, port: Any) -> None:
+        address = port["fixed_ips"][0]["ip_address"]
+        assert self.network is not None
+        self.contact_ports[port["id"]] = self.network.forward_out(address, AGENT_PORT)
+
+    def instance_port(self, uuid: str) -> dict[str, Any] | None:
+        """The Neutron port Nova bound to instance ``uuid``."""
+        neutron = self.standins.neutron
+        for port in neutron.ports() if neutron is not None else []:
+            if port.get("device_id") == uuid:
+                return port
+        return None
+
+    def contact_port(self, uuid: str) -> int | None:
+        """The machine's 127.0.0.1 port forwarded to the agent port of
+        instance ``uuid`` (None: it has no port)."""
+        port = self.instance_port(uuid)
+        return None if port is None else self.contact_ports[port["id"]]
 
     @property
     def libvirt_uri(self) -> str:
@@ -99,6 +163,8 @@ class LibvirtNovaDeployment(NovaDeployment):
         os.makedirs(os.path.join(self.workdir, "instances"), exist_ok=True)
         self.bao.start()
         try:
+            if self.network is not None:
+                self._start_network()
             super().start()
         except BaseException:
             self.stop()
@@ -118,6 +184,14 @@ class LibvirtNovaDeployment(NovaDeployment):
                     except (ProcessLookupError, PermissionError):
                         pass
                 self.bao.stop()
+                self._stop_network()
+
+    def _stop_network(self) -> None:
+        if self._netns_mounted:
+            subprocess.run(["umount", self.netns_file], check=False, timeout=30)
+            self._netns_mounted = False
+        if self.network is not None:
+            self.network.stop()
 
     def stop_key_manager(self) -> None:
         """Stop OpenBao (Nova's key manager becomes unreachable)."""
@@ -178,10 +252,47 @@ class LibvirtNovaDeployment(NovaDeployment):
             },
         )
 
+        if self.network is not None:
+            self._configure_network(helper)
+
+    def _configure_network(self, helper: str) -> None:
+        _update_ini(
+            self.conf,
+            {
+                "DEFAULT": {
+                    # the stand-in's ports are ACTIVE and no Neutron agent
+                    # would send network-vif-plugged
+                    "vif_plugging_is_fatal": "false",
+                    "vif_plugging_timeout": "0",
+                },
+                # Nova's tap devices (plug_tap) in the guests' namespace,
+                # where libvirtd opens them; with a sysfs of that namespace
+                # (Nova tests /sys/class/net/<tap> before it makes a tap:
+                # else a hard reboot, which keeps the tap, fails making it)
+                "nova_sys_admin": {
+                    "helper_command": (
+                        f"nsenter --net={self.netns_file} unshare --mount "
+                        "--propagation slave sh -c "
+                        '\'mount -t sysfs sysfs /sys && exec "$0" "$@"\' '
+                        f"{helper}"
+                    )
+                },
+                "api": {
+                    "vendordata_providers": "StaticJSON,DynamicJSON",
+                    # vendor_data2.json = {"<name>": <answer>}; cloud-init
+                    # takes the answer under the name "cloud-init"
+                    "vendordata_dynamic_targets": (
+                        f"cloud-init@{self.standins.url}/vendordata"
+                    ),
+                },
+            },
+        )
+
     def _service_argv(self, service: str) -> list[str]:
         argv = super()._service_argv(service)
         if service != "compute":
             return argv
+        netns = [] if self.network is None else ["--netns", self.netns_file]
         return [
             "unshare",
             "--mount",
@@ -190,6 +301,7 @@ class LibvirtNovaDeployment(NovaDeployment):
             sys.executable,
             compute_host.__file__,
             self.host_root,
+            *netns,
             "--",
             *argv,
         ]
@@ -197,34 +309,47 @@ class LibvirtNovaDeployment(NovaDeployment):
     def _create_flavor(self) -> None:
         super()._create_flavor()
         for name, specs in FLAVORS.items():
-            body = {
-                "flavor": {
-                    "name": name,
-                    "id": name.replace(".", "-"),
-                    "ram": RAM_MB,
-                    "vcpus": 1,
-                    "disk": DISK_GB,
-                }
+            self.add_flavor(name, specs)
+
+    def add_flavor(
+        self, name: str, specs: dict[str, str], disk_gb: int = DISK_GB
+    ) -> str:
+        """A flavor of :data:`RAM_MB` and one vCPU; returns its ID (the
+        name with ``-`` for ``.``)."""
+        body = {
+            "flavor": {
+                "name": name,
+                "id": name.replace(".", "-"),
+                "ram": RAM_MB,
+                "vcpus": 1,
+                "disk": disk_gb,
             }
-            resp = self.request("POST", "/flavors", admin=True, json=body)
+        }
+        resp = self.request("POST", "/flavors", admin=True, json=body)
+        if resp.status_code != 200:
+            raise RuntimeError(f"creating {name}: {resp.status_code} {resp.text}")
+        if specs:
+            resp = self.request(
+                "POST",
+                f"/flavors/{body['flavor']['id']}/os-extra_specs",
+                admin=True,
+                json={"extra_specs": specs},
+            )
             if resp.status_code != 200:
-                raise RuntimeError(f"creating {name}: {resp.status_code} {resp.text}")
-            if specs:
-                resp = self.request(
-                    "POST",
-                    f"/flavors/{body['flavor']['id']}/os-extra_specs",
-                    admin=True,
-                    json={"extra_specs": specs},
+                raise RuntimeError(
+                    f"extra specs of {name}: {resp.status_code} {resp.text}"
                 )
-                if resp.status_code != 200:
-                    raise RuntimeError(
-                        f"extra specs of {name}: {resp.status_code} {resp.text}"
-                    )
+        return str(body["flavor"]["id"])
 
     # -- images ----------------------------------------------------------------
 
     def add_guest_image(
-        self, qcow2: str, kernel: str, initrd: str, cmdline: str
+        self,
+        qcow2: str,
+        kernel: str,
+        initrd: str,
+        cmdline: str,
+        properties: dict[str, str] | None = None,
     ) -> str:
         """Serve a partition image with its kernel and initramfs through the
         Glance stand-in; returns the root image's ID.
@@ -233,7 +358,8 @@ class LibvirtNovaDeployment(NovaDeployment):
         ``hw_firmware_type=uefi`` Nova 34 writes ``<os firmware='efi'>``
         together with ``<loader secure='no'>``, which libvirt 9.0 refuses
         ("loader attribute 'secure' cannot be specified when firmware
-        autoselection is enabled"; libvirt 9.2 accepts it)."""
+        autoselection is enabled"; libvirt 9.2 accepts it). ``properties``
+        adds image properties (e.g. ``hw_qemu_guest_agent``)."""
         kernel_id, ramdisk_id, image_id = (str(uuid_mod.uuid4()) for _ in range(3))
         base = {
             "status": "active",
@@ -277,6 +403,7 @@ class LibvirtNovaDeployment(NovaDeployment):
                 "ramdisk_id": ramdisk_id,
                 "os_command_line": cmdline,
                 "hw_machine_type": "q35",
+                **(properties or {}),
             },
             qcow2,
         )

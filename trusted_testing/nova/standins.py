@@ -12,7 +12,13 @@ what Nova 34 asks for a server booted with ``networks='none'``:
   image is a 404, as Glance answers.
 * Neutron v2.0: every ``GET /v2.0/<collection>`` answers an empty list
   (``{"ports": []}``, ``{"networks": []}``, ...), which is what Neutron says
-  about an instance that has no ports; anything else is a 404.
+  about an instance that has no ports; anything else is a 404 -- unless a
+  :class:`~trusted_testing.nova.neutron_standin.NeutronState` is set
+  (:attr:`StandIns.neutron`): then it answers, with a network whose ports
+  Nova plugs as taps;
+* Nova's dynamic vendor-data (``[api] vendordata_dynamic_targets``):
+  ``POST /vendordata`` answers :attr:`StandIns.vendordata` of the body
+  Nova sends (the provider's part of each instance's configuration).
 
 Every request is recorded in :attr:`StandIns.requests` so a test can show
 that Nova really called them.
@@ -24,9 +30,12 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
+
+from trusted_testing.nova.neutron_standin import NeutronState
 
 IMAGE_ID = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
 
@@ -115,16 +124,41 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, images[parts[2]])
             if parts[3] == "file" and parts[2] in self.server.files:
                 return self._send_file(self.server.files[parts[2]])
+        if parts[:1] == ["v2.0"] and self.server.neutron is not None:
+            return self._neutron(parts[1:], None)
         if parts[:1] == ["v2.0"] and len(parts) == 2:
             collection = parts[1].removesuffix(".json")
             return self._send(200, {collection.replace("-", "_"): []})
         return self._send(404, {"message": f"not served by the stand-in: {path}"})
 
-    def _refuse(self) -> None:
+    def _neutron(self, parts: list[str], body: Any) -> None:
+        assert self.server.neutron is not None
+        query = parse_qs(urlsplit(self.path).query)
+        status, reply = self.server.neutron.handle(self.command, parts, query, body)
+        if reply is None:
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self._send(status, reply)
+
+    def _write(self) -> None:
         self.server.requests.append(f"{self.command} {self.path}")
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+        except ValueError:
+            return self._send(400, {"message": "the body is not JSON"})
+        parts = urlsplit(self.path).path.rstrip("/").split("/")[1:]
+        if parts[:1] == ["v2.0"] and self.server.neutron is not None:
+            return self._neutron(parts[1:], body)
+        if parts == ["vendordata"] and self.command == "POST":
+            if self.server.vendordata is None:
+                return self._send(404, {"message": "no vendor-data service"})
+            return self._send(200, self.server.vendordata(body))
         self._send(404, {"message": "the stand-in only answers GET"})
 
-    do_POST = do_PUT = do_DELETE = _refuse  # noqa: N815
+    do_POST = do_PUT = do_DELETE = _write  # noqa: N815
 
 
 class _Server(ThreadingHTTPServer):
@@ -132,6 +166,8 @@ class _Server(ThreadingHTTPServer):
     requests: list[str]
     images: dict[str, dict[str, Any]]
     files: dict[str, str]
+    neutron: NeutronState | None
+    vendordata: Callable[[Any], Any] | None
 
 
 class StandIns:
@@ -142,6 +178,8 @@ class StandIns:
         self._server.requests = []
         self._server.images = {IMAGE_ID: IMAGE}
         self._server.files = {}
+        self._server.neutron = None
+        self._server.vendordata = None
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -151,6 +189,24 @@ class StandIns:
     @property
     def requests(self) -> list[str]:
         return list(self._server.requests)
+
+    @property
+    def neutron(self) -> NeutronState | None:
+        """The Neutron answering ``/v2.0`` (None: no ports at all)."""
+        return self._server.neutron
+
+    @neutron.setter
+    def neutron(self, state: NeutronState | None) -> None:
+        self._server.neutron = state
+
+    @property
+    def vendordata(self) -> Callable[[Any], Any] | None:
+        """The provider's dynamic vendor-data, from Nova's request body."""
+        return self._server.vendordata
+
+    @vendordata.setter
+    def vendordata(self, make: Callable[[Any], Any] | None) -> None:
+        self._server.vendordata = make
 
     def add_image(self, image: dict[str, Any], path: str | None = None) -> None:
         """Serve one more image (Glance v2 fields, properties at the top

@@ -14,7 +14,8 @@ import fixtures
 import testtools
 
 from nova_plugin import nova_cmd
-from nova_plugin.bootcli import add_boot_arguments
+from nova_plugin.bootcli import add_boot_arguments, load_policy
+from nova_plugin.exceptions import UsageError
 
 
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -105,3 +106,24 @@ class BadInputTest(testtools.TestCase):
         self.assertEqual(2, code)
         self.assertIn(f"--payload {self.dir}/payload: No such file or directory", err)
         self.assertEqual(1, len(err.strip().splitlines()), err)
+
+
+class StoredPolicyTest(testtools.TestCase):
+    """``--runtime-policy``/``--mb-policy`` stand in for a PCR policy."""
+
+    def _args(self, *argv: str) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        add_boot_arguments(parser)
+        base = ["vm", "--flavor", "1", "--image", "img", "--payload", "p"]
+        return parser.parse_args([*base, *argv])
+
+    def test_a_stored_runtime_policy_alone_gives_an_empty_pcr_policy(self) -> None:
+        args = self._args("--runtime-policy", "image", "--mb-policy", "seabios")
+        self.assertEqual((), tuple(load_policy(args).pcrs))
+        self.assertEqual(("image", "seabios"), (args.runtime_policy, args.mb_policy))
+
+    def test_no_policy_at_all_is_refused_naming_the_options(self) -> None:
+        with self.assertRaises(UsageError) as ctx:
+            load_policy(self._args())
+        self.assertIn("--runtime-policy", str(ctx.exception))
+        self.assertIn("--trust-policy", str(ctx.exception))
