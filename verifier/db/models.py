@@ -144,7 +144,7 @@ class Node(Base):
     attestation_mode: Mapped[str] = mapped_column(
         String(8), default="pull", server_default=text("'pull'")
     )
-    # verification classes (0011): its own seconds between quotes, None
+    # verification classes (0010): its own seconds between quotes, None
     # for the verifier's quote_interval
     quote_interval: Mapped[float | None] = mapped_column(Float, nullable=True)
 

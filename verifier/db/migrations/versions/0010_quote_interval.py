@@ -3,15 +3,15 @@ tenant can watch some nodes more often than others. Rows written before
 this revision have none: they are quoted at the verifier's
 ``quote_interval``.
 
-Revision ID: 0011
-Revises: 0008 (the lead re-chains at merge)
+Revision ID: 0010
+Revises: 0009 (the lead re-chains at merge)
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 
 
 def upgrade() -> None:
