@@ -4,7 +4,7 @@ this revision have none: they are quoted at the verifier's
 ``quote_interval``.
 
 Revision ID: 0010
-Revises: 0009 (the lead re-chains at merge)
+Revises: 0009
 """
 
 import sqlalchemy as sa
