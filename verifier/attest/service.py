@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from verifier.attest.node import (
 from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes, is_waiting
 from verifier.attest.policies import PolicyStore
+from verifier.attest.pull import PullAttestation
 from verifier.attest.push import PushAttestation
 from verifier.attest.push_store import PushStore, session_key
 from verifier.attest.queries import NodeQueries
@@ -42,20 +42,17 @@ from verifier.attest.store import NodeStore
 from verifier.attest.transitions import TransitionWriter
 from verifier.ca import CaError, CertificateAuthority
 from verifier.exceptions import (
-    AgentUnreachableError,
     ConflictError,
     NotFoundError,
     RequestError,
 )
 from verifier.notify import Outbox
 from verifier.protocol import (
-    MalformedError,
     PcrPolicy,
     canonical_uuid,
     seal_share,
 )
 from verifier.protocol.attestation import (
-    Action,
     AttestationRules,
     Verdict,
 )
@@ -165,6 +162,7 @@ class Verifier(NodeQueries):
             store=PushStore(engine, clock),
             session_key=session_key(signing_key),
         )
+        self.pull = PullAttestation(self, agents, clock, self._still_attesting)
         self.pending = PendingNodes(
             self.store,
             registrar,
@@ -462,7 +460,7 @@ class Verifier(NodeQueries):
             if node.mode == "push":  # its agent posts; only its deadline here
                 self.push.deadline_round(node)
                 return False
-            return await self._quote_round(node)
+            return await self.pull.round(node)
         except (asyncio.CancelledError, sa.exc.SQLAlchemyError):
             raise
         except Exception as exc:  # fail closed: see the docstring
@@ -471,43 +469,6 @@ class Verifier(NodeQueries):
                 detail = f"{type(exc).__name__}: {exc}"
                 self.transitions.act(node, node.round_failed("internal_error", detail))
             return False
-
-    async def _quote_round(self, node: LiveNode) -> bool:
-        request = node.request(os.urandom(20))
-        answer: object
-        try:
-            answer = await self._agents.call(
-                "GET",
-                node.base_url,
-                node.tls_cert,
-                "/v1/quote",
-                params=request.to_query(),
-            )
-        except AgentUnreachableError as exc:
-            if self._still_attesting(node):
-                self.unreachable(node, str(exc))
-            return False
-        except MalformedError as exc:  # it answered, but not with a JSON object
-            answer = exc
-        if not self._still_attesting(node):  # revoked or deleted meanwhile
-            return False
-        verdict = node.judge(request, answer, self._clock(), self.rules)
-        if not verdict and verdict.transition is not None:
-            failed = verdict.transition.failure_reason
-            LOG.warning("Node %s failed attestation: %s", node.uuid, failed)
-        self.transitions.act(node, verdict)
-        if verdict.action is Action.ASK_AGAIN:
-            return True
-        if verdict.action is Action.RELEASE_V:
-            await self._release_v(node, verdict)
-        if (
-            self.abe is not None
-            and verdict.attest is not None
-            and verdict.nk is not None
-            and self._still_attesting(node)
-        ):
-            await self.abe.after_quote(node, verdict.attest, verdict.nk)
-        return False
 
     def _still_attesting(self, node: LiveNode) -> bool:
         return node.state != NodeState.REVOKED and self._nodes.get(node.uuid) is node
@@ -541,25 +502,6 @@ class Verifier(NodeQueries):
         return await self._agents.call(
             method, node.base_url, node.tls_cert, path, params=params, body=body
         )
-
-    async def _release_v(self, node: LiveNode, verdict: Verdict) -> None:
-        body = self.share_v(node, verdict)
-        if body is None:
-            return
-        try:
-            await self._agents.call(
-                "POST", node.base_url, node.tls_cert, "/v1/keys/v", body=body.to_dict()
-            )
-        except AgentUnreachableError as exc:
-            LOG.warning("Could not deliver V to node %s yet: %s", node.uuid, exc)
-            return
-        except MalformedError as exc:  # it took V but answered with no object
-            self.transitions.act(node, node.revoke("malformed", str(exc)))
-            return
-        if not self._still_attesting(node):  # revoked while V was in flight
-            return
-        self.transitions.act(node, node.v_delivered(), identity_cert=body.identity_cert)
-        LOG.info("Node %s attested; V released", node.uuid)
 
     def unreachable(self, node: LiveNode, detail: str) -> None:
         verdict = node.transport_failed(detail, self.rules)
