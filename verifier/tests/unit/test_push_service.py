@@ -444,8 +444,8 @@ class AgentPushLoopTest(VerifierServiceBase):
         )
         keyring = AbeKeyring(self.agent)
         self.loop._on_abe = lambda d: keyring.receive(d.key, d.params, d.epoch)
-        await self.verifier.enrol(
-            self.fake.uuid, os.urandom(32), self.policy, mode="push"
+        await self.verifier.enrol(  # keys go only to nodes of a project
+            self.fake.uuid, os.urandom(32), self.policy, project="p1", mode="push"
         )
         self.quiesce(self.verifier)
         first = await self.loop.round()
@@ -453,6 +453,7 @@ class AgentPushLoopTest(VerifierServiceBase):
         keys = keyring.describe()["keys"]
         self.assertEqual(1, len(keys))
         self.assertIn("region=eu", keys[0]["attributes"])
+        self.assertIn("project=p1", keys[0]["attributes"])
         self.now += 2.0
         self.assertIsNone((await self.loop.round()).abe)  # it holds it already
         self.assertEqual([], self.fake.v_posts)  # nothing went to the agent's port
