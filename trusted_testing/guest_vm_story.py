@@ -348,9 +348,9 @@ class StoryNode:
         )
 
     def enrol(self) -> None:
-        """The tenant stores its policies and enrols the node: the identity
-        quote, V to the verifier, U alone to the agent (it has
-        the sealed payload from its user-data)."""
+        """The tenant stores its policies and enrols the node: V to the
+        verifier, the identity quote through its relay, U alone to the agent
+        (it has the sealed payload from its user-data)."""
 
         async def enrol(tenant: Tenant) -> None:
             await tenant.add_policy("runtime", self.runtime_policy, "image")
@@ -367,13 +367,11 @@ class StoryNode:
                 mode=mode,
                 u_commitment=commit_u(self.uuid, u_share),
             )
-            if mode == "pull":
-                nk = await tenant.check_identity_quote(self.uuid, record, policy, mode)
             await tenant.request(
                 "POST", f"{tenant.verifier_url}/v1/nodes", request.to_dict()
             )
-            if mode == "push":  # through the verifier's relay: once enrolled
-                nk = await tenant.check_identity_quote(self.uuid, record, policy, mode)
+            # through the verifier's relay (either mode): once enrolled
+            nk = await tenant.check_identity_quote(self.uuid, record, policy, mode)
             # U alone: the agent has the sealed payload from its user-data.
             await tenant.send_u(self.uuid, record, nk, u_share, None, mode=mode)
 

@@ -43,6 +43,7 @@ OLD_HARNESS = (
 )
 #: Module -> distribution, for the modules of the extras and of nova.
 DIST_OF = {
+    "oslo_limit": "oslo.limit",
     "oslo_log": "oslo.log",
     "tpm2_pytss": "tpm2-pytss",
     "keystoneauth1": "keystoneauth1",
