@@ -17,6 +17,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Policies can be tens of MiB: MySQL/MariaDB's BLOB stops at 64 KiB.
 BIG_BINARY = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+# a SHA-256 digest as a key: MySQL/MariaDB cannot index a BLOB without a length
+DIGEST = LargeBinary(32).with_variant(mysql.VARBINARY(32), "mysql", "mariadb")
 
 
 class Base(DeclarativeBase):
@@ -193,7 +195,7 @@ class PushSession(Base):
 
     __tablename__ = "verifier_push_sessions"
 
-    token_digest: Mapped[bytes] = mapped_column(LargeBinary(32), primary_key=True)
+    token_digest: Mapped[bytes] = mapped_column(DIGEST, primary_key=True)
     node_uuid: Mapped[str] = mapped_column(String(36), index=True)
     expires_at: Mapped[float] = mapped_column(Float, index=True)
 

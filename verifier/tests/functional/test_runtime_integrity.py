@@ -21,7 +21,7 @@ import time
 
 import testtools
 
-from nova_plugin.exceptions import ServiceError
+from nova_plugin.exceptions import AttestationFailedError, ServiceError
 from trusted_testing.cluster import LocalCluster, NodeHandle, wait_until
 from trusted_testing.e2e import Http
 from trusted_testing.eventlog import sample_log
@@ -173,10 +173,18 @@ class RuntimeIntegrityTest(testtools.TestCase):
             f.write(sample_log(bootloader=BOOTLOADER, kernel=KERNEL, locality=None))
         with Tpm(node.swtpm.tcti) as tpm:
             tpm.pcr_extend(4, hashlib.sha256(b"a kernel of its own").digest())
-        self.enrol(node)
-        view = self.wait_for(node.uuid, lambda s: s["state"] == "revoked")
-        self.assertEqual("revoked", view["state"])
-        self.assertTrue(view["failure_reason"].startswith("mb_pcr_mismatch: PCR 4"))
+        # the verifier revokes it at its first quote, before the tenant's
+        # identity check through the relay: the tenant sends no U and
+        # takes its enrolment back; the signed event names the reason
+        with self.assertRaises(AttestationFailedError) as ctx:
+            self.enrol(node)
+        self.assertIn("failed the verifier's attestation", str(ctx.exception))
+        with self.assertRaises(ServiceError) as gone:
+            self.status(node.uuid)
+        self.assertEqual(404, gone.exception.status)
+        (event,) = self.run_async(self.tenant.events(node.uuid))
+        signed = event["signed_event"]["event"]
+        self.assertEqual("mb_pcr_mismatch", signed["reason"])
         time.sleep(2 * INTERVAL)
         self.assertIsNone(node.payload_output())  # V was never released
 

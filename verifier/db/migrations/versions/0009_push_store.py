@@ -15,12 +15,14 @@ revision = "0009"
 down_revision = "0008"
 
 _BIG = sa.LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+# a key: MySQL/MariaDB cannot index a BLOB without a length
+_DIGEST = sa.LargeBinary(32).with_variant(mysql.VARBINARY(32), "mysql", "mariadb")
 
 
 def upgrade() -> None:
     op.create_table(
         "verifier_push_sessions",
-        sa.Column("token_digest", sa.LargeBinary(32), primary_key=True),
+        sa.Column("token_digest", _DIGEST, primary_key=True),
         sa.Column("node_uuid", sa.String(36), nullable=False),
         sa.Column("expires_at", sa.Float(), nullable=False),
     )
