@@ -247,7 +247,10 @@ class QuoteScheduler:
             if self._is_live(node):
                 delay = next_delay(node, self._interval(node))
                 if self._rest is not None:
-                    self._rest(node, delay)
+                    try:
+                        self._rest(node, delay)
+                    except Exception:  # the node must still be rescheduled
+                        LOG.exception("Connection policy failed for node %s", node.uuid)
                 now = asyncio.get_running_loop().time()
                 if self._deadlines.again(node, deadline, delay, now):
                     self._changed.set()

@@ -140,3 +140,37 @@ class TestQuoteScheduler(testtools.TestCase):
         self.assertEqual(["n0", "n1", "n2", "n3", "n4"], order)
         self.assertEqual([1.0, 2.0, 3.0, 4.0, 5.0], [c["interval"] for c in classes])
         self.assertEqual([1] * 5, [c["rounds"] for c in classes])
+
+    def test_a_failing_connection_policy_still_reschedules_the_node(self) -> None:
+        # the rest hook (closing idle connections) raising must not drop the
+        # node from the loop or kill the worker: it is quoted again
+        async def run() -> int:
+            rounds = 0
+            done = asyncio.Event()
+            node = _Node("n0", 0.1)
+
+            async def attest(node: _Node) -> None:
+                nonlocal rounds
+                rounds += 1
+                if rounds == 3:
+                    done.set()
+
+            def rest(node: _Node, delay: float) -> None:
+                raise RuntimeError("connection pool broke")
+
+            scheduler = QuoteScheduler(
+                attest,  # type: ignore[arg-type]
+                lambda node: True,
+                lambda node: node.interval,  # type: ignore[attr-defined]
+                workers=1,
+                rest=rest,  # type: ignore[arg-type]
+            )
+            scheduler._deadlines.add(node, asyncio.get_running_loop().time())
+            scheduler.start()
+            try:
+                await asyncio.wait_for(done.wait(), 30)
+            finally:
+                await asyncio.gather(*scheduler.stop(), return_exceptions=True)
+            return rounds
+
+        self.assertEqual(3, asyncio.run(run()))
