@@ -29,7 +29,7 @@ from verifier.protocol.ekcert import load_host_ca
 from verifier.protocol.errors import MalformedError
 from verifier.protocol.messages.provider import check_host_name as _check_host
 
-__all__ = ["HostBinding", "HostRegistry", "check_host_name"]
+__all__ = ["HostBinding", "HostRegistry", "check_host_name", "forget_pending"]
 
 
 def check_host_name(host: str) -> str:
@@ -159,9 +159,7 @@ class HostRegistry:
             agent = session.get(RegisteredAgent, uuid)
             if agent is not None:
                 session.delete(agent)
-            session.execute(
-                sa.delete(PendingRegistration).where(PendingRegistration.uuid == uuid)
-            )
+            forget_pending(session, uuid)
 
     # -- the binding --------------------------------------------------------
 
@@ -187,3 +185,13 @@ class HostRegistry:
             if placement is None:
                 return HostBinding(None, None, anchors)
             return HostBinding(placement.origin_host, placement.host, anchors)
+
+
+def forget_pending(session: Session, uuid: str) -> int:
+    """Delete ``uuid``'s pending registrations; return how many there were."""
+    pending = session.scalars(
+        sa.select(PendingRegistration).where(PendingRegistration.uuid == uuid)
+    ).all()
+    for row in pending:
+        session.delete(row)
+    return len(pending)

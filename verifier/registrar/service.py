@@ -52,6 +52,7 @@ from verifier.protocol.ekcert import (
     named_instance,
 )
 from verifier.registrar.hosts import HostBinding, HostRegistry
+from verifier.registrar.hosts import forget_pending as _forget_pending
 
 #: Seconds a pending registration may wait for its activation.
 PENDING_TTL = 600.0
@@ -481,13 +482,3 @@ def _has_pending(session: Session, uuid: str) -> bool:
         PendingRegistration.uuid == uuid
     )
     return session.scalars(query.limit(1)).first() is not None
-
-
-def _forget_pending(session: Session, uuid: str) -> int:
-    """Delete ``uuid``'s pending registrations; return how many there were."""
-    pending = session.scalars(
-        sa.select(PendingRegistration).where(PendingRegistration.uuid == uuid)
-    ).all()
-    for row in pending:
-        session.delete(row)
-    return len(pending)
