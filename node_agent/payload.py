@@ -14,7 +14,7 @@ import os
 import signal
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from node_agent.exceptions import RefusedError
 
@@ -25,11 +25,14 @@ COMPRESSED_MAGIC = b"TCZ1"
 
 
 def write_file(path: str, data: bytes, mode: int) -> None:
-    """Write ``data`` to ``path`` with permissions ``mode`` (also if it exists)."""
+    """Write ``data`` to ``path`` with permissions ``mode`` (also if it
+    exists), on disk before it returns: a node reset right after keeps it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as out:
         os.fchmod(out.fileno(), mode)
         out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def unwrap(plaintext: bytes, limit: int) -> bytes:
@@ -62,29 +65,45 @@ async def run_payload(
 ) -> dict[str, Any]:
     """Run ``program`` in ``work_dir`` with stdout+stderr to ``output``.
 
+    The output is on disk when it returns (the payload runs once: a node
+    reset later must not leave an empty ``payload.out`` behind).
+
     Returns:
         The status to record: ``{"exit_code": n}``, plus ``"timed_out":
         True`` when it was killed after ``timeout`` seconds, or
         ``{"exit_code": None, "error": ...}`` when it could not start.
     """
     with open(output, "wb") as out:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                program,
-                cwd=work_dir,
-                env=dict(env),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            return {"exit_code": None, "error": str(exc)}
-        try:
-            return {"exit_code": await asyncio.wait_for(proc.wait(), timeout)}
-        except asyncio.CancelledError:  # the agent is shutting down
-            _kill_group(proc.pid)
-            raise
-        except TimeoutError:
-            _kill_group(proc.pid)
-            return {"exit_code": await proc.wait(), "timed_out": True}
+        status = await _supervise(program, work_dir, out, env, timeout)
+        await asyncio.to_thread(os.fsync, out.fileno())
+    return status
+
+
+async def _supervise(
+    program: str,
+    work_dir: str,
+    out: BinaryIO,
+    env: Mapping[str, str],
+    timeout: float,
+) -> dict[str, Any]:
+    """Start ``program`` with its output to ``out`` and wait for it."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            program,
+            cwd=work_dir,
+            env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return {"exit_code": None, "error": str(exc)}
+    try:
+        return {"exit_code": await asyncio.wait_for(proc.wait(), timeout)}
+    except asyncio.CancelledError:  # the agent is shutting down
+        _kill_group(proc.pid)
+        raise
+    except TimeoutError:
+        _kill_group(proc.pid)
+        return {"exit_code": await proc.wait(), "timed_out": True}

@@ -7,6 +7,7 @@ import os
 import stat
 import tempfile
 import uuid as uuid_mod
+from unittest import mock
 
 import testtools
 from aiohttp.test_utils import TestClient, TestServer
@@ -149,6 +150,37 @@ class TestBootstrap(AgentTestBase):
 
         self.run_async(go())
         self._check_bootstrapped(cert)
+
+    def test_payload_and_its_outcome_are_synced_to_disk(self):
+        """The payload runs once: its output, status and installed files
+        are fsync'ed, so a node reset afterwards cannot leave an empty
+        payload.out (seen in the guest story's hard reset)."""
+        u_env, v_env, payload = self.inputs()
+        cert = self.identity_cert()
+        synced = []
+
+        def spy(fd):
+            synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+            real_fsync(fd)
+
+        real_fsync = os.fsync
+
+        async def go():
+            with mock.patch("node_agent.payload.os.fsync", side_effect=spy):
+                await self.agent.receive_u(u_env, payload)
+                await self.agent.receive_v(v_env, cert)
+                self.assertEqual(3, await self.agent.wait_payload())
+
+        self.run_async(go())
+        for name in (
+            "payload",
+            "payload.out",
+            "payload.status",
+            "identity.pem",
+            "identity-key.pem",
+        ):
+            self.assertIn(name, synced)
+        self.assertLess(synced.index("payload"), synced.index("payload.out"))
 
     def test_v_then_u(self):
         u_env, v_env, payload = self.inputs()
