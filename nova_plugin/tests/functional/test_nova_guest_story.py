@@ -299,9 +299,8 @@ class TestNovaGuestStory(testtools.TestCase):
         agent = self.story.guest_agent(self.uuid)
         ran = agent.exec(["/usr/bin/test", "-e", "/run/trusted-payload-ran"])
         self.assertEqual(1, ran.exit_code, "the payload ran again")
-        out = agent.exec(["/bin/cat", PAYLOAD_PATH + ".out"])
-        if out.exit_code == 0:
-            self.assertEqual(self.payload_out, out.stdout)
+        out = agent.exec(["/bin/cat", PAYLOAD_PATH + ".out"])  # synced: kept
+        self.assertEqual((0, self.payload_out), (out.exit_code, out.stdout))
 
     @property
     def payload_out(self) -> bytes:
