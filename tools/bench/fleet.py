@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -174,29 +175,39 @@ async def split_window(
     (the emulator's counters). Every node quoted in the window, and the
     processes' owned nodes summing to the fleet, mean each node is quoted
     by exactly one process (a process quotes only the nodes it owns)."""
-    stats0 = [await api.stats() for api in apis]
-    cpu0 = [cpu_seconds(pid) for pid in pids]
-    counts0 = await asyncio.to_thread(fleet.counters)
-    t0 = time.monotonic()
+
+    async def stamped(ask: Awaitable[Any]) -> tuple[float, Any]:
+        # the answer and when it came: under load a /v1/stats call can take
+        # a second (it reads the database first, the counter last), which
+        # would skew a per-process rate timed by the window
+        answer = await ask
+        return time.monotonic(), answer
+
+    before = [
+        (await stamped(api.stats()), cpu_seconds(pid))
+        for api, pid in zip(apis, pids, strict=True)
+    ]
+    counts0 = await stamped(asyncio.to_thread(fleet.counters))
     figures = await window_figures("")
-    elapsed = time.monotonic() - t0
-    counts1 = await asyncio.to_thread(fleet.counters)
-    cpu1 = [cpu_seconds(pid) for pid in pids]
-    stats1 = [await api.stats() for api in apis]
-    for i, (a, b) in enumerate(zip(stats0, stats1, strict=True)):
+    counts1 = await stamped(asyncio.to_thread(fleet.counters))
+    after = [
+        (await stamped(api.stats()), cpu_seconds(pid))
+        for api, pid in zip(apis, pids, strict=True)
+    ]
+    for i, (((t0, a), c0), ((t1, b), c1)) in enumerate(zip(before, after, strict=True)):
         checks = b["quotes_verified"] - a["quotes_verified"]
         figures[f"p{i}_owned"] = b["owned"]
-        figures[f"p{i}_rate"] = checks / elapsed
-        figures[f"p{i}_cpu"] = (cpu1[i] - cpu0[i]) / elapsed
-        figures[f"p{i}_us"] = (cpu1[i] - cpu0[i]) / max(checks, 1) * 1e6
-    per_node = [counts1[u] - counts0.get(u, 0) for u in fleet.uuids]
+        figures[f"p{i}_rate"] = checks / (t1 - t0)
+        figures[f"p{i}_cpu"] = (c1 - c0) / (t1 - t0)
+        figures[f"p{i}_us"] = (c1 - c0) / max(checks, 1) * 1e6
+    per_node = [counts1[1][u] - counts0[1].get(u, 0) for u in fleet.uuids]
     figures["processes"] = len(apis)
-    figures["owned_sum"] = sum(b["owned"] for b in stats1)
+    figures["owned_sum"] = sum(b["owned"] for (_, b), _ in after)
     figures["nodes_quoted"] = sum(1 for c in per_node if c > 0)
     figures["node_min"] = min(per_node)
     figures["node_median"] = statistics.median(per_node)
     figures["node_max"] = max(per_node)
-    figures["answered_rate"] = sum(per_node) / elapsed
+    figures["answered_rate"] = sum(per_node) / (counts1[0] - counts0[0])
     return figures
 
 
