@@ -122,6 +122,15 @@ class LocalCluster:
         self.registrar_port = free_port()
         self.verifier_ports = [free_port() for _ in range(verifiers)]
         self.verifier_port = self.verifier_ports[0]
+        # each verifier process binds its own [push] port: on one host two
+        # processes cannot bind the same one (the second used to exit at
+        # start, after its API port already answered)
+        push_port = self.verifier_sections.get("push", {}).get("port")
+        self.push_ports = (
+            [push_port] + [free_port() for _ in range(verifiers - 1)]
+            if push_port
+            else []
+        )
         self.database_url = database_url or f"sqlite:///{self.workdir}/verifier.sqlite"
         self.hook_record = os.path.join(self.workdir, "revocations.jsonl")
         self.evidence = evidence
@@ -280,6 +289,9 @@ class LocalCluster:
         """Start (or restart) verifier process ``index``."""
         name = self.verifier_name(index)
         conf = os.path.join(self.workdir, f"{name}.conf")
+        sections = dict(self.verifier_sections)
+        if self.push_ports:
+            sections["push"] = {**sections["push"], "port": self.push_ports[index]}
         _write_conf(
             conf,
             {
@@ -303,16 +315,27 @@ class LocalCluster:
                 },
                 "revocation_hooks": {"actions": ["log"], "retry_delay": 0.1},
                 "action_log": {"record_file": self.hook_record},
-                **self.verifier_sections,
+                **sections,
             },
         )
         log = os.path.join(self.workdir, f"{name}.out")
+        service_log = os.path.join(self.workdir, f"{name}.log")
+        started = _count(service_log, LISTENING)  # a restart appends
         proc = self._spawn(
             name, [_script("trusted-verifier"), "--config-file", conf], log
         )
-        wait_port(
-            self.verifier_ports[index], proc, os.path.join(self.workdir, f"{name}.log")
+        wait_port(self.verifier_ports[index], proc, service_log)
+        # its API port answers before its start-up ends (joining the group,
+        # the push endpoint): wait for the end, or its exit, and say why
+        wait_until(
+            lambda: proc.poll() is not None or _count(service_log, LISTENING) > started,
+            60,
+            what=f"{name} started ({service_log})",
         )
+        if proc.poll() is not None:
+            with open(log, errors="replace") as f:
+                tail = f.read()[-1500:]
+            raise RuntimeError(f"{name} exited at start ({proc.returncode}):\n{tail}")
 
     def kill_verifier(self, index: int) -> None:
         """SIGKILL verifier ``index``: no clean shutdown, no group leave."""
@@ -464,6 +487,19 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+#: what a service logs once its start-up is over (verifier.cmd._service)
+LISTENING = "Listening on https://"
+
+
+def _count(path: str, line: str) -> int:
+    """How many times ``line`` occurs in the log at ``path`` (0: no log)."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read().count(line)
+    except OSError:
+        return 0
 
 
 def _pushes(options: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import struct
 
 from cryptography.hazmat.decrepit.ciphers.modes import CFB
 from cryptography.hazmat.primitives import hashes
@@ -42,6 +43,15 @@ _EK_ATTRS = (
 )
 _EK_SYM = (t.ALG_AES, 128, t.ALG_CFB)
 _ECDSA_SHA256 = ec.ECDSA(hashes.SHA256())
+#: the firmware version the soft TPM reports in its quotes
+FIRMWARE = 0x20240101
+#: TPMS_CLOCK_INFO (clock, resetCount, restartCount, safe) + firmwareVersion
+_CLOCK_FIRMWARE = struct.Struct(">QIIBQ")
+#: TPMT_SIGNATURE of a P-256 ECDSA/SHA-256 signature up to r's size
+_P256_SIZE = (32).to_bytes(2, "big")
+_ECDSA_HEAD = (
+    t.ALG_ECDSA.to_bytes(2, "big") + t.ALG_SHA256.to_bytes(2, "big") + _P256_SIZE
+)
 
 
 class SoftTpm:
@@ -76,6 +86,13 @@ class SoftTpm:
             auth_policy=bytes(32),
         )
         self._ak_name = self.ak.name  # quoted each time: computed once
+        self._attest_head = (
+            m.u32(t.TPM_GENERATED_VALUE)
+            + m.u16(t.ST_ATTEST_QUOTE)
+            + m.tpm2b(self._ak_name)
+        )
+        self._selections: dict[tuple[int, ...], tuple[t.PcrSelection, ...]] = {}
+        self._tails: dict[tuple[int, ...], tuple[tuple[bytes, ...], bytes]] = {}
         self.pcrs = {i: bytes(32) for i in range(24)}
         self.clock = 1000
         self.reset_count = 0
@@ -85,7 +102,55 @@ class SoftTpm:
         self.pcrs[index] = hashlib.sha256(self.pcrs[index] + digest).digest()
 
     def quote(self, qualifying_data: bytes, pcrs: tuple[int, ...]) -> Quote:
-        """Quote ``pcrs`` (sha256 bank) with ``qualifying_data``."""
+        """Quote ``pcrs`` (sha256 bank) with ``qualifying_data``.
+
+        The TPMS_ATTEST is marshalled from parts kept between quotes (the
+        fleet emulator quotes thousands of times a second on the cores the
+        verifier under test needs): the head naming the AK, and per PCR
+        selection and values the selection and digest that end it. The
+        bytes are those :meth:`quote_structured` builds field by field.
+        """
+        self.clock += 17
+        values, tail = self._quote_tail(pcrs)
+        attest = b"".join(
+            (
+                self._attest_head,
+                m.tpm2b(qualifying_data),
+                _CLOCK_FIRMWARE.pack(
+                    self.clock, self.reset_count, self.restart_count, 1, FIRMWARE
+                ),
+                tail,
+            )
+        )
+        key = self.ak_key
+        if isinstance(key, rsa.RSAPrivateKey):
+            return Quote(attest, self.sign(attest).to_bytes(), values)
+        r, s = decode_dss_signature(key.sign(attest, _ECDSA_SHA256))
+        signature = (
+            _ECDSA_HEAD + r.to_bytes(32, "big") + _P256_SIZE + s.to_bytes(32, "big")
+        )
+        return Quote(attest, signature, values)
+
+    def _quote_tail(self, pcrs: tuple[int, ...]) -> tuple[dict[int, bytes], bytes]:
+        """The quoted values and the attest's PCR selection + digest,
+        remembered for the PCRs' present values (``pcrs`` may be assigned
+        directly)."""
+        selection = self._selections.get(pcrs)
+        if selection is None:
+            selection = self._selections[pcrs] = selection_for(pcrs)
+        indexes = selection[0].pcrs
+        current = tuple(self.pcrs[i] for i in indexes)
+        cached = self._tails.get(pcrs)
+        if cached is None or cached[0] != current:
+            tail = t.PcrSelection.list_to_bytes(selection) + m.tpm2b(
+                t.pcr_digest(t.ALG_SHA256, current)
+            )
+            cached = self._tails[pcrs] = (current, tail)
+        return dict(zip(indexes, current, strict=True)), cached[1]
+
+    def quote_structured(self, qualifying_data: bytes, pcrs: tuple[int, ...]) -> Quote:
+        """:meth:`quote` built field by field with :class:`TpmAttest`, for
+        the test that the kept parts give the same bytes."""
         self.clock += 17
         selection = selection_for(pcrs)
         values = {i: self.pcrs[i] for i in selection[0].pcrs}
@@ -97,7 +162,7 @@ class SoftTpm:
             clock_info=t.ClockInfo(
                 self.clock, self.reset_count, self.restart_count, True
             ),
-            firmware_version=0x20240101,
+            firmware_version=FIRMWARE,
             pcr_select=selection,
             pcr_digest=t.pcr_digest(t.ALG_SHA256, values.values()),
         ).to_bytes()

@@ -45,7 +45,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -136,7 +137,10 @@ async def measure(
                 prefix + "fleet_us": (f1 - f0) / checks * 1e6,
             }
 
-        figures = await window_figures("")
+        if len(apis) > 1:  # the same window, per process and per node
+            figures = await split_window(apis, pids, fleet, window_figures)
+        else:
+            figures = await window_figures("")
         for rtt in rtts:
             await asyncio.to_thread(fleet.set_rtt, rtt)
             await asyncio.sleep(2 + 2 * rtt)  # the answers in flight land
@@ -158,6 +162,53 @@ async def measure(
     finally:
         for api in apis:
             await api.close()
+
+
+async def split_window(
+    apis: Sequence[FleetApi],
+    pids: Sequence[int],
+    fleet: FleetProcess,
+    window_figures: Callable[[str], Awaitable[dict[str, float]]],
+) -> dict[str, float]:
+    """The window's figures, and how several verifier processes split it:
+    each one's checks/s, CPU and nodes owned; the quotes each node answered
+    (the emulator's counters). Every node quoted in the window, and the
+    processes' owned nodes summing to the fleet, mean each node is quoted
+    by exactly one process (a process quotes only the nodes it owns)."""
+
+    async def stamped(ask: Awaitable[Any]) -> tuple[float, Any]:
+        # the answer and when it came: under load a /v1/stats call can take
+        # a second (it reads the database first, the counter last), which
+        # would skew a per-process rate timed by the window
+        answer = await ask
+        return time.monotonic(), answer
+
+    before = [
+        (await stamped(api.stats()), cpu_seconds(pid))
+        for api, pid in zip(apis, pids, strict=True)
+    ]
+    counts0 = await stamped(asyncio.to_thread(fleet.counters))
+    figures = await window_figures("")
+    counts1 = await stamped(asyncio.to_thread(fleet.counters))
+    after = [
+        (await stamped(api.stats()), cpu_seconds(pid))
+        for api, pid in zip(apis, pids, strict=True)
+    ]
+    for i, (((t0, a), c0), ((t1, b), c1)) in enumerate(zip(before, after, strict=True)):
+        checks = b["quotes_verified"] - a["quotes_verified"]
+        figures[f"p{i}_owned"] = b["owned"]
+        figures[f"p{i}_rate"] = checks / (t1 - t0)
+        figures[f"p{i}_cpu"] = (c1 - c0) / (t1 - t0)
+        figures[f"p{i}_us"] = (c1 - c0) / max(checks, 1) * 1e6
+    per_node = [counts1[1][u] - counts0[1].get(u, 0) for u in fleet.uuids]
+    figures["processes"] = len(apis)
+    figures["owned_sum"] = sum(b["owned"] for (_, b), _ in after)
+    figures["nodes_quoted"] = sum(1 for c in per_node if c > 0)
+    figures["node_min"] = min(per_node)
+    figures["node_median"] = statistics.median(per_node)
+    figures["node_max"] = max(per_node)
+    figures["answered_rate"] = sum(per_node) / (counts1[0] - counts0[0])
+    return figures
 
 
 def run(
@@ -285,6 +336,7 @@ def main() -> None:
             rates[mode] = r["rate"]
             _print_row(n, mode, r)
             _print_rtts(n, mode, r, rtts)
+            _print_split(n, r)
         if "pull" in rates and "push" in rates and rates["pull"]:
             print(
                 f"{n:>7} push/pull checks/s ratio: {rates['push'] / rates['pull']:.2f}"
@@ -325,6 +377,26 @@ def _print_rtts(n: int, mode: str, r: dict[str, float], rtts: Sequence[float]) -
             f"{r[p + 'verifier_us']:.0f} us/check, emulator "
             f"{r[p + 'fleet_us']:.0f} us/check"
         )
+
+
+def _print_split(n: int, r: dict[str, float]) -> None:
+    if "processes" not in r:
+        return
+    for i in range(int(r["processes"])):
+        p = f"p{i}_"
+        print(
+            f"{'':>7} verifier {i + 1}: owns {r[p + 'owned']:.0f} nodes, "
+            f"{r[p + 'rate']:.0f} checks/s, {r[p + 'cpu']:.2f}c, "
+            f"{r[p + 'us']:.0f} us CPU/check"
+        )
+    whole = sum(r[f"p{i}_rate"] for i in range(int(r["processes"])))
+    print(
+        f"{'':>7} split: owned {r['owned_sum']:.0f} of {n} nodes, "
+        f"{r['nodes_quoted']:.0f} of {n} quoted in the window (quotes per node "
+        f"min {r['node_min']:.0f} median {r['node_median']:.0f} max "
+        f"{r['node_max']:.0f}); processes' checks/s add up to {whole:.0f}, the "
+        f"emulator answered {r['answered_rate']:.0f}/s"
+    )
 
 
 if __name__ == "__main__":

@@ -200,7 +200,12 @@ async def start_push_site(
     runner = web.AppRunner(make_push_app(verifier.push), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, conf.verifier.host, conf.push.port, ssl_context=ctx)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # e.g. another verifier on this host has it
+        await runner.cleanup()
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"[push] port {conf.push.port}: {why}")
     LOG.info("Push endpoint on https://%s:%d", conf.verifier.host, conf.push.port)
     return runner
 

@@ -8,6 +8,7 @@ those extras install.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import sqlalchemy as sa
@@ -98,10 +99,63 @@ def make_engine(url: str) -> sa.Engine:
     return engine
 
 
+#: Key of the PostgreSQL advisory lock held around the migrations (any
+#: fixed 64-bit number; advisory locks are per database).
+_PG_MIGRATION_LOCK = 0x7472757374656443  # "trustedC"
+#: How long a process waits for another one's migrations on MySQL/MariaDB
+#: (PostgreSQL waits as long as the other holds the lock).
+MIGRATION_LOCK_TIMEOUT = 600
+
+
 def upgrade(engine: sa.Engine) -> None:
-    """Bring the schema to the newest alembic revision."""
+    """Bring the schema to the newest alembic revision.
+
+    Several processes of one deployment (verifiers, the registrar) may start
+    at once on one database: the upgrade runs under a lock of that database
+    (a transaction-level advisory lock on PostgreSQL, ``GET_LOCK`` on
+    MySQL/MariaDB), so the first migrates and the others then find the
+    schema at head, instead of racing to create the same tables (the loser
+    failed with a unique violation on ``alembic_version`` and did not start).
+
+    Raises:
+        ConfigError: another process held the MySQL/MariaDB lock for
+            :data:`MIGRATION_LOCK_TIMEOUT` seconds.
+    """
     cfg = Config()
     cfg.set_main_option("script_location", _MIGRATIONS)
     with engine.begin() as connection:
-        cfg.attributes["connection"] = connection
-        command.upgrade(cfg, "head")
+        name = engine.dialect.name
+        if name == "postgresql":  # released at commit, with the DDL
+            connection.execute(
+                sa.text("SELECT pg_advisory_xact_lock(:key)"),
+                {"key": _PG_MIGRATION_LOCK},
+            )
+        elif name in ("mysql", "mariadb"):
+            _mysql_lock(connection)
+        try:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "head")
+        finally:
+            if name in ("mysql", "mariadb"):  # DDL commits as it goes there
+                connection.execute(
+                    sa.text("SELECT RELEASE_LOCK(:name)"),
+                    {"name": _mysql_lock_name(connection)},
+                )
+
+
+def _mysql_lock_name(connection: sa.Connection) -> str:
+    # GET_LOCK names are server-wide (64 characters at most): one per database
+    database = connection.execute(sa.text("SELECT DATABASE()")).scalar_one()
+    return "trusted-migrate-" + hashlib.sha256(str(database).encode()).hexdigest()[:40]
+
+
+def _mysql_lock(connection: sa.Connection) -> None:
+    got = connection.execute(
+        sa.text("SELECT GET_LOCK(:name, :timeout)"),
+        {"name": _mysql_lock_name(connection), "timeout": MIGRATION_LOCK_TIMEOUT},
+    ).scalar_one()
+    if got != 1:
+        raise ConfigError(
+            "database migrations: another process held the migration lock "
+            f"for {MIGRATION_LOCK_TIMEOUT} s"
+        )

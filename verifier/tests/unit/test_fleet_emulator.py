@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
+import urllib.parse
 
 import fixtures
 import testtools
 
-from trusted_testing.fleet import Fleet, _HttpProtocol
+from trusted_testing.fleet import Fleet, _HttpProtocol, _parse_query
+from verifier.protocol.errors import EvidenceError
+from verifier.protocol.messages.quote import QuoteAnswer
+from verifier.protocol.policy import PcrPolicy
+from verifier.protocol.quote import AttestationKey, bind_nonce, verify_quote
+from verifier.protocol.tpm import TpmSignature
 
 
 def _request(method: str, target: str, body: bytes = b"") -> bytes:
@@ -109,3 +116,92 @@ class FleetRttTest(testtools.TestCase):
             self.assertEqual(400, status, bad)
             self.assertEqual("bad_rtt", body["error"]["code"])
         self.assertEqual(0.1, self.fleet.rtt)
+
+
+class FleetQuoteTest(testtools.TestCase):
+    """The emulator's cheaper quote path (parts kept between quotes) gives
+    the answer the structured build gives, and the real verification
+    accepts it over fresh nonces and refuses it on a changed PCR."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        workdir = self.useFixture(fixtures.TempDir()).path
+        self.fleet = Fleet(1, 0, "/nonexistent-ca.pem", workdir)
+        self.agent = self.fleet.agents[0]
+        self.ak = AttestationKey(self.agent.tpm.ak, activated=True)
+
+    def ask(self, nonce: bytes, pcrs: str = "16") -> dict:  # type: ignore[type-arg]
+        status, answer = self.fleet.handle(
+            "GET",
+            "/v1/quote",
+            _parse_query(f"nonce={nonce.hex()}&pcrs={pcrs}&csr=0"),
+            b"",
+            self.agent.address,
+            "127.0.0.1",
+        )
+        self.assertEqual(200, status, answer)
+        return dict(answer)
+
+    def judge(self, answer: dict, nonce: bytes, good: bytes) -> None:  # type: ignore[type-arg]
+        parsed = QuoteAnswer.from_dict(answer)
+        self.assertEqual(answer, parsed.to_dict())  # the message's own form
+        verify_quote(
+            parsed.quote,
+            ak=self.ak,
+            qualifying_data=bind_nonce(nonce, self.agent.nk_public),
+            policy=PcrPolicy({16: frozenset({good})}),
+        )
+
+    def test_answers_pass_the_real_verification_with_fresh_nonces(self) -> None:
+        good = self.agent.tpm.pcrs[16]
+        for _ in range(3):
+            nonce = os.urandom(20)
+            self.judge(self.ask(nonce), nonce, good)
+        self.assertEqual(3, self.agent.quotes)
+
+    def test_a_changed_pcr_is_quoted_not_the_kept_one(self) -> None:
+        good = self.agent.tpm.pcrs[16]
+        self.ask(os.urandom(20))  # the kept parts now hold the old value
+        self.fleet.handle(
+            "POST",
+            "/_fleet/tamper",
+            {},
+            json.dumps({"uuid": self.agent.uuid}).encode(),
+            "127.0.0.1",
+            "127.0.0.1",
+        )
+        nonce = os.urandom(20)
+        answer = self.ask(nonce)
+        self.assertNotEqual(good.hex(), answer["quote"]["pcrs"]["16"])
+        error = self.assertRaises(EvidenceError, self.judge, answer, nonce, good)
+        self.assertEqual("pcr_policy", error.reason)  # digest matches values
+        self.agent.tpm.pcrs[16] = good  # assigned directly, as tests do
+        nonce = os.urandom(20)
+        self.judge(self.ask(nonce), nonce, good)
+
+    def test_kept_parts_give_the_structured_attest(self) -> None:
+        tpm = self.agent.tpm
+        for pcrs in ((16,), (0, 7, 16), (16, 16, 3)):
+            qd = os.urandom(32)
+            clock = tpm.clock
+            fast = tpm.quote(qd, pcrs)
+            tpm.clock = clock
+            slow = tpm.quote_structured(qd, pcrs)
+            self.assertEqual(slow.attest, fast.attest, str(pcrs))
+            self.assertEqual(slow.pcr_values, fast.pcr_values)
+            self.assertEqual(  # ECDSA signatures differ; their form does not
+                TpmSignature.from_bytes(slow.signature).sig_alg,
+                TpmSignature.from_bytes(fast.signature).sig_alg,
+            )
+            self.assertEqual(len(slow.signature), len(fast.signature))
+
+    def test_query_parsing_matches_parse_qsl(self) -> None:
+        for qs in (
+            "nonce=ab&pcrs=16&csr=0",
+            "nonce=ab&pcrs=16%2C17&csr=1",
+            "nonce=&pcrs=16",
+            "a=1&a=2&&b",
+            "x=1+2",
+            "",
+        ):
+            self.assertEqual(dict(urllib.parse.parse_qsl(qs)), _parse_query(qs), qs)

@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
+import shutil
+import socket
 import sys
+import tempfile
 from unittest import mock
 
 import testtools
@@ -16,6 +20,7 @@ from oslo_config import cfg
 
 from verifier import conf as vconf
 from verifier.attest.ownership import ToozOwnership, make_ownership
+from verifier.ca import CertificateAuthority
 from verifier.cmd import nova_listener as nova_listener_cmd
 from verifier.cmd import verifier as verifier_cmd
 from verifier.exceptions import ConfigError
@@ -85,3 +90,33 @@ class ServerExtrasTest(testtools.TestCase):
         self.assertEqual(2, code)
         self.assertEqual(1, len(err.getvalue().splitlines()), err.getvalue())
         self.assertIn("pip install 'trusted-cloud[messaging]'", err.getvalue())
+
+
+class PushPortTest(testtools.TestCase):
+    def test_push_port_in_use_names_the_option(self) -> None:
+        # two verifier processes on one host given the same [push] port: the
+        # second says which option to change (it said only "address in use")
+        pki = tempfile.mkdtemp(prefix="push-port-")
+        self.addCleanup(shutil.rmtree, pki, True)
+        ca = CertificateAuthority.create(pki, "test CA")
+        ca.issue_to_files(pki, "verifier", ["127.0.0.1"])
+        taken = socket.socket()
+        self.addCleanup(taken.close)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        conf = _conf(
+            verifier={
+                "host": "127.0.0.1",
+                "cert_file": os.path.join(pki, "verifier.pem"),
+                "key_file": os.path.join(pki, "verifier-key.pem"),
+                "ca_file": os.path.join(pki, "ca.pem"),
+            },
+            push={"port": port},
+        )
+        verifier = mock.Mock()
+        verifier.push.rules = verifier_cmd.build_push_rules(conf)
+        exc = self.assertRaises(
+            OSError, asyncio.run, verifier_cmd.start_push_site(conf, verifier)
+        )
+        self.assertEqual(f"[push] port {port}: Address already in use", exc.strerror)
