@@ -27,12 +27,23 @@ from trusted_testing.ima import boot_aggregate_entry, make_entry
 from verifier.protocol.ima.log import IMA_PCR
 from verifier.protocol.messages.quote import ImaPart
 
-__all__ = ["POLICY_NAME", "ImaCatalogue", "ImaLoad", "file_path", "policy_document"]
+__all__ = [
+    "BOOT_AGGREGATE_DIGEST",
+    "POLICY_NAME",
+    "ImaCatalogue",
+    "ImaLoad",
+    "file_digest",
+    "file_path",
+    "policy_document",
+]
 
 #: The runtime policy's name (version 1).
 POLICY_NAME = "fleet-ima"
 #: What the real agent sends at most per answer (its ``ima_max_bytes``).
 DEFAULT_MAX_BYTES = 4 << 20
+#: The boot aggregate every list starts with (PCRs 0-9 all zero: the
+#: emulated TPMs extend none of them).
+BOOT_AGGREGATE_DIGEST = hashlib.sha256(bytes(32 * 10)).digest()
 
 
 def file_path(i: int) -> str:
@@ -40,13 +51,14 @@ def file_path(i: int) -> str:
     return f"/usr/lib/x86_64-linux-gnu/fleet/pkg{i // 100}/lib{i}.so.1"
 
 
-def _file_digest(i: int) -> bytes:
+def file_digest(i: int) -> bytes:
+    """The SHA-256 digest of catalogue file ``i``."""
     return hashlib.sha256(b"fleet file %d" % i).digest()
 
 
 def policy_document(paths: int) -> dict[str, Any]:
     """The runtime policy (JSON form) allowing every catalogue file."""
-    digests = {file_path(i): ["sha256:" + _file_digest(i).hex()] for i in range(paths)}
+    digests = {file_path(i): ["sha256:" + file_digest(i).hex()] for i in range(paths)}
     return {"name": POLICY_NAME, "version": 1, "digests": digests}
 
 
@@ -87,7 +99,7 @@ class ImaCatalogue:
         self.max_bytes = max_bytes
         entries = [boot_aggregate_entry([bytes(32)] * 10)]
         entries += [
-            make_entry(file_path(i), digest=_file_digest(i)) for i in range(load.paths)
+            make_entry(file_path(i), digest=file_digest(i)) for i in range(load.paths)
         ]
         #: the sha256-bank measurement of each entry (what PCR 10 is
         #: extended with)

@@ -16,7 +16,12 @@ import fixtures
 import testtools
 
 from trusted_testing.fleet import Fleet
-from trusted_testing.fleet_ima import ImaCatalogue, ImaLoad, policy_document
+from trusted_testing.fleet_ima import (
+    BOOT_AGGREGATE_DIGEST,
+    ImaCatalogue,
+    ImaLoad,
+    policy_document,
+)
 from verifier.protocol import AttestationKey, PcrPolicy, TpmPublic
 from verifier.protocol.attestation import (
     Action,
@@ -135,4 +140,6 @@ class CatalogueTest(testtools.TestCase):
         part = catalogue.part(50, 10)
         self.assertEqual(0, part.first)
         self.assertEqual(10, len(parse_ascii(part.entries, 0)))
-        self.assertEqual("boot_aggregate", parse_ascii(part.entries, 0)[0].path)
+        first = parse_ascii(part.entries, 0)[0]
+        self.assertEqual("boot_aggregate", first.path)
+        self.assertEqual(BOOT_AGGREGATE_DIGEST, first.digest)
