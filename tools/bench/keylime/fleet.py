@@ -56,6 +56,7 @@ import hmac
 import json
 import os
 import signal
+import socket
 import ssl
 import struct
 import sys
@@ -282,37 +283,35 @@ class KeylimeFleet:
                 raise RuntimeError(f"activation refused: {await resp.text()}")
 
 
-def free_ports(n: int) -> list[int]:
-    import socket
-
-    socks, ports = [], []
+def listening_sockets(n: int) -> list[socket.socket]:
+    """``n`` sockets bound to free ports of 127.0.0.1 and kept: a port
+    picked, closed and bound again later can be taken meanwhile by another
+    process of a busy machine (EADDRINUSE)."""
+    socks = []
     for _ in range(n):
         s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
         socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
+    return socks
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    ports = free_ports(args.n)
+    socks = listening_sockets(args.n + 1)
+    ports = [s.getsockname()[1] for s in socks]
     ima = ImaLoad(args.ima, args.ima_paths) if args.ima else None
-    fleet = KeylimeFleet(ports, args.ca, args.workdir, ima)
+    fleet = KeylimeFleet(ports[:-1], args.ca, args.workdir, ima)
     runner = web.AppRunner(fleet.app(), access_log=None)
     await runner.setup()
     ctx = fleet.server_context()
-    for port in ports:
-        await web.TCPSite(
-            runner, "127.0.0.1", port, ssl_context=ctx, backlog=256
-        ).start()
+    for sock in socks[:-1]:
+        await web.SockSite(runner, sock, ssl_context=ctx, backlog=256).start()
     control = web.Application()
     control.router.add_get("/stats", fleet._stats)
     control_runner = web.AppRunner(control, access_log=None)
     await control_runner.setup()
-    control_port = free_ports(1)[0]
-    await web.TCPSite(control_runner, "127.0.0.1", control_port).start()
+    control_port = ports[-1]
+    await web.SockSite(control_runner, socks[-1]).start()
     await fleet.register_all(args.registrar)
     ready = {
         "control": f"http://127.0.0.1:{control_port}",
