@@ -290,8 +290,8 @@ def listening_sockets(n: int) -> list[socket.socket]:
     socks = []
     for _ in range(n):
         s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
+        s.listen(256)  # a port bound but not listening can be bound again
         socks.append(s)
     return socks
 
