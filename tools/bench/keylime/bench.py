@@ -207,7 +207,13 @@ async def measure(
         checked = time.monotonic()
         while (await _stats(ready["control"]))["vkeys"] < n:
             if time.monotonic() - t0 > 600:
-                raise RuntimeError(f"not all agents got V: {await api.status(uuids)}")
+                # under IMA load keylime may never get round to every agent
+                # (it parses the whole runtime policy per quote): the agents
+                # it did attest are measured, its states reported
+                if ima is None or not (await _stats(ready["control"]))["vkeys"]:
+                    status = await api.status(uuids)
+                    raise RuntimeError(f"not all agents got V: {status}")
+                break
             if time.monotonic() - checked > 10:
                 # keylime gives up on agents it could not reach in time (a
                 # loaded machine): once every agent got V or failed, the
