@@ -16,6 +16,10 @@ With ``--push URL`` the agents also push their evidence to the verifier's
 push endpoint (:mod:`trusted_testing.fleet_push`), for nodes enrolled in
 push mode.
 
+With ``--ima K`` every agent keeps an IMA measurement list that grows by K
+entries per quote asking for it, extended into PCR 10 and served from the
+index the verifier asks for (:mod:`trusted_testing.fleet_ima`).
+
 Latency: ``POST /_fleet/rtt {"rtt": 0.15}`` (:meth:`FleetProcess.set_rtt`)
 holds every answer back that many seconds from then on, as if the agents
 were that far away; connections are kept alive, so the TLS handshake (not
@@ -48,6 +52,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.x509.oid import NameOID
 
 from trusted_testing.cluster import die_with_parent
+from trusted_testing.fleet_ima import ImaCatalogue, ImaLoad
 from trusted_testing.softtpm import SoftTpm
 from trusted_testing.swtpm import free_ports
 from verifier.common import tls as tlsutil
@@ -80,6 +85,7 @@ class EmulatedAgent:
 
     __slots__ = (
         "address",
+        "ima_count",
         "nk",
         "nk_b64",
         "nk_public",
@@ -101,6 +107,7 @@ class EmulatedAgent:
         self.pcr_json: tuple[Any, dict[str, str]] = (None, {})
         self.quotes = 0
         self.v_received = False
+        self.ima_count = 0  # entries in its IMA list (with --ima)
 
 
 class Fleet:
@@ -111,9 +118,17 @@ class Fleet:
         port: the port every agent listens on (on its own address).
         ca_file: operator CA; clients must present a certificate from it.
         workdir: where the shared TLS key is written.
+        ima: the agents' IMA lists (None: no IMA log).
     """
 
-    def __init__(self, n: int, port: int, ca_file: str, workdir: str) -> None:
+    def __init__(
+        self,
+        n: int,
+        port: int,
+        ca_file: str,
+        workdir: str,
+        ima: ImaLoad | None = None,
+    ) -> None:
         self.agents = [EmulatedAgent(i) for i in range(n)]
         self._by_address = {a.address: a for a in self.agents}
         self.port = port
@@ -125,6 +140,7 @@ class Fleet:
         self._csr_cache: bytes | None = None
         #: seconds every answer is held back: an injected round-trip time
         self.rtt = 0.0
+        self.ima = ImaCatalogue(ima) if ima is not None else None
 
     def handle(
         self,
@@ -166,10 +182,19 @@ class Fleet:
         asked = QuoteRequest.from_query(query)
         csr = self.csr() if asked.csr else None
         bound = (agent.nk_public, csr) if csr is not None else (agent.nk_public,)
+        ima = self.ima if asked.ima_from is not None else None
+        if ima is not None:  # the node ran more files since the last quote
+            agent.ima_count = ima.grow(agent.tpm, agent.ima_count)
         quote = agent.tpm.quote(bind_nonce(asked.nonce, *bound), asked.pcrs)
         agent.quotes += 1
-        if csr is not None:
-            return QuoteAnswer(quote, agent.nk_public, csr).to_dict()
+        if csr is not None or asked.ima_from is not None:
+            part, error = None, None
+            if asked.ima_from is not None:  # read after the quote, as the agent does
+                if ima is None:
+                    error = "this agent has no IMA log configured"
+                else:
+                    part = ima.part(asked.ima_from, agent.ima_count)
+            return QuoteAnswer(quote, agent.nk_public, csr, part, error).to_dict()
         # QuoteAnswer(quote, nk).to_dict() with the parts that do not change
         # between quotes kept (the test compares the two)
         values = quote.pcr_values
@@ -277,6 +302,7 @@ class FleetProcess:
         use_uvloop: run the emulator on uvloop.
         push_url: the verifier's push endpoint the agents push to (None:
             they are polled only).
+        ima: the agents' IMA lists (None: no IMA log).
     """
 
     def __init__(
@@ -287,9 +313,11 @@ class FleetProcess:
         workdir: str,
         use_uvloop: bool = True,
         push_url: str | None = None,
+        ima: ImaLoad | None = None,
     ) -> None:
         self.n = n
         self.push_url = push_url
+        self.ima = ima
         self.registrar_url = registrar_url
         self.pki = pki
         self.workdir = workdir
@@ -322,6 +350,8 @@ class FleetProcess:
             cmd.append("--uvloop")
         if self.push_url:
             cmd += ["--push", self.push_url]
+        if self.ima is not None:
+            cmd += self.ima.to_args()
         with open(os.path.join(self.workdir, "fleet.log"), "wb") as log:
             self.proc = subprocess.Popen(
                 cmd,
@@ -470,7 +500,8 @@ class _HttpProtocol(asyncio.Protocol):
 
 async def _serve(args: argparse.Namespace) -> None:
     pki = args.pki
-    fleet = Fleet(args.n, args.port, os.path.join(pki, "ca.pem"), args.workdir)
+    ima = ImaLoad(args.ima, args.ima_paths, args.ima_binary) if args.ima else None
+    fleet = Fleet(args.n, args.port, os.path.join(pki, "ca.pem"), args.workdir, ima)
     loop = asyncio.get_running_loop()
     # One socket for all emulated addresses (127.1.x.y); only loopback
     # clients are answered: the verifier under test on this machine.
@@ -511,6 +542,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", required=True)
     parser.add_argument("--uvloop", action="store_true")
     parser.add_argument("--push", help="the verifier's push endpoint URL")
+    parser.add_argument(
+        "--ima", type=int, default=0, help="new IMA entries per quote (0: no IMA)"
+    )
+    parser.add_argument("--ima-paths", type=int, default=100_000)
+    parser.add_argument("--ima-binary", action="store_true")
     args = parser.parse_args(argv)
     if args.uvloop:
         import uvloop

@@ -21,6 +21,7 @@ import aiohttp
 
 from trusted_testing.cluster import LocalCluster
 from trusted_testing.fleet import FleetProcess
+from trusted_testing.fleet_ima import ImaLoad
 from verifier.common import tls as tlsutil
 from verifier.protocol import PcrPolicy
 from verifier.protocol.messages.enrolment import EnrolmentRequest
@@ -67,12 +68,13 @@ def running_fleet(
     use_uvloop: bool = True,
     timeout: float = 3600,
     push_url: str | None = None,
+    ima: ImaLoad | None = None,
 ) -> Iterator[FleetProcess]:
     """Start ``cluster`` and ``n`` emulated agents registered with its
-    registrar (pushing their evidence to ``push_url`` when given); stop
-    both on exit."""
+    registrar (pushing their evidence to ``push_url`` when given, with
+    IMA lists when ``ima`` is given); stop both on exit."""
     fleet = FleetProcess(
-        n, cluster.registrar_url, cluster.pki, workdir, use_uvloop, push_url
+        n, cluster.registrar_url, cluster.pki, workdir, use_uvloop, push_url, ima
     )
     try:
         cluster.start()
@@ -121,16 +123,36 @@ class FleetApi:
                 raise RuntimeError(f"nodes: {resp.status} {await resp.text()}")
             return list((await resp.json())["nodes"])
 
-    async def enrol(self, uuids: list[str], pcr16: str, mode: str = "pull") -> None:
+    async def add_runtime_policy(self, document: dict[str, Any]) -> str:
+        """Store a runtime (IMA) policy as the fleet's tenant; returns the
+        digest enrolments reference it by."""
+        url = f"{self.base}/v1/policies/runtime"
+        async with self.session.post(url, json={"policy": document}) as resp:
+            if resp.status not in (200, 201):
+                raise RuntimeError(f"runtime policy: {resp.status} {await resp.text()}")
+            return str((await resp.json())["digest"])
+
+    async def enrol(
+        self,
+        uuids: list[str],
+        pcr16: str,
+        mode: str = "pull",
+        runtime_policy: str | None = None,
+    ) -> None:
         """Enrol every node with a PCR 16 policy in ``mode`` (32 requests
-        at a time)."""
+        at a time), and the stored runtime policy ``runtime_policy``."""
         policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
         semaphore = asyncio.Semaphore(32)
 
         async def one(uuid: str) -> None:
             # the emulated agents take any U: the commitment is a placeholder
             body = EnrolmentRequest(
-                uuid, os.urandom(32), policy, mode=mode, u_commitment=bytes(32)
+                uuid,
+                os.urandom(32),
+                policy,
+                runtime_policy=runtime_policy,
+                mode=mode,
+                u_commitment=bytes(32),
             ).to_dict()
             # a loaded machine may time out the verifier's registrar
             # look-up (502/503/504): the enrolment is retried as a

@@ -16,6 +16,17 @@ running); the load average is printed at the start and the end.
 
 ``--plot`` writes doc/source/perf/rate_vs_n.png (rate against N, both
 systems; needs matplotlib in this venv).
+
+``--ima K`` (issue 19, "IMA under load") runs both sides with IMA instead:
+every emulated agent's ima-ng list grows by K entries per quote (the same
+lists on both sides: trusted_testing/fleet_ima.py), every node is enrolled
+with one shared runtime policy of ``--ima-paths`` paths (ours: a stored
+policy referenced by digest; keylime: a named allowlist referenced by name,
+PCR 10 in the mask), and each check replays and judges the K new entries
+from where the last one ended (ours: ``ima_from``; keylime:
+``ima_ml_entry``)::
+
+    .venv/bin/python tools/bench/compare_keylime.py --n 50 200 --ima 100
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import argparse
 import datetime
 import json
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -42,6 +54,8 @@ def _load(name: str, path: str):  # type: ignore[no-untyped-def]
 # Loaded by path: both directories hold a fleet.py.
 ours_bench = _load("ours_fleet_bench", os.path.join(HERE, "fleet.py"))
 keylime_bench = _load("keylime_bench", os.path.join(HERE, "keylime", "bench.py"))
+sys.path.insert(0, ROOT)
+from trusted_testing.fleet_ima import ImaLoad  # noqa: E402
 
 
 def plot(rows: list[dict], path: str) -> None:  # type: ignore[type-arg]
@@ -78,12 +92,30 @@ def main() -> None:
     parser.add_argument(
         "--uvloop", action="store_true", help="ours: emulator on uvloop"
     )
+    parser.add_argument(
+        "--ima",
+        type=int,
+        default=0,
+        metavar="K",
+        help="both sides: K new IMA entries per quote against a shared "
+        "runtime policy (instead of the plain PCR-only case)",
+    )
+    parser.add_argument("--ima-paths", type=int, default=100_000)
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--json", help="also write the raw results here")
     args = parser.parse_args()
+    if args.ima < 0 or args.ima_paths < 1:
+        parser.error("--ima needs K >= 0 and --ima-paths >= 1")
+    ima = ImaLoad(args.ima, args.ima_paths) if args.ima else None
+    case = (
+        f"IMA: {ima.per_quote} new ascii entries per quote, one shared "
+        f"{ima.paths:,}-path runtime policy"
+        if ima is not None
+        else "PCR policy only"
+    )
     print(
         f"{datetime.date.today()}: keylime {keylime_bench.env.KEYLIME_VERSION} "
-        "vs ours, "
+        f"vs ours, {case}, "
         f"interval 0, {args.window:g} s window, {os.cpu_count()} cores, "
         f"load average {os.getloadavg()[0]:.2f}"
     )
@@ -96,8 +128,8 @@ def main() -> None:
     rows = []
     for n in args.n:
         try:
-            k = keylime_bench.run(n, args.window)
-            o = ours_bench.run(n, args.window, args.uvloop, args.in_flight)
+            k = keylime_bench.run(n, args.window, ima=ima)
+            o = ours_bench.run(n, args.window, args.uvloop, args.in_flight, ima=ima)
         except (RuntimeError, OSError) as exc:  # one N failing loses no other
             print(f"{n:>5} | failed: {exc}", flush=True)
             continue
@@ -114,6 +146,8 @@ def main() -> None:
                 "ours": o,
                 "ratio": ratio,
                 "cpu_ratio": cpu_ratio,
+                "ima": args.ima,
+                "ima_paths": args.ima_paths if ima is not None else 0,
                 "load": os.getloadavg()[0],
             }
         )

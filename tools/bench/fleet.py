@@ -31,6 +31,18 @@ process in the same run, the floor of a check. ``--rtt`` then measures the
 same deployment with the emulator holding every answer back by each
 round-trip time in turn: at interval 0 a node has one quote in flight, so
 the rate is bounded by min(N, in-flight)/RTT as well as by CPU.
+
+``--ima K`` (issue 19, "IMA under load") measures, after each plain pull
+row, a fresh deployment whose agents each keep an ima-ng measurement list
+growing by K entries per quote (extended into PCR 10, served from the
+index the verifier asks for, as the real agent does:
+trusted_testing/fleet_ima.py), enrolled with one runtime policy of
+``--ima-paths`` paths (100,000 by default) shared by every node, as a
+tenant would; each check then also replays and judges K new entries. It
+prints the IMA row beside the plain one and the revoked/failed counts
+(every node must stay attested)::
+
+    .venv/bin/python tools/bench/fleet.py --n 200 1000 --ima 100
 """
 
 from __future__ import annotations
@@ -57,6 +69,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 from trusted_testing import services  # noqa: E402
 from trusted_testing.cluster import LocalCluster, free_port  # noqa: E402
 from trusted_testing.fleet import FleetProcess  # noqa: E402
+from trusted_testing.fleet_ima import ImaLoad, policy_document  # noqa: E402
 from trusted_testing.fleet_run import FleetApi, fleet_cluster, running_fleet  # noqa: E402
 from trusted_testing.procstat import cpu_seconds, cpu_split, rss_kib  # noqa: E402
 
@@ -93,6 +106,7 @@ async def measure(
     window: float,
     mode: str = "pull",
     rtts: Sequence[float] = (),
+    runtime_policy: dict[str, object] | None = None,
 ) -> dict[str, float]:
     apis = [FleetApi(cluster, url) for url in cluster.verifier_urls]
     pids = [
@@ -113,8 +127,13 @@ async def measure(
 
     try:
         rss_before = sum(rss_kib(pid) for pid in pids)
+        policy_s, digest = 0.0, None
+        if runtime_policy is not None:  # stored once, shared by every node
+            t0 = time.monotonic()
+            digest = await apis[0].add_runtime_policy(runtime_policy)
+            policy_s = time.monotonic() - t0
         t0 = time.monotonic()
-        await apis[0].enrol(fleet.uuids, fleet.pcr16, mode)
+        await apis[0].enrol(fleet.uuids, fleet.pcr16, mode, digest)
         n = len(fleet.uuids)
         await apis[0].wait_attested(n, 600)
         enrol_s = time.monotonic() - t0
@@ -154,6 +173,7 @@ async def measure(
             "ecdsa_verify_us": floor["verify_us"],
             "ecdsa_sign_us": floor["sign_us"],
             "enrol_s": enrol_s,
+            "policy_s": policy_s,
             "rss_per_node": (rss_after - rss_before) * 1024 / n,
             "rss": rss_after / 1024,
             "revoked": stats["states"]["revoked"],
@@ -219,10 +239,13 @@ def run(
     verifiers: int = 1,
     mode: str = "pull",
     rtts: Sequence[float] = (),
+    ima: ImaLoad | None = None,
 ) -> dict[str, float]:
     """One measurement (then one per injected round-trip time in ``rtts``,
     on the same deployment); with ``verifiers`` > 1 they share a scratch
-    PostgreSQL database and split the fleet through tooz on Redis."""
+    PostgreSQL database and split the fleet through tooz on Redis. With
+    ``ima`` the agents keep growing IMA lists and every node is enrolled
+    with the runtime policy allowing them."""
     workdir = tempfile.mkdtemp(prefix="bench-fleet-")
     options: dict[str, object] = {"max_in_flight": in_flight}
     database_url, db_name = None, None
@@ -241,9 +264,12 @@ def run(
     )
     push_url = f"https://127.0.0.1:{push_port}" if mode == "push" else None
     try:
-        with running_fleet(cluster, n, workdir, use_uvloop, 600, push_url) as fleet:
+        policy = policy_document(ima.paths) if ima is not None else None
+        with running_fleet(
+            cluster, n, workdir, use_uvloop, 600, push_url, ima
+        ) as fleet:
             try:
-                return asyncio.run(measure(cluster, fleet, window, mode, rtts))
+                return asyncio.run(measure(cluster, fleet, window, mode, rtts, policy))
             except Exception:
                 _show_logs(os.path.join(workdir, "cluster"))
                 raise
@@ -301,11 +327,36 @@ def main() -> None:
         "(ms; the emulator holds each answer back), same deployment",
     )
     parser.add_argument(
+        "--ima",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also measure every N with K new IMA entries per quote judged "
+        "against a shared runtime policy (pull mode; fresh deployment)",
+    )
+    parser.add_argument(
+        "--ima-paths",
+        type=int,
+        default=100_000,
+        help="paths in the shared runtime policy (with --ima)",
+    )
+    parser.add_argument(
+        "--ima-binary",
+        action="store_true",
+        help="agents send the binary IMA list (default: ascii, the real "
+        "agent's default)",
+    )
+    parser.add_argument(
         "--no-uvloop",
         action="store_true",
         help="run the emulator on the default asyncio loop",
     )
     args = parser.parse_args()
+    if args.ima < 0 or args.ima_paths < 1:
+        parser.error("--ima needs K >= 0 and --ima-paths >= 1")
+    if args.ima and args.modes != ["pull"]:
+        parser.error("--ima measures pull mode only (--modes pull)")
+    ima = ImaLoad(args.ima, args.ima_paths, args.ima_binary) if args.ima else None
     rtts = [ms / 1000 for ms in args.rtt if ms > 0]
     print(
         f"verifier vs emulated fleet, interval 0, {args.window:g} s window, "
@@ -341,7 +392,41 @@ def main() -> None:
             print(
                 f"{n:>7} push/pull checks/s ratio: {rates['push'] / rates['pull']:.2f}"
             )
+        if ima is not None:
+            _ima_rows(n, args, ima, plain=r)
     print(f"load average at the end {_load()}")
+
+
+def _ima_rows(
+    n: int, args: argparse.Namespace, ima: ImaLoad, plain: dict[str, float]
+) -> None:
+    """The IMA row of ``n`` (fresh deployments), beside the plain one."""
+    runs = [
+        run(
+            n,
+            args.window,
+            not args.no_uvloop,
+            args.in_flight,
+            args.verifiers,
+            "pull",
+            (),
+            ima,
+        )
+        for _ in range(args.repeat)
+    ]
+    r = {k: statistics.median(x[k] for x in runs) for k in runs[0]}
+    _print_row(n, "+ima", r)
+    ratio = r["rate"] / plain["rate"] if plain["rate"] else 0.0
+    print(
+        f"{n:>7} +ima: {ima.per_quote} new {'binary' if ima.binary else 'ascii'}"
+        f" IMA entries per check against one {ima.paths:,}-path runtime policy "
+        f"(stored in {r['policy_s']:.1f} s): {r['rate']:.0f} checks/s = "
+        f"{ratio:.2f}x plain; verifier {r['verifier_us']:.0f} us/check "
+        f"(plain {plain['verifier_us']:.0f}), emulator {r['fleet_us']:.0f} "
+        f"us/check (plain {plain['fleet_us']:.0f}); revoked {r['revoked']:.0f}, "
+        f"failed {r['failed']:.0f} (plain: revoked {plain['revoked']:.0f}, "
+        f"failed {plain['failed']:.0f})"
+    )
 
 
 def _load() -> str:

@@ -22,7 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer, load_only
 
 from verifier.attest.quotas import Quotas
 from verifier.db import Node, StoredPolicy
@@ -234,11 +234,25 @@ class PolicyStore:
             return [_meta(r) for r in rows]
 
     def _row(
-        self, session: Session, kind: str, ref: str, scope: str | None
+        self,
+        session: Session,
+        kind: str,
+        ref: str,
+        scope: str | None,
+        digest_only: bool = False,
     ) -> StoredPolicy:
         """``ref`` is ``name`` (newest version), ``name@version`` or a
-        digest, among the policies of project ``scope`` (None: all)."""
-        query = sa.select(StoredPolicy).where(StoredPolicy.kind == kind)
+        digest, among the policies of project ``scope`` (None: all). Its
+        body (megabytes for a large allowlist) is read only when used, and
+        with ``digest_only`` nothing but the key is read: every enrolment
+        resolves its policy reference, and a database that stores the body
+        inline (SQLite) walks all of it to reach the columns after it."""
+        only = (StoredPolicy.project_id, StoredPolicy.digest)
+        query = (
+            sa.select(StoredPolicy)
+            .options(load_only(*only) if digest_only else defer(StoredPolicy.body))
+            .where(StoredPolicy.kind == kind)
+        )
         if scope is not None:
             query = query.where(StoredPolicy.project_id == scope)
         name, at, version = ref.rpartition("@") if "@" in ref else (ref, "", "")
@@ -284,7 +298,7 @@ class PolicyStore:
         :meth:`get`). Raises: NotFoundError."""
         _check_kind(kind)
         with Session(self.engine) as session:
-            return self._row(session, kind, ref, project).digest
+            return self._row(session, kind, ref, project, digest_only=True).digest
 
     def delete(self, kind: str, ref: str, scope: str | None = None) -> None:
         """Delete a policy of project ``scope`` (None: any).

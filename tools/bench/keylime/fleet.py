@@ -28,6 +28,15 @@ Registration follows keylime's registrar protocol: ``POST
 with the soft TPM's ActivateCredential; ``POST .../activate`` with
 ``auth_tag = HMAC-SHA384(key=b64(credential), agent_id)``.
 
+With ``--ima K`` (issue 19, "IMA under load") every agent keeps an ima-ng
+measurement list (trusted_testing/fleet_ima.py, the same lists our emulator
+serves) that grows by K entries per quote whose ``mask`` selects PCR 10
+(keylime's verifier asks for it when the agent has a runtime policy): they
+are extended into PCR 10 before the quote, and the answer carries, as the
+rust agent's does, ``ima_measurement_list`` (the ascii list from entry
+``ima_ml_entry`` on; from 0 when that is past the end) and
+``ima_measurement_list_entry`` (where it starts).
+
 A plain-HTTP control port on 127.0.0.1 answers ``GET /stats`` with the
 counters. Everything listens on 127.0.0.1 only.
 
@@ -47,6 +56,7 @@ import hmac
 import json
 import os
 import signal
+import socket
 import ssl
 import struct
 import sys
@@ -63,6 +73,7 @@ from aiohttp import web  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import rsa  # noqa: E402
 
+from trusted_testing.fleet_ima import ImaCatalogue, ImaLoad  # noqa: E402
 from trusted_testing.softtpm import SoftTpm  # noqa: E402
 from verifier.common import tls as tlsutil  # noqa: E402
 
@@ -71,6 +82,7 @@ TPM_ALG_SHA256 = 0x000B
 BOOT_MEASUREMENT = hashlib.sha256(b"emulated boot chain").digest()
 POLICY_PCR = 15
 DATA_PCR = 16
+IMA_PCR = 10
 
 
 def pcr_blob(values: dict[int, bytes]) -> bytes:
@@ -99,7 +111,7 @@ def pcr_blob(values: dict[int, bytes]) -> bytes:
 
 
 class KeylimeAgent:
-    __slots__ = ("port", "pubkey_pem", "quotes", "tpm", "uuid", "vkeys")
+    __slots__ = ("ima_count", "port", "pubkey_pem", "quotes", "tpm", "uuid", "vkeys")
 
     def __init__(self, port: int) -> None:
         self.uuid = str(uuid_mod.uuid4())
@@ -119,6 +131,7 @@ class KeylimeAgent:
         self.tpm.extend(POLICY_PCR, BOOT_MEASUREMENT)
         self.quotes = 0
         self.vkeys = 0
+        self.ima_count = 0  # entries in its IMA list (with --ima)
 
 
 def _ok(results: dict[str, Any]) -> web.Response:
@@ -126,8 +139,16 @@ def _ok(results: dict[str, Any]) -> web.Response:
 
 
 class KeylimeFleet:
-    def __init__(self, ports: list[int], ca_file: str, workdir: str) -> None:
+    def __init__(
+        self,
+        ports: list[int],
+        ca_file: str,
+        workdir: str,
+        ima: ImaLoad | None = None,
+    ) -> None:
         self.agents = [KeylimeAgent(p) for p in ports]
+        # the rust agent sends the whole list from the entry asked for
+        self.ima = ImaCatalogue(ima, 1 << 40) if ima is not None else None
         self._by_port = {a.port: a for a in self.agents}
         self.ca_file = ca_file
         self.workdir = workdir
@@ -151,12 +172,23 @@ class KeylimeFleet:
         nonce = q["nonce"]
         mask = int(q.get("mask") or "0", 0)
         pcrs = tuple(sorted({i for i in range(24) if mask >> i & 1} | {DATA_PCR}))
+        ima = self.ima if IMA_PCR in pcrs else None
+        if ima is not None:  # the node ran more files since the last quote
+            agent.ima_count = ima.grow(agent.tpm, agent.ima_count)
         quote = agent.tpm.quote(nonce.encode(), pcrs)
         blob = pcr_blob(dict(quote.pcr_values))
         b64 = base64.b64encode
         agent.quotes += 1
+        extra: dict[str, Any] = {}
+        if ima is not None:  # read after the quote, as the agent does
+            part = ima.part(int(q.get("ima_ml_entry") or "0"), agent.ima_count)
+            extra = {
+                "ima_measurement_list": part.entries,
+                "ima_measurement_list_entry": part.first,
+            }
         return _ok(
             {
+                **extra,
                 "quote": "r"
                 + b64(quote.attest).decode()
                 + ":"
@@ -251,36 +283,35 @@ class KeylimeFleet:
                 raise RuntimeError(f"activation refused: {await resp.text()}")
 
 
-def free_ports(n: int) -> list[int]:
-    import socket
-
-    socks, ports = [], []
+def listening_sockets(n: int) -> list[socket.socket]:
+    """``n`` sockets bound to free ports of 127.0.0.1 and kept: a port
+    picked, closed and bound again later can be taken meanwhile by another
+    process of a busy machine (EADDRINUSE)."""
+    socks = []
     for _ in range(n):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
+        s.listen(256)  # a port bound but not listening can be bound again
         socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
+    return socks
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    ports = free_ports(args.n)
-    fleet = KeylimeFleet(ports, args.ca, args.workdir)
+    socks = listening_sockets(args.n + 1)
+    ports = [s.getsockname()[1] for s in socks]
+    ima = ImaLoad(args.ima, args.ima_paths) if args.ima else None
+    fleet = KeylimeFleet(ports[:-1], args.ca, args.workdir, ima)
     runner = web.AppRunner(fleet.app(), access_log=None)
     await runner.setup()
     ctx = fleet.server_context()
-    for port in ports:
-        await web.TCPSite(
-            runner, "127.0.0.1", port, ssl_context=ctx, backlog=256
-        ).start()
+    for sock in socks[:-1]:
+        await web.SockSite(runner, sock, ssl_context=ctx, backlog=256).start()
     control = web.Application()
     control.router.add_get("/stats", fleet._stats)
     control_runner = web.AppRunner(control, access_log=None)
     await control_runner.setup()
-    control_port = free_ports(1)[0]
-    await web.TCPSite(control_runner, "127.0.0.1", control_port).start()
+    control_port = ports[-1]
+    await web.SockSite(control_runner, socks[-1]).start()
     await fleet.register_all(args.registrar)
     ready = {
         "control": f"http://127.0.0.1:{control_port}",
@@ -319,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--ready-file", required=True)
+    parser.add_argument(
+        "--ima", type=int, default=0, help="new IMA entries per quote (0: none)"
+    )
+    parser.add_argument("--ima-paths", type=int, default=100_000)
     args = parser.parse_args(argv)
     asyncio.run(_serve(args))
     return 0
