@@ -121,16 +121,28 @@ class FleetApi:
                 raise RuntimeError(f"nodes: {resp.status} {await resp.text()}")
             return list((await resp.json())["nodes"])
 
-    async def enrol(self, uuids: list[str], pcr16: str, mode: str = "pull") -> None:
+    async def enrol(
+        self,
+        uuids: list[str],
+        pcr16: str,
+        mode: str = "pull",
+        intervals: dict[str, float] | None = None,
+    ) -> None:
         """Enrol every node with a PCR 16 policy in ``mode`` (32 requests
-        at a time)."""
+        at a time), each with its own quote interval from ``intervals``
+        if given."""
         policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
         semaphore = asyncio.Semaphore(32)
 
         async def one(uuid: str) -> None:
             # the emulated agents take any U: the commitment is a placeholder
             body = EnrolmentRequest(
-                uuid, os.urandom(32), policy, mode=mode, u_commitment=bytes(32)
+                uuid,
+                os.urandom(32),
+                policy,
+                mode=mode,
+                u_commitment=bytes(32),
+                interval=intervals.get(uuid) if intervals else None,
             ).to_dict()
             # a loaded machine may time out the verifier's registrar
             # look-up (502/503/504): the enrolment is retried as a

@@ -23,6 +23,7 @@ Not a test: nothing is asserted. Both processes share this machine's cores.
     .venv/bin/python tools/bench/fleet.py --modes pull push --repeat 3
     .venv/bin/python tools/bench/fleet.py --n 2000 --in-flight 4096 \\
         --rtt 25 50 100 150
+    .venv/bin/python tools/bench/fleet.py --n 10000 --mix 0.1 --observe 90
 
 Every row also gives CPU microseconds per check of the verifier(s) and of
 the emulator (process CPU time over checks, which other load on the machine
@@ -31,6 +32,14 @@ process in the same run, the floor of a check. ``--rtt`` then measures the
 same deployment with the emulator holding every answer back by each
 round-trip time in turn: at interval 0 a node has one quote in flight, so
 the rate is bounded by min(N, in-flight)/RTT as well as by CPU.
+
+``--mix SHARE`` enrols the fleet with realistic per-node intervals instead
+of interval 0: SHARE of the nodes quoted every 2-10 s (their connections
+kept alive between rounds) and the rest every 60-300 s (beyond
+``agent_keep_alive``: disconnected after each round), runs it for
+``--observe`` seconds (the verifier trims its heap once a minute) and
+prints the verifier's resident memory per node including its connection
+state, against the aim of issue 19 (<= 8 KB per node).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import argparse
 import asyncio
 import hashlib
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -92,6 +102,8 @@ async def measure(
     window: float,
     mode: str = "pull",
     rtts: Sequence[float] = (),
+    mix: float | None = None,
+    observe: float = 0.0,
 ) -> dict[str, float]:
     apis = [FleetApi(cluster, url) for url in cluster.verifier_urls]
     pids = [
@@ -113,11 +125,12 @@ async def measure(
     try:
         rss_before = sum(rss_kib(pid) for pid in pids)
         t0 = time.monotonic()
-        await apis[0].enrol(fleet.uuids, fleet.pcr16, mode)
+        intervals = None if mix is None else mixed_intervals(fleet.uuids, mix)
+        await apis[0].enrol(fleet.uuids, fleet.pcr16, mode, intervals)
         n = len(fleet.uuids)
-        await apis[0].wait_attested(n, 600)
+        await apis[0].wait_attested(n, 600 + n / 50)
         enrol_s = time.monotonic() - t0
-        await asyncio.sleep(2)  # steady state
+        await asyncio.sleep(max(2.0, observe))  # steady state
 
         async def window_figures(prefix: str) -> dict[str, float]:
             q0, v0, f0 = await quotes(), verifier_cpu(), cpu_seconds(fleet_pid)
@@ -144,9 +157,11 @@ async def measure(
         await asyncio.to_thread(fleet.set_rtt, 0)
         stats = await apis[0].stats()
         rss_after = sum(rss_kib(pid) for pid in pids)
+        sockets = sum(_sockets(pid) for pid in pids)
         floor = await asyncio.to_thread(ecdsa_floor)
         return {
             **figures,
+            "sockets": sockets,
             "ecdsa_verify_us": floor["verify_us"],
             "ecdsa_sign_us": floor["sign_us"],
             "enrol_s": enrol_s,
@@ -168,6 +183,8 @@ def run(
     verifiers: int = 1,
     mode: str = "pull",
     rtts: Sequence[float] = (),
+    mix: float | None = None,
+    observe: float = 0.0,
 ) -> dict[str, float]:
     """One measurement (then one per injected round-trip time in ``rtts``,
     on the same deployment); with ``verifiers`` > 1 they share a scratch
@@ -192,7 +209,9 @@ def run(
     try:
         with running_fleet(cluster, n, workdir, use_uvloop, 600, push_url) as fleet:
             try:
-                return asyncio.run(measure(cluster, fleet, window, mode, rtts))
+                return asyncio.run(
+                    measure(cluster, fleet, window, mode, rtts, mix, observe)
+                )
             except Exception:
                 _show_logs(os.path.join(workdir, "cluster"))
                 raise
@@ -250,14 +269,29 @@ def main() -> None:
         "(ms; the emulator holds each answer back), same deployment",
     )
     parser.add_argument(
+        "--mix",
+        type=float,
+        metavar="SHARE",
+        help="realistic intervals: SHARE of the nodes every 2-10 s "
+        "(connections kept), the rest every 60-300 s (closed after each "
+        "round); prints RSS per node incl. connections",
+    )
+    parser.add_argument(
+        "--observe",
+        type=float,
+        default=90.0,
+        help="with --mix: seconds the mix runs before memory is read",
+    )
+    parser.add_argument(
         "--no-uvloop",
         action="store_true",
         help="run the emulator on the default asyncio loop",
     )
     args = parser.parse_args()
     rtts = [ms / 1000 for ms in args.rtt if ms > 0]
+    intervals = "interval 0" if args.mix is None else _mix_text(args.mix)
     print(
-        f"verifier vs emulated fleet, interval 0, {args.window:g} s window, "
+        f"verifier vs emulated fleet, {intervals}, {args.window:g} s window, "
         f"{args.verifiers} verifier process(es), {os.cpu_count()} cores shared "
         f"by verifiers and emulator; load average {_load()}"
     )
@@ -278,6 +312,8 @@ def main() -> None:
                     args.verifiers,
                     mode,
                     rtts,
+                    args.mix,
+                    args.observe,
                 )
                 for _ in range(args.repeat)
             ]
@@ -285,11 +321,58 @@ def main() -> None:
             rates[mode] = r["rate"]
             _print_row(n, mode, r)
             _print_rtts(n, mode, r, rtts)
+            if args.mix is not None:
+                _print_memory(n, args.mix, r)
         if "pull" in rates and "push" in rates and rates["pull"]:
             print(
                 f"{n:>7} push/pull checks/s ratio: {rates['push'] / rates['pull']:.2f}"
             )
     print(f"load average at the end {_load()}")
+
+
+FAST = (2.0, 10.0)  # seconds: kept-alive connections (agent_keep_alive 15 s)
+SLOW = (60.0, 300.0)  # seconds: disconnected after each round
+
+
+def mixed_intervals(uuids: Sequence[str], share: float) -> dict[str, float]:
+    """Per-node quote intervals: ``share`` of the nodes in the fast class,
+    the rest in the slow one, each drawn uniformly in its range (seeded:
+    the same mix on every run)."""
+    rng = random.Random(len(uuids))
+    fast = round(share * len(uuids))
+    return {
+        uuid: rng.uniform(*(FAST if i < fast else SLOW)) for i, uuid in enumerate(uuids)
+    }
+
+
+def _mix_text(share: float) -> str:
+    return (
+        f"intervals mixed: {share:.0%} of the nodes every {FAST[0]:g}-{FAST[1]:g} s "
+        f"(connections kept), {1 - share:.0%} every {SLOW[0]:g}-{SLOW[1]:g} s "
+        "(closed after each round)"
+    )
+
+
+def _sockets(pid: int) -> int:
+    """Open sockets of a process (its connections, listeners included)."""
+    fds = f"/proc/{pid}/fd"
+    count = 0
+    for fd in os.listdir(fds):
+        try:
+            count += os.readlink(os.path.join(fds, fd)).startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def _print_memory(n: int, share: float, r: dict[str, float]) -> None:
+    per_node = r["rss_per_node"] / 1024
+    verdict = "met" if per_node <= 8 else "MISSED"
+    print(
+        f"{n:>7} RSS per node incl. connections at {n} nodes: {per_node:.2f} KB "
+        f"(aim <= 8 KB at 100,000: {verdict} at this N); {_mix_text(share)}; "
+        f"verifier RSS {r['rss']:.0f} MiB, {r['sockets']:.0f} sockets open"
+    )
 
 
 def _load() -> str:
