@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import gc
 import json
 import os
@@ -106,16 +108,22 @@ async def _client(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
         gc.collect()
         return float(rss_kib())
 
+    def heap() -> float:  # KiB of C heap in use (OpenSSL, the loop's handles)
+        info = _mallinfo()
+        return float(info.uordblks + info.hblkhd) / 1024
+
     n = len(bases)
     await one(bases[0])  # the client, its context, the code paths warm
     agents.close_idle(bases[0])
     await asyncio.sleep(0.2)
     malloc_trim()
-    r0 = rss()
+    r0, h0 = rss(), heap()
     cpu_new = await round_()
     r1 = rss()
     cpu_again = await round_()
-    r2 = rss()
+    r2, h2 = rss(), heap()
+    malloc_trim()  # as the verifier does once a minute
+    r2t = rss()
     for base in bases:
         agents.close_idle(base)
     await asyncio.sleep(1)
@@ -126,11 +134,33 @@ async def _client(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
     return {
         "idle_kib": (r1 - r0) / n,
         "again_kib": (r2 - r0) / n,
+        "again_trimmed_kib": (r2t - r0) / n,
+        "heap_kib": (h2 - h0) / n,
         "closed_kib": (r3 - r0) / n,
         "trimmed_kib": (r4 - r0) / n,
         "cpu_first_us": cpu_new / n * 1e6,
         "cpu_second_us": cpu_again / n * 1e6,
     }
+
+
+class _MallInfo(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
+            "fordblks keepcost"
+        ).split()
+    ]
+
+
+def _mallinfo() -> _MallInfo:
+    """glibc's heap counters (zeros elsewhere)."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return _MallInfo()
+    fn.restype = _MallInfo
+    return fn()  # type: ignore[no-any-return]
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -185,8 +215,9 @@ def main() -> None:
             f"{_ANSWER}-byte answers; load average {_load()}"
         )
         print(
-            f"{'loop':>8} {'mode':>6} {'after round 1':>14} {'after round 2':>14} "
-            f"{'all closed':>11} {'trimmed':>8} {'CPU/req 1':>10} {'CPU/req 2':>10}"
+            f"{'loop':>8} {'mode':>6} {'RSS round 1':>12} {'RSS round 2':>12} "
+            f"{'+trim':>8} {'C heap':>8} {'closed':>8} {'+trim':>8} "
+            f"{'CPU/req 1':>10} {'CPU/req 2':>10}"
         )
         for loop in args.loops:
             for close in (False, True):
@@ -197,13 +228,17 @@ def main() -> None:
                 r: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
                 print(
                     f"{loop:>8} {'close' if close else 'keep':>6} "
-                    f"{r['idle_kib']:>11.1f}KiB {r['again_kib']:>11.1f}KiB "
-                    f"{r['closed_kib']:>8.1f}KiB {r['trimmed_kib']:>5.1f}KiB "
+                    f"{r['idle_kib']:>9.1f}KiB {r['again_kib']:>9.1f}KiB "
+                    f"{r['again_trimmed_kib']:>5.1f}KiB {r['heap_kib']:>5.1f}KiB "
+                    f"{r['closed_kib']:>5.1f}KiB {r['trimmed_kib']:>5.1f}KiB "
                     f"{r['cpu_first_us']:>8.0f}us {r['cpu_second_us']:>8.0f}us"
                 )
         print(
-            "keep: connections kept alive between rounds (round 2 reuses them); "
-            "close: each closed after its answer (round 2 handshakes again)"
+            "per connection; keep: connections kept alive between rounds (round "
+            "2 reuses them); close: each closed after its answer (round 2 "
+            "handshakes again); +trim: after malloc_trim (the verifier trims "
+            "once a minute); C heap: glibc heap in use after round 2; closed: "
+            "after every connection is closed"
         )
         print(f"load average at the end {_load()}")
     finally:

@@ -612,3 +612,21 @@ class BlockingClientTest(_Base):
             return self.client().request("GET", self.fx.tls_url + "/q?x=1")
 
         self.assertEqual({"x": "1"}, asyncio.run(main()).data)
+
+
+class ServerContextTest(testtools.TestCase):
+    def test_server_contexts_send_no_session_tickets(self) -> None:
+        # no client of ours resumes; a ticket costs the verifier 16 KB per
+        # kept-alive connection to an agent until the next answer
+        d = tempfile.mkdtemp()
+        ca = CertificateAuthority.create(d, "test CA")
+        ca.issue_to_files(d, "server", ["127.0.0.1"])
+        ctx = tlsutil.server_context(
+            os.path.join(d, "server.pem"),
+            os.path.join(d, "server-key.pem"),
+            os.path.join(d, "ca.pem"),
+        )
+        key, cert = tlsutil.self_signed_certificate("agent", ["127.0.0.1"])
+        with open(os.path.join(d, "ca.pem")) as f:
+            agent = tlsutil.server_context_from_pem(cert, key, f.read(), d)
+        self.assertEqual((0, 0), (ctx.num_tickets, agent.num_tickets))
