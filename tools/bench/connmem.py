@@ -88,6 +88,9 @@ async def _client(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
     agents = AgentClient(
         os.path.join(pki, "client.pem"), os.path.join(pki, "client-key.pem"), 30
     )
+    # keep idle connections for the whole run: a round of N handshakes on a
+    # loaded machine may outlast the client's 30 s idle timeout
+    agents._client()._pool._idle_timeout = 3600.0
     bases = [f"https://127.0.0.1:{port}" for port in ports]
     sem = asyncio.Semaphore(64)
 
