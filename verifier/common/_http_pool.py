@@ -4,7 +4,9 @@ A :class:`Connection` is an asyncio protocol that feeds the answer's bytes
 straight into the framing reader (:class:`~verifier.common._http11.ResponseParser`)
 as they arrive; a :class:`Pool` keeps idle connections per origin (and per
 pinned certificate), drops them when the peer closed them or they idled too
-long, and checks a pinned certificate right after the handshake.
+long, and checks a pinned certificate right after the handshake. TLS
+connections run TLS themselves (:mod:`verifier.common._http_tls`), all of
+a pool's reading through one buffer.
 """
 
 from __future__ import annotations
