@@ -300,6 +300,7 @@ def main() -> None:
         f"{'emulator CPU':>13} {'ver us/chk':>10} {'emu us/chk':>10} "
         f"{'ECDSA vfy':>9} {'ver/floor':>9} {'enrol+bootstrap':>16} {'RSS/node':>9}"
     )
+    grown: dict[int, float] = {}  # --mix: the verifier's growth (bytes) per N
     for n in args.n:
         rates: dict[str, float] = {}
         for mode in args.modes:
@@ -323,11 +324,28 @@ def main() -> None:
             _print_rtts(n, mode, r, rtts)
             if args.mix is not None:
                 _print_memory(n, args.mix, r)
+                grown[n] = r["rss_per_node"] * n
         if "pull" in rates and "push" in rates and rates["pull"]:
             print(
                 f"{n:>7} push/pull checks/s ratio: {rates['push'] / rates['pull']:.2f}"
             )
+    if len(grown) >= 2:
+        _print_projection(grown)
     print(f"load average at the end {_load()}")
+
+
+def _print_projection(grown: dict[int, float], at: int = 100_000) -> None:
+    """The growth is fixed + N x marginal: from the smallest and largest N
+    measured, the figure at ``at`` nodes (same mix)."""
+    lo, hi = min(grown), max(grown)
+    marginal = (grown[hi] - grown[lo]) / (hi - lo)
+    fixed = grown[lo] - marginal * lo
+    print(
+        f"projection from N = {lo} and {hi}: {marginal / 1024:.2f} KB per node "
+        f"more, {fixed / 2**20:.1f} MiB fixed: at {at:,} nodes "
+        f"{(fixed / at + marginal) / 1024:.2f} KB per node incl. connections "
+        "(aim <= 8 KB)"
+    )
 
 
 FAST = (2.0, 10.0)  # seconds: kept-alive connections (agent_keep_alive 15 s)
