@@ -23,7 +23,7 @@ Not a test: nothing is asserted. Both processes share this machine's cores.
     .venv/bin/python tools/bench/fleet.py --modes pull push --repeat 3
     .venv/bin/python tools/bench/fleet.py --n 2000 --in-flight 4096 \\
         --rtt 25 50 100 150
-    .venv/bin/python tools/bench/fleet.py --n 10000 --mix 0.1 --observe 90
+    .venv/bin/python tools/bench/fleet.py --n 1000 6000 --mix 0.1 --observe 75
 
 Every row also gives CPU microseconds per check of the verifier(s) and of
 the emulator (process CPU time over checks, which other load on the machine
