@@ -138,9 +138,11 @@ class FleetApi:
         pcr16: str,
         mode: str = "pull",
         runtime_policy: str | None = None,
+        intervals: dict[str, float] | None = None,
     ) -> None:
         """Enrol every node with a PCR 16 policy in ``mode`` (32 requests
-        at a time), and the stored runtime policy ``runtime_policy``."""
+        at a time), the stored runtime policy ``runtime_policy`` if given,
+        and each node's own quote interval from ``intervals`` if given."""
         policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
         semaphore = asyncio.Semaphore(32)
 
@@ -153,6 +155,7 @@ class FleetApi:
                 runtime_policy=runtime_policy,
                 mode=mode,
                 u_commitment=bytes(32),
+                interval=intervals.get(uuid) if intervals else None,
             ).to_dict()
             # a loaded machine may time out the verifier's registrar
             # look-up (502/503/504): the enrolment is retried as a

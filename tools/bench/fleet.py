@@ -23,6 +23,7 @@ Not a test: nothing is asserted. Both processes share this machine's cores.
     .venv/bin/python tools/bench/fleet.py --modes pull push --repeat 3
     .venv/bin/python tools/bench/fleet.py --n 2000 --in-flight 4096 \\
         --rtt 25 50 100 150
+    .venv/bin/python tools/bench/fleet.py --n 1000 6000 --mix 0.1 --observe 75
 
 Every row also gives CPU microseconds per check of the verifier(s) and of
 the emulator (process CPU time over checks, which other load on the machine
@@ -43,6 +44,13 @@ prints the IMA row beside the plain one and the revoked/failed counts
 (every node must stay attested)::
 
     .venv/bin/python tools/bench/fleet.py --n 200 1000 --ima 100
+``--mix SHARE`` enrols the fleet with realistic per-node intervals instead
+of interval 0: SHARE of the nodes quoted every 2-10 s (their connections
+kept alive between rounds) and the rest every 60-300 s (beyond
+``agent_keep_alive``: disconnected after each round), runs it for
+``--observe`` seconds (the verifier trims its heap once a minute) and
+prints the verifier's resident memory per node including its connection
+state, against the aim of issue 19 (<= 8 KB per node).
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ import argparse
 import asyncio
 import hashlib
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -107,6 +116,8 @@ async def measure(
     mode: str = "pull",
     rtts: Sequence[float] = (),
     runtime_policy: dict[str, object] | None = None,
+    mix: float | None = None,
+    observe: float = 0.0,
 ) -> dict[str, float]:
     apis = [FleetApi(cluster, url) for url in cluster.verifier_urls]
     pids = [
@@ -133,11 +144,12 @@ async def measure(
             digest = await apis[0].add_runtime_policy(runtime_policy)
             policy_s = time.monotonic() - t0
         t0 = time.monotonic()
-        await apis[0].enrol(fleet.uuids, fleet.pcr16, mode, digest)
+        intervals = None if mix is None else mixed_intervals(fleet.uuids, mix)
+        await apis[0].enrol(fleet.uuids, fleet.pcr16, mode, digest, intervals)
         n = len(fleet.uuids)
-        await apis[0].wait_attested(n, 600)
+        await apis[0].wait_attested(n, 600 + n / 50)
         enrol_s = time.monotonic() - t0
-        await asyncio.sleep(2)  # steady state
+        await asyncio.sleep(max(2.0, observe))  # steady state
 
         async def window_figures(prefix: str) -> dict[str, float]:
             q0, v0, f0 = await quotes(), verifier_cpu(), cpu_seconds(fleet_pid)
@@ -167,9 +179,11 @@ async def measure(
         await asyncio.to_thread(fleet.set_rtt, 0)
         stats = await apis[0].stats()
         rss_after = sum(rss_kib(pid) for pid in pids)
+        sockets = sum(_sockets(pid) for pid in pids)
         floor = await asyncio.to_thread(ecdsa_floor)
         return {
             **figures,
+            "sockets": sockets,
             "ecdsa_verify_us": floor["verify_us"],
             "ecdsa_sign_us": floor["sign_us"],
             "enrol_s": enrol_s,
@@ -240,6 +254,8 @@ def run(
     mode: str = "pull",
     rtts: Sequence[float] = (),
     ima: ImaLoad | None = None,
+    mix: float | None = None,
+    observe: float = 0.0,
 ) -> dict[str, float]:
     """One measurement (then one per injected round-trip time in ``rtts``,
     on the same deployment); with ``verifiers`` > 1 they share a scratch
@@ -269,7 +285,9 @@ def run(
             cluster, n, workdir, use_uvloop, 600, push_url, ima
         ) as fleet:
             try:
-                return asyncio.run(measure(cluster, fleet, window, mode, rtts, policy))
+                return asyncio.run(
+                    measure(cluster, fleet, window, mode, rtts, policy, mix, observe)
+                )
             except Exception:
                 _show_logs(os.path.join(workdir, "cluster"))
                 raise
@@ -347,6 +365,20 @@ def main() -> None:
         "agent's default)",
     )
     parser.add_argument(
+        "--mix",
+        type=float,
+        metavar="SHARE",
+        help="realistic intervals: SHARE of the nodes every 2-10 s "
+        "(connections kept), the rest every 60-300 s (closed after each "
+        "round); prints RSS per node incl. connections",
+    )
+    parser.add_argument(
+        "--observe",
+        type=float,
+        default=90.0,
+        help="with --mix: seconds the mix runs before memory is read",
+    )
+    parser.add_argument(
         "--no-uvloop",
         action="store_true",
         help="run the emulator on the default asyncio loop",
@@ -358,8 +390,9 @@ def main() -> None:
         parser.error("--ima measures pull mode only (--modes pull)")
     ima = ImaLoad(args.ima, args.ima_paths, args.ima_binary) if args.ima else None
     rtts = [ms / 1000 for ms in args.rtt if ms > 0]
+    intervals = "interval 0" if args.mix is None else _mix_text(args.mix)
     print(
-        f"verifier vs emulated fleet, interval 0, {args.window:g} s window, "
+        f"verifier vs emulated fleet, {intervals}, {args.window:g} s window, "
         f"{args.verifiers} verifier process(es), {os.cpu_count()} cores shared "
         f"by verifiers and emulator; load average {_load()}"
     )
@@ -368,6 +401,7 @@ def main() -> None:
         f"{'emulator CPU':>13} {'ver us/chk':>10} {'emu us/chk':>10} "
         f"{'ECDSA vfy':>9} {'ver/floor':>9} {'enrol+bootstrap':>16} {'RSS/node':>9}"
     )
+    grown: dict[int, float] = {}  # --mix: the verifier's growth (bytes) per N
     for n in args.n:
         rates: dict[str, float] = {}
         for mode in args.modes:
@@ -380,6 +414,8 @@ def main() -> None:
                     args.verifiers,
                     mode,
                     rtts,
+                    mix=args.mix,
+                    observe=args.observe,
                 )
                 for _ in range(args.repeat)
             ]
@@ -388,12 +424,17 @@ def main() -> None:
             _print_row(n, mode, r)
             _print_rtts(n, mode, r, rtts)
             _print_split(n, r)
+            if args.mix is not None:
+                _print_memory(n, args.mix, r)
+                grown[n] = r["rss_per_node"] * n
         if "pull" in rates and "push" in rates and rates["pull"]:
             print(
                 f"{n:>7} push/pull checks/s ratio: {rates['push'] / rates['pull']:.2f}"
             )
         if ima is not None:
             _ima_rows(n, args, ima, plain=r)
+    if len(grown) >= 2:
+        _print_projection(grown)
     print(f"load average at the end {_load()}")
 
 
@@ -426,6 +467,65 @@ def _ima_rows(
         f"us/check (plain {plain['fleet_us']:.0f}); revoked {r['revoked']:.0f}, "
         f"failed {r['failed']:.0f} (plain: revoked {plain['revoked']:.0f}, "
         f"failed {plain['failed']:.0f})"
+    )
+
+
+def _print_projection(grown: dict[int, float], at: int = 100_000) -> None:
+    """The growth is fixed + N x marginal: from the smallest and largest N
+    measured, the figure at ``at`` nodes (same mix)."""
+    lo, hi = min(grown), max(grown)
+    marginal = (grown[hi] - grown[lo]) / (hi - lo)
+    fixed = grown[lo] - marginal * lo
+    print(
+        f"projection from N = {lo} and {hi}: {marginal / 1024:.2f} KB per node "
+        f"more, {fixed / 2**20:.1f} MiB fixed: at {at:,} nodes "
+        f"{(fixed / at + marginal) / 1024:.2f} KB per node incl. connections "
+        "(aim <= 8 KB)"
+    )
+
+
+FAST = (2.0, 10.0)  # seconds: kept-alive connections (agent_keep_alive 15 s)
+SLOW = (60.0, 300.0)  # seconds: disconnected after each round
+
+
+def mixed_intervals(uuids: Sequence[str], share: float) -> dict[str, float]:
+    """Per-node quote intervals: ``share`` of the nodes in the fast class,
+    the rest in the slow one, each drawn uniformly in its range (seeded:
+    the same mix on every run)."""
+    rng = random.Random(len(uuids))
+    fast = round(share * len(uuids))
+    return {
+        uuid: rng.uniform(*(FAST if i < fast else SLOW)) for i, uuid in enumerate(uuids)
+    }
+
+
+def _mix_text(share: float) -> str:
+    return (
+        f"intervals mixed: {share:.0%} of the nodes every {FAST[0]:g}-{FAST[1]:g} s "
+        f"(connections kept), {1 - share:.0%} every {SLOW[0]:g}-{SLOW[1]:g} s "
+        "(closed after each round)"
+    )
+
+
+def _sockets(pid: int) -> int:
+    """Open sockets of a process (its connections, listeners included)."""
+    fds = f"/proc/{pid}/fd"
+    count = 0
+    for fd in os.listdir(fds):
+        try:
+            count += os.readlink(os.path.join(fds, fd)).startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def _print_memory(n: int, share: float, r: dict[str, float]) -> None:
+    per_node = r["rss_per_node"] / 1024
+    verdict = "met" if per_node <= 8 else "MISSED"
+    print(
+        f"{n:>7} RSS per node incl. connections at {n} nodes: {per_node:.2f} KB "
+        f"(aim <= 8 KB at 100,000: {verdict} at this N); {_mix_text(share)}; "
+        f"verifier RSS {r['rss']:.0f} MiB, {r['sockets']:.0f} sockets open"
     )
 
 

@@ -4,7 +4,9 @@ A :class:`Connection` is an asyncio protocol that feeds the answer's bytes
 straight into the framing reader (:class:`~verifier.common._http11.ResponseParser`)
 as they arrive; a :class:`Pool` keeps idle connections per origin (and per
 pinned certificate), drops them when the peer closed them or they idled too
-long, and checks a pinned certificate right after the handshake.
+long, and checks a pinned certificate right after the handshake. TLS
+connections run TLS themselves (:mod:`verifier.common._http_tls`), all of
+a pool's reading through one buffer.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from typing import cast
 
 from verifier.common._http11 import Origin, ProtocolError, Response, ResponseParser
-from verifier.common.tls import PinMismatchError, check_pin
+from verifier.common.tls import check_pin
 
 __all__ = ["Connection", "Pool"]
 
@@ -38,6 +40,10 @@ class Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
+        self._data(data)
+
+    def _data(self, data: bytes) -> None:
+        """Bytes of the answer (plaintext, whatever the transport)."""
         parser = self._parser
         if parser is None or parser.done:  # unsolicited bytes: desynchronised
             self.close()
@@ -51,15 +57,19 @@ class Connection(asyncio.Protocol):
             self._settle(None)
 
     def eof_received(self) -> bool | None:
+        self._eof()
+        return None  # close the transport
+
+    def _eof(self) -> None:
+        """The peer ended the stream (plaintext EOF, whatever the transport)."""
         parser = self._parser
         if parser is not None and not parser.done:
             try:
                 parser.feed_eof()
             except ProtocolError as exc:
                 self._settle(exc)
-                return None
+                return
             self._settle(None)
-        return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -86,10 +96,14 @@ class Connection(asyncio.Protocol):
         waiter: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._parser, self._waiter = parser, waiter
         try:
-            self.transport.write(data)
+            self._send(data)
             return await waiter
         finally:
             self._parser = self._waiter = None
+
+    def _send(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(data)
 
     def usable(self, now: float, idle_timeout: float) -> bool:
         """Still open, and idle for less than ``idle_timeout`` seconds."""
@@ -119,6 +133,8 @@ class Pool:
         self._idle_timeout = idle_timeout
         self._idle: dict[Origin, list[Connection]] = {}
         self._closed = False
+        # one read buffer for every TLS connection of the pool (see _http_tls)
+        self._buffer: memoryview | None = None
 
     async def connect(
         self, origin: Origin, context: ssl.SSLContext | None, pin: bytes | None
@@ -130,22 +146,36 @@ class Pool:
             OSError: refused, TLS failure, or not the pinned certificate.
         """
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(
-            Connection,
-            origin.host,
-            origin.port,
-            ssl=context,
-            server_hostname=origin.host if context else None,
-        )
-        if pin is not None:
-            assert conn.transport is not None
-            try:
-                check_pin(conn.transport.get_extra_info("ssl_object"), pin)
-            except PinMismatchError:
+        if context is None:
+            _, conn = await loop.create_connection(Connection, origin.host, origin.port)
+            return conn
+        from verifier.common._http_tls import READ_SIZE, TlsConnection
+
+        if self._buffer is None:
+            self._buffer = memoryview(bytearray(READ_SIZE))
+        buffer = self._buffer
+        made: list[TlsConnection] = []
+
+        def factory() -> TlsConnection:
+            made.append(TlsConnection(context, origin.host, buffer))
+            return made[0]
+
+        try:
+            _, tls = await loop.create_connection(factory, origin.host, origin.port)
+        except BaseException:
+            for conn in made:
+                conn.forget_handshake()
                 conn.close()
-                raise
-            conn.pin = pin
-        return conn
+            raise
+        try:
+            await tls.handshake()
+            if pin is not None:
+                check_pin(tls.ssl_object, pin)
+        except BaseException:  # refused, or cancelled by the timeout
+            tls.close()
+            raise
+        tls.pin = pin
+        return tls
 
     def take(self, origin: Origin, pin: bytes | None) -> Connection | None:
         """An idle, still usable connection to ``origin`` with ``pin``."""

@@ -52,7 +52,16 @@ def server_context(
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
     ctx.verify_mode = ssl.CERT_OPTIONAL if client_cert_optional else ssl.CERT_REQUIRED
+    _no_tickets(ctx)
     return ctx
+
+
+def _no_tickets(ctx: ssl.SSLContext) -> None:
+    """Send no TLS 1.3 session tickets: none of our clients resumes a
+    session, and a client holds each connection's ticket messages in a
+    16 KB OpenSSL buffer until its next answer arrives (16 KB more per
+    kept-alive connection of the verifier to its agents, issue 19)."""
+    ctx.num_tickets = 0
 
 
 def server_context_from_pem(
@@ -69,6 +78,7 @@ def server_context_from_pem(
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
     ctx.verify_mode = ssl.CERT_REQUIRED
+    _no_tickets(ctx)
     return ctx
 
 

@@ -123,6 +123,11 @@ async def _raw(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
         writer.close()
 
 
+async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Closes every connection at once (before any TLS handshake)."""
+    writer.close()
+
+
 class _Fixture:
     """The PKI, the servers and the client contexts, shared by a class."""
 
@@ -144,6 +149,10 @@ class _Fixture:
         self.plain_port = self._site(None)
         self.raw = self.loop.run(self._start_raw())
         self.raw_port = self.raw.sockets[0].getsockname()[1]
+        self.raw_tls = self.loop.run(self._start_raw(server_ctx))
+        self.raw_tls_port = self.raw_tls.sockets[0].getsockname()[1]
+        self.hangup = self.loop.run(asyncio.start_server(_hang_up, "127.0.0.1", 0))
+        self.hangup_port = self.hangup.sockets[0].getsockname()[1]
         with open(self._f("server.pem")) as f:
             self.server_pin = tlsutil.pinned_der(f.read())
 
@@ -155,8 +164,8 @@ class _Fixture:
         self.loop.run(site.start())
         return int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
 
-    async def _start_raw(self) -> asyncio.Server:
-        return await asyncio.start_server(_raw, "127.0.0.1", 0)
+    async def _start_raw(self, ctx: ssl.SSLContext | None = None) -> asyncio.Server:
+        return await asyncio.start_server(_raw, "127.0.0.1", 0, ssl=ctx)
 
     def ca_context(self) -> ssl.SSLContext:
         return tlsutil.client_context(*self.client, self.ca_file)
@@ -176,8 +185,14 @@ class _Fixture:
     def raw_url(self) -> str:
         return f"http://127.0.0.1:{self.raw_port}"
 
+    @property
+    def raw_tls_url(self) -> str:
+        return f"https://127.0.0.1:{self.raw_tls_port}"
+
     def stop(self) -> None:
         self.raw.close()
+        self.raw_tls.close()
+        self.hangup.close()
         self.loop.run(self.runner.cleanup())
         self.loop.stop()
 
@@ -429,6 +444,74 @@ class AsyncClientTest(_Base):
             ),
         )
 
+    # TLS is run by the client itself (verifier.common._http_tls): its
+    # failure paths, and the one read buffer shared by all connections
+
+    def test_peer_closing_during_the_tls_handshake_is_a_transport_error(
+        self,
+    ) -> None:
+        url = f"https://127.0.0.1:{self.fx.hangup_port}/q"
+        self.assertRaises(
+            TransportError, self.run_client, lambda c: c.request("GET", url)
+        )
+
+    def test_peer_not_speaking_tls_is_a_transport_error(self) -> None:
+        url = f"https://127.0.0.1:{self.fx.plain_port}/q"
+        self.assertRaises(
+            TransportError, self.run_client, lambda c: c.request("GET", url)
+        )
+
+    def test_pinned_peer_closing_mid_answer_is_a_transport_error(self) -> None:
+        e = self.assertRaises(
+            TransportError,
+            self.run_client,
+            lambda c: c.request("GET", self.fx.raw_tls_url + "/truncated"),
+        )
+        self.assertIn("GET https://127.0.0.1", str(e))
+
+    def test_tls_connection_dropped_unanswered_is_retried_once(self) -> None:
+        async def body(client: AsyncClient) -> Answer:
+            await client.request("GET", self.fx.raw_tls_url + "/once")
+            return await client.request("GET", self.fx.raw_tls_url + "/any")
+
+        self.assertEqual({}, self.run_client(body).data)
+
+    def test_post_on_a_dropped_tls_connection_is_not_sent_again(self) -> None:
+        async def body(client: AsyncClient) -> Answer:
+            await client.request("GET", self.fx.raw_tls_url + "/once")
+            return await client.request("POST", self.fx.raw_tls_url + "/any", json={})
+
+        self.assertRaises(TransportError, self.run_client, body)
+
+    def test_concurrent_tls_answers_do_not_mix(self) -> None:
+        # every connection reads through the pool's one buffer
+        async def body(client: AsyncClient) -> list[Any]:
+            answers = await asyncio.gather(
+                *(
+                    client.request(
+                        "GET",
+                        self.fx.tls_url + "/q",
+                        params={"i": str(i), "mode": "big" if i % 7 == 0 else ""},
+                        expect_json=i % 7 != 0,
+                    )
+                    for i in range(40)
+                )
+            )
+            return [a.data if i % 7 else len(a.body) for i, a in enumerate(answers)]
+
+        expected = [
+            _BIG if i % 7 == 0 else {"i": str(i), "mode": ""} for i in range(40)
+        ]
+        self.assertEqual(expected, self.run_client(body, max_idle=40))
+
+    def test_large_answer_over_tls_is_read_whole(self) -> None:
+        answer = self.run_client(
+            lambda c: c.request(
+                "GET", self.fx.tls_url + "/q?mode=big", expect_json=False
+            )
+        )
+        self.assertEqual(b"x" * _BIG, answer.body)
+
 
 class AsyncClientOnUvloopTest(AsyncClientTest):
     """The same, on uvloop (the verifier's loop): its transports are not
@@ -529,3 +612,21 @@ class BlockingClientTest(_Base):
             return self.client().request("GET", self.fx.tls_url + "/q?x=1")
 
         self.assertEqual({"x": "1"}, asyncio.run(main()).data)
+
+
+class ServerContextTest(testtools.TestCase):
+    def test_server_contexts_send_no_session_tickets(self) -> None:
+        # no client of ours resumes; a ticket costs the verifier 16 KB per
+        # kept-alive connection to an agent until the next answer
+        d = tempfile.mkdtemp()
+        ca = CertificateAuthority.create(d, "test CA")
+        ca.issue_to_files(d, "server", ["127.0.0.1"])
+        ctx = tlsutil.server_context(
+            os.path.join(d, "server.pem"),
+            os.path.join(d, "server-key.pem"),
+            os.path.join(d, "ca.pem"),
+        )
+        key, cert = tlsutil.self_signed_certificate("agent", ["127.0.0.1"])
+        with open(os.path.join(d, "ca.pem")) as f:
+            agent = tlsutil.server_context_from_pem(cert, key, f.read(), d)
+        self.assertEqual((0, 0), (ctx.num_tickets, agent.num_tickets))

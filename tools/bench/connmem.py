@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Verifier-side memory of one kept-alive pinned mTLS connection.
+
+Opens N pinned mutual-TLS connections from this process through the one
+HTTP client (:class:`verifier.common.agent_client.AgentClient`, as the
+verifier's quote loop does) to N distinct origins of a local TLS server
+(a child process: its memory does not count), one request each with an
+answer of quote size, and reports the growth of this process's resident
+memory per connection: while every connection idles (kept alive), after a
+second round over the same connections, and after all are closed (and the
+heap trimmed). Also the CPU of one request over a kept connection and of
+one with a fresh handshake. Each event loop is measured in a fresh child
+process.
+
+    .venv/bin/python tools/bench/connmem.py [--n 2000] [--loops uvloop asyncio]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import ctypes.util
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+from trusted_testing.procstat import cpu_seconds, rss_kib  # noqa: E402
+from verifier.attest.memtrim import malloc_trim  # noqa: E402
+from verifier.ca import CertificateAuthority  # noqa: E402
+from verifier.common import tls as tlsutil  # noqa: E402
+from verifier.common.agent_client import AgentClient  # noqa: E402
+
+_ANSWER = 1800  # bytes of a quote answer (ECC P-256 quote, signature, nonce)
+
+
+class _Server(asyncio.Protocol):
+    """Answers every request with one fixed JSON body, kept alive."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            self.buf = self.buf[end + 4 :]
+            assert self.transport is not None
+            self.transport.write(self.answer)
+
+
+async def _serve(pki: str, ports: int, ready: str) -> None:
+    ctx = tlsutil.server_context(
+        os.path.join(pki, "server.pem"),
+        os.path.join(pki, "server-key.pem"),
+        os.path.join(pki, "ca.pem"),
+    )
+    body = json.dumps({"quote": "x" * (_ANSWER - 64)}).encode()
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    loop = asyncio.get_running_loop()
+    servers = [
+        await loop.create_server(lambda: _Server(answer), "127.0.0.1", 0, ssl=ctx)
+        for _ in range(ports)
+    ]
+    with open(ready + ".tmp", "w") as f:
+        json.dump([s.sockets[0].getsockname()[1] for s in servers], f)
+    os.replace(ready + ".tmp", ready)
+    await asyncio.Event().wait()
+
+
+async def _client(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
+    with open(os.path.join(pki, "server.pem")) as f:
+        cert = f.read()
+    agents = AgentClient(
+        os.path.join(pki, "client.pem"), os.path.join(pki, "client-key.pem"), 30
+    )
+    # keep idle connections for the whole run: a round of N handshakes on a
+    # loaded machine may outlast the client's 30 s idle timeout
+    agents._client()._pool._idle_timeout = 3600.0
+    bases = [f"https://127.0.0.1:{port}" for port in ports]
+    sem = asyncio.Semaphore(64)
+
+    async def one(base: str) -> None:
+        async with sem:
+            answer = await agents.request("GET", base, cert, "/v1/quote")
+            assert answer.ok, answer.status
+            if not keep:
+                agents.close_idle(base)
+
+    async def round_() -> float:
+        t0 = cpu_seconds()
+        await asyncio.gather(*(one(b) for b in bases))
+        await asyncio.sleep(0.5)  # closes settle
+        return cpu_seconds() - t0
+
+    def rss() -> float:
+        gc.collect()
+        return float(rss_kib())
+
+    def heap() -> float:  # KiB of C heap in use (OpenSSL, the loop's handles)
+        info = _mallinfo()
+        return float(info.uordblks + info.hblkhd) / 1024
+
+    n = len(bases)
+    await one(bases[0])  # the client, its context, the code paths warm
+    agents.close_idle(bases[0])
+    await asyncio.sleep(0.2)
+    malloc_trim()
+    r0, h0 = rss(), heap()
+    cpu_new = await round_()
+    r1 = rss()
+    cpu_again = await round_()
+    r2, h2 = rss(), heap()
+    malloc_trim()  # as the verifier does once a minute
+    r2t = rss()
+    for base in bases:
+        agents.close_idle(base)
+    await asyncio.sleep(1)
+    r3 = rss()
+    malloc_trim()
+    r4 = rss()
+    await agents.close()
+    return {
+        "idle_kib": (r1 - r0) / n,
+        "again_kib": (r2 - r0) / n,
+        "again_trimmed_kib": (r2t - r0) / n,
+        "heap_kib": (h2 - h0) / n,
+        "closed_kib": (r3 - r0) / n,
+        "trimmed_kib": (r4 - r0) / n,
+        "cpu_first_us": cpu_new / n * 1e6,
+        "cpu_second_us": cpu_again / n * 1e6,
+    }
+
+
+class _MallInfo(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
+            "fordblks keepcost"
+        ).split()
+    ]
+
+
+def _mallinfo() -> _MallInfo:
+    """glibc's heap counters (zeros elsewhere)."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return _MallInfo()
+    fn.restype = _MallInfo
+    return fn()  # type: ignore[no-any-return]
+
+
+def _child(args: argparse.Namespace) -> None:
+    with open(args.ports_file) as f:
+        ports = json.load(f)[: args.n]
+    coro = _client(args.pki, ports, not args.close)
+    if args.loop == "uvloop":
+        import uvloop
+
+        result = uvloop.run(coro)
+    else:
+        result = asyncio.run(coro)
+    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument(
+        "--loops", nargs="+", choices=("uvloop", "asyncio"), default=["uvloop"]
+    )
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--close", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--loop", help=argparse.SUPPRESS)
+    parser.add_argument("--pki", help=argparse.SUPPRESS)
+    parser.add_argument("--ports-file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        import uvloop
+
+        uvloop.run(_serve(args.pki, args.n, args.ports_file))
+        return
+    if args.child:
+        _child(args)
+        return
+    pki = tempfile.mkdtemp(prefix="bench-connmem-")
+    ca = CertificateAuthority.create(pki, "bench CA")
+    ca.issue_to_files(pki, "server", ["127.0.0.1"])
+    ca.issue_to_files(pki, "client", [])
+    ports_file = os.path.join(pki, "ports.json")
+    me = [sys.executable, os.path.abspath(__file__)]
+    common = ["--n", str(args.n), "--pki", pki, "--ports-file", ports_file]
+    server = subprocess.Popen([*me, "--serve", *common])
+    try:
+        while not os.path.exists(ports_file):
+            if server.poll() is not None:
+                raise SystemExit("the TLS server did not start")
+            time.sleep(0.1)
+        print(
+            f"client memory per pinned mTLS connection, {args.n} connections, "
+            f"{_ANSWER}-byte answers; load average {_load()}"
+        )
+        print(
+            f"{'loop':>8} {'mode':>6} {'RSS round 1':>12} {'RSS round 2':>12} "
+            f"{'+trim':>8} {'C heap':>8} {'closed':>8} {'+trim':>8} "
+            f"{'CPU/req 1':>10} {'CPU/req 2':>10}"
+        )
+        for loop in args.loops:
+            for close in (False, True):
+                cmd = [*me, "--child", "--loop", loop, *common]
+                if close:
+                    cmd.append("--close")
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+                r: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+                print(
+                    f"{loop:>8} {'close' if close else 'keep':>6} "
+                    f"{r['idle_kib']:>9.1f}KiB {r['again_kib']:>9.1f}KiB "
+                    f"{r['again_trimmed_kib']:>5.1f}KiB {r['heap_kib']:>5.1f}KiB "
+                    f"{r['closed_kib']:>5.1f}KiB {r['trimmed_kib']:>5.1f}KiB "
+                    f"{r['cpu_first_us']:>8.0f}us {r['cpu_second_us']:>8.0f}us"
+                )
+        print(
+            "per connection; keep: connections kept alive between rounds (round "
+            "2 reuses them); close: each closed after its answer (round 2 "
+            "handshakes again); +trim: after malloc_trim (the verifier trims "
+            "once a minute); C heap: glibc heap in use after round 2; closed: "
+            "after every connection is closed"
+        )
+        print(f"load average at the end {_load()}")
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+if __name__ == "__main__":
+    main()
