@@ -21,6 +21,8 @@ from verifier.protocol import SignedEvent
 from verifier.protocol.attestation import NodeAttestation, NodeState, Transition
 
 _REVOKED = NodeState.REVOKED.value
+#: A node and the hot state to write behind for it.
+HotRows = list[tuple[NodeAttestation, dict[str, Any]]]
 _WAITING = (NodeState.PENDING.value, NodeState.CREATED.value)
 
 
@@ -191,18 +193,51 @@ class NodeStore:
         return True
 
     def flush(self, nodes: Iterable[NodeAttestation]) -> None:
-        """Write behind the hot state of ``nodes`` (never un-revokes)."""
-        dirty = [n for n in nodes if n.dirty]
-        if not dirty:
-            return
-        with self.engine.begin() as conn:
-            for node in dirty:
-                conn.execute(
-                    sa.update(Node)
-                    .where(Node.uuid == node.uuid)
-                    .values(**self._hot(node))
-                )
+        """Write behind the hot state of ``nodes`` (never un-revokes), at
+        once, in the calling thread."""
+        self.write_hot(self.hot_rows(nodes))
+
+    def hot_rows(self, nodes: Iterable[NodeAttestation]) -> HotRows:
+        """The hot state of the dirty ``nodes``, taken now, for
+        :meth:`write_hot`; they count as clean from here on.
+
+        Call it where the nodes change (the event loop); the write can
+        then run on a worker thread while the loop goes on.
+        """
+        rows = []
+        for node in nodes:
+            if node.dirty:
+                rows.append((node, self._hot(node)))
                 node.dirty = False
+        return rows
+
+    def write_hot(self, rows: HotRows) -> None:
+        """Write rows of :meth:`hot_rows` (thread-safe: it reads only the
+        values taken). A row whose stored count of verified quotes is
+        already higher is left alone: a state change written on the loop
+        meanwhile (:meth:`update_state`) is newer than these values. On
+        failure the nodes are dirty again, for the next write.
+        """
+        if not rows:
+            return
+        try:
+            with self.engine.begin() as conn:
+                for node, values in rows:
+                    conn.execute(
+                        sa.update(Node)
+                        .where(
+                            Node.uuid == node.uuid,
+                            sa.or_(
+                                Node.quotes_verified.is_(None),
+                                Node.quotes_verified <= values["quotes_verified"],
+                            ),
+                        )
+                        .values(**values)
+                    )
+        except BaseException:
+            for node, _ in rows:
+                node.dirty = True
+            raise
 
     def delete(self, uuid: str) -> bool:
         with self.engine.begin() as conn:
