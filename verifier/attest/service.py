@@ -37,7 +37,7 @@ from verifier.attest.push import PushAttestation
 from verifier.attest.push_store import PushStore, session_key
 from verifier.attest.queries import NodeQueries
 from verifier.attest.quotas import Quotas
-from verifier.attest.scheduler import QuoteScheduler, wait_event
+from verifier.attest.scheduler import QuoteScheduler, background_task, wait_event
 from verifier.attest.store import NodeStore
 from verifier.attest.transitions import TransitionWriter
 from verifier.ca import CaError, CertificateAuthority
@@ -180,15 +180,15 @@ class Verifier(NodeQueries):
         await self._ownership.start()
         await self.sync()
         self.push.relay.follow_handovers()
-        self._background = [
-            asyncio.create_task(self._outbox_loop()),
-            asyncio.create_task(self._flush_loop()),
-            asyncio.create_task(self.pending.run()),
-            asyncio.create_task(trim_loop()),  # see verifier.attest.memtrim
+        self._background = [  # each in a context of its own, not a request's
+            background_task(self._outbox_loop()),
+            background_task(self._flush_loop()),
+            background_task(self.pending.run()),
+            background_task(trim_loop()),  # see verifier.attest.memtrim
         ]
         self._scheduler.start()
         if not isinstance(self._ownership, AllNodes):
-            self._background.append(asyncio.create_task(self._sync_loop()))
+            self._background.append(background_task(self._sync_loop()))
         self._outbox_wakeup.set()
 
     async def stop(self) -> None:
