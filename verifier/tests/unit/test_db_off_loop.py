@@ -13,7 +13,10 @@ held call waits out its bound and the key comes after it).
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
 import threading
+import unittest
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,7 +26,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from trusted_testing.auth import open_auth
 from verifier.api.verifier_app import make_app
 from verifier.attest.service import Verifier
+from verifier.db import make_engine, upgrade
 from verifier.protocol.attestation import Transition
+from verifier.registrar import Registrar
+from verifier.registrar import make_app as make_registrar_app
 from verifier.tests.unit.test_attest_service import VerifierServiceBase
 
 _BOUND = 20.0  # the held call gives up after this (only on the old code)
@@ -164,3 +170,35 @@ class DatabaseOffLoopTest(VerifierServiceBase):
         row = self.row(self.agent.uuid)
         assert row is not None
         self.assertEqual(2, row.quotes_verified)
+
+
+class RegistrarOffLoopTest(unittest.IsolatedAsyncioTestCase):
+    """The registrar's reads (the verifier asks it for a node's record at
+    every enrolment) leave its loop free too."""
+
+    async def test_agent_list_query_does_not_block_the_loop(self) -> None:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
+        self.addCleanup(engine.dispose)
+        upgrade(engine)
+        registrar = Registrar(engine)
+        held = HeldCall(registrar, "list")
+        async with TestClient(TestServer(make_registrar_app(registrar))) as client:
+
+            async def agents() -> Any:
+                resp = await client.get("/v1/agents")
+                self.assertEqual(200, resp.status)
+                return await resp.json()
+
+            task = asyncio.ensure_future(agents())
+            try:
+                await held.wait_entered()
+                resp = await client.get("/healthcheck")  # another request
+                self.assertEqual(200, resp.status)
+                self.assertFalse(task.done())
+                self.assertFalse(held.waited_out)
+            finally:
+                held.release()
+            self.assertEqual({"agents": []}, await task)
+            self.assertFalse(held.waited_out)
