@@ -21,9 +21,9 @@ from verifier.protocol import SignedEvent
 from verifier.protocol.attestation import NodeAttestation, NodeState, Transition
 
 _REVOKED = NodeState.REVOKED.value
-#: A node and the hot state to write behind for it.
-HotRows = list[tuple[NodeAttestation, dict[str, Any]]]
 _WAITING = (NodeState.PENDING.value, NodeState.CREATED.value)
+#: Nodes and the hot state to write behind for each (:meth:`NodeStore.hot_rows`).
+HotRows = list[tuple[NodeAttestation, dict[str, Any]]]
 
 
 class NodeStore:
