@@ -113,20 +113,25 @@ class TransportFailureLog:
             return
         self.count += 1
         exc = context["exception"]
-        what = f"{context.get('message') or 'transport error'}: "
-        what += f"{type(exc).__name__}: {exc}"[:300]
+        message = context.get("message") or "transport error"
         LOG.debug(
-            "Connection failed in the transport (%d so far): %s", self.count, what
+            "Connection failed in the transport (%d so far): %s: %s",
+            self.count,
+            message,
+            f"{type(exc).__name__}: {exc}"[:300],
         )
         now = self._clock()
         if now >= self._next_summary:
+            # (called while the loop handles the exception: oslo.log adds
+            # its one-line summary to a WARNING by itself)
             LOG.warning(
                 "%d connection(s) failed in the transport since the last "
                 "report (a peer dropped or reset it mid-exchange, or an "
                 "exchange was given up; each is counted where it failed); "
-                "last: %s",
+                "last: %s (%s)",
                 self.count - self._summed,
-                what,
+                message,
+                type(exc).__name__,
             )
             self._summed = self.count
             self._next_summary = now + self._interval
