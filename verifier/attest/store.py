@@ -211,33 +211,35 @@ class NodeStore:
                 node.dirty = False
         return rows
 
-    def write_hot(self, rows: HotRows) -> None:
+    def write_hot(self, rows: HotRows, chunk: int = 500) -> None:
         """Write rows of :meth:`hot_rows` (thread-safe: it reads only the
-        values taken). A row whose stored count of verified quotes is
-        already higher is left alone: a state change written on the loop
+        values taken), ``chunk`` rows per transaction so that no write
+        waits long for the database's lock (SQLite has one for the whole
+        file). A row whose stored count of verified quotes is already
+        higher is left alone: a state change written on the loop
         meanwhile (:meth:`update_state`) is newer than these values. On
-        failure the nodes are dirty again, for the next write.
+        failure the nodes not written are dirty again, for the next write.
         """
-        if not rows:
-            return
-        try:
-            with self.engine.begin() as conn:
-                for node, values in rows:
-                    conn.execute(
-                        sa.update(Node)
-                        .where(
-                            Node.uuid == node.uuid,
-                            sa.or_(
-                                Node.quotes_verified.is_(None),
-                                Node.quotes_verified <= values["quotes_verified"],
-                            ),
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            try:
+                with self.engine.begin() as conn:
+                    for node, values in part:
+                        conn.execute(
+                            sa.update(Node)
+                            .where(
+                                Node.uuid == node.uuid,
+                                sa.or_(
+                                    Node.quotes_verified.is_(None),
+                                    Node.quotes_verified <= values["quotes_verified"],
+                                ),
+                            )
+                            .values(**values)
                         )
-                        .values(**values)
-                    )
-        except BaseException:
-            for node, _ in rows:
-                node.dirty = True
-            raise
+            except BaseException:
+                for node, _ in rows[start:]:
+                    node.dirty = True
+                raise
 
     def delete(self, uuid: str) -> bool:
         with self.engine.begin() as conn:

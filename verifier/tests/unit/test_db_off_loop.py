@@ -202,3 +202,42 @@ class RegistrarOffLoopTest(unittest.IsolatedAsyncioTestCase):
                 held.release()
             self.assertEqual({"agents": []}, await task)
             self.assertFalse(held.waited_out)
+
+
+class _FailingSecondBegin:
+    """An engine whose second transaction cannot start."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self._engine = engine
+        self.begun = 0
+
+    def begin(self) -> Any:
+        self.begun += 1
+        if self.begun == 2:
+            raise sa.exc.OperationalError("BEGIN", {}, Exception("locked"))
+        return self._engine.begin()
+
+
+class WriteBehindChunksTest(VerifierServiceBase):
+    async def test_a_failed_chunk_leaves_only_the_unwritten_nodes_dirty(
+        self,
+    ) -> None:
+        verifier = self.new_verifier()
+        agents = [self.new_agent(), self.new_agent()]
+        for agent in agents:
+            await self.enrol(verifier, agent)
+            await verifier.attest_once(agent.uuid)
+            await verifier.attest_once(agent.uuid)  # 2 quotes, dirty
+        nodes = [verifier.live(a.uuid) for a in agents]
+        rows = verifier.store.hot_rows(nodes)
+        good = verifier.store.engine
+        self.addCleanup(setattr, verifier.store, "engine", good)
+        verifier.store.engine = _FailingSecondBegin(good)  # type: ignore[assignment]
+        with self.assertRaises(sa.exc.OperationalError):
+            verifier.store.write_hot(rows, chunk=1)
+        first, second = (row[0] for row in rows)
+        self.assertFalse(first.dirty)  # its chunk was committed
+        self.assertTrue(second.dirty)  # written next time
+        stored = self.row(first.uuid)
+        assert stored is not None
+        self.assertEqual(2, stored.quotes_verified)
