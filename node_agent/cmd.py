@@ -48,7 +48,7 @@ from node_agent.exceptions import (
     TpmError,
 )
 from node_agent.server import make_app
-from verifier.common import config, conventions, extras, version
+from verifier.common import config, conventions, extras, loop_errors, version
 from verifier.protocol import MalformedError
 from verifier.protocol.messages.abe import AbeKeyDelivery
 
@@ -305,7 +305,11 @@ def main(argv: list[str] | None = None) -> int:
             push_url = conf.agent.push_url or agent.bootstrap_push_url
             LOG.info("the bootstrap file names a push endpoint: push mode")
         return asyncio.run(
-            serve(agent, conf.agent.host, roles, evidence, conf.agent.tcti, push_url)
+            loop_errors.guarded(
+                serve(
+                    agent, conf.agent.host, roles, evidence, conf.agent.tcti, push_url
+                )
+            )
         )
     except (BootstrapError, MalformedError) as exc:
         LOG.error("node agent not started: configuration error: %s", exc)

@@ -25,7 +25,7 @@ from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks.consumer import Consumer
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from ipsec_puppet_vault_hooks.listener import EventHandler, make_app
-from verifier.common import config, extras, version
+from verifier.common import config, extras, loop_errors, version
 from verifier.common import tls as tlsutil
 
 LOG = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        uvloop.run(serve(conf))
+        uvloop.run(loop_errors.guarded(serve(conf)))
     except HooksError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2

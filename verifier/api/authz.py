@@ -30,6 +30,7 @@ from oslo_context import context
 from oslo_policy import policy
 
 from verifier.api.keystone import KeystoneAuthenticator
+from verifier.common import conventions
 from verifier.common.web import Handler, peer_common_name
 from verifier.exceptions import RequestError
 from verifier.policies import ALL_PROJECTS
@@ -122,7 +123,9 @@ class Auth:
         return out
 
     async def identify(self, request: web.Request) -> context.RequestContext | None:
-        """The caller's context, or None if it proved no identity.
+        """The caller's context, or None if it proved no identity. It is
+        the current oslo.context context of the request from here on (its
+        log lines carry the caller), with the request's id.
 
         Raises:
             RequestError: ``unauthorized`` (401) for a token that does not
@@ -136,12 +139,16 @@ class Auth:
             ctx = await self.keystone.authenticate(request.headers)
             if ctx is None:
                 raise RequestError("unauthorized", "the token is not valid", 401)
+            ctx.update_store()  # made on a worker thread: current here too
             return ctx
         name = peer_common_name(request)
         if name is not None and name in self.certificates:
             project, roles = self.certificates[name]
             return context.RequestContext(
-                user_id=f"cert:{name}", project_id=project, roles=list(roles)
+                user_id=f"cert:{name}",
+                project_id=project,
+                roles=list(roles),
+                request_id=conventions.current_request_id(),
             )
         if name is None and self.open_without_tls and request.transport is not None:
             if request.transport.get_extra_info("sslcontext") is None:
@@ -149,6 +156,7 @@ class Auth:
                     user_id="noauth",
                     project_id="noauth",
                     roles=["admin", "member", "reader"],
+                    request_id=conventions.current_request_id(),
                 )
         return None
 

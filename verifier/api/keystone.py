@@ -31,6 +31,7 @@ from keystonemiddleware import auth_token
 from oslo_config import cfg
 from oslo_context import context
 
+from verifier.common import conventions
 from verifier.exceptions import RequestError
 
 __all__ = ["KeystoneAuthenticator", "KeystoneContext", "register_opts"]
@@ -102,6 +103,9 @@ class KeystoneAuthenticator:
             "wsgi.input": io.BytesIO(),
             "wsgi.errors": io.StringIO(),
         }
+        request_id = conventions.current_request_id()
+        if request_id is not None:  # the context's id is the request's
+            environ["openstack.request_id"] = request_id
         for header, key in _TOKEN_HEADERS.items():
             value = headers.get(header)
             if value:

@@ -22,6 +22,7 @@ issuing (:mod:`verifier.api.abe_app`) add their routes when enabled.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 
 from aiohttp import web
@@ -71,14 +72,14 @@ async def _enrol(request: web.Request) -> web.Response:
 
 @rule("attestation:node:list")
 async def _list(request: web.Request) -> web.Response:
-    views = request.app[_KEY].list(caller(request).scope)
+    views = await request.app[_KEY].list(caller(request).scope)
     return json_response({"nodes": [v.to_dict() for v in views]})
 
 
 @rule("attestation:node:get")
 async def _get(request: web.Request) -> web.Response:
     uuid, scope = request.match_info["uuid"], caller(request).scope
-    return json_response(request.app[_KEY].get(uuid, scope).to_dict())
+    return json_response((await request.app[_KEY].get(uuid, scope)).to_dict())
 
 
 @rule("attestation:node:delete")
@@ -107,7 +108,7 @@ async def _revoke(request: web.Request) -> web.Response:
 
 @rule("attestation:node:stats")
 async def _stats(request: web.Request) -> web.Response:
-    return json_response(request.app[_KEY].stats())
+    return json_response(await request.app[_KEY].stats())
 
 
 @rule("attestation:event:list")
@@ -115,7 +116,8 @@ async def _events(request: web.Request) -> web.Response:
     scope = caller(request).scope
     node = request.query.get("node")
     node = canonical_uuid(node) if node else None
-    return json_response({"events": request.app[_KEY].outbox.list(node, scope)})
+    events = await asyncio.to_thread(request.app[_KEY].outbox.list, node, scope)
+    return json_response({"events": events})
 
 
 @rule("attestation:node:capability")
@@ -127,7 +129,7 @@ async def _capability(request: web.Request) -> web.Response:
             "not_configured", "capabilities are off ([capabilities] key_file)", 404
         )
     body = CapabilityRequest.from_dict(await read_json(request))
-    cap = issuer.issue(request.match_info["uuid"], body.obj, body.rights, scope)
+    cap = await issuer.issue(request.match_info["uuid"], body.obj, body.rights, scope)
     grant = CapabilityGrant(cap.to_token(), cap.expiry, cap.epoch)
     return json_response(grant.to_dict(), status=201)
 

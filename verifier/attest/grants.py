@@ -9,6 +9,7 @@ issued after a re-attestation is honoured and every older one is not.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ class CapabilityIssuer:
         self._ttl = ttl
         self._clock = clock
 
-    def issue(
+    async def issue(
         self, uuid: str, obj: str, rights: str, scope: str | None = None
     ) -> Capability:
         """A capability for ``uuid`` (a node of project ``scope``; None: of
@@ -55,12 +56,13 @@ class CapabilityIssuer:
             ConflictError: ``not_attested`` unless the node is attested now.
             MalformedError: bad object or rights.
         """
-        view = self._verifier.get(uuid, scope)
+        view = await self._verifier.get(uuid, scope)
         if view.state != NodeState.ATTESTED:
             raise ConflictError(
                 "not_attested", f"node {view.uuid} is {view.state}, not attested"
             )
-        epoch = len(self._verifier.outbox.list(view.uuid))
+        events = await asyncio.to_thread(self._verifier.outbox.list, view.uuid)
+        epoch = len(events)
         expiry = int(self._clock()) + self._ttl
         return issue(
             self._key,

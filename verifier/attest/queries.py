@@ -2,10 +2,18 @@
 
 Nodes this process attests answer from memory (their hot state is newer
 than the database's); the others from the shared database.
+
+Every read of the database runs on a worker thread (``asyncio.to_thread``,
+as the service's other database work does): these are the API's reads,
+and a query of the whole node table (the list, the counters) at 100,000
+nodes, or one waiting on a database lock, must not stop the event loop
+that quotes the fleet and answers every other request. The live nodes are
+read on the loop only, where they change.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
@@ -32,7 +40,7 @@ class NodeQueries:
     _ownership: Ownership
     _scheduler: QuoteScheduler
 
-    def get(self, uuid: str, scope: str | None = None) -> NodeView:
+    async def get(self, uuid: str, scope: str | None = None) -> NodeView:
         """A node of project ``scope`` (None: of any project).
 
         Raises:
@@ -41,22 +49,26 @@ class NodeQueries:
         """
         uuid = canonical_uuid(uuid)
         node = self._nodes.get(uuid)
-        view = node.view() if node is not None else None
-        if view is None:
-            row = self.store.load(uuid)
-            view = view_of_row(row) if row is not None else None
+        view = None
+        if node is None:
+            row = await asyncio.to_thread(self.store.load, uuid)
+            node = self._nodes.get(uuid)  # adopted meanwhile: memory is newer
+            if node is None and row is not None:
+                view = view_of_row(row)
+        if node is not None:
+            view = node.view()
         if view is None or not visible(view.project_id, scope):
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
         return view
 
-    def stats(self) -> dict[str, Any]:
+    async def stats(self) -> dict[str, Any]:
         """Counts for operators and benchmarks: nodes per state (this
         process's view of its own nodes, the database's of the others) and
         quotes verified; per verification class (quote interval) the
         rounds this process started and how late (``stretch``: the period
         its nodes see over their interval, 1.0 when nothing is late)."""
         states: dict[str, int] = {s.value: 0 for s in NodeState}
-        db = self.store.states()
+        db = await asyncio.to_thread(self.store.states)
         for uuid, state in db.items():
             node = self._nodes.get(uuid)
             states[node.state.value if node else state] += 1
@@ -70,10 +82,10 @@ class NodeQueries:
             "classes": self._scheduler.classes(),
         }
 
-    def list(self, scope: str | None = None) -> list[NodeView]:
+    async def list(self, scope: str | None = None) -> list[NodeView]:
         """The nodes of project ``scope`` (None: of every project)."""
         views = []
-        for row in self.store.load_all(scope):
+        for row in await asyncio.to_thread(self.store.load_all, scope):
             node = self._nodes.get(row.uuid)
             views.append(node.view() if node else view_of_row(row))
         return views

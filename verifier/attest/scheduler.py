@@ -30,12 +30,13 @@ behind, and the catch-up after a long overload is bounded.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import heapq
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 from verifier.attest.node import LiveNode
 
@@ -58,6 +59,15 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> None:
             await event.wait()
     except TimeoutError:
         pass
+
+
+def background_task(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """A long-lived task of the service in a context of its own (an empty
+    one), not a copy of its creator's: started while a request is served,
+    it would otherwise carry that request's id and caller
+    (:mod:`verifier.common.conventions`) onto every line it logs."""
+    loop = asyncio.get_running_loop()
+    return loop.create_task(coro, context=contextvars.Context())
 
 
 def next_delay(node: LiveNode, interval: float) -> float:
@@ -195,8 +205,8 @@ class QuoteScheduler:
     def start(self) -> None:
         self._ready = asyncio.Queue()
         self._free = asyncio.Semaphore(self._workers)
-        self._tasks = [asyncio.create_task(self._dispatch())] + [
-            asyncio.create_task(self._work()) for _ in range(self._workers)
+        self._tasks = [background_task(self._dispatch())] + [
+            background_task(self._work()) for _ in range(self._workers)
         ]
 
     def stop(self) -> list[asyncio.Task[None]]:

@@ -37,7 +37,7 @@ from verifier.attest.push import PushAttestation
 from verifier.attest.push_store import PushStore, session_key
 from verifier.attest.queries import NodeQueries
 from verifier.attest.quotas import Quotas
-from verifier.attest.scheduler import QuoteScheduler, wait_event
+from verifier.attest.scheduler import QuoteScheduler, background_task, wait_event
 from verifier.attest.store import NodeStore
 from verifier.attest.transitions import TransitionWriter
 from verifier.ca import CaError, CertificateAuthority
@@ -180,15 +180,15 @@ class Verifier(NodeQueries):
         await self._ownership.start()
         await self.sync()
         self.push.relay.follow_handovers()
-        self._background = [
-            asyncio.create_task(self._outbox_loop()),
-            asyncio.create_task(self._flush_loop()),
-            asyncio.create_task(self.pending.run()),
-            asyncio.create_task(trim_loop()),  # see verifier.attest.memtrim
+        self._background = [  # each in a context of its own, not a request's
+            background_task(self._outbox_loop()),
+            background_task(self._flush_loop()),
+            background_task(self.pending.run()),
+            background_task(trim_loop()),  # see verifier.attest.memtrim
         ]
         self._scheduler.start()
         if not isinstance(self._ownership, AllNodes):
-            self._background.append(asyncio.create_task(self._sync_loop()))
+            self._background.append(background_task(self._sync_loop()))
         self._outbox_wakeup.set()
 
     async def stop(self) -> None:
@@ -243,7 +243,8 @@ class Verifier(NodeQueries):
                 node.revoked_elsewhere()
                 self._release(node)
             elif not owns(uuid):
-                await asyncio.to_thread(self.store.flush, [node])
+                hot = self.store.hot_rows([node])
+                await asyncio.to_thread(self.store.write_hot, hot)
                 self._release(node)
                 LOG.info("Node %s handed to another verifier", uuid)
         wanted = [
@@ -400,7 +401,7 @@ class Verifier(NodeQueries):
         """
         uuid = canonical_uuid(uuid)
         if scope is not None:
-            self.get(uuid, scope)  # another project's node: 404
+            await self.get(uuid, scope)  # another project's node: 404
         self.pending.forget(uuid)
         self.push.drop(uuid)
         node = self._nodes.get(uuid)
@@ -418,15 +419,15 @@ class Verifier(NodeQueries):
         Raises: NotFoundError (also for another project's node).
         """
         uuid = canonical_uuid(uuid)
-        self.get(uuid, scope)  # another project's node: 404
+        await self.get(uuid, scope)  # another project's node: 404
         node = self._nodes.get(uuid)
         if node is not None:
             self.transitions.act(node, node.revoke(reason, detail))
             return node.view()
-        view = self.get(uuid)
+        view = await self.get(uuid)
         if view.state != NodeState.REVOKED:
             self.transitions.revoke_stored(uuid, reason, detail)
-        return self.get(uuid)
+        return await self.get(uuid)
 
     # -- the attestation loop ---------------------------------------------
 
@@ -522,11 +523,18 @@ class Verifier(NodeQueries):
     def _flush(self) -> None:
         self.store.flush(list(self._nodes.values()))
 
+    async def _write_behind(self) -> None:
+        """The hot state of the dirty nodes, taken on the loop (where they
+        change), written on a worker thread: thousands of rows every few
+        seconds must not stop the quote loop or the API."""
+        rows = self.store.hot_rows(self._nodes.values())
+        await asyncio.to_thread(self.store.write_hot, rows)
+
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(_FLUSH_INTERVAL)
             try:
-                self._flush()
+                await self._write_behind()
             except sa.exc.SQLAlchemyError:
                 LOG.exception("Write-behind of attestation state failed")
 

@@ -22,6 +22,8 @@ from verifier.protocol.attestation import NodeAttestation, NodeState, Transition
 
 _REVOKED = NodeState.REVOKED.value
 _WAITING = (NodeState.PENDING.value, NodeState.CREATED.value)
+#: Nodes and the hot state to write behind for each (:meth:`NodeStore.hot_rows`).
+HotRows = list[tuple[NodeAttestation, dict[str, Any]]]
 
 
 class NodeStore:
@@ -191,18 +193,53 @@ class NodeStore:
         return True
 
     def flush(self, nodes: Iterable[NodeAttestation]) -> None:
-        """Write behind the hot state of ``nodes`` (never un-revokes)."""
-        dirty = [n for n in nodes if n.dirty]
-        if not dirty:
-            return
-        with self.engine.begin() as conn:
-            for node in dirty:
-                conn.execute(
-                    sa.update(Node)
-                    .where(Node.uuid == node.uuid)
-                    .values(**self._hot(node))
-                )
+        """Write behind the hot state of ``nodes`` (never un-revokes), at
+        once, in the calling thread."""
+        self.write_hot(self.hot_rows(nodes))
+
+    def hot_rows(self, nodes: Iterable[NodeAttestation]) -> HotRows:
+        """The hot state of the dirty ``nodes``, taken now, for
+        :meth:`write_hot`; they count as clean from here on.
+
+        Call it where the nodes change (the event loop); the write can
+        then run on a worker thread while the loop goes on.
+        """
+        rows = []
+        for node in nodes:
+            if node.dirty:
+                rows.append((node, self._hot(node)))
                 node.dirty = False
+        return rows
+
+    def write_hot(self, rows: HotRows, chunk: int = 500) -> None:
+        """Write rows of :meth:`hot_rows` (thread-safe: it reads only the
+        values taken), ``chunk`` rows per transaction so that no write
+        waits long for the database's lock (SQLite has one for the whole
+        file). A row whose stored count of verified quotes is already
+        higher is left alone: a state change written on the loop
+        meanwhile (:meth:`update_state`) is newer than these values. On
+        failure the nodes not written are dirty again, for the next write.
+        """
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            try:
+                with self.engine.begin() as conn:
+                    for node, values in part:
+                        conn.execute(
+                            sa.update(Node)
+                            .where(
+                                Node.uuid == node.uuid,
+                                sa.or_(
+                                    Node.quotes_verified.is_(None),
+                                    Node.quotes_verified <= values["quotes_verified"],
+                                ),
+                            )
+                            .values(**values)
+                        )
+            except BaseException:
+                for node, _ in rows[start:]:
+                    node.dirty = True
+                raise
 
     def delete(self, uuid: str) -> bool:
         with self.engine.begin() as conn:

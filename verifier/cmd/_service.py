@@ -15,7 +15,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from verifier import conf as vconf
-from verifier.common import config, conventions
+from verifier.common import config, conventions, loop_errors
 from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 
@@ -101,9 +101,11 @@ async def serve(
 
 
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> int:
-    """Run ``main``; configuration errors end the process with a message."""
+    """Run ``main`` (transport failures logged as one line each,
+    :mod:`verifier.common.loop_errors`); configuration errors end the
+    process with a message."""
     try:
-        uvloop.run(main())
+        uvloop.run(loop_errors.guarded(main()))
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2

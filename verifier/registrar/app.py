@@ -145,14 +145,14 @@ async def _get(request: web.Request) -> web.Response:
         who = keystone_caller(request)
         assert who is not None and who.scope is not None
         await instances.require_owned(uuid, who.scope, who.token, who.catalog)
-    rec = request.app[_KEY].get(uuid)
+    rec = await asyncio.to_thread(request.app[_KEY].get, uuid)
     return json_response(_record(rec).to_dict())
 
 
 @allow("reader")
 @rule("attestation:registration:list")
 async def _list(request: web.Request) -> web.Response:
-    records = request.app[_KEY].list()
+    records = await asyncio.to_thread(request.app[_KEY].list)
     instances = _owner_check(request)
     if instances is not None:
         who = keystone_caller(request)
@@ -166,7 +166,7 @@ async def _list(request: web.Request) -> web.Response:
 
 @allow("admin")
 async def _delete(request: web.Request) -> web.Response:
-    request.app[_KEY].delete(request.match_info["uuid"])
+    await asyncio.to_thread(request.app[_KEY].delete, request.match_info["uuid"])
     return web.Response(status=204)
 
 
@@ -187,7 +187,9 @@ async def _put_provider_ek(request: web.Request) -> web.Response:
 
 @allow("provider", "reader")
 async def _get_provider_ek(request: web.Request) -> web.Response:
-    rec = request.app[_KEY].get_provider_ek(request.match_info["uuid"])
+    rec = await asyncio.to_thread(
+        request.app[_KEY].get_provider_ek, request.match_info["uuid"]
+    )
     answer = ProviderEkRecord(
         rec.uuid, TpmPublic.from_bytes(rec.ek_public), rec.ek_certificate, rec.provider
     )
@@ -196,7 +198,9 @@ async def _get_provider_ek(request: web.Request) -> web.Response:
 
 @allow("provider", "admin")
 async def _delete_provider_ek(request: web.Request) -> web.Response:
-    request.app[_KEY].delete_provider_ek(request.match_info["uuid"])
+    await asyncio.to_thread(
+        request.app[_KEY].delete_provider_ek, request.match_info["uuid"]
+    )
     return web.Response(status=204)
 
 
@@ -220,14 +224,18 @@ async def _put_host_ca(request: web.Request) -> web.Response:
 
 @allow("provider", "reader")
 async def _get_host_ca(request: web.Request) -> web.Response:
-    rec = request.app[_KEY].hosts.get_host_ca(request.match_info["host"])
+    rec = await asyncio.to_thread(
+        request.app[_KEY].hosts.get_host_ca, request.match_info["host"]
+    )
     answer = {"host": rec.host, "ca_certificate": rec.ca_pem, "provider": rec.provider}
     return json_response(answer)
 
 
 @allow("provider", "admin")
 async def _delete_host_ca(request: web.Request) -> web.Response:
-    request.app[_KEY].hosts.delete_host_ca(request.match_info["host"])
+    await asyncio.to_thread(
+        request.app[_KEY].hosts.delete_host_ca, request.match_info["host"]
+    )
     return web.Response(status=204)
 
 
@@ -245,13 +253,15 @@ async def _put_placement(request: web.Request) -> web.Response:
 @allow("provider", "reader")
 async def _get_placement(request: web.Request) -> web.Response:
     uuid = request.match_info["uuid"]
-    host, origin = request.app[_KEY].hosts.get_placement(uuid)
+    host, origin = await asyncio.to_thread(request.app[_KEY].hosts.get_placement, uuid)
     return json_response({"uuid": uuid, "host": host, "origin_host": origin})
 
 
 @allow("provider", "admin")
 async def _delete_placement(request: web.Request) -> web.Response:
-    request.app[_KEY].hosts.delete_placement(request.match_info["uuid"])
+    await asyncio.to_thread(
+        request.app[_KEY].hosts.delete_placement, request.match_info["uuid"]
+    )
     return web.Response(status=204)
 
 

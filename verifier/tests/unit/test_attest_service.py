@@ -352,9 +352,9 @@ class VerifierServiceTest(VerifierServiceBase):
             await verifier.enrol(agent.uuid, os.urandom(32), self.policy)
         self.assertEqual("ak_not_activated", ctx.exception.code)
         self.assertIsNone(self.row(agent.uuid))
-        self.assertEqual([], verifier.list())
+        self.assertEqual([], await verifier.list())
         with self.assertRaises(NotFoundError):
-            verifier.get(agent.uuid)
+            await verifier.get(agent.uuid)
 
     async def test_enrol_twice_conflicts(self) -> None:
         verifier = self.new_verifier()
@@ -371,7 +371,7 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         with self.assertRaises(NotFoundError):
             await verifier.enrol(str(uuid_mod.uuid4()), os.urandom(32), self.policy)
-        self.assertEqual([], verifier.list())
+        self.assertEqual([], await verifier.list())
 
     async def test_enrol_stores_row(self) -> None:
         verifier = self.new_verifier()
@@ -384,7 +384,7 @@ class VerifierServiceTest(VerifierServiceBase):
         self.assertEqual((agent.host, agent.port), (row.host, row.port))
         self.assertEqual(v_share, row.v_share)
         self.assertFalse(row.v_released)
-        self.assertEqual([agent.uuid], [v.uuid for v in verifier.list()])
+        self.assertEqual([agent.uuid], [v.uuid for v in await verifier.list()])
 
     # -- V release ----------------------------------------------------------
 
@@ -735,12 +735,12 @@ class VerifierServiceTest(VerifierServiceBase):
         self.assertIsNone(self.row(agent.uuid))
         self.assertEqual([agent.base_url], self.agents.forgotten)  # connection closed
         with self.assertRaises(NotFoundError):
-            verifier.get(agent.uuid)
+            await verifier.get(agent.uuid)
         with self.assertRaises(NotFoundError):
             await verifier.attest_once(agent.uuid)
         with self.assertRaises(NotFoundError):
             await verifier.delete(agent.uuid)
-        self.assertEqual([], verifier.list())
+        self.assertEqual([], await verifier.list())
         # The outbox event outlives the node.
         self.assertEqual(1, len(self.outbox_rows()))
         # And the node can be enrolled again.
@@ -779,7 +779,7 @@ class VerifierServiceTest(VerifierServiceBase):
     async def test_restart_keeps_clock_and_rejects_rollback(self) -> None:
         _, agent, _ = await self._attested_and_flushed()
         restarted = await self._restarted()
-        view = restarted.get(agent.uuid)
+        view = await restarted.get(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(4, view.quotes_verified)
 
@@ -834,7 +834,7 @@ class VerifierServiceTest(VerifierServiceBase):
         await restarted.start()
         # a revoked node is not loaded for attestation at all
         self.assertNotIn(agent.uuid, restarted._nodes)
-        self.assertEqual("revoked", restarted.get(agent.uuid).state)
+        self.assertEqual("revoked", (await restarted.get(agent.uuid)).state)
         await asyncio.sleep(0.05)
         self.assertEqual([], agent.quote_requests)
 

@@ -110,8 +110,8 @@ class PushServiceTest(VerifierServiceBase):
         self.assertEqual(200, status, result)
         return token, result
 
-    def _state(self, agent: FakeAgent) -> str:
-        return self.verifier.get(agent.uuid).state
+    async def _state(self, agent: FakeAgent) -> str:
+        return (await self.verifier.get(agent.uuid)).state
 
     # -- the good path -----------------------------------------------------------
 
@@ -132,7 +132,7 @@ class PushServiceTest(VerifierServiceBase):
         post = await self._evidence(agent, token, challenge)
         status, again = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
         self.assertEqual((200, "attested", None), (status, again["state"], again["v"]))
-        self.assertEqual(2, self.verifier.get(agent.uuid).quotes_verified)
+        self.assertEqual(2, (await self.verifier.get(agent.uuid)).quotes_verified)
 
     async def test_push_node_is_never_polled(self) -> None:
         agent, _ = await self._enrol()
@@ -157,7 +157,7 @@ class PushServiceTest(VerifierServiceBase):
         for _ in range(4):  # the grace, then max_unreachable missed rounds
             self.now += 20.0
             await self.verifier.attest_once(agent.uuid)
-        self.assertEqual("failed", self._state(agent))
+        self.assertEqual("failed", await self._state(agent))
         rows = self.outbox_rows()
         self.assertEqual(1, len(rows))
         self.assert_signed_event(rows[0], agent.uuid, "unreachable")
@@ -177,7 +177,7 @@ class PushServiceTest(VerifierServiceBase):
             post = await self._evidence(agent, token, challenge)
             await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
             await self.verifier.attest_once(agent.uuid)
-        self.assertEqual("attested", self._state(agent))
+        self.assertEqual("attested", await self._state(agent))
         self.assertEqual([], self.outbox_rows())
 
     # -- bad input: one named test each ------------------------------------------
@@ -194,8 +194,8 @@ class PushServiceTest(VerifierServiceBase):
         # the other node's path with its own session
         status, body = await self._post(f"/v1/push/{other.uuid}/evidence", post, token)
         self.assertEqual((403, "wrong_node"), (status, body["error"]["code"]))
-        self.assertEqual("attested", self._state(agent))
-        self.assertEqual("attested", self._state(other))
+        self.assertEqual("attested", await self._state(agent))
+        self.assertEqual("attested", await self._state(other))
 
     async def test_replayed_challenge_is_refused(self) -> None:
         agent, token = await self._attest_once_enrolled()
@@ -206,7 +206,7 @@ class PushServiceTest(VerifierServiceBase):
         post = await self._evidence(agent, token, old)
         status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
         self.assertEqual((409, "challenge_used"), (status, body["error"]["code"]))
-        self.assertEqual("attested", self._state(agent))
+        self.assertEqual("attested", await self._state(agent))
 
     async def test_expired_challenge_is_refused(self) -> None:
         agent, token = await self._attest_once_enrolled()
@@ -216,7 +216,7 @@ class PushServiceTest(VerifierServiceBase):
         post = await self._evidence(agent, token, challenge)
         status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
         self.assertEqual((410, "challenge_expired"), (status, body["error"]["code"]))
-        self.assertEqual("attested", self._state(agent))
+        self.assertEqual("attested", await self._state(agent))
 
     async def test_challenge_answered_twice_is_refused(self) -> None:
         agent, token = await self._attest_once_enrolled()
@@ -228,13 +228,13 @@ class PushServiceTest(VerifierServiceBase):
         self.now += 2.0
         status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
         self.assertEqual((409, "challenge_used"), (status, body["error"]["code"]))
-        self.assertEqual(2, self.verifier.get(agent.uuid).quotes_verified)
+        self.assertEqual(2, (await self.verifier.get(agent.uuid)).quotes_verified)
 
     async def test_evidence_too_frequent_is_refused(self) -> None:
         agent, token = await self._attest_once_enrolled()
         status, body = await self._post(f"/v1/push/{agent.uuid}/challenge", None, token)
         self.assertEqual((429, "too_frequent"), (status, body["error"]["code"]))
-        self.assertEqual(1, self.verifier.get(agent.uuid).quotes_verified)
+        self.assertEqual(1, (await self.verifier.get(agent.uuid)).quotes_verified)
 
     async def test_evidence_too_large_is_refused(self) -> None:
         agent, token = await self._attest_once_enrolled()
@@ -245,7 +245,7 @@ class PushServiceTest(VerifierServiceBase):
         status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
         self.assertEqual(413, status)
         self.assertEqual("evidence_too_large", body["error"]["code"])
-        self.assertEqual("attested", self._state(agent))
+        self.assertEqual("attested", await self._state(agent))
 
     async def test_session_for_an_ak_never_activated_is_refused(self) -> None:
         agent, _ = await self._enrol()
@@ -256,7 +256,7 @@ class PushServiceTest(VerifierServiceBase):
             f"/v1/push/{agent.uuid}/challenge", None, "guessed-token"
         )
         self.assertEqual((401, "no_session"), (status, body["error"]["code"]))
-        self.assertEqual("registered", self._state(agent))
+        self.assertEqual("registered", await self._state(agent))
 
     async def test_no_session_token_is_refused(self) -> None:
         agent, _ = await self._enrol()
@@ -284,7 +284,7 @@ class PushServiceTest(VerifierServiceBase):
             f"/v1/push/{agent.uuid}/evidence", {"challenge": 3}, token
         )
         self.assertEqual((400, "bad_field"), (status, body["error"]["code"]))
-        self.assertEqual("attested", self._state(agent))
+        self.assertEqual("attested", await self._state(agent))
 
     async def test_mode_survives_a_restart(self) -> None:
         agent, _ = await self._enrol()
@@ -375,7 +375,7 @@ class AgentPushLoopTest(VerifierServiceBase):
         )
         self.now += 2.0
         self.assertEqual("attested", (await self.loop.round()).state)
-        self.assertEqual(3, self.verifier.get(self.fake.uuid).quotes_verified)
+        self.assertEqual(3, (await self.verifier.get(self.fake.uuid)).quotes_verified)
         self.fake.tpm.extend(16, b"\x02" * 32)
         self.now += 2.0
         sleeps: list[float] = []
@@ -386,7 +386,7 @@ class AgentPushLoopTest(VerifierServiceBase):
         self.loop._sleep = sleep
         await self.loop.run()  # returns: the node is revoked
         self.assertEqual("revoked", self.loop.state)
-        self.assertEqual("revoked", self.verifier.get(self.fake.uuid).state)
+        self.assertEqual("revoked", (await self.verifier.get(self.fake.uuid)).state)
 
     async def test_v_is_sent_again_when_the_answer_carrying_it_is_lost(
         self,
@@ -415,7 +415,9 @@ class AgentPushLoopTest(VerifierServiceBase):
             await self.loop.round()
         self.assertIsNotNone(lost[0]["v"])  # the lost answer carried V
         self.assertFalse(self.agent.holds_v)
-        self.assertEqual("bootstrapping", self.verifier.get(self.fake.uuid).state)
+        self.assertEqual(
+            "bootstrapping", (await self.verifier.get(self.fake.uuid)).state
+        )
         self.now += 2.0
         result = await self.loop.round()  # V again, with the next good evidence
         self.assertIsNotNone(result.v)

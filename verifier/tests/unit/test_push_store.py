@@ -142,7 +142,7 @@ class SharedPushStoreTest(VerifierServiceBase):
         status = third.push.relay.u_status(self.fake.uuid, OWNER)
         self.assertEqual(("accepted", True), (status.state, status.bootstrapped))
         self.assertEqual(1, self.sessions)  # one session across both restarts
-        self.assertEqual("attested", third.get(self.fake.uuid).state)
+        self.assertEqual("attested", (await third.get(self.fake.uuid)).state)
 
     async def test_revoked_node_leaves_nothing_in_the_store(self) -> None:
         await self._round()

@@ -69,14 +69,14 @@ class ServiceIntervalTest(VerifierServiceBase):
         self.assertEqual(7.5, row.quote_interval)
         node = verifier.live(agent.uuid)
         self.assertEqual(7.5, verifier.interval_of(node))
-        self.assertEqual(7.5, verifier.get(agent.uuid).interval)
+        self.assertEqual(7.5, (await verifier.get(agent.uuid)).interval)
 
     async def test_a_node_without_one_gets_the_verifiers(self) -> None:
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
         self.assertEqual(0.01, verifier.interval_of(verifier.live(agent.uuid)))
-        self.assertIsNone(verifier.get(agent.uuid).interval)
+        self.assertIsNone((await verifier.get(agent.uuid)).interval)
 
     async def test_shorter_than_min_node_interval_is_refused(self) -> None:
         verifier = self.new_verifier()
