@@ -165,9 +165,12 @@ class LoopErrorsTest(testtools.TestCase):
             or r.getMessage().startswith(("Fatal error", "SSL handshake failed"))
         )
 
-    def test_tls_exchanges_failing_under_overload_log_one_line_not_a_traceback(
-        self,
-    ) -> None:
+    def _storm(self, client_kind: str, until_reported: bool) -> dict[str, Any]:
+        """Exchanges with a peer that answers or resets, on an overloaded
+        services' loop (it stalls), each given up after 50 ms; ``loop``:
+        over the loop's own TLS transport (as the HTTP client did before it
+        ran TLS itself, and as the services' servers still do), ``client``:
+        through :class:`AsyncClient`."""
         peer = TlsPeerThread(_Peer)
         self.addCleanup(peer.stop)
         outcome: dict[str, Any] = {}
@@ -184,29 +187,65 @@ class LoopErrorsTest(testtools.TestCase):
                 if stalling:
                     loop.call_later(0.01, stall)
 
+            async def over_the_loop() -> None:
+                transport = None
+                try:
+                    async with asyncio.timeout(0.05):
+                        transport, _ = await loop.create_connection(
+                            asyncio.Protocol,
+                            "127.0.0.1",
+                            peer.port,
+                            ssl=peer.client_ctx,
+                        )
+                        transport.write(b"GET /v1/quote HTTP/1.1\r\nHost: x\r\n\r\n")
+                        await asyncio.sleep(1)  # the answer is never awaited
+                finally:
+                    if transport is not None:
+                        transport.abort()
+
             async def exchange() -> None:
                 try:
-                    await client.request("GET", url)
+                    if client_kind == "loop":
+                        await over_the_loop()
+                    else:
+                        await client.request("GET", url)
                 except Exception as exc:  # failed exchanges are expected
                     outcome.setdefault("errors", set()).add(type(exc).__name__)
 
             stall()
             rounds = 0
-            while not self._failures_reported() and rounds < _MAX_ROUNDS:
+            while rounds < _MAX_ROUNDS and not (
+                until_reported and self._failures_reported()
+            ):
                 await asyncio.gather(*[exchange() for _ in range(_PER_ROUND)])
                 rounds += 1
+                if not until_reported and rounds >= 20:
+                    break
             stalling = False
             await asyncio.sleep(0.3)  # reports of the last round
             await client.close()
             outcome["rounds"] = rounds
 
         self.assertEqual(0, _service.run(storm))
+        return outcome
+
+    def test_http_client_tls_reports_nothing_to_the_loop(self) -> None:
+        """The HTTP client runs TLS itself: its failed exchanges are its
+        callers' TransportErrors and nothing reaches the loop's handler."""
+        outcome = self._storm("client", until_reported=False)
+        self.assertIn("TransportError", outcome.get("errors", set()))
+        self.assertEqual(0, self._failures_reported())
+        self.assertEqual([], [r for r in self.logged.records if r.exc_info])
+
+    def test_tls_exchanges_failing_under_overload_log_one_line_not_a_traceback(
+        self,
+    ) -> None:
+        outcome = self._storm("loop", until_reported=True)
         self.assertGreater(
             self._failures_reported(),
             0,
             f"no transport failure provoked in {outcome['rounds']} rounds",
         )
-        self.assertIn("TransportError", outcome.get("errors", set()))
         tracebacks = [r.getMessage()[:80] for r in self.logged.records if r.exc_info]
         self.assertEqual([], tracebacks)
         # the services' loop runs the handler
