@@ -19,7 +19,7 @@ import asyncio
 import ssl
 from typing import cast
 
-from verifier.common._http_pool import Connection
+from verifier.common._http_conn import Connection
 
 __all__ = ["READ_SIZE", "TlsConnection"]
 
