@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -26,7 +27,13 @@ from verifier.common import tls as tlsutil
 from verifier.protocol import PcrPolicy
 from verifier.protocol.messages.enrolment import EnrolmentRequest
 
-__all__ = ["FleetApi", "fleet_cluster", "running_fleet"]
+__all__ = [
+    "FleetApi",
+    "fleet_cluster",
+    "mix_text",
+    "mixed_intervals",
+    "running_fleet",
+]
 
 _ENROL_ATTEMPTS = 8
 
@@ -186,3 +193,27 @@ class FleetApi:
     async def close(self) -> None:
         await self.session.close()
         await self.operator.close()
+
+
+FAST = (2.0, 10.0)  # seconds: kept-alive connections (agent_keep_alive 15 s)
+SLOW = (60.0, 300.0)  # seconds: disconnected after each round
+
+
+def mixed_intervals(uuids: Sequence[str], share: float) -> dict[str, float]:
+    """Per-node quote intervals: ``share`` of the nodes in the fast class,
+    the rest in the slow one, each drawn uniformly in its range (seeded:
+    the same mix on every run)."""
+    rng = random.Random(len(uuids))
+    fast = round(share * len(uuids))
+    return {
+        uuid: rng.uniform(*(FAST if i < fast else SLOW)) for i, uuid in enumerate(uuids)
+    }
+
+
+def mix_text(share: float) -> str:
+    """The mix of :func:`mixed_intervals` in words."""
+    return (
+        f"intervals mixed: {share:.0%} of the nodes every {FAST[0]:g}-{FAST[1]:g} s "
+        f"(connections kept), {1 - share:.0%} every {SLOW[0]:g}-{SLOW[1]:g} s "
+        "(closed after each round)"
+    )

@@ -1,4 +1,5 @@
-"""Process CPU time and resident memory from /proc, for the benchmarks."""
+"""Process CPU time, resident memory and open sockets from /proc, for the
+benchmarks."""
 
 from __future__ import annotations
 
@@ -25,3 +26,15 @@ def rss_kib(pid: int | str = "self") -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def sockets(pid: int) -> int:
+    """Open sockets of a process (its connections, listeners included)."""
+    fds = f"/proc/{pid}/fd"
+    count = 0
+    for fd in os.listdir(fds):
+        try:
+            count += os.readlink(os.path.join(fds, fd)).startswith("socket:")
+        except OSError:
+            pass
+    return count

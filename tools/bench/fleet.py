@@ -59,7 +59,6 @@ import argparse
 import asyncio
 import hashlib
 import os
-import random
 import shutil
 import signal
 import statistics
@@ -79,8 +78,19 @@ from trusted_testing import services  # noqa: E402
 from trusted_testing.cluster import LocalCluster, free_port  # noqa: E402
 from trusted_testing.fleet import FleetProcess  # noqa: E402
 from trusted_testing.fleet_ima import ImaLoad, policy_document  # noqa: E402
-from trusted_testing.fleet_run import FleetApi, fleet_cluster, running_fleet  # noqa: E402
-from trusted_testing.procstat import cpu_seconds, cpu_split, rss_kib  # noqa: E402
+from trusted_testing.fleet_run import (  # noqa: E402
+    FleetApi,
+    fleet_cluster,
+    mix_text,
+    mixed_intervals,
+    running_fleet,
+)
+from trusted_testing.procstat import (  # noqa: E402
+    cpu_seconds,
+    cpu_split,
+    rss_kib,
+    sockets,
+)
 
 
 def ecdsa_floor(seconds: float = 0.5) -> dict[str, float]:
@@ -179,11 +189,11 @@ async def measure(
         await asyncio.to_thread(fleet.set_rtt, 0)
         stats = await apis[0].stats()
         rss_after = sum(rss_kib(pid) for pid in pids)
-        sockets = sum(_sockets(pid) for pid in pids)
+        open_sockets = sum(sockets(pid) for pid in pids)
         floor = await asyncio.to_thread(ecdsa_floor)
         return {
             **figures,
-            "sockets": sockets,
+            "sockets": open_sockets,
             "ecdsa_verify_us": floor["verify_us"],
             "ecdsa_sign_us": floor["sign_us"],
             "enrol_s": enrol_s,
@@ -390,7 +400,7 @@ def main() -> None:
         parser.error("--ima measures pull mode only (--modes pull)")
     ima = ImaLoad(args.ima, args.ima_paths, args.ima_binary) if args.ima else None
     rtts = [ms / 1000 for ms in args.rtt if ms > 0]
-    intervals = "interval 0" if args.mix is None else _mix_text(args.mix)
+    intervals = "interval 0" if args.mix is None else mix_text(args.mix)
     print(
         f"verifier vs emulated fleet, {intervals}, {args.window:g} s window, "
         f"{args.verifiers} verifier process(es), {os.cpu_count()} cores shared "
@@ -484,47 +494,12 @@ def _print_projection(grown: dict[int, float], at: int = 100_000) -> None:
     )
 
 
-FAST = (2.0, 10.0)  # seconds: kept-alive connections (agent_keep_alive 15 s)
-SLOW = (60.0, 300.0)  # seconds: disconnected after each round
-
-
-def mixed_intervals(uuids: Sequence[str], share: float) -> dict[str, float]:
-    """Per-node quote intervals: ``share`` of the nodes in the fast class,
-    the rest in the slow one, each drawn uniformly in its range (seeded:
-    the same mix on every run)."""
-    rng = random.Random(len(uuids))
-    fast = round(share * len(uuids))
-    return {
-        uuid: rng.uniform(*(FAST if i < fast else SLOW)) for i, uuid in enumerate(uuids)
-    }
-
-
-def _mix_text(share: float) -> str:
-    return (
-        f"intervals mixed: {share:.0%} of the nodes every {FAST[0]:g}-{FAST[1]:g} s "
-        f"(connections kept), {1 - share:.0%} every {SLOW[0]:g}-{SLOW[1]:g} s "
-        "(closed after each round)"
-    )
-
-
-def _sockets(pid: int) -> int:
-    """Open sockets of a process (its connections, listeners included)."""
-    fds = f"/proc/{pid}/fd"
-    count = 0
-    for fd in os.listdir(fds):
-        try:
-            count += os.readlink(os.path.join(fds, fd)).startswith("socket:")
-        except OSError:
-            pass
-    return count
-
-
 def _print_memory(n: int, share: float, r: dict[str, float]) -> None:
     per_node = r["rss_per_node"] / 1024
     verdict = "met" if per_node <= 8 else "MISSED"
     print(
         f"{n:>7} RSS per node incl. connections at {n} nodes: {per_node:.2f} KB "
-        f"(aim <= 8 KB at 100,000: {verdict} at this N); {_mix_text(share)}; "
+        f"(aim <= 8 KB at 100,000: {verdict} at this N); {mix_text(share)}; "
         f"verifier RSS {r['rss']:.0f} MiB, {r['sockets']:.0f} sockets open"
     )
 
