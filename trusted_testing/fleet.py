@@ -57,7 +57,13 @@ from trusted_testing.softtpm import SoftTpm
 from trusted_testing.swtpm import free_ports
 from verifier.common import tls as tlsutil
 from verifier.common.http import BlockingClient
-from verifier.protocol import EnvelopeError, MalformedError, bind_nonce, open_share
+from verifier.protocol import (
+    EnvelopeError,
+    MalformedError,
+    ShareKind,
+    bind_nonce,
+    open_share,
+)
 from verifier.protocol.messages.errors import ErrorBody
 from verifier.protocol.messages.quote import (
     QuoteAnswer,
@@ -167,7 +173,7 @@ class Fleet:
         if method == "POST" and path == "/v1/keys/v":
             try:
                 share = ShareV.from_dict(json.loads(body))
-                open_share(agent.nk, share.v, "V", agent.uuid)
+                open_share(agent.nk, share.v, ShareKind.V, agent.uuid)
             except MalformedError as exc:
                 return 400, _error(exc.code, str(exc))
             except EnvelopeError as exc:

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from verifier.protocol import bind_nonce, open_share
+from verifier.protocol import ShareKind, bind_nonce, open_share
 from verifier.protocol.messages.push import (
     ChallengeMessage,
     EvidencePost,
@@ -115,7 +115,7 @@ async def _push_one(
                     await _post(session, url + "/evidence", post.to_dict(), token)
                 )
                 if result.v is not None:
-                    open_share(agent.nk, result.v.v, "V", agent.uuid)
+                    open_share(agent.nk, result.v.v, ShareKind.V, agent.uuid)
                     agent.v_received = True
                 challenge = result.next
             upcoming = result.upcoming

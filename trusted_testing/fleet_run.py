@@ -25,6 +25,7 @@ from trusted_testing.fleet import FleetProcess
 from trusted_testing.fleet_ima import ImaLoad
 from verifier.common import tls as tlsutil
 from verifier.protocol import PcrPolicy
+from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.messages.enrolment import EnrolmentRequest
 
 __all__ = [
@@ -160,7 +161,7 @@ class FleetApi:
                 os.urandom(32),
                 policy,
                 runtime_policy=runtime_policy,
-                mode=mode,
+                mode=AttestationMode(mode),
                 u_commitment=bytes(32),
                 interval=intervals.get(uuid) if intervals else None,
             ).to_dict()

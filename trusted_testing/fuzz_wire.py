@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 from trusted_testing.fuzz_common import NODE, RAW, Target
 from trusted_testing.fuzz_common import dump_json as _dump
 from trusted_testing.fuzz_common import load_json as _json
-from verifier.protocol import jsonlimits
+from verifier.protocol import ShareKind, jsonlimits
 
 __all__ = ["wire_targets"]
 
@@ -32,7 +32,7 @@ def _envelope(data: bytes) -> object:
 
     key, nk = _keys()
     if data[:1] == b"s":
-        return open_share(nk, data[1:], "V", NODE)
+        return open_share(nk, data[1:], ShareKind.V, NODE)
     return open_payload(key, data[1:], NODE)
 
 
@@ -42,7 +42,8 @@ def _envelope_seeds() -> list[bytes]:
     key, nk = _keys()
     return [
         b"p" + seal_payload(key, b"payload", NODE),
-        b"s" + seal_share(nk.public_key().public_bytes(*RAW), b"v" * 32, "V", NODE),
+        b"s"
+        + seal_share(nk.public_key().public_bytes(*RAW), b"v" * 32, ShareKind.V, NODE),
     ]
 
 

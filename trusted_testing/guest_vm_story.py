@@ -50,6 +50,7 @@ from trusted_testing.guest_vm_boot import AGENT_PORT, CLOUD_INIT_DONE, VmGuest
 from trusted_testing.swtpm import ek_ca_bundle, free_ports
 from verifier.common.imagefiles import cpio_files, tar_files
 from verifier.protocol import PcrPolicy, split
+from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.enroller import commit_u
 from verifier.protocol.messages.enrolment import EnrolmentRequest
 from verifier.protocol.messages.registration import RegistrationRecord
@@ -364,7 +365,7 @@ class StoryNode:
                 policy,
                 "image",
                 "image-mb",
-                mode=mode,
+                mode=AttestationMode(mode),
                 u_commitment=commit_u(self.uuid, u_share),
             )
             await tenant.request(

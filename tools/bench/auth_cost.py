@@ -84,7 +84,9 @@ async def run(args: argparse.Namespace, tmp: str, ks: Keystone) -> None:
     verifier = base.new_verifier()
     verifier.pause_attestation()
     agent = base.new_agent()
-    await verifier.enrol(agent.uuid, os.urandom(32), base.policy, project=alpha)
+    await verifier.commands.enrol(
+        agent.uuid, os.urandom(32), base.policy, project=alpha
+    )
     conf = _conf(tmp, ks)
     enforcer = make_enforcer(conf)
     apps = {

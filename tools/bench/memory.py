@@ -31,6 +31,7 @@ from trusted_testing.procstat import rss_kib  # noqa: E402
 from trusted_testing.softtpm import AK_ATTRIBUTES  # noqa: E402
 from verifier import db  # noqa: E402
 from verifier.attest.service import Verifier  # noqa: E402
+from verifier.attest.settings import VerifierSettings  # noqa: E402
 from verifier.notify import Outbox  # noqa: E402
 from verifier.protocol import tpm as t  # noqa: E402
 
@@ -100,15 +101,15 @@ async def measure(url: str, n: int) -> float:
         _Silent(),
         Outbox(engine, []),
         None,
-        interval=2.0,
+        VerifierSettings(interval=2.0),
     )  # type: ignore[arg-type]
     await verifier.start()
     await asyncio.sleep(1)
-    for node in verifier._nodes.values():
+    for node in verifier.nodes:
         node.ak.key  # noqa: B018 (what a verification builds)
     gc.collect()
     after = rss_kib()
-    assert len(verifier._nodes) == n, len(verifier._nodes)
+    assert len(verifier.nodes) == n, len(verifier.nodes)
     await verifier.stop()
     return (after - before) * 1024 / n
 

@@ -55,7 +55,7 @@ async def _enrol(request: web.Request) -> web.Response:
     instances = request.app.get(_INSTANCES)
     if instances is not None:  # the instance must be the caller's project's
         await instances.require_owned(body.uuid, owner, who.token, who.catalog)
-    view = await request.app[_KEY].enrol(
+    view = await request.app[_KEY].commands.enrol(
         body.uuid,
         body.v,
         body.policy,
@@ -72,19 +72,21 @@ async def _enrol(request: web.Request) -> web.Response:
 
 @rule("attestation:node:list")
 async def _list(request: web.Request) -> web.Response:
-    views = await request.app[_KEY].list(caller(request).scope)
+    views = await request.app[_KEY].queries.list(caller(request).scope)
     return json_response({"nodes": [v.to_dict() for v in views]})
 
 
 @rule("attestation:node:get")
 async def _get(request: web.Request) -> web.Response:
     uuid, scope = request.match_info["uuid"], caller(request).scope
-    return json_response((await request.app[_KEY].get(uuid, scope)).to_dict())
+    return json_response((await request.app[_KEY].queries.get(uuid, scope)).to_dict())
 
 
 @rule("attestation:node:delete")
 async def _delete(request: web.Request) -> web.Response:
-    await request.app[_KEY].delete(request.match_info["uuid"], caller(request).scope)
+    await request.app[_KEY].commands.delete(
+        request.match_info["uuid"], caller(request).scope
+    )
     return web.Response(status=204)
 
 
@@ -100,7 +102,7 @@ async def _revoke(request: web.Request) -> web.Response:
     scope = caller(request).scope
     data = await read_json(request) if request.can_read_body else {}
     body = RevokeRequest.from_dict(data)
-    view = await request.app[_KEY].revoke(
+    view = await request.app[_KEY].commands.revoke(
         request.match_info["uuid"], "tenant_revoked", body.detail, scope
     )
     return json_response(view.to_dict())
@@ -108,7 +110,7 @@ async def _revoke(request: web.Request) -> web.Response:
 
 @rule("attestation:node:stats")
 async def _stats(request: web.Request) -> web.Response:
-    return json_response(await request.app[_KEY].stats())
+    return json_response(await request.app[_KEY].queries.stats())
 
 
 @rule("attestation:event:list")

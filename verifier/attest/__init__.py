@@ -2,5 +2,13 @@
 
 from verifier.attest.clients import AgentClient, RegistrarClient
 from verifier.attest.service import NodeState, NodeView, Verifier
+from verifier.attest.settings import VerifierSettings
 
-__all__ = ["AgentClient", "NodeState", "NodeView", "RegistrarClient", "Verifier"]
+__all__ = [
+    "AgentClient",
+    "NodeState",
+    "NodeView",
+    "RegistrarClient",
+    "Verifier",
+    "VerifierSettings",
+]

@@ -40,7 +40,7 @@ import threading
 from verifier.attest.clients import AgentClient
 from verifier.attest.node import LiveNode
 from verifier.exceptions import AgentUnreachableError, ConfigError
-from verifier.protocol import MalformedError, TpmAttest, seal_share
+from verifier.protocol import MalformedError, ShareKind, TpmAttest, seal_share
 from verifier.protocol.abe import (
     AbeError,
     MasterKey,
@@ -245,7 +245,7 @@ class AbeAuthority:
         epoch = self.epoch
         key = self.key_for(attrs)
         delivery = AbeKeyDelivery(
-            seal_share(nk, key, "ABE", node.uuid), self.pp.to_bytes(), epoch
+            seal_share(nk, key, ShareKind.ABE, node.uuid), self.pp.to_bytes(), epoch
         )
         return delivery, (epoch, attrs, nk)
 

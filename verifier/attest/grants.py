@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 
 from verifier.attest.node import NodeState
-from verifier.attest.service import Verifier
+from verifier.attest.queries import NodeQueries
 from verifier.exceptions import ConflictError
+from verifier.notify import Outbox
 from verifier.protocol.capability import Capability, issue
 
 __all__ = ["CapabilityIssuer"]
@@ -26,7 +27,9 @@ class CapabilityIssuer:
     """Issues capabilities to attested nodes.
 
     Args:
-        verifier: whose node states and revocation events count.
+        queries: the verifier's nodes (whose states count).
+        outbox: the verifier's revocation events (their count is the
+            epoch).
         key: the MAC key shared with the key service.
         ttl: seconds a capability stays valid.
         clock: wall clock (seconds).
@@ -34,12 +37,14 @@ class CapabilityIssuer:
 
     def __init__(
         self,
-        verifier: Verifier,
+        queries: NodeQueries,
+        outbox: Outbox,
         key: bytes,
         ttl: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._verifier = verifier
+        self._queries = queries
+        self._outbox = outbox
         self._key = key
         self._ttl = ttl
         self._clock = clock
@@ -56,12 +61,12 @@ class CapabilityIssuer:
             ConflictError: ``not_attested`` unless the node is attested now.
             MalformedError: bad object or rights.
         """
-        view = await self._verifier.get(uuid, scope)
+        view = await self._queries.get(uuid, scope)
         if view.state != NodeState.ATTESTED:
             raise ConflictError(
                 "not_attested", f"node {view.uuid} is {view.state}, not attested"
             )
-        events = await asyncio.to_thread(self._verifier.outbox.list, view.uuid)
+        events = await asyncio.to_thread(self._outbox.list, view.uuid)
         epoch = len(events)
         expiry = int(self._clock()) + self._ttl
         return issue(

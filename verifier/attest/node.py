@@ -12,7 +12,7 @@ from typing import Any
 
 from verifier.db import Node
 from verifier.protocol import AttestationKey, ClockState, PcrPolicy, TpmPublic
-from verifier.protocol.attestation import NodeAttestation, NodeState
+from verifier.protocol.attestation import AttestationMode, NodeAttestation, NodeState
 from verifier.protocol.ima import ReplayState, RuntimePolicy
 from verifier.protocol.mb import MeasuredBootPolicy
 from verifier.protocol.messages.registration import RegistrationRecord
@@ -41,7 +41,7 @@ class NodeView:
     mb_policy: str | None = None
     ima_entries: int | None = None
     project_id: str = ""
-    mode: str = "pull"
+    mode: AttestationMode = AttestationMode.PULL
     interval: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,14 +71,14 @@ def enrolment_row(
     refs: tuple[str | None, str | None],
     now: float,
     project_id: str = "",
-    mode: str = "pull",
+    mode: AttestationMode = AttestationMode.PULL,
     u_commitment: bytes | None = None,
     interval: float | None = None,
 ) -> Node:
     """The row of a new enrolment: the registrar's ``record`` of the node
     (AK, TLS certificate, address; None before the agent registered), the
     runtime/measured-boot policy digests ``refs``, the owning project and
-    the attestation ``mode`` (``pull`` or ``push``), the enroller's
+    the attestation ``mode``, the enroller's
     commitment to U and the node's own quote ``interval`` (None: the
     verifier's)."""
     values = _UNREGISTERED if record is None else registration_values(record)
@@ -96,7 +96,7 @@ def enrolment_row(
         updated_at=now,
         runtime_policy=refs[0],
         mb_policy=refs[1],
-        attestation_mode=mode,
+        attestation_mode=mode.value,
         quote_interval=interval,
     )
 
@@ -114,9 +114,14 @@ def view_of_row(row: Node) -> NodeView:
         row.mb_policy,
         row.ima_count,
         row.project_id,
-        row.attestation_mode or "pull",
+        _mode_of(row),
         row.quote_interval,
     )
+
+
+def _mode_of(row: Node) -> AttestationMode:
+    """The row's attestation mode (rows from before push are polled)."""
+    return AttestationMode(row.attestation_mode or AttestationMode.PULL)
 
 
 _POLICIES: dict[str, PcrPolicy] = {}
@@ -154,7 +159,7 @@ class LiveNode(NodeAttestation):
         runtime_ref: the digest of its stored runtime policy, or None.
         mb_ref: the digest of its stored measured-boot policy, or None.
         project_id: the Keystone project that owns it.
-        mode: ``pull`` (polled) or ``push`` (its agent posts evidence).
+        mode: polled, or its agent posts evidence.
         u_commitment: the enroller's commitment to U, sent with V (None:
             enrolled before commitments).
         interval: its own quote interval, its verification class (None:
@@ -187,7 +192,7 @@ class LiveNode(NodeAttestation):
         runtime_ref: str | None = None,
         mb_ref: str | None = None,
         project_id: str = "",
-        mode: str = "pull",
+        mode: AttestationMode = AttestationMode.PULL,
         u_commitment: bytes | None = None,
         interval: float | None = None,
         **judged: Any,
@@ -248,7 +253,7 @@ class LiveNode(NodeAttestation):
             runtime_ref=row.runtime_policy,
             mb_ref=row.mb_policy,
             project_id=row.project_id or "",
-            mode=row.attestation_mode or "pull",
+            mode=_mode_of(row),
             u_commitment=row.u_commitment,
             interval=row.quote_interval,
             state=NodeState(row.state),

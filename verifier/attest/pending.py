@@ -43,6 +43,7 @@ from verifier.attest.store import NodeStore
 from verifier.db import Node
 from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol import PcrPolicy
+from verifier.protocol.attestation import AttestationMode
 
 __all__ = ["PendingNodes"]
 
@@ -94,7 +95,7 @@ class PendingNodes:
         policy: PcrPolicy,
         refs: tuple[str | None, str | None] = (None, None),
         project: str = "",
-        mode: str = "pull",
+        mode: AttestationMode = AttestationMode.PULL,
         u_commitment: bytes | None = None,
         interval: float | None = None,
     ) -> NodeView:

@@ -2,9 +2,11 @@
 node. The verifier asks the node's agent for a quote over a fresh nonce on
 its own mTLS connection, the pure
 :class:`~verifier.protocol.attestation.NodeAttestation` judges the answer,
-and the service's :class:`~verifier.attest.transitions.TransitionWriter`
-acts on the verdict; V goes to the agent after its first good evidence.
-The counterpart of :mod:`verifier.attest.push`, where the agent posts.
+the :class:`~verifier.attest.transitions.TransitionWriter` acts on the
+verdict, and V (:mod:`verifier.attest.release`) goes to the agent after
+its first good evidence. The counterpart of :mod:`verifier.attest.push`,
+where the agent posts. Called by :mod:`verifier.attest.rounds`; calls only
+down.
 """
 
 from __future__ import annotations
@@ -12,13 +14,19 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from verifier.attest.clients import AgentClient
 from verifier.attest.node import LiveNode
-from verifier.attest.seam import AttestingService
+from verifier.attest.registry import LiveNodes
+from verifier.attest.release import ShareRelease
+from verifier.attest.transitions import TransitionWriter
 from verifier.exceptions import AgentUnreachableError
 from verifier.protocol import MalformedError
 from verifier.protocol.attestation import Action, Verdict
+
+if TYPE_CHECKING:  # CP-ABE is the abe extra
+    from verifier.attest.abe_keys import AbeAuthority
 
 __all__ = ["PullAttestation"]
 
@@ -29,31 +37,36 @@ class PullAttestation:
     """Quote rounds of polled nodes.
 
     Args:
-        service: the verifier service (its rules, transitions, V and
-            unreachable accounting).
         agents: the client for node agents.
+        nodes: the live nodes (whether one is still attested here: not
+            revoked, deleted or handed over meanwhile).
+        transitions: acts on verdicts (the rules, the unreachable count).
+        release: makes V for a node that passed.
+        abe: issues CP-ABE keys after good quotes (None: off).
         clock: wall clock (seconds).
-        attesting: whether the service still attests a node (not revoked,
-            deleted or handed over meanwhile).
     """
 
     def __init__(
         self,
-        service: AttestingService,
         agents: AgentClient,
+        nodes: LiveNodes,
+        transitions: TransitionWriter,
+        release: ShareRelease,
+        abe: AbeAuthority | None,
         clock: Callable[[], float],
-        attesting: Callable[[LiveNode], bool],
     ) -> None:
-        self._service = service
         self._agents = agents
+        self._attesting = nodes.attesting
+        self._transitions = transitions
+        self._release = release
+        self._abe = abe
         self._clock = clock
-        self._attesting = attesting
 
     async def round(self, node: LiveNode) -> bool:
         """One quote round of ``node``; True if another is needed at once.
         Errors other than the transport's and a malformed answer propagate
-        to the service, which fails the node closed."""
-        service = self._service
+        to the round dispatch, which fails the node closed."""
+        transitions = self._transitions
         request = node.request(os.urandom(20))
         answer: object
         try:
@@ -66,22 +79,22 @@ class PullAttestation:
             )
         except AgentUnreachableError as exc:
             if self._attesting(node):
-                service.unreachable(node, str(exc))
+                transitions.missed(node, str(exc))
             return False
         except MalformedError as exc:  # it answered, but not with a JSON object
             answer = exc
         if not self._attesting(node):  # revoked or deleted meanwhile
             return False
-        verdict = node.judge(request, answer, self._clock(), service.rules)
+        verdict = node.judge(request, answer, self._clock(), transitions.rules)
         if not verdict and verdict.transition is not None:
             failed = verdict.transition.failure_reason
             LOG.warning("Node %s failed attestation: %s", node.uuid, failed)
-        service.transitions.act(node, verdict)
+        transitions.act(node, verdict)
         if verdict.action is Action.ASK_AGAIN:
             return True
         if verdict.action is Action.RELEASE_V:
             await self._release_v(node, verdict)
-        abe = service.abe
+        abe = self._abe
         if (
             abe is not None
             and verdict.attest is not None
@@ -92,8 +105,7 @@ class PullAttestation:
         return False
 
     async def _release_v(self, node: LiveNode, verdict: Verdict) -> None:
-        service = self._service
-        body = service.share_v(node, verdict)
+        body = self._release.share_v(node, verdict)
         if body is None:
             return
         try:
@@ -104,11 +116,11 @@ class PullAttestation:
             LOG.warning("Could not deliver V to node %s yet: %s", node.uuid, exc)
             return
         except MalformedError as exc:  # it took V but answered with no object
-            service.transitions.act(node, node.revoke("malformed", str(exc)))
+            self._transitions.act(node, node.revoke("malformed", str(exc)))
             return
         if not self._attesting(node):  # revoked while V was in flight
             return
-        service.transitions.act(
+        self._transitions.act(
             node, node.v_delivered(), identity_cert=body.identity_cert
         )
         LOG.info("Node %s attested; V released", node.uuid)

@@ -19,6 +19,9 @@ The differences from polling are only where the I/O goes:
   (:meth:`NodeAttestation.transport_failed`), so after
   ``max_unreachable`` of them it is failed (or revoked) with its signed
   event, exactly as an agent that stopped answering polls.
+
+Called by the push endpoint (:mod:`verifier.api.push_app`) and, for
+deadlines, by :mod:`verifier.attest.rounds`; calls only down.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ from typing import TYPE_CHECKING
 
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.push_store import PushStore
+from verifier.attest.registry import LiveNodes
 from verifier.attest.relay import TenantRelay
+from verifier.attest.release import ShareRelease
+from verifier.attest.transitions import TransitionWriter
 from verifier.exceptions import ConflictError
-from verifier.protocol.attestation import Action, Verdict
+from verifier.protocol.attestation import Action, AttestationMode, Verdict
 from verifier.protocol.messages.abe import AbeKeyDelivery
 from verifier.protocol.messages.push import (
     ChallengeMessage,
@@ -45,8 +51,8 @@ from verifier.protocol.messages.push import (
 from verifier.protocol.messages.shares import ShareV
 from verifier.protocol.push import PushError, PushLedger, PushRules, session_digest
 
-if TYPE_CHECKING:
-    from verifier.attest.seam import AttestingService
+if TYPE_CHECKING:  # CP-ABE is the abe extra
+    from verifier.attest.abe_keys import AbeAuthority
 
 __all__ = ["PushAttestation"]
 
@@ -58,7 +64,11 @@ class PushAttestation:
     """The push side of one verifier process.
 
     Args:
-        verifier: the service (its nodes, rules, CA and write-ahead path).
+        nodes: the live nodes.
+        transitions: acts on verdicts (the write-ahead path, the rules).
+        release: makes V for a node that passed.
+        relay: the tenants' identity asks and U on their way to agents.
+        abe: issues CP-ABE keys after good evidence (None: off).
         rules: the push limits.
         interval: seconds between two evidence posts of a node (its quote
             interval).
@@ -73,7 +83,11 @@ class PushAttestation:
 
     def __init__(
         self,
-        verifier: AttestingService,
+        nodes: LiveNodes,
+        transitions: TransitionWriter,
+        release: ShareRelease,
+        relay: TenantRelay,
+        abe: AbeAuthority | None,
         rules: PushRules,
         interval: float,
         clock: Callable[[], float],
@@ -81,7 +95,10 @@ class PushAttestation:
         store: PushStore | None = None,
         session_key: bytes | None = None,
     ) -> None:
-        self._verifier = verifier
+        self._nodes = nodes
+        self._transitions = transitions
+        self._release = release
+        self._abe = abe
         self._store = store
         self.ledger = PushLedger(rules, session_key or random(32))
         self.rules = rules
@@ -92,7 +109,7 @@ class PushAttestation:
         #: V sent, not yet acknowledged: uuid -> the identity cert sent with it
         self._v_sent: dict[str, str | None] = {}
         #: the tenants' identity asks and U on their way to push agents
-        self.relay = TenantRelay(verifier, clock, store=store)
+        self.relay = relay
 
     @property
     def _grace(self) -> float:
@@ -106,8 +123,8 @@ class PushAttestation:
             NotFoundError: not enrolled (or attested by another verifier).
             ConflictError: ``not_push_mode`` or ``revoked``.
         """
-        node = self._verifier.live(uuid)
-        if node.mode != "push":
+        node = self._nodes.live(uuid)
+        if node.mode is not AttestationMode.PUSH:
             raise ConflictError(
                 "not_push_mode", f"node {node.uuid} is attested by polling"
             )
@@ -197,15 +214,15 @@ class PushAttestation:
         now = self._clock()
         self._session(token, node.uuid, now)
         challenge = self.ledger.take(node.uuid, post.challenge, size, now)
-        verifier = self._verifier
-        verdict = node.judge(challenge.request, post.evidence, now, verifier.rules)
+        transitions = self._transitions
+        verdict = node.judge(challenge.request, post.evidence, now, transitions.rules)
         if not verdict and verdict.transition is not None:
             LOG.warning(
                 "Node %s failed attestation (push): %s",
                 node.uuid,
                 verdict.transition.failure_reason,
             )
-        verifier.transitions.act(node, verdict)
+        transitions.act(node, verdict)
         self.relay.received(node, post)
         share, follow = None, None
         if verdict.action in (Action.WAIT, Action.RELEASE_V, Action.ASK_AGAIN):
@@ -234,7 +251,7 @@ class PushAttestation:
         """The CP-ABE key a node that passed is owed (as polling delivers
         it after each good quote); a failure fails the node, as a polled
         round that breaks does."""
-        abe = self._verifier.abe
+        abe = self._abe
         if abe is None or verdict.attest is None or verdict.nk is None:
             return None
         if node.state == NodeState.REVOKED:
@@ -245,7 +262,7 @@ class PushAttestation:
             LOG.exception("Node %s: its CP-ABE key could not be made", node.uuid)
             detail = f"{type(exc).__name__}: {exc}"
             failed = node.round_failed("internal_error", detail)
-            self._verifier.transitions.act(node, failed)
+            self._transitions.act(node, failed)
             return None
         if owed is None:
             return None
@@ -264,19 +281,17 @@ class PushAttestation:
         it is True, V goes again with each good evidence (the answer that
         carried it may be lost). An agent that does not say (None) is
         taken to have V once it is sent."""
-        verifier = self._verifier
+        transitions = self._transitions
         if held and node.uuid in self._v_sent:
             cert = self._v_sent.pop(node.uuid)
-            verifier.transitions.act(node, node.v_delivered(), identity_cert=cert)
+            transitions.act(node, node.v_delivered(), identity_cert=cert)
             LOG.info("Node %s attested (push); its agent holds V", node.uuid)
             return None
-        share = verifier.share_v(node, verdict)
+        share = self._release.share_v(node, verdict)
         if share is None:
             return None
         if held is None:
-            verifier.transitions.act(
-                node, node.v_delivered(), identity_cert=share.identity_cert
-            )
+            transitions.act(node, node.v_delivered(), identity_cert=share.identity_cert)
             LOG.info("Node %s attested (push); V released", node.uuid)
         else:
             self._v_sent[node.uuid] = share.identity_cert
@@ -296,7 +311,7 @@ class PushAttestation:
         self._due[node.uuid] = now + self.interval  # one round per interval
         last = node.last_attested_at
         since = f"since {last:.0f}" if last is not None else "since enrolment"
-        self._verifier.unreachable(node, f"no evidence pushed {since}")
+        self._transitions.missed(node, f"no evidence pushed {since}")
 
     def adopted(self, uuid: str) -> None:
         """This process attests ``uuid`` now (its shared relay state)."""

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from verifier.attest.node import LiveNode, NodeState, NodeView, view_of_row
+from verifier.attest.node import NodeState, NodeView, view_of_row
 from verifier.attest.ownership import Ownership
+from verifier.attest.registry import LiveNodes
 from verifier.attest.scheduler import QuoteScheduler
 from verifier.attest.store import NodeStore
 from verifier.exceptions import NotFoundError
@@ -33,12 +34,26 @@ def visible(owner: str, scope: str | None) -> bool:
 
 
 class NodeQueries:
-    """Mixed into :class:`~verifier.attest.service.Verifier`."""
+    """The nodes as the API reads them.
 
-    store: NodeStore
-    _nodes: dict[str, LiveNode]
-    _ownership: Ownership
-    _scheduler: QuoteScheduler
+    Args:
+        store: the shared node table.
+        nodes: the nodes this process attests.
+        ownership: which nodes this process attests (its member id).
+        scheduler: the quote loop (its verification classes).
+    """
+
+    def __init__(
+        self,
+        store: NodeStore,
+        nodes: LiveNodes,
+        ownership: Ownership,
+        scheduler: QuoteScheduler,
+    ) -> None:
+        self.store = store
+        self._nodes = nodes
+        self._ownership = ownership
+        self._scheduler = scheduler
 
     async def get(self, uuid: str, scope: str | None = None) -> NodeView:
         """A node of project ``scope`` (None: of any project).
@@ -48,11 +63,11 @@ class NodeQueries:
                 same answer, so that a project learns nothing of others').
         """
         uuid = canonical_uuid(uuid)
-        node = self._nodes.get(uuid)
+        node = self._nodes.find(uuid)
         view = None
         if node is None:
             row = await asyncio.to_thread(self.store.load, uuid)
-            node = self._nodes.get(uuid)  # adopted meanwhile: memory is newer
+            node = self._nodes.find(uuid)  # adopted meanwhile: memory is newer
             if node is None and row is not None:
                 view = view_of_row(row)
         if node is not None:
@@ -70,9 +85,9 @@ class NodeQueries:
         states: dict[str, int] = {s.value: 0 for s in NodeState}
         db = await asyncio.to_thread(self.store.states)
         for uuid, state in db.items():
-            node = self._nodes.get(uuid)
+            node = self._nodes.find(uuid)
             states[node.state.value if node else state] += 1
-        local = sum(n.quotes_verified for n in self._nodes.values())
+        local = sum(n.quotes_verified for n in self._nodes)
         return {
             "nodes": len(db),
             "states": states,
@@ -86,6 +101,6 @@ class NodeQueries:
         """The nodes of project ``scope`` (None: of every project)."""
         views = []
         for row in await asyncio.to_thread(self.store.load_all, scope):
-            node = self._nodes.get(row.uuid)
+            node = self._nodes.find(row.uuid)
             views.append(node.view() if node else view_of_row(row))
         return views

@@ -22,20 +22,19 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from verifier.attest.clients import AgentClient
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.push_store import PushStore
+from verifier.attest.registry import LiveNodes
 from verifier.exceptions import AgentUnreachableError, ConflictError, RequestError
+from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.errors import MalformedError
 from verifier.protocol.messages.push import EvidencePost
 from verifier.protocol.messages.quote import QuoteRequest
 from verifier.protocol.messages.relay import IdentityRelayed, URelayStatus
 from verifier.protocol.messages.shares import ShareAccepted, ShareU
 from verifier.protocol.relay import RelayError, RelayLedger
-
-if TYPE_CHECKING:
-    from verifier.attest.seam import AttestingService
 
 __all__ = ["TenantRelay"]
 
@@ -46,7 +45,9 @@ class TenantRelay:
     """Relays identity quotes and U between tenants and their agents.
 
     Args:
-        verifier: the service (its live nodes, its agent connections).
+        nodes: the live nodes (and polled nodes other processes attest).
+        agents: the verifier's client for polled agents (its mTLS
+            connections, each agent's certificate pinned).
         clock: wall clock (seconds).
         random: makes the ids of the identity fetches from polled agents.
         store: the shared store the ledger is written through to and
@@ -55,12 +56,14 @@ class TenantRelay:
 
     def __init__(
         self,
-        verifier: AttestingService,
+        nodes: LiveNodes,
+        agents: AgentClient,
         clock: Callable[[], float],
         random: Callable[[int], bytes] = os.urandom,
         store: PushStore | None = None,
     ) -> None:
-        self._verifier = verifier
+        self._nodes = nodes
+        self._agents = agents
         self._clock = clock
         self._random = random
         self._store = store
@@ -109,7 +112,7 @@ class TenantRelay:
             NotFoundError: not enrolled here (or not adopted yet).
             ConflictError: ``revoked`` (nothing goes to a revoked node).
         """
-        node = self._verifier.relay_node(uuid)
+        node = self._nodes.relay_node(uuid)
         if node.state == NodeState.REVOKED:
             raise ConflictError("revoked", f"node {node.uuid} is revoked")
         self._refresh(node)
@@ -119,7 +122,7 @@ class TenantRelay:
         """A polled node's relay state is the shared store's: any process
         of the deployment serves its tenant, one request at a time (a push
         node's is the memory of the process that attests it)."""
-        if self._store is None or node.mode == "push":
+        if self._store is None or node.mode is AttestationMode.PUSH:
             return
         state = self._store.relay_state(node.uuid)
         self.ledger.forget(node.uuid)
@@ -147,7 +150,7 @@ class TenantRelay:
         self.ledger.ask_identity(
             node.uuid, node.project_id, scope, request, self._clock()
         )
-        if node.mode == "push":
+        if node.mode is AttestationMode.PUSH:
             self._save(node.uuid)
             return
         try:
@@ -163,8 +166,12 @@ class TenantRelay:
         if request is None:  # pragma: no cover - asked just now
             raise RelayError("not_asked", f"no identity ask for node {node.uuid}")
         try:
-            answer = await self._verifier.call_agent(
-                node, "GET", "/v1/quote", params=request.to_query()
+            answer = await self._agents.call(
+                "GET",
+                node.base_url,
+                node.tls_cert,
+                "/v1/quote",
+                params=request.to_query(),
             )
         except AgentUnreachableError as exc:
             raise RequestError(
@@ -194,7 +201,7 @@ class TenantRelay:
         node = self._node(uuid)
         self.ledger.post_u(node.uuid, node.project_id, scope, share)
         LOG.info("Node %s: U posted for relay (sealed to its NK)", node.uuid)
-        if node.mode == "push":
+        if node.mode is AttestationMode.PUSH:
             self._save(node.uuid)
             return URelayStatus("waiting")
         try:
@@ -210,8 +217,8 @@ class TenantRelay:
             raise RelayError("u_not_posted", f"no U for node {node.uuid}")
         accepted, detail, bootstrapped = False, "", False
         try:
-            answer = await self._verifier.call_agent(
-                node, "POST", "/v1/keys/u", body=share.to_dict()
+            answer = await self._agents.call(
+                "POST", node.base_url, node.tls_cert, "/v1/keys/u", body=share.to_dict()
             )
             bootstrapped = ShareAccepted.from_dict(answer).bootstrapped
             accepted = True
@@ -232,7 +239,7 @@ class TenantRelay:
         return URelayStatus(held.state, held.detail, held.bootstrapped)
 
     def u_status(self, uuid: str, scope: str | None) -> URelayStatus:
-        node = self._verifier.relay_node(uuid)
+        node = self._nodes.relay_node(uuid)
         self._refresh(node)
         self.ledger.u_status(node.uuid, node.project_id, scope)  # its project's
         return self.u_status_of(node)

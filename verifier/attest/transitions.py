@@ -10,23 +10,29 @@ committed, and only once when several verifiers race:
 - to ``failed`` from any other state: a ``node.failed`` event
   (doc/source/admin/fail-closed.rst); staying failed writes none.
 
-Polling (:mod:`verifier.attest.service`) and push
-(:mod:`verifier.attest.push`) both go through :class:`TransitionWriter`.
+Polling (:mod:`verifier.attest.pull`), push (:mod:`verifier.attest.push`),
+the release of V (:mod:`verifier.attest.release`) and the API's commands
+all go through :class:`TransitionWriter`; it calls only down, into the
+store, the outbox pump and the CP-ABE authority.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from verifier.attest.delivery import OutboxPump
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.store import NodeStore
 from verifier.notify.outbox import make_event
-from verifier.protocol.attestation import Transition, Verdict
+from verifier.protocol.attestation import AttestationRules, Transition, Verdict
 from verifier.protocol.events import NODE_FAILED
+
+if TYPE_CHECKING:  # CP-ABE is the abe extra
+    from verifier.attest.abe_keys import AbeAuthority
 
 __all__ = ["TransitionWriter"]
 
@@ -40,8 +46,9 @@ class TransitionWriter:
         store: the nodes' table (and the outbox beside it).
         signing_key: signs the events.
         clock: wall clock (seconds).
-        on_event: called after an event was committed, with the node's
-            UUID and whether it was a revocation (to deliver it at once).
+        rules: the operator's rules (for rounds without an answer).
+        pump: woken when an event was committed, to deliver it at once.
+        abe: told of revocations (the node's CP-ABE keys; None: off).
     """
 
     def __init__(
@@ -49,12 +56,33 @@ class TransitionWriter:
         store: NodeStore,
         signing_key: ed25519.Ed25519PrivateKey,
         clock: Callable[[], float],
-        on_event: Callable[[str, bool], None],
+        rules: AttestationRules,
+        pump: OutboxPump,
+        abe: AbeAuthority | None = None,
     ) -> None:
         self._store = store
         self._signing_key = signing_key
         self._clock = clock
-        self._on_event = on_event
+        self.rules = rules
+        self._pump = pump
+        self._abe = abe
+
+    def _committed(self, uuid: str, revoked: bool) -> None:
+        """An event of ``uuid`` was committed (a revocation: ``revoked``)."""
+        self._pump.wake()
+        if revoked and self._abe is not None:
+            self._abe.revoked(uuid)
+
+    def missed(self, node: LiveNode, detail: str) -> None:
+        """Count one round of ``node`` without an answer (a transport
+        failure, or no pushed evidence by its deadline) and act on it."""
+        verdict = node.transport_failed(detail, self.rules)
+        LOG.debug("Node %s unreachable (%d): %s", node.uuid, node.unreachable, detail)
+        if verdict.transition is not None:
+            LOG.warning(
+                "Node %s missed %d rounds: %s", node.uuid, node.unreachable, detail
+            )
+        self.act(node, verdict)
 
     def act(self, node: LiveNode, verdict: Verdict, **extra: Any) -> None:
         """Write the verdict's transition (and ``extra`` columns), then
@@ -86,7 +114,7 @@ class TransitionWriter:
                     change.reason,
                     event.event.id,
                 )
-                self._on_event(node.uuid, False)
+                self._committed(node.uuid, False)
         else:  # revoked (or deleted) by another verifier meanwhile
             node.revoked_elsewhere()
 
@@ -100,11 +128,11 @@ class TransitionWriter:
             LOG.warning(
                 "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
             )
-            self._on_event(node.uuid, True)
+            self._committed(node.uuid, True)
 
     def revoke_stored(self, uuid: str, reason: str, detail: str) -> None:
         """Revoke a node another process attests (or none): in the
         database, once, whoever else races."""
         signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
         if self._store.revoke(uuid, f"{reason}: {detail}", signed, None):
-            self._on_event(uuid, True)
+            self._committed(uuid, True)

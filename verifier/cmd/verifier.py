@@ -23,7 +23,7 @@ from verifier import db
 from verifier.api.authz import Auth
 from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
-from verifier.attest import AgentClient, RegistrarClient, Verifier
+from verifier.attest import AgentClient, RegistrarClient, Verifier, VerifierSettings
 from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.instances import NovaInstanceOwners
 from verifier.attest.monitor import HostTpm, MonitorBatcher
@@ -112,17 +112,33 @@ def _load_public_key(path: str) -> VerifyingKey:
     return key
 
 
+def _quotas(conf: cfg.ConfigOpts) -> Quotas:
+    """The ``[quota]`` limits (from Keystone's unified limits, or the
+    configuration)."""
+    q = conf.quota
+    source = None
+    if q.source == "keystone":
+        from verifier.attest.keystone_limits import KeystoneLimits
+
+        source = KeystoneLimits(conf.config_file)
+    return Quotas(q.nodes, q.pending_enrolments, q.policies, q.policy_bytes, source)
+
+
+def _load_ca(path: str) -> CertificateAuthority | None:
+    """The node-identity CA in ``path`` (None: no CA configured)."""
+    if not path:
+        return None
+    try:
+        return CertificateAuthority.load(path)
+    except CaError as exc:
+        raise ConfigError(str(exc))
+
+
 def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     """The verifier and its signing key's public PEM, from configuration."""
     group = conf.verifier
     _service.require(group, "cert_file", "key_file", "ca_file", "signing_key")
     signing_key = load_signing_key(group.signing_key)
-    ca = None
-    if group.ca_dir:
-        try:
-            ca = CertificateAuthority.load(group.ca_dir)
-        except CaError as exc:
-            raise ConfigError(str(exc))
     engine = db.make_engine(group.database_connection)
     db.upgrade(engine)
     notifiers = load_notifiers(conf, group.notifiers, signing_key.public_key())
@@ -133,58 +149,35 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         group.agent_timeout,
         keep_alive=group.agent_keep_alive,
     )
-    abe = build_abe(conf, agents)
-    q = conf.quota
-    source = None
-    if q.source == "keystone":
-        from verifier.attest.keystone_limits import KeystoneLimits
-
-        source = KeystoneLimits(conf.config_file)
-    quotas = Quotas(q.nodes, q.pending_enrolments, q.policies, q.policy_bytes, source)
+    quotas = _quotas(conf)
+    outbox = Outbox(
+        engine,
+        notifiers,
+        retry_delay=group.outbox_retry_delay,
+        max_retry_delay=group.outbox_max_retry_delay,
+    )
+    keys = [_load_public_key(p) for p in group.policy_signing_keys]
     verifier = Verifier(
         engine,
         signing_key,
         RegistrarClient(group.registrar_url, client_ctx, group.agent_timeout),
         agents,
-        Outbox(
-            engine,
-            notifiers,
-            retry_delay=group.outbox_retry_delay,
-            max_retry_delay=group.outbox_max_retry_delay,
-        ),
-        ca,
-        interval=group.quote_interval,
-        min_node_interval=group.min_node_interval,
-        max_unreachable=group.max_unreachable,
-        max_in_flight=group.max_in_flight,
+        outbox,
+        _load_ca(group.ca_dir),
+        VerifierSettings.from_conf(conf),
         ownership=make_ownership(
             group.coordination_url, group.member_id, group.coordination_group
         ),
-        sync_interval=group.sync_interval,
-        unreachable_action=group.unreachable_action,
-        outbox_interval=group.outbox_interval,
-        policies=PolicyStore(
-            engine,
-            [_load_public_key(p) for p in group.policy_signing_keys],
-            group.policy_max_entries,
-            quotas=quotas,
-        ),
-        abe=abe,
+        policies=PolicyStore(engine, keys, group.policy_max_entries, quotas=quotas),
+        abe=build_abe(conf, agents),
         quotas=quotas,
-        push_rules=build_push_rules(conf),
     )
     return verifier, public_pem(signing_key.public_key())
 
 
 def build_push_rules(conf: cfg.ConfigOpts) -> PushRules:
     """The ``[push]`` limits."""
-    group = conf.push
-    return PushRules(
-        challenge_ttl=group.challenge_ttl,
-        min_gap=group.min_interval,
-        session_ttl=group.session_ttl,
-        max_evidence_bytes=group.max_evidence_bytes,
-    )
+    return VerifierSettings.from_conf(conf).push_rules
 
 
 async def start_push_site(
@@ -272,6 +265,61 @@ def build_instances(conf: cfg.ConfigOpts, auth: Auth) -> NovaInstanceOwners | No
     )
 
 
+def _extra_routes(
+    verifier: Verifier, monitor: tuple[MonitorBatcher, HostTpm] | None
+) -> list[Callable[[web.Application], None]]:
+    """The route sets of the enabled optional parts (CP-ABE keys, monitor
+    attestation)."""
+    routes: list[Callable[[web.Application], None]] = []
+    if verifier.abe is not None:
+        from verifier.api.abe_app import add_abe_routes
+
+        routes.append(functools.partial(add_abe_routes, authority=verifier.abe))
+    if monitor is not None:
+        batcher, host = monitor
+        routes.append(functools.partial(add_monitor_routes, batcher=batcher, host=host))
+    return routes
+
+
+def _issuer(conf: cfg.ConfigOpts, verifier: Verifier) -> CapabilityIssuer | None:
+    """The capability issuer, if ``[capabilities] key_file`` is set."""
+    caps = conf.capabilities
+    if not caps.key_file:
+        return None
+    key = load_mac_key(caps.key_file)
+    return CapabilityIssuer(verifier.queries, verifier.outbox, key, caps.ttl)
+
+
+class _Process:
+    """Starts and stops what runs beside the API: the verifier's loops,
+    the push endpoint and the monitor's batcher."""
+
+    def __init__(
+        self,
+        conf: cfg.ConfigOpts,
+        verifier: Verifier,
+        monitor: tuple[MonitorBatcher, HostTpm] | None,
+    ) -> None:
+        self._conf = conf
+        self._verifier = verifier
+        self._monitor = monitor
+        self._push: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        if self._monitor is not None:
+            self._monitor[0].start()
+        await self._verifier.start()
+        self._push = await start_push_site(self._conf, self._verifier)
+
+    async def stop(self) -> None:
+        if self._push is not None:
+            await self._push.cleanup()
+        await self._verifier.stop()
+        if self._monitor is not None:
+            await self._monitor[0].stop()
+            self._monitor[1].close()
+
+
 def main(argv: list[str] | None = None) -> int:
     version.exit_if_asked(argv, "trusted-verifier")
     conf = _service.setup(argv, "trusted-verifier")
@@ -280,58 +328,28 @@ def main(argv: list[str] | None = None) -> int:
     async def _main() -> None:
         verifier, pem = build(conf)
         monitor = build_monitor(conf)
-        routes: list[Callable[[web.Application], None]] = []
-        if verifier.abe is not None:
-            from verifier.api.abe_app import add_abe_routes
-
-            routes.append(functools.partial(add_abe_routes, authority=verifier.abe))
-        if monitor is not None:
-            batcher, host = monitor
-            routes.append(
-                functools.partial(add_monitor_routes, batcher=batcher, host=host)
-            )
         ctx = _service.server_tls(group)
-        caps = conf.capabilities
-        issuer = None
-        if caps.key_file:
-            issuer = CapabilityIssuer(verifier, load_mac_key(caps.key_file), caps.ttl)
+        issuer = _issuer(conf, verifier)
         auth = build_auth(conf)
         if auth.keystone is not None:  # tenants come without certificates
             ctx.verify_mode = ssl.CERT_OPTIONAL
-
-        push_runner: list[web.AppRunner] = []
-
-        async def start() -> None:
-            if monitor is not None:
-                monitor[0].start()
-            await verifier.start()
-            runner = await start_push_site(conf, verifier)
-            if runner is not None:
-                push_runner.append(runner)
-
-        async def stop() -> None:
-            for runner in push_runner:
-                await runner.cleanup()
-            await verifier.stop()
-            if monitor is not None:
-                await monitor[0].stop()
-                monitor[1].close()
-
+        process = _Process(conf, verifier, monitor)
+        app = make_app(
+            verifier,
+            pem,
+            auth,
+            issuer=issuer,
+            policy_max_bytes=group.policy_max_bytes,
+            routes=_extra_routes(verifier, monitor),
+            instances=build_instances(conf, auth),
+        )
         await _service.serve(
-            make_app(
-                verifier,
-                pem,
-                auth,
-                issuer=issuer,
-                policy_max_bytes=group.policy_max_bytes,
-                routes=routes,
-                instances=build_instances(conf, auth),
-            ),
+            app,
             group.host,
             group.port,
             ctx,
-            on_start=start,
-            on_stop=stop,
+            on_start=process.start,
+            on_stop=process.stop,
         )
 
     return _service.run(_main)

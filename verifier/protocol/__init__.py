@@ -6,6 +6,7 @@ project imports this package; it imports nothing of ours.
 
 from verifier.protocol.credential import CredentialChallenge, make_credential
 from verifier.protocol.envelope import (
+    ShareKind,
     canonical_uuid,
     open_payload,
     open_share,
@@ -44,6 +45,7 @@ __all__ = [
     "Quote",
     "QuoteVerdict",
     "RevocationEvent",
+    "ShareKind",
     "SignedEvent",
     "TpmAttest",
     "TpmPublic",

@@ -14,6 +14,7 @@ Opening never returns partial plaintext: either the tag verifies or
 
 from __future__ import annotations
 
+import enum
 import os
 import uuid as uuid_mod
 
@@ -27,6 +28,7 @@ from verifier.protocol.errors import EnvelopeError, MalformedError
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
+    "ShareKind",
     "canonical_uuid",
     "is_share_envelope",
     "open_payload",
@@ -39,6 +41,18 @@ MAX_PAYLOAD_BYTES = 16 * 1024 * 1024
 _PAYLOAD_MAGIC = b"TCP1"
 _SHARE_MAGIC = b"TCS1"
 _RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+
+
+class ShareKind(enum.StrEnum):
+    """What a share envelope carries; bound into its key derivation, so an
+    envelope of one kind never opens as another."""
+
+    #: the tenant's share U (relayed, or sent by the tenant itself)
+    U = "U"
+    #: the verifier's share V, released after a good quote
+    V = "V"
+    #: a CP-ABE decryption key (:mod:`verifier.protocol.abe`)
+    ABE = "ABE"
 
 
 def canonical_uuid(node_uuid: str) -> str:
@@ -89,14 +103,18 @@ def _share_key(shared: bytes, eph: bytes, nk: bytes, info: bytes) -> bytes:
     return hkdf.derive(shared)
 
 
-def _share_info(kind: str, node_uuid: str) -> bytes:
-    if kind not in ("U", "V", "ABE"):
+def _share_info(kind: ShareKind, node_uuid: str) -> bytes:
+    try:
+        kind = ShareKind(kind)  # callers outside mypy's reach pass strings
+    except ValueError:
         raise ValueError("share kind must be 'U', 'V' or 'ABE' (a CP-ABE key)")
     return f"trusted-cloud share v1\x00{kind}\x00{canonical_uuid(node_uuid)}".encode()
 
 
-def seal_share(nk_public: bytes, share: bytes, kind: str, node_uuid: str) -> bytes:
-    """Seal share ``kind`` ('U' or 'V') to the node's X25519 key ``nk_public``.
+def seal_share(
+    nk_public: bytes, share: bytes, kind: ShareKind, node_uuid: str
+) -> bytes:
+    """Seal share ``kind`` to the node's X25519 key ``nk_public``.
 
     Raises:
         MalformedError: if ``nk_public`` is not a 32-byte X25519 key.
@@ -120,7 +138,10 @@ def is_share_envelope(envelope: bytes) -> bool:
 
 
 def open_share(
-    nk_private: x25519.X25519PrivateKey, envelope: bytes, kind: str, node_uuid: str
+    nk_private: x25519.X25519PrivateKey,
+    envelope: bytes,
+    kind: ShareKind,
+    node_uuid: str,
 ) -> bytes:
     """Open a share envelope with the node's NK private key.
 

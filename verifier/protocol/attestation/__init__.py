@@ -39,6 +39,7 @@ while judging all end in a revocation naming the reason.
 from verifier.protocol.attestation.machine import NodeAttestation
 from verifier.protocol.attestation.verdict import (
     Action,
+    AttestationMode,
     AttestationRules,
     HotState,
     NodeState,
@@ -48,6 +49,7 @@ from verifier.protocol.attestation.verdict import (
 
 __all__ = [
     "Action",
+    "AttestationMode",
     "AttestationRules",
     "HotState",
     "NodeAttestation",

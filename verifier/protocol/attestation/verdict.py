@@ -14,6 +14,7 @@ from verifier.protocol.tpm import TpmAttest
 
 __all__ = [
     "Action",
+    "AttestationMode",
     "AttestationRules",
     "HotState",
     "NodeState",
@@ -39,6 +40,16 @@ class NodeState(enum.StrEnum):
     FAILED = "failed"
     #: final: failed a check or revoked on request
     REVOKED = "revoked"
+
+
+class AttestationMode(enum.StrEnum):
+    """How a node's evidence reaches the verifier (stored as the value)."""
+
+    #: the verifier polls the node's agent for quotes
+    PULL = "pull"
+    #: the node's agent posts evidence to challenges
+    #: (:mod:`verifier.protocol.push`)
+    PUSH = "push"
 
 
 class Action(enum.Enum):

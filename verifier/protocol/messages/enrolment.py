@@ -14,6 +14,7 @@ import dataclasses
 import math
 from typing import Any
 
+from verifier.protocol.attestation.verdict import AttestationMode
 from verifier.protocol.enroller import COMMITMENT_BYTES
 from verifier.protocol.errors import FieldError
 from verifier.protocol.messages._fields import (
@@ -42,7 +43,7 @@ __all__ = [
 MAX_POLICY_REF = 299
 #: How a node is attested: ``pull`` (the verifier polls its agent) or
 #: ``push`` (its agent posts evidence, :mod:`verifier.protocol.push`).
-MODES = ("pull", "push")
+MODES = tuple(mode.value for mode in AttestationMode)
 #: The longest revocation detail a tenant may give.
 MAX_DETAIL = 1000
 #: The bounds of a node's own quote interval, in seconds (a verifier may
@@ -86,7 +87,8 @@ class EnrolmentRequest:
         runtime_policy: a stored IMA runtime policy reference, or None.
         mb_policy: a stored measured-boot policy reference, or None.
         await_instance: enrol ahead of the instance (Nova is creating it).
-        mode: ``pull`` (default) or ``push`` (:data:`MODES`).
+        mode: :class:`AttestationMode` ``pull`` (default) or ``push``
+            (given as the enum or its value).
         u_commitment: the enroller's commitment to its share U
             (:func:`verifier.protocol.enroller.commit_u`); the node takes U
             only if it matches. Required: an enrolment without it is
@@ -107,7 +109,7 @@ class EnrolmentRequest:
     runtime_policy: str | None = None
     mb_policy: str | None = None
     await_instance: bool = False
-    mode: str = "pull"
+    mode: AttestationMode = AttestationMode.PULL
     u_commitment: bytes = b""
     interval: float | None = None
 
@@ -126,6 +128,7 @@ class EnrolmentRequest:
         check_bool(self._NAME, "await_instance", self.await_instance)
         if self.mode not in MODES:
             raise FieldError(self._NAME, "mode", "must be 'pull' or 'push'")
+        object.__setattr__(self, "mode", AttestationMode(self.mode))
         check_bytes(
             self._NAME,
             "u_commitment",
@@ -134,7 +137,7 @@ class EnrolmentRequest:
             exact=COMMITMENT_BYTES,
         )
         object.__setattr__(self, "interval", check_interval(self._NAME, self.interval))
-        if self.interval is not None and self.mode != "pull":
+        if self.interval is not None and self.mode is not AttestationMode.PULL:
             raise FieldError(self._NAME, "interval", "is for pull nodes only")
 
     @property
@@ -152,7 +155,7 @@ class EnrolmentRequest:
             "runtime_policy": self.runtime_policy,
             "mb_policy": self.mb_policy,
             "await_instance": self.await_instance,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "u_commitment": b64(self.u_commitment),
         }
         if self.interval is not None:
@@ -191,7 +194,7 @@ class EnrolmentRequest:
             refs[0],
             refs[1],
             False if await_instance is None else await_instance,
-            "pull" if mode is None else mode,
+            AttestationMode.PULL if mode is None else mode,
             commitment,
             interval,
         )

@@ -44,6 +44,7 @@ from verifier.api.verifier_app import make_app as verifier_app
 from verifier.api.verifier_app import public_pem
 from verifier.attest.node import enrolment_row
 from verifier.attest.service import Verifier
+from verifier.attest.settings import VerifierSettings
 from verifier.common import api_schemas
 from verifier.common.openapi import document
 from verifier.db import make_engine, upgrade
@@ -172,7 +173,7 @@ class ApiContractTest(testtools.TestCase):
             _NoAgents(),  # type: ignore[arg-type]
             Outbox(engine, []),
             None,
-            interval=1.0,
+            VerifierSettings(interval=1.0),
         )
         return verifier_app(verifier, public_pem(key.public_key()), open_auth())
 
@@ -186,7 +187,7 @@ class ApiContractTest(testtools.TestCase):
             _NoAgents(),  # type: ignore[arg-type]
             Outbox(engine, []),
             None,
-            interval=1.0,
+            VerifierSettings(interval=1.0),
         )
         return make_push_app(verifier.push)
 

@@ -72,7 +72,9 @@ class PolicySealingTenancyTest(KeystoneTestBase):
         os.makedirs(work, exist_ok=True)
         agent = Agent(uuid, TpmAccess(SoftTpm), work)
         attest: Any = types.SimpleNamespace(pcr_digest=DIGEST)
-        owed = self.authority.owed(self.verifier.live(uuid), attest, agent.nk_public)
+        owed = self.authority.owed(
+            self.verifier.nodes.live(uuid), attest, agent.nk_public
+        )
         assert owed is not None
         delivery, _ = owed
         keyring = AbeKeyring(agent)
@@ -110,7 +112,7 @@ class PolicySealingTenancyTest(KeystoneTestBase):
         self.assertEqual(beta_project, params.project)
 
     async def test_node_without_a_project_gets_no_key(self) -> None:
-        node = self.verifier.live(self.alpha.uuid)
+        node = self.verifier.nodes.live(self.alpha.uuid)
         orphan: Any = types.SimpleNamespace(uuid=node.uuid, project_id="")
         attest: Any = types.SimpleNamespace(pcr_digest=DIGEST)
         self.assertIsNone(self.authority.owed(orphan, attest, b"nk"))

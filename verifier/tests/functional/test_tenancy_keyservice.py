@@ -134,7 +134,9 @@ class KeyServiceTenancyTest(KeystoneTestBase):
         """The verifier issues a capability only to the node's project, and
         the capability carries that project: another project asking for
         one for alpha's node gets 404 and nothing is issued."""
-        issuer = CapabilityIssuer(self.verifier, self.mac_key, 60)
+        issuer = CapabilityIssuer(
+            self.verifier.queries, self.verifier.outbox, self.mac_key, 60
+        )
         app = make_verifier_app(self.verifier, "PEM", self.auth, issuer=issuer)
         server = TestServer(app, host="127.0.0.1")
         await server.start_server()
@@ -142,7 +144,7 @@ class KeyServiceTenancyTest(KeystoneTestBase):
         good = {"hash": "sha256", "pcrs": {"16": [self._good_pcr16().hex()]}}
         agent = await self.enrol_node("alice", policy=good)
         self.assertEqual(
-            "attested", (await self.verifier.attest_once(agent.uuid)).state
+            "attested", (await self.verifier.rounds.attest_once(agent.uuid)).state
         )
         await self.put("alice", "db-password", b"alpha's")
         await self.put("bob", "db-password", b"beta's")

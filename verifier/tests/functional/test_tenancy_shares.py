@@ -45,7 +45,7 @@ class EnrollerShareTest(KeystoneTestBase):
 
     async def deliver_v(self) -> bool:
         """Attest once; hand the agent the V the verifier sent (if any)."""
-        await self.verifier.attest_once(self.node.uuid)
+        await self.verifier.rounds.attest_once(self.node.uuid)
         if not self.node.v_posts:
             return False
         body = ShareV.from_dict(self.node.v_posts.pop())

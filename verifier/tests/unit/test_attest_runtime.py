@@ -100,7 +100,7 @@ class RuntimeEvidenceTest(VerifierServiceBase):
             verifier.policies.add(
                 "measured-boot", SoftKernel.golden_mb_policy(), name="fw"
             )
-        await verifier.enrol(
+        await verifier.commands.enrol(
             agent.uuid,
             os.urandom(32),
             PcrPolicy({}),
@@ -115,14 +115,14 @@ class RuntimeEvidenceTest(VerifierServiceBase):
     async def test_good_node_attested_and_list_read_incrementally(self) -> None:
         agent = self.new_kernel_agent()
         verifier = await self.enrol_runtime(agent)
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(3, view.ima_entries)
         self.assertEqual("0", agent.quote_requests[0]["ima_from"])
         self.assertEqual("1", agent.quote_requests[0]["mb"])
         self.assertIn("10", agent.quote_requests[0]["pcrs"].split(","))
         agent.kernel.measure("/usr/bin/python3", b"py")  # allowed again
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(4, view.ima_entries)
         last = agent.quote_requests[-1]
@@ -138,11 +138,11 @@ class RuntimeEvidenceTest(VerifierServiceBase):
         with open(agent.kernel.ima_path, encoding="utf-8") as f:
             doc = policy_from_log(parse_ascii(f.read()), "app", 1).to_dict()
         verifier.policies.add("runtime", doc)
-        await verifier.enrol(
+        await verifier.commands.enrol(
             agent.uuid, os.urandom(32), PcrPolicy({}), runtime_policy="app"
         )
         self.quiesce(verifier)
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(8, view.ima_entries)
         self.assertEqual(
@@ -153,10 +153,12 @@ class RuntimeEvidenceTest(VerifierServiceBase):
     async def test_reboot_restarts_the_replay_and_rechecks_firmware(self) -> None:
         agent = self.new_kernel_agent()
         verifier = await self.enrol_runtime(agent)
-        self.assertEqual("attested", (await verifier.attest_once(agent.uuid)).state)
+        self.assertEqual(
+            "attested", (await verifier.rounds.attest_once(agent.uuid)).state
+        )
         agent.reboot()
         agent.kernel.measure("/usr/bin/python3", b"py")
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state, view.failure_reason)
         self.assertEqual(2, view.ima_entries)
         # the first quote after the reboot shows it: the list is replayed
@@ -166,14 +168,14 @@ class RuntimeEvidenceTest(VerifierServiceBase):
     async def test_replay_state_survives_a_verifier_restart(self) -> None:
         agent = self.new_kernel_agent()
         verifier = await self.enrol_runtime(agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         await verifier.stop()
         self.verifiers.remove(verifier)
         agent.kernel.measure("/usr/sbin/sshd", b"ssh")
         second = self.new_verifier()
-        await second.sync()
+        await second.sync.sync()
         self.quiesce(second)
-        view = await second.attest_once(agent.uuid)
+        view = await second.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual("3", agent.quote_requests[-1]["ima_from"])
 
@@ -182,7 +184,7 @@ class RuntimeEvidenceTest(VerifierServiceBase):
     async def assert_revoked(
         self, verifier: Any, agent: KernelAgent, reason: str
     ) -> str:
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         assert view.failure_reason is not None
         self.assertTrue(view.failure_reason.startswith(reason), view.failure_reason)
@@ -194,7 +196,7 @@ class RuntimeEvidenceTest(VerifierServiceBase):
     async def test_unknown_executable_is_caught_and_named(self) -> None:
         agent = self.new_kernel_agent()
         verifier = await self.enrol_runtime(agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.kernel.measure("/tmp/.x/rootkit", b"evil")
         reason = await self.assert_revoked(verifier, agent, "ima_policy")
         self.assertIn("entry 3 '/tmp/.x/rootkit': unknown_file", reason)
@@ -202,7 +204,7 @@ class RuntimeEvidenceTest(VerifierServiceBase):
     async def test_changed_binary_is_a_digest_mismatch(self) -> None:
         agent = self.new_kernel_agent()
         verifier = await self.enrol_runtime(agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.kernel.measure("/usr/sbin/sshd", b"trojaned sshd")
         reason = await self.assert_revoked(verifier, agent, "ima_policy")
         self.assertIn("'/usr/sbin/sshd': digest_mismatch", reason)
@@ -210,17 +212,19 @@ class RuntimeEvidenceTest(VerifierServiceBase):
     async def test_list_hiding_an_entry_does_not_replay_to_pcr10(self) -> None:
         agent = self.new_kernel_agent()
         verifier = await self.enrol_runtime(agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.tpm.extend(10, os.urandom(32))  # measured, but left out of the list
         await self.assert_revoked(verifier, agent, "ima_pcr_mismatch")
 
     async def test_forged_entry_not_in_the_tpm_fails_replay(self) -> None:
         agent = self.new_kernel_agent()
         verifier = await self.enrol_runtime(agent, mb=False)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.kernel.log_only("/usr/bin/python3", b"py")
         # not in PCR 10 yet: waits (the list may run ahead of the quote) ...
-        self.assertEqual("attested", (await verifier.attest_once(agent.uuid)).state)
+        self.assertEqual(
+            "attested", (await verifier.rounds.attest_once(agent.uuid)).state
+        )
         agent.kernel.measure("/usr/sbin/sshd", b"ssh")
         # ... but nothing after it can ever replay
         await self.assert_revoked(verifier, agent, "ima_pcr_mismatch")
@@ -228,7 +232,7 @@ class RuntimeEvidenceTest(VerifierServiceBase):
     async def test_list_restarting_without_a_reboot_is_a_gap(self) -> None:
         agent = self.new_kernel_agent()
         verifier = await self.enrol_runtime(agent, mb=False)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
 
         def from_zero(answer: dict[str, Any]) -> None:
             answer["ima"]["from"] = 0
@@ -294,17 +298,19 @@ class RuntimeEvidenceTest(VerifierServiceBase):
         self.assertTrue(created)
         self.assertEqual((meta, False), verifier.policies.add("runtime", doc))
         for agent in (a, b):
-            await verifier.enrol(
+            await verifier.commands.enrol(
                 agent.uuid, os.urandom(32), PcrPolicy({}), runtime_policy="golden"
             )
         self.quiesce(verifier)
-        self.assertIs(verifier._nodes[a.uuid].runtime, verifier._nodes[b.uuid].runtime)
+        self.assertIs(
+            verifier.nodes.live(a.uuid).runtime, verifier.nodes.live(b.uuid).runtime
+        )
 
     async def test_enrol_with_unknown_policy_stores_nothing(self) -> None:
         agent = self.new_kernel_agent()
         verifier = self.new_verifier()
         with self.assertRaises(NotFoundError) as ctx:
-            await verifier.enrol(
+            await verifier.commands.enrol(
                 agent.uuid, os.urandom(32), PcrPolicy({}), runtime_policy="nope"
             )
         self.assertEqual("unknown_policy", ctx.exception.code)
@@ -314,7 +320,7 @@ class RuntimeEvidenceTest(VerifierServiceBase):
         agent = self.new_kernel_agent()
         verifier = self.new_verifier()
         with self.assertRaises(RequestError) as ctx:
-            await verifier.enrol(agent.uuid, os.urandom(32), PcrPolicy({}))
+            await verifier.commands.enrol(agent.uuid, os.urandom(32), PcrPolicy({}))
         self.assertEqual("no_policy", ctx.exception.code)
 
     async def test_policy_in_use_cannot_be_deleted(self) -> None:

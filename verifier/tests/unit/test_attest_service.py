@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from trusted_testing.softtpm import SoftTpm
 from verifier.attest.service import Verifier
+from verifier.attest.settings import VerifierSettings
 from verifier.ca import CertificateAuthority
 from verifier.common.tls import self_signed_certificate
 from verifier.db import Node, OutboxEvent, make_engine, upgrade
@@ -281,8 +282,7 @@ class VerifierServiceBase(unittest.IsolatedAsyncioTestCase):
             self.agents,  # type: ignore[arg-type]
             outbox,
             self.ca,
-            interval=0.01,
-            max_unreachable=3,
+            VerifierSettings(interval=0.01, max_unreachable=3),
         )
         self.verifiers.append(verifier)
         return verifier
@@ -303,7 +303,7 @@ class VerifierServiceBase(unittest.IsolatedAsyncioTestCase):
         self, verifier: Verifier, agent: FakeAgent, v_share: bytes | None = None
     ) -> bytes:
         v_share = os.urandom(32) if v_share is None else v_share
-        view = await verifier.enrol(agent.uuid, v_share, self.policy)
+        view = await verifier.commands.enrol(agent.uuid, v_share, self.policy)
         self.quiesce(verifier)
         self.assertEqual("registered", view.state)
         return v_share
@@ -349,19 +349,21 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent(activated=False)
         with self.assertRaises(ConflictError) as ctx:
-            await verifier.enrol(agent.uuid, os.urandom(32), self.policy)
+            await verifier.commands.enrol(agent.uuid, os.urandom(32), self.policy)
         self.assertEqual("ak_not_activated", ctx.exception.code)
         self.assertIsNone(self.row(agent.uuid))
-        self.assertEqual([], await verifier.list())
+        self.assertEqual([], await verifier.queries.list())
         with self.assertRaises(NotFoundError):
-            await verifier.get(agent.uuid)
+            await verifier.queries.get(agent.uuid)
 
     async def test_enrol_twice_conflicts(self) -> None:
         verifier = self.new_verifier()
         agent = self.new_agent()
         v_share = await self.enrol(verifier, agent)
         with self.assertRaises(ConflictError) as ctx:
-            await verifier.enrol(agent.uuid.upper(), os.urandom(32), self.policy)
+            await verifier.commands.enrol(
+                agent.uuid.upper(), os.urandom(32), self.policy
+            )
         self.assertEqual("already_enrolled", ctx.exception.code)
         row = self.row(agent.uuid)
         assert row is not None
@@ -370,8 +372,10 @@ class VerifierServiceTest(VerifierServiceBase):
     async def test_enrol_unknown_at_registrar_propagates_not_found(self) -> None:
         verifier = self.new_verifier()
         with self.assertRaises(NotFoundError):
-            await verifier.enrol(str(uuid_mod.uuid4()), os.urandom(32), self.policy)
-        self.assertEqual([], await verifier.list())
+            await verifier.commands.enrol(
+                str(uuid_mod.uuid4()), os.urandom(32), self.policy
+            )
+        self.assertEqual([], await verifier.queries.list())
 
     async def test_enrol_stores_row(self) -> None:
         verifier = self.new_verifier()
@@ -384,7 +388,7 @@ class VerifierServiceTest(VerifierServiceBase):
         self.assertEqual((agent.host, agent.port), (row.host, row.port))
         self.assertEqual(v_share, row.v_share)
         self.assertFalse(row.v_released)
-        self.assertEqual([agent.uuid], [v.uuid for v in await verifier.list()])
+        self.assertEqual([agent.uuid], [v.uuid for v in await verifier.queries.list()])
 
     # -- V release ----------------------------------------------------------
 
@@ -393,7 +397,7 @@ class VerifierServiceTest(VerifierServiceBase):
         agent = self.new_agent()
         v_share = await self.enrol(verifier, agent)
 
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(1, view.quotes_verified)
         self.assertIsNotNone(view.last_attested_at)
@@ -408,7 +412,7 @@ class VerifierServiceTest(VerifierServiceBase):
         self.assertTrue(row.v_released)
         self.assertEqual(agent.v_posts[0]["identity_cert"], row.identity_cert)
 
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(2, view.quotes_verified)
         self.assertEqual("0", agent.quote_requests[1]["csr"])
@@ -420,10 +424,10 @@ class VerifierServiceTest(VerifierServiceBase):
         agent = self.new_agent()
         v_share = await self.enrol(verifier, agent)
         agent.reject_v = True
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("bootstrapping", view.state)
         agent.reject_v = False
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual("1", agent.quote_requests[1]["csr"])
         self.assertEqual(1, len(agent.v_posts))
@@ -437,12 +441,12 @@ class VerifierServiceTest(VerifierServiceBase):
         v_share = await self.enrol(verifier, agent)
         agent.unreachable = True
         for _ in range(3):
-            view = await verifier.attest_once(agent.uuid)
+            view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("failed", view.state)
         self.assertTrue(view.failure_reason.startswith("unreachable"))
         agent.unreachable = False
 
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertIsNone(view.failure_reason)
         self.assertEqual("1", agent.quote_requests[-1]["csr"])
@@ -460,10 +464,10 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.unreachable = True
         for i in range(10):
-            view = await verifier.attest_once(agent.uuid)
+            view = await verifier.rounds.attest_once(agent.uuid)
             expected = "failed" if i >= 2 else "attested"
             self.assertEqual(expected, view.state, f"round {i}")
         row = self.row(agent.uuid)
@@ -475,7 +479,7 @@ class VerifierServiceTest(VerifierServiceBase):
         self.assert_signed_event(event_row, agent.uuid, "unreachable")
 
         agent.unreachable = False
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertIsNone(view.failure_reason)
         self.assertEqual(2, view.quotes_verified)
@@ -491,17 +495,17 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.unreachable = True
         for _ in range(5):
-            view = await verifier.attest_once(agent.uuid)
+            view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("failed", view.state)
         self.assertIn("refused", view.failure_reason)
         # The agent is back but with another TLS certificate: the reason
         # shown and stored is the pin mismatch of this round.
         agent.unreachable = False
         agent.tls_cert = "another certificate"
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("failed", view.state)
         self.assertIn("certificate pin mismatch", view.failure_reason)
         row = self.row(agent.uuid)
@@ -514,10 +518,10 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.tpm.extend(16, hashlib.sha256(b"rootkit").digest())
 
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertTrue(view.failure_reason.startswith("pcr_policy:"))
         row = self.row(agent.uuid)
@@ -539,7 +543,7 @@ class VerifierServiceTest(VerifierServiceBase):
         self.assertEqual(1, len(self.notifier.events))
 
         asked = len(agent.quote_requests)
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertEqual(asked, len(agent.quote_requests))
         self.assertEqual(1, len(self.outbox_rows()))
@@ -549,7 +553,7 @@ class VerifierServiceTest(VerifierServiceBase):
         agent = self.new_agent()
         await self.enrol(verifier, agent)
         agent.tpm.extend(16, b"\x01" * 32)
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertEqual([], agent.v_posts)
         (event_row,) = self.outbox_rows()
@@ -561,7 +565,7 @@ class VerifierServiceTest(VerifierServiceBase):
             agent = self.new_agent()
             await self.enrol(verifier, agent)
             agent.answer_hook = hook
-            view = await verifier.attest_once(agent.uuid)
+            view = await verifier.rounds.attest_once(agent.uuid)
             self.assertEqual("revoked", view.state)
             self.assertTrue(
                 view.failure_reason.startswith("malformed:"), view.failure_reason
@@ -596,9 +600,9 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.not_json = True
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertIn("not JSON", view.failure_reason)
         (event_row,) = self.outbox_rows()
@@ -612,7 +616,7 @@ class VerifierServiceTest(VerifierServiceBase):
         agent = self.new_agent()
         await self.enrol(verifier, agent)
         agent.v_not_json = True
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertIn("not JSON", view.failure_reason)
         (event_row,) = self.outbox_rows()
@@ -627,7 +631,7 @@ class VerifierServiceTest(VerifierServiceBase):
         agent = self.new_agent()
         await self.enrol(verifier, agent)
         agent.nk_override = b"\x01" * 5
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertTrue(view.failure_reason.startswith("malformed:"))
         self.assertEqual([], agent.v_posts)
@@ -639,7 +643,7 @@ class VerifierServiceTest(VerifierServiceBase):
         await self.enrol(verifier, agent)
         other = x25519.X25519PrivateKey.generate().public_key().public_bytes(*_RAW)
         agent.answer_hook = lambda a: a.update(nk=_b64(other))
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertTrue(view.failure_reason.startswith("nonce_mismatch:"))
         self.assertEqual([], agent.v_posts)
@@ -652,10 +656,12 @@ class VerifierServiceTest(VerifierServiceBase):
         await self.enrol(verifier, agent)
 
         async def tenant_revokes() -> None:
-            await verifier.revoke(agent.uuid, "tenant_revoked", "by the tenant")
+            await verifier.commands.revoke(
+                agent.uuid, "tenant_revoked", "by the tenant"
+            )
 
         agent.before_answer = tenant_revokes
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         row = self.row(agent.uuid)
         assert row is not None
         self.assertEqual(
@@ -669,7 +675,7 @@ class VerifierServiceTest(VerifierServiceBase):
         agent = self.new_agent()
         await self.enrol(verifier, agent)
         agent.tpm.extend(16, b"\x02" * 32)
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         return agent
 
@@ -709,8 +715,8 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.attest_once(agent.uuid)
-        view = await verifier.revoke(agent.uuid, "tenant_revoked", "job done")
+        await verifier.rounds.attest_once(agent.uuid)
+        view = await verifier.commands.revoke(agent.uuid, "tenant_revoked", "job done")
         self.assertEqual("revoked", view.state)
         self.assertEqual("tenant_revoked: job done", view.failure_reason)
         (event_row,) = self.outbox_rows()
@@ -719,28 +725,28 @@ class VerifierServiceTest(VerifierServiceBase):
         assert row is not None
         self.assertEqual("revoked", row.state)
         # Revoking again is idempotent: no second event.
-        await verifier.revoke(agent.uuid, "tenant_revoked", "again")
+        await verifier.commands.revoke(agent.uuid, "tenant_revoked", "again")
         self.assertEqual(1, len(self.outbox_rows()))
         asked = len(agent.quote_requests)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual(asked, len(agent.quote_requests))
 
     async def test_delete_forgets_node(self) -> None:
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.attest_once(agent.uuid)
-        await verifier.revoke(agent.uuid, "tenant_revoked", "bye")
-        await verifier.delete(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
+        await verifier.commands.revoke(agent.uuid, "tenant_revoked", "bye")
+        await verifier.commands.delete(agent.uuid)
         self.assertIsNone(self.row(agent.uuid))
         self.assertEqual([agent.base_url], self.agents.forgotten)  # connection closed
         with self.assertRaises(NotFoundError):
-            await verifier.get(agent.uuid)
+            await verifier.queries.get(agent.uuid)
         with self.assertRaises(NotFoundError):
-            await verifier.attest_once(agent.uuid)
+            await verifier.rounds.attest_once(agent.uuid)
         with self.assertRaises(NotFoundError):
-            await verifier.delete(agent.uuid)
-        self.assertEqual([], await verifier.list())
+            await verifier.commands.delete(agent.uuid)
+        self.assertEqual([], await verifier.queries.list())
         # The outbox event outlives the node.
         self.assertEqual(1, len(self.outbox_rows()))
         # And the node can be enrolled again.
@@ -753,14 +759,14 @@ class VerifierServiceTest(VerifierServiceBase):
         agent = self.new_agent()
         v_share = await self.enrol(verifier, agent)
         for _ in range(4):
-            view = await verifier.attest_once(agent.uuid)
+            view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(4, view.quotes_verified)
         row = self.row(agent.uuid)
         assert row is not None
         # State changes are written at once; hot counters are written behind.
         self.assertEqual(1, row.quotes_verified)
-        verifier._flush()
+        verifier.write_behind.flush()
         row = self.row(agent.uuid)
         assert row is not None
         self.assertEqual(4, row.quotes_verified)
@@ -779,12 +785,12 @@ class VerifierServiceTest(VerifierServiceBase):
     async def test_restart_keeps_clock_and_rejects_rollback(self) -> None:
         _, agent, _ = await self._attested_and_flushed()
         restarted = await self._restarted()
-        view = await restarted.get(agent.uuid)
+        view = await restarted.queries.get(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(4, view.quotes_verified)
 
         agent.tpm.clock -= 200  # the TPM's clock went backwards
-        view = await restarted.attest_once(agent.uuid)
+        view = await restarted.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertTrue(view.failure_reason.startswith("clock_rollback:"))
         (event_row,) = self.outbox_rows()
@@ -793,7 +799,7 @@ class VerifierServiceTest(VerifierServiceBase):
     async def test_restart_accepts_newer_clock(self) -> None:
         _, agent, _ = await self._attested_and_flushed()
         restarted = await self._restarted()
-        view = await restarted.attest_once(agent.uuid)
+        view = await restarted.rounds.attest_once(agent.uuid)
         self.assertEqual(5, view.quotes_verified)
         self.assertEqual([], self.outbox_rows())
 
@@ -804,7 +810,7 @@ class VerifierServiceTest(VerifierServiceBase):
         _, agent, _ = await self._attested_and_flushed()
         agent.reject_v = True
         restarted = await self._restarted()
-        view = await restarted.attest_once(agent.uuid)
+        view = await restarted.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual("0", agent.quote_requests[-1]["csr"])
         self.assertEqual(1, len(agent.v_posts))
@@ -817,7 +823,7 @@ class VerifierServiceTest(VerifierServiceBase):
         agent = self.new_agent()
         await self.enrol(verifier, agent)
         for _ in range(3):
-            await verifier.attest_once(agent.uuid)
+            await verifier.rounds.attest_once(agent.uuid)
         await verifier.stop()
         self.verifiers.remove(verifier)
         self.assertTrue(self.agents.closed)
@@ -829,12 +835,12 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.revoke(agent.uuid, "tenant_revoked", "bye")
+        await verifier.commands.revoke(agent.uuid, "tenant_revoked", "bye")
         restarted = self.new_verifier()
         await restarted.start()
         # a revoked node is not loaded for attestation at all
-        self.assertNotIn(agent.uuid, restarted._nodes)
-        self.assertEqual("revoked", (await restarted.get(agent.uuid)).state)
+        self.assertNotIn(agent.uuid, restarted.nodes)
+        self.assertEqual("revoked", (await restarted.queries.get(agent.uuid)).state)
         await asyncio.sleep(0.05)
         self.assertEqual([], agent.quote_requests)
 
@@ -849,28 +855,28 @@ class VerifierServiceTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         good = self._break_database(verifier)
         for _ in range(3):
-            view = await verifier.attest_once(agent.uuid)
+            view = await verifier.rounds.attest_once(agent.uuid)
             self.assertEqual("attested", view.state)
-        self.assertRaises(sa.exc.OperationalError, verifier._flush)
+        self.assertRaises(sa.exc.OperationalError, verifier.write_behind.flush)
         verifier.store.engine = good
-        verifier._flush()
+        verifier.write_behind.flush()
         self.assertEqual([], self.outbox_rows())
 
     async def test_revocation_during_outage_is_committed_once_when_back(self) -> None:
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        await verifier.attest_once(agent.uuid)
+        await verifier.rounds.attest_once(agent.uuid)
         agent.tpm.extend(16, hashlib.sha256(b"rootkit").digest())
         good = self._break_database(verifier)
         with self.assertRaises(sa.exc.OperationalError):
-            await verifier.attest_once(agent.uuid)
-        self.assertNotEqual("revoked", verifier._nodes[agent.uuid].state)
+            await verifier.rounds.attest_once(agent.uuid)
+        self.assertNotEqual("revoked", verifier.nodes.live(agent.uuid).state)
         verifier.store.engine = good
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         (event_row,) = self.outbox_rows()
         self.assert_signed_event(event_row, agent.uuid, "pcr_policy")

@@ -67,7 +67,7 @@ class DatabaseOffLoopTest(VerifierServiceBase):
         self.verifier = self.new_verifier()
         self.agent = self.new_agent()
         await self.enrol(self.verifier, self.agent)
-        await self.verifier.attest_once(self.agent.uuid)
+        await self.verifier.rounds.attest_once(self.agent.uuid)
         await self._serve(self.verifier)
 
     async def _serve(self, verifier: Verifier) -> None:
@@ -133,9 +133,9 @@ class DatabaseOffLoopTest(VerifierServiceBase):
         self.assertEqual([], events["events"])
 
     async def test_write_behind_does_not_block_the_loop(self) -> None:
-        await self.verifier.attest_once(self.agent.uuid)  # dirty hot state
+        await self.verifier.rounds.attest_once(self.agent.uuid)  # dirty hot state
         held = HeldCall(self.verifier.store, "write_hot")
-        await self._served_while_held(held, self.verifier._write_behind)
+        await self._served_while_held(held, self.verifier.write_behind.write)
         row = self.row(self.agent.uuid)
         assert row is not None
         self.assertEqual(2, row.quotes_verified)
@@ -145,10 +145,10 @@ class DatabaseOffLoopTest(VerifierServiceBase):
     ) -> None:
         """The hot state is taken on the loop and written later: a quote
         verified (and its state written) in between is newer and stays."""
-        node = self.verifier.live(self.agent.uuid)
-        await self.verifier.attest_once(self.agent.uuid)  # 2 quotes, dirty
+        node = self.verifier.nodes.live(self.agent.uuid)
+        await self.verifier.rounds.attest_once(self.agent.uuid)  # 2 quotes, dirty
         rows = self.verifier.store.hot_rows([node])
-        await self.verifier.attest_once(self.agent.uuid)  # 3
+        await self.verifier.rounds.attest_once(self.agent.uuid)  # 3
         self.verifier.store.update_state(node, Transition(node.state))
         self.verifier.store.write_hot(rows)  # the older values, late
         row = self.row(self.agent.uuid)
@@ -156,16 +156,16 @@ class DatabaseOffLoopTest(VerifierServiceBase):
         self.assertEqual(3, row.quotes_verified)
 
     async def test_failed_write_behind_leaves_the_nodes_dirty(self) -> None:
-        node = self.verifier.live(self.agent.uuid)
-        await self.verifier.attest_once(self.agent.uuid)
+        node = self.verifier.nodes.live(self.agent.uuid)
+        await self.verifier.rounds.attest_once(self.agent.uuid)
         good = self.verifier.store.engine
         self.addCleanup(setattr, self.verifier.store, "engine", good)
         self.verifier.store.engine = sa.create_engine("sqlite:////nonexistent/dir/db")
         with self.assertRaises(sa.exc.OperationalError):
-            await self.verifier._write_behind()
+            await self.verifier.write_behind.write()
         self.assertTrue(node.dirty)
         self.verifier.store.engine = good
-        await self.verifier._write_behind()
+        await self.verifier.write_behind.write()
         self.assertFalse(node.dirty)
         row = self.row(self.agent.uuid)
         assert row is not None
@@ -226,9 +226,9 @@ class WriteBehindChunksTest(VerifierServiceBase):
         agents = [self.new_agent(), self.new_agent()]
         for agent in agents:
             await self.enrol(verifier, agent)
-            await verifier.attest_once(agent.uuid)
-            await verifier.attest_once(agent.uuid)  # 2 quotes, dirty
-        nodes = [verifier.live(a.uuid) for a in agents]
+            await verifier.rounds.attest_once(agent.uuid)
+            await verifier.rounds.attest_once(agent.uuid)  # 2 quotes, dirty
+        nodes = [verifier.nodes.live(a.uuid) for a in agents]
         rows = verifier.store.hot_rows(nodes)
         good = verifier.store.engine
         self.addCleanup(setattr, verifier.store, "engine", good)

@@ -99,14 +99,14 @@ class FailClosedTest(VerifierServiceBase):
         self.agents = AgentClient(cert_file, key_file, 10.0)  # type: ignore[assignment]
         verifier = self.new_verifier()
         await self.enrol(verifier, agent)
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         return verifier, served, agent
 
     async def _answer_revokes(self, body: bytes, says: str) -> None:
         verifier, served, agent = await self._attested_over_https()
         served.raw = body
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertIn(says, view.failure_reason)
         self.assertEqual([("node.revoked", "malformed")], self._event_types())
@@ -135,7 +135,7 @@ class FailClosedTest(VerifierServiceBase):
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         return verifier, agent
 
@@ -147,7 +147,7 @@ class FailClosedTest(VerifierServiceBase):
             raise RuntimeError("the client broke on these bytes")
 
         self.agents.call = broken  # type: ignore[method-assign]
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("failed", view.state)
         self.assertEqual(
             "internal_error: RuntimeError: the client broke on these bytes",
@@ -159,7 +159,7 @@ class FailClosedTest(VerifierServiceBase):
         self.assertEqual([("node.failed", "internal_error")], self._event_types())
         # still polled: a good quote brings it back, without another event
         self.agents.call = original  # type: ignore[method-assign]
-        view = await verifier.attest_once(agent.uuid)
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(1, len(self.outbox_rows()))
 
@@ -167,7 +167,7 @@ class FailClosedTest(VerifierServiceBase):
         verifier, agent = await self._attested()
         broken = ZeroDivisionError("a check broke")
         with mock.patch.object(NodeAttestation, "_judge", side_effect=broken):
-            view = await verifier.attest_once(agent.uuid)
+            view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("revoked", view.state)
         self.assertTrue(view.failure_reason.startswith("check_error:"))
         self.assertEqual([("node.revoked", "check_error")], self._event_types())
@@ -180,9 +180,9 @@ class FailClosedTest(VerifierServiceBase):
         def broken(*args: Any) -> Any:
             raise ValueError("the CA broke")
 
-        assert verifier._ca is not None
-        verifier._ca.sign_csr = broken  # type: ignore[method-assign]
-        view = await verifier.attest_once(agent.uuid)
+        assert self.ca is not None  # the verifier's CA
+        self.ca.sign_csr = broken  # type: ignore[method-assign]
+        view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("failed", view.state)
         self.assertIn("ValueError: the CA broke", view.failure_reason)
         self.assertEqual([], agent.v_posts)
@@ -194,7 +194,7 @@ class FailClosedTest(VerifierServiceBase):
         verifier, agent = await self._attested()
         agent.unreachable = True
         for _ in range(5):
-            view = await verifier.attest_once(agent.uuid)
+            view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("failed", view.state)
         self.assertIn("unreachable", view.failure_reason)
         # one event for leaving attested, not one per round
@@ -208,12 +208,16 @@ class FailClosedTest(VerifierServiceBase):
         # without the node's project was never shown to its owner.
         verifier = self.new_verifier()
         agent = self.new_agent()
-        await verifier.enrol(agent.uuid, os.urandom(32), self.policy, project="alpha")
+        await verifier.commands.enrol(
+            agent.uuid, os.urandom(32), self.policy, project="alpha"
+        )
         self.quiesce(verifier)
-        self.assertEqual("attested", (await verifier.attest_once(agent.uuid)).state)
+        self.assertEqual(
+            "attested", (await verifier.rounds.attest_once(agent.uuid)).state
+        )
         agent.unreachable = True
         for _ in range(5):
-            await verifier.attest_once(agent.uuid)
+            await verifier.rounds.attest_once(agent.uuid)
         types = [
             SignedEvent.from_dict(e["signed_event"]).verify(self.public_key).type
             for e in verifier.outbox.list(project="alpha")
@@ -224,12 +228,12 @@ class FailClosedTest(VerifierServiceBase):
     async def test_failed_event_is_written_once_by_racing_verifiers(self) -> None:
         first, agent = await self._attested()
         second = self.new_verifier()
-        await second.sync()
+        await second.sync.sync()
         self.quiesce(second)
         agent.unreachable = True
         for _ in range(3):
-            await first.attest_once(agent.uuid)
-            await second.attest_once(agent.uuid)
+            await first.rounds.attest_once(agent.uuid)
+            await second.rounds.attest_once(agent.uuid)
         self.assertEqual([("node.failed", "unreachable")], self._event_types())
 
     async def test_database_error_still_propagates(self) -> None:
@@ -239,4 +243,4 @@ class FailClosedTest(VerifierServiceBase):
         verifier.store.engine = sa.create_engine("sqlite:////nonexistent/dir/db")
         with self.assertRaises(sa.exc.OperationalError):
             for _ in range(5):
-                await verifier.attest_once(agent.uuid)
+                await verifier.rounds.attest_once(agent.uuid)

@@ -18,6 +18,7 @@ from node_agent.tests.unit.test_agent import SCRIPT, SoftTpmAdapter
 from trusted_testing.softtpm import SoftTpm
 from verifier.attest.ownership import Ownership
 from verifier.attest.service import Verifier
+from verifier.attest.settings import VerifierSettings
 from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.notify import Outbox
 from verifier.protocol import (
@@ -63,7 +64,7 @@ class PullRelayServiceTest(VerifierServiceBase):
         self.relay = self.verifier.push.relay
         self.key = generate_key()
         self.u, v = split(self.key)
-        await self.verifier.enrol(
+        await self.verifier.commands.enrol(
             self.fake.uuid,
             v,
             self.policy,
@@ -100,7 +101,7 @@ class PullRelayServiceTest(VerifierServiceBase):
         return ShareU(seal_share(nk, self.u, "U", node), envelope)
 
     async def _deliver_v(self) -> bool:
-        await self.verifier.attest_once(self.fake.uuid)
+        await self.verifier.rounds.attest_once(self.fake.uuid)
         body = ShareV.from_dict(self.fake.v_posts.pop())
         cert = body.identity_cert.encode() if body.identity_cert else None
         return await self.agent.receive_v(body.v, cert, body.u_commitment)
@@ -217,12 +218,14 @@ class PullRelayServiceTest(VerifierServiceBase):
             self.agents,  # type: ignore[arg-type]
             Outbox(self.engine, [self.notifier]),
             self.ca,
-            interval=0.01,
+            VerifierSettings(interval=0.01),
             ownership=_OwnsNothing(),
         )
         self.verifiers.append(other)
-        await other.sync()
-        self.assertRaises(NotFoundError, other.live, self.fake.uuid)  # not its node
+        await other.sync.sync()
+        self.assertRaises(
+            NotFoundError, other.nodes.live, self.fake.uuid
+        )  # not its node
         nonce = os.urandom(20)
         await other.push.relay.ask_identity(
             self.fake.uuid, OWNER, QuoteRequest(nonce, (16,))

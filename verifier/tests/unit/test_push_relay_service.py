@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from verifier.api.push_app import make_push_app
 from verifier.attest.service import Verifier
+from verifier.attest.settings import VerifierSettings
 from verifier.exceptions import ConflictError, NotFoundError
 from verifier.notify import Outbox
 from verifier.protocol import (
@@ -48,9 +49,8 @@ class RelayServiceTest(VerifierServiceBase):
             self.agents,  # type: ignore[arg-type]
             Outbox(self.engine, [self.notifier]),
             self.ca,
-            interval=2.0,
+            VerifierSettings(interval=2.0, push_rules=RULES),
             clock=lambda: self.now,
-            push_rules=RULES,
         )
         self.verifiers.append(self.verifier)
         server = TestServer(make_push_app(self.verifier.push))
@@ -69,7 +69,7 @@ class RelayServiceTest(VerifierServiceBase):
         self.relay = self.verifier.push.relay
         self.key = generate_key()
         self.u, v = split(self.key)
-        await self.verifier.enrol(
+        await self.verifier.commands.enrol(
             self.fake.uuid, v, self.policy, project=OWNER, mode="push"
         )
         self.quiesce(self.verifier)
@@ -143,7 +143,7 @@ class RelayServiceTest(VerifierServiceBase):
         request = QuoteRequest(os.urandom(20), (16,))
         with self.assertRaises(NotFoundError):
             await self.relay.ask_identity(self.new_agent().uuid, None, request)
-        await self.verifier.revoke(self.fake.uuid, "tenant", "test")
+        await self.verifier.commands.revoke(self.fake.uuid, "tenant", "test")
         with self.assertRaises(ConflictError) as caught:
             await self.relay.ask_identity(self.fake.uuid, OWNER, request)
         self.assertEqual("revoked", caught.exception.code)

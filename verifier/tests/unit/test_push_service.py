@@ -15,6 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from trusted_testing.softtpm import SoftTpm
 from verifier.api.push_app import make_push_app
 from verifier.attest.service import Verifier
+from verifier.attest.settings import VerifierSettings
 from verifier.notify import Outbox
 from verifier.protocol import MalformedError, PcrPolicy, bind_nonce
 from verifier.protocol.events import NODE_FAILED
@@ -41,10 +42,8 @@ class PushServiceTest(VerifierServiceBase):
             self.agents,  # type: ignore[arg-type]
             outbox,
             self.ca,
-            interval=2.0,
-            max_unreachable=3,
+            VerifierSettings(interval=2.0, max_unreachable=3, push_rules=RULES),
             clock=lambda: self.now,
-            push_rules=RULES,
         )
         self.verifiers.append(self.verifier)
         self.client = TestClient(TestServer(make_push_app(self.verifier.push)))
@@ -54,7 +53,9 @@ class PushServiceTest(VerifierServiceBase):
     async def _enrol(self, mode: str = "push") -> tuple[FakeAgent, bytes]:
         agent = self.new_agent()
         v_share = os.urandom(32)
-        view = await self.verifier.enrol(agent.uuid, v_share, self.policy, mode=mode)
+        view = await self.verifier.commands.enrol(
+            agent.uuid, v_share, self.policy, mode=mode
+        )
         self.quiesce(self.verifier)
         self.assertEqual(mode, view.mode)
         return agent, v_share
@@ -111,7 +112,7 @@ class PushServiceTest(VerifierServiceBase):
         return token, result
 
     async def _state(self, agent: FakeAgent) -> str:
-        return (await self.verifier.get(agent.uuid)).state
+        return (await self.verifier.queries.get(agent.uuid)).state
 
     # -- the good path -----------------------------------------------------------
 
@@ -132,11 +133,13 @@ class PushServiceTest(VerifierServiceBase):
         post = await self._evidence(agent, token, challenge)
         status, again = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
         self.assertEqual((200, "attested", None), (status, again["state"], again["v"]))
-        self.assertEqual(2, (await self.verifier.get(agent.uuid)).quotes_verified)
+        self.assertEqual(
+            2, (await self.verifier.queries.get(agent.uuid)).quotes_verified
+        )
 
     async def test_push_node_is_never_polled(self) -> None:
         agent, _ = await self._enrol()
-        await self.verifier.attest_once(agent.uuid)
+        await self.verifier.rounds.attest_once(agent.uuid)
         self.assertEqual([], agent.quote_requests)
 
     async def test_bad_evidence_revokes_with_a_signed_event(self) -> None:
@@ -156,7 +159,7 @@ class PushServiceTest(VerifierServiceBase):
         agent, _ = await self._attest_once_enrolled()
         for _ in range(4):  # the grace, then max_unreachable missed rounds
             self.now += 20.0
-            await self.verifier.attest_once(agent.uuid)
+            await self.verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("failed", await self._state(agent))
         rows = self.outbox_rows()
         self.assertEqual(1, len(rows))
@@ -176,7 +179,7 @@ class PushServiceTest(VerifierServiceBase):
             challenge = await self._challenge(agent, token)
             post = await self._evidence(agent, token, challenge)
             await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
-            await self.verifier.attest_once(agent.uuid)
+            await self.verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", await self._state(agent))
         self.assertEqual([], self.outbox_rows())
 
@@ -228,13 +231,17 @@ class PushServiceTest(VerifierServiceBase):
         self.now += 2.0
         status, body = await self._post(f"/v1/push/{agent.uuid}/evidence", post, token)
         self.assertEqual((409, "challenge_used"), (status, body["error"]["code"]))
-        self.assertEqual(2, (await self.verifier.get(agent.uuid)).quotes_verified)
+        self.assertEqual(
+            2, (await self.verifier.queries.get(agent.uuid)).quotes_verified
+        )
 
     async def test_evidence_too_frequent_is_refused(self) -> None:
         agent, token = await self._attest_once_enrolled()
         status, body = await self._post(f"/v1/push/{agent.uuid}/challenge", None, token)
         self.assertEqual((429, "too_frequent"), (status, body["error"]["code"]))
-        self.assertEqual(1, (await self.verifier.get(agent.uuid)).quotes_verified)
+        self.assertEqual(
+            1, (await self.verifier.queries.get(agent.uuid)).quotes_verified
+        )
 
     async def test_evidence_too_large_is_refused(self) -> None:
         agent, token = await self._attest_once_enrolled()
@@ -322,27 +329,10 @@ class AgentPushLoopTest(VerifierServiceBase):
 
     async def asyncSetUp(self) -> None:
         from node_agent.agent import Agent, TpmAccess
-        from node_agent.evidence import EvidenceReader
-        from node_agent.push import PushLoop
         from node_agent.tests.unit.test_agent import SoftTpmAdapter
         from verifier.common.http import AsyncClient
 
         self.now = T0
-        self.verifier = Verifier(
-            self.engine,
-            self.signing_key,
-            self.registrar,  # type: ignore[arg-type]
-            self.agents,  # type: ignore[arg-type]
-            Outbox(self.engine, [self.notifier]),
-            self.ca,
-            interval=2.0,
-            clock=lambda: self.now,
-            push_rules=RULES,
-        )
-        self.verifiers.append(self.verifier)
-        server = TestServer(make_push_app(self.verifier.push))
-        await server.start_server()
-        self.addAsyncCleanup(server.close)
         self.fake = self.new_agent()  # registered; its SoftTpm backs the agent
         self.agent = Agent(
             self.fake.uuid,
@@ -351,6 +341,29 @@ class AgentPushLoopTest(VerifierServiceBase):
         )
         self.http = AsyncClient(None, 10.0)
         self.addAsyncCleanup(self.http.close)
+        await self._serve()
+
+    async def _serve(self, abe: Any = None) -> None:
+        """A verifier (with the CP-ABE authority ``abe``) and its push
+        endpoint, which the agent's push loop talks to."""
+        from node_agent.evidence import EvidenceReader
+        from node_agent.push import PushLoop
+
+        self.verifier = Verifier(
+            self.engine,
+            self.signing_key,
+            self.registrar,  # type: ignore[arg-type]
+            self.agents,  # type: ignore[arg-type]
+            Outbox(self.engine, [self.notifier]),
+            self.ca,
+            VerifierSettings(interval=2.0, push_rules=RULES),
+            clock=lambda: self.now,
+            abe=abe,
+        )
+        self.verifiers.append(self.verifier)
+        server = TestServer(make_push_app(self.verifier.push))
+        await server.start_server()
+        self.addAsyncCleanup(server.close)
         url = str(server.make_url("/"))
         self.loop = PushLoop(self.agent, EvidenceReader(None, None), url, self.http)
 
@@ -359,7 +372,7 @@ class AgentPushLoopTest(VerifierServiceBase):
 
         key = generate_key()
         u, v = split(key)
-        await self.verifier.enrol(self.fake.uuid, v, self.policy, mode="push")
+        await self.verifier.commands.enrol(self.fake.uuid, v, self.policy, mode="push")
         self.quiesce(self.verifier)
         nk = self.agent.nk_public
         envelope = seal_payload(key, b"not a script", self.fake.uuid)
@@ -375,7 +388,9 @@ class AgentPushLoopTest(VerifierServiceBase):
         )
         self.now += 2.0
         self.assertEqual("attested", (await self.loop.round()).state)
-        self.assertEqual(3, (await self.verifier.get(self.fake.uuid)).quotes_verified)
+        self.assertEqual(
+            3, (await self.verifier.queries.get(self.fake.uuid)).quotes_verified
+        )
         self.fake.tpm.extend(16, b"\x02" * 32)
         self.now += 2.0
         sleeps: list[float] = []
@@ -386,7 +401,9 @@ class AgentPushLoopTest(VerifierServiceBase):
         self.loop._sleep = sleep
         await self.loop.run()  # returns: the node is revoked
         self.assertEqual("revoked", self.loop.state)
-        self.assertEqual("revoked", (await self.verifier.get(self.fake.uuid)).state)
+        self.assertEqual(
+            "revoked", (await self.verifier.queries.get(self.fake.uuid)).state
+        )
 
     async def test_v_is_sent_again_when_the_answer_carrying_it_is_lost(
         self,
@@ -396,7 +413,7 @@ class AgentPushLoopTest(VerifierServiceBase):
 
         key = generate_key()
         u, v = split(key)
-        await self.verifier.enrol(self.fake.uuid, v, self.policy, mode="push")
+        await self.verifier.commands.enrol(self.fake.uuid, v, self.policy, mode="push")
         self.quiesce(self.verifier)
         nk = self.agent.nk_public
         envelope = seal_payload(key, b"not a script", self.fake.uuid)
@@ -416,7 +433,7 @@ class AgentPushLoopTest(VerifierServiceBase):
         self.assertIsNotNone(lost[0]["v"])  # the lost answer carried V
         self.assertFalse(self.agent.holds_v)
         self.assertEqual(
-            "bootstrapping", (await self.verifier.get(self.fake.uuid)).state
+            "bootstrapping", (await self.verifier.queries.get(self.fake.uuid)).state
         )
         self.now += 2.0
         result = await self.loop.round()  # V again, with the next good evidence
@@ -439,14 +456,15 @@ class AgentPushLoopTest(VerifierServiceBase):
         attrs = os.path.join(self.tmp, "attrs.json")
         with open(attrs, "w", encoding="utf-8") as f:
             json.dump({self.fake.uuid: {"region": "eu"}}, f)
-        self.verifier.abe = AbeAuthority(
+        abe = AbeAuthority(
             os.path.join(self.tmp, "abe", "master.key"),
             ProviderAttributes(attrs),
             self.agents,  # type: ignore[arg-type]
         )
+        await self._serve(abe)  # the authority is given at construction
         keyring = AbeKeyring(self.agent)
         self.loop._on_abe = lambda d: keyring.receive(d.key, d.params, d.epoch)
-        await self.verifier.enrol(  # keys go only to nodes of a project
+        await self.verifier.commands.enrol(  # keys go only to nodes of a project
             self.fake.uuid, os.urandom(32), self.policy, project="p1", mode="push"
         )
         self.quiesce(self.verifier)

@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestServer
 
 from verifier.api.push_app import make_push_app
 from verifier.attest.service import Verifier
+from verifier.attest.settings import VerifierSettings
 from verifier.notify import Outbox
 from verifier.protocol import (
     AttestationKey,
@@ -62,7 +63,7 @@ class SharedPushStoreTest(VerifierServiceBase):
         self.loop.open_session = counted  # type: ignore[method-assign]
         self.key = generate_key()
         self.u, v = split(self.key)
-        await self.first.enrol(
+        await self.first.commands.enrol(
             self.fake.uuid, v, self.policy, project=OWNER, mode="push"
         )
         self.quiesce(self.first)
@@ -78,12 +79,11 @@ class SharedPushStoreTest(VerifierServiceBase):
             self.agents,  # type: ignore[arg-type]
             Outbox(self.engine, [self.notifier]),
             self.ca,
-            interval=2.0,
+            VerifierSettings(interval=2.0, push_rules=RULES),
             clock=lambda: self.now,
-            push_rules=RULES,
         )
         self.verifiers.append(verifier)
-        await verifier.sync()
+        await verifier.sync.sync()
         verifier.push.relay.follow_handovers()
         self.quiesce(verifier)
         server = TestServer(make_push_app(verifier.push))
@@ -142,7 +142,7 @@ class SharedPushStoreTest(VerifierServiceBase):
         status = third.push.relay.u_status(self.fake.uuid, OWNER)
         self.assertEqual(("accepted", True), (status.state, status.bootstrapped))
         self.assertEqual(1, self.sessions)  # one session across both restarts
-        self.assertEqual("attested", (await third.get(self.fake.uuid)).state)
+        self.assertEqual("attested", (await third.queries.get(self.fake.uuid)).state)
 
     async def test_revoked_node_leaves_nothing_in_the_store(self) -> None:
         await self._round()
@@ -152,8 +152,8 @@ class SharedPushStoreTest(VerifierServiceBase):
         store = self.first.push._store
         assert store is not None
         self.assertIsNotNone(store.relay_state(self.fake.uuid))
-        await self.first.revoke(self.fake.uuid, "tenant", "test")
-        await self.first.delete(self.fake.uuid)
+        await self.first.commands.revoke(self.fake.uuid, "tenant", "test")
+        await self.first.commands.delete(self.fake.uuid)
         self.assertIsNone(store.relay_state(self.fake.uuid))
         from verifier.protocol.push import session_digest
 

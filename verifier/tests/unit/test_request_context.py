@@ -67,7 +67,7 @@ class RequestContextTest(VerifierServiceBase):
 
     async def _until_revoked(self, verifier: Verifier, uuid: str) -> None:
         for _ in range(3000):  # rounds run in the scheduler's tasks
-            node = verifier._nodes.get(uuid)
+            node = verifier.nodes.find(uuid)
             if node is not None and node.state.value == "revoked":
                 return
             await asyncio.sleep(0.01)
@@ -108,7 +108,7 @@ class RequestContextTest(VerifierServiceBase):
     ) -> None:
         verifier = self.new_verifier()
         agent = self._tampered_agent()
-        await verifier.enrol(agent.uuid, os.urandom(32), self.policy)
+        await verifier.commands.enrol(agent.uuid, os.urandom(32), self.policy)
         # the service (and its quote loop) started from within a request
         request_id, tokens = conventions.new_request_id()
         context.RequestContext(

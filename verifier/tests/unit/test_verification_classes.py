@@ -59,7 +59,7 @@ class ServiceIntervalTest(VerifierServiceBase):
     async def test_a_node_keeps_its_own_interval(self) -> None:
         verifier = self.new_verifier()
         agent = self.new_agent()
-        view = await verifier.enrol(
+        view = await verifier.commands.enrol(
             agent.uuid, os.urandom(32), self.policy, interval=7.5
         )
         self.quiesce(verifier)
@@ -67,22 +67,26 @@ class ServiceIntervalTest(VerifierServiceBase):
         row = self.row(agent.uuid)
         assert row is not None
         self.assertEqual(7.5, row.quote_interval)
-        node = verifier.live(agent.uuid)
-        self.assertEqual(7.5, verifier.interval_of(node))
-        self.assertEqual(7.5, (await verifier.get(agent.uuid)).interval)
+        node = verifier.nodes.live(agent.uuid)
+        self.assertEqual(7.5, verifier.settings.interval_of(node))
+        self.assertEqual(7.5, (await verifier.queries.get(agent.uuid)).interval)
 
     async def test_a_node_without_one_gets_the_verifiers(self) -> None:
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
-        self.assertEqual(0.01, verifier.interval_of(verifier.live(agent.uuid)))
-        self.assertIsNone((await verifier.get(agent.uuid)).interval)
+        self.assertEqual(
+            0.01, verifier.settings.interval_of(verifier.nodes.live(agent.uuid))
+        )
+        self.assertIsNone((await verifier.queries.get(agent.uuid)).interval)
 
     async def test_shorter_than_min_node_interval_is_refused(self) -> None:
         verifier = self.new_verifier()
         agent = self.new_agent()
         with self.assertRaises(RequestError) as ctx:
-            await verifier.enrol(agent.uuid, os.urandom(32), self.policy, interval=0.5)
+            await verifier.commands.enrol(
+                agent.uuid, os.urandom(32), self.policy, interval=0.5
+            )
         self.assertEqual("interval_too_short", ctx.exception.code)
         self.assertEqual(400, ctx.exception.status)
         self.assertIsNone(self.row(agent.uuid))

@@ -1,0 +1,198 @@
+"""The verifier API's commands on nodes: enrol, delete, revoke.
+
+Each checks its input, writes the database, and moves the node in or out
+of this process's quote loop (:mod:`verifier.attest.membership`); the
+reads are :mod:`verifier.attest.queries`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from verifier.attest.clients import RegistrarClient
+from verifier.attest.membership import Membership
+from verifier.attest.node import LiveNode, NodeState, NodeView, enrolment_row
+from verifier.attest.ownership import Ownership
+from verifier.attest.pending import PendingNodes
+from verifier.attest.policies import PolicyStore
+from verifier.attest.push import PushAttestation
+from verifier.attest.queries import NodeQueries
+from verifier.attest.registry import LiveNodes
+from verifier.attest.store import NodeStore
+from verifier.attest.transitions import TransitionWriter
+from verifier.exceptions import ConflictError, NotFoundError, RequestError
+from verifier.protocol import PcrPolicy, canonical_uuid
+from verifier.protocol.attestation import AttestationMode
+
+__all__ = ["NodeCommands"]
+
+LOG = logging.getLogger(__name__)
+
+
+class NodeCommands:
+    """Enrols, deletes and revokes nodes.
+
+    Args:
+        nodes: the live map.
+        membership: adopts and releases nodes.
+        queries: the read side (a node of the caller's project).
+        store: the node table.
+        policies: the stored runtime and measured-boot policies.
+        pending: enrolments ahead of the instance.
+        push: the push side (a deleted node's sessions).
+        transitions: revokes nodes.
+        registrar: where activated AKs come from.
+        ownership: which nodes this process attests.
+        min_node_interval: the shortest quote interval a tenant may give.
+        clock: wall clock (seconds).
+    """
+
+    def __init__(
+        self,
+        nodes: LiveNodes,
+        membership: Membership,
+        queries: NodeQueries,
+        store: NodeStore,
+        policies: PolicyStore,
+        pending: PendingNodes,
+        push: PushAttestation,
+        transitions: TransitionWriter,
+        registrar: RegistrarClient,
+        ownership: Ownership,
+        min_node_interval: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._nodes = nodes
+        self._membership = membership
+        self._queries = queries
+        self._store = store
+        self._policies = policies
+        self._pending = pending
+        self._push = push
+        self._transitions = transitions
+        self._registrar = registrar
+        self._ownership = ownership
+        self._min_interval = min_node_interval
+        self._clock = clock
+
+    async def enrol(
+        self,
+        uuid: str,
+        v_share: bytes,
+        policy: PcrPolicy,
+        runtime_policy: str | None = None,
+        mb_policy: str | None = None,
+        await_instance: bool = False,
+        project: str = "",
+        mode: AttestationMode = AttestationMode.PULL,
+        u_commitment: bytes | None = None,
+        interval: float | None = None,
+    ) -> NodeView:
+        """Start attesting ``uuid`` for ``project``, polled or pushing
+        (``mode``), every ``interval`` seconds (None: the verifier's); V
+        (with the enroller's ``u_commitment``) is released after its first
+        valid evidence. ``runtime_policy`` and ``mb_policy`` name stored
+        policies of the project (``name``, ``name@version`` or digest).
+        With ``await_instance`` the node waits for Nova and its agent first
+        (:mod:`verifier.attest.pending`).
+
+        Raises:
+            ConflictError: already enrolled, or the AK is not activated.
+            NotFoundError: the registrar does not know the node, or a
+                named policy does not exist.
+            RequestError: ``no_policy`` when nothing would be checked;
+                ``interval_too_short`` below ``min_node_interval``.
+        """
+        uuid, mode = canonical_uuid(uuid), AttestationMode(mode)
+        self._check(uuid, policy, runtime_policy, mb_policy, interval)
+        refs = await asyncio.to_thread(
+            self._policies.resolve_pair, runtime_policy, mb_policy, project
+        )
+        if await_instance:
+            return await self._pending.enrol(
+                uuid, v_share, policy, refs, project, mode, u_commitment, interval
+            )
+        record = await self._registrar.get_agent(uuid)
+        if not record.activated:
+            raise ConflictError(
+                "ak_not_activated",
+                f"node {uuid} has not activated its attestation key at the registrar",
+            )
+        row = enrolment_row(
+            uuid,
+            v_share,
+            policy,
+            record,
+            refs,
+            self._clock(),
+            project,
+            mode,
+            u_commitment,
+            interval,
+        )
+        node = LiveNode.from_row(row, self._policies.cached)
+        await asyncio.to_thread(self._store.insert, row)
+        if self._ownership.owns(uuid):
+            self._membership.adopt(node)
+        LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
+        return node.view()
+
+    def _check(
+        self,
+        uuid: str,
+        policy: PcrPolicy,
+        runtime_policy: str | None,
+        mb_policy: str | None,
+        interval: float | None,
+    ) -> None:
+        """Refuse an enrolment before anything is looked up (see
+        :meth:`enrol`)."""
+        if interval is not None and interval < self._min_interval:
+            raise RequestError(
+                "interval_too_short",
+                f"a node's quote interval is at least {self._min_interval:g} s here",
+            )
+        if not policy.pcrs and runtime_policy is None and mb_policy is None:
+            raise RequestError(
+                "no_policy", "give a PCR, runtime or measured-boot policy"
+            )
+        if uuid in self._nodes:
+            raise ConflictError("already_enrolled", f"node {uuid} is already enrolled")
+
+    async def delete(self, uuid: str, scope: str | None = None) -> None:
+        """Stop attesting and forget a node of project ``scope`` (None: of
+        any project); its outbox events remain.
+
+        Raises: NotFoundError (also for another project's node).
+        """
+        uuid = canonical_uuid(uuid)
+        if scope is not None:
+            await self._queries.get(uuid, scope)  # another project's node: 404
+        self._pending.forget(uuid)
+        self._push.drop(uuid)
+        node = self._nodes.find(uuid)
+        if node is not None:
+            self._membership.release(node)
+        if not await asyncio.to_thread(self._store.delete, uuid) and node is None:
+            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
+
+    async def revoke(
+        self, uuid: str, reason: str, detail: str, scope: str | None = None
+    ) -> NodeView:
+        """Revoke a node of project ``scope`` (None: any) on request (e.g.
+        by its tenant), whoever attests it.
+
+        Raises: NotFoundError (also for another project's node).
+        """
+        uuid = canonical_uuid(uuid)
+        await self._queries.get(uuid, scope)  # another project's node: 404
+        node = self._nodes.find(uuid)
+        if node is not None:
+            self._transitions.act(node, node.revoke(reason, detail))
+            return node.view()
+        view = await self._queries.get(uuid)
+        if view.state != NodeState.REVOKED:
+            self._transitions.revoke_stored(uuid, reason, detail)
+        return await self._queries.get(uuid)
