@@ -1,6 +1,7 @@
 """The node agent: TPM identity, quotes and the U/V payload bootstrap.
 
-At start the agent makes fresh, memory-only keys (but for its TLS key):
+At start the agent makes fresh, memory-only keys
+(:mod:`node_agent.fresh_keys`), but for its TLS key:
 
 * NK, an X25519 share-transport key: the tenant seals share U and the
   verifier seals share V to it; the agent commits to NK inside its quotes;
@@ -32,14 +33,11 @@ import ssl
 import time
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, x25519
-from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 
 from node_agent.bootstrap import BootPayload, resolve
 from node_agent.exceptions import BootstrapError, RefusedError
+from node_agent.fresh_keys import FreshKeys
 from node_agent.payload import run_payload, unwrap, write_file
 from node_agent.registration import Contact, register
 from node_agent.shares import Share as _Share
@@ -55,7 +53,6 @@ from verifier.protocol import (
     canonical_uuid,
     combine,
     open_payload,
-    open_share,
 )
 from verifier.protocol.enroller import UCandidates
 from verifier.protocol.messages.quote import QuoteAnswer
@@ -69,7 +66,6 @@ PAYLOAD_OUT = "payload.out"
 PAYLOAD_STATUS = "payload.status"
 IDENTITY_CERT = "identity.pem"
 IDENTITY_KEY = "identity-key.pem"
-_RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 
 
 class Agent:
@@ -132,16 +128,9 @@ class Agent:
         self.boot_payload = boot_payload
         self.no_payload_reason = no_payload_reason
 
-        self._nk = x25519.X25519PrivateKey.generate()
-        self.nk_public: bytes = self._nk.public_key().public_bytes(*_RAW)
-        self._identity_key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.uuid)])
-        self.csr_der: bytes = (
-            x509.CertificateSigningRequestBuilder()
-            .subject_name(subject)
-            .sign(self._identity_key, hashes.SHA256())
-            .public_bytes(serialization.Encoding.DER)
-        )
+        self._keys = FreshKeys(self.uuid)
+        self.nk_public: bytes = self._keys.nk_public
+        self.csr_der: bytes = self._keys.csr_der
         self._tls_key_pem, self.tls_cert_pem = load_or_create(
             self.work_dir, self.uuid, contact_host
         )
@@ -304,7 +293,7 @@ class Agent:
             payload_id = self.boot_payload.boot_id
         async with self._state_lock:
             self._check_not_bootstrapped()
-            value = open_share(self._nk, u_envelope, "U", self.uuid)
+            value = self._keys.open("U", u_envelope)
             share = _Share(value, payload=payload_envelope, payload_id=payload_id)
             if self._v is None:
                 offer(self._candidates, value, share)
@@ -334,10 +323,10 @@ class Agent:
                 (V discarded, U kept).
         """
         if identity_cert_pem is not None:
-            self._check_identity_cert(identity_cert_pem)
+            self._keys.check_identity_cert(identity_cert_pem)
         async with self._state_lock:
             self._check_not_bootstrapped()
-            value = open_share(self._nk, v_envelope, "V", self.uuid)
+            value = self._keys.open("V", v_envelope)
             self._v = _Share(
                 value, identity_cert=identity_cert_pem, commitment=u_commitment
             )
@@ -359,28 +348,12 @@ class Agent:
         Raises:
             EnvelopeError: it does not authenticate for this node and kind.
         """
-        return open_share(self._nk, envelope, kind, self.uuid)
+        return self._keys.open(kind, envelope)
 
     def _check_not_bootstrapped(self) -> None:
         if self.bootstrapped:
             raise RefusedError(
                 "already_bootstrapped", "this node has already been bootstrapped", 409
-            )
-
-    def _check_identity_cert(self, pem: bytes) -> None:
-        try:
-            cert = x509.load_pem_x509_certificate(pem)
-        except ValueError:
-            raise RefusedError("bad_field", "'identity_cert' is not a PEM certificate")
-        ours = self._identity_key.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-        theirs = cert.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-        if ours != theirs:
-            raise RefusedError(
-                "bad_identity_cert", "identity certificate is not for this node's key"
             )
 
     async def _try_bootstrap(self, received: str) -> bool:
@@ -435,11 +408,7 @@ class Agent:
     def _install(self, plaintext: bytes, identity_cert: bytes | None) -> None:
         os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
         if identity_cert is not None:
-            key_pem = self._identity_key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
+            key_pem = self._keys.identity_key_pem()
             write_file(self._path(IDENTITY_KEY), key_pem, 0o600)
             write_file(self._path(IDENTITY_CERT), identity_cert, 0o644)
         write_file(self._path(PAYLOAD), plaintext, 0o700)
