@@ -9,7 +9,7 @@
 
 Both private keys stay in memory: only once the bootstrap releases the
 payload is the identity key written beside its certificate, for the payload
-to use.
+to use (:class:`node_agent.payload.Installation`).
 """
 
 from __future__ import annotations
