@@ -1,6 +1,7 @@
 """The node agent: TPM identity, quotes and the U/V payload bootstrap.
 
-At start the agent makes fresh, memory-only keys (but for its TLS key):
+At start the agent makes fresh, memory-only keys
+(:mod:`node_agent.fresh_keys`), but for its TLS key:
 
 * NK, an X25519 share-transport key: the tenant seals share U and the
   verifier seals share V to it; the agent commits to NK inside its quotes;
@@ -17,30 +18,25 @@ every U received is kept as a candidate, so no one else's U can replace
 the enroller's.
 
 When both shares have arrived the agent recombines K = U xor V, decrypts
-the tenant payload, forgets U, V and K, and runs the payload if it is a
-script.
+the tenant payload, forgets U, V and K, and installs the payload, which
+runs if it is a script (:class:`node_agent.payload.Installation`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import os
 import ssl
 import time
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, x25519
-from cryptography.x509.oid import NameOID
 from oslo_config import cfg
 
 from node_agent.bootstrap import BootPayload, resolve
 from node_agent.exceptions import BootstrapError, RefusedError
-from node_agent.payload import run_payload, unwrap, write_file
+from node_agent.fresh_keys import FreshKeys
+from node_agent.payload import Installation, unwrap
 from node_agent.registration import Contact, register
 from node_agent.shares import Share as _Share
 from node_agent.shares import check_enroller, offer, select_u
@@ -55,7 +51,6 @@ from verifier.protocol import (
     canonical_uuid,
     combine,
     open_payload,
-    open_share,
 )
 from verifier.protocol.enroller import UCandidates
 from verifier.protocol.messages.quote import QuoteAnswer
@@ -63,13 +58,6 @@ from verifier.protocol.messages.quote import QuoteAnswer
 __all__ = ["Agent", "TpmAccess", "TpmLike"]
 
 LOG = logging.getLogger(__name__)
-
-PAYLOAD = "payload"
-PAYLOAD_OUT = "payload.out"
-PAYLOAD_STATUS = "payload.status"
-IDENTITY_CERT = "identity.pem"
-IDENTITY_KEY = "identity-key.pem"
-_RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
 
 
 class Agent:
@@ -132,16 +120,9 @@ class Agent:
         self.boot_payload = boot_payload
         self.no_payload_reason = no_payload_reason
 
-        self._nk = x25519.X25519PrivateKey.generate()
-        self.nk_public: bytes = self._nk.public_key().public_bytes(*_RAW)
-        self._identity_key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, self.uuid)])
-        self.csr_der: bytes = (
-            x509.CertificateSigningRequestBuilder()
-            .subject_name(subject)
-            .sign(self._identity_key, hashes.SHA256())
-            .public_bytes(serialization.Encoding.DER)
-        )
+        self._keys = FreshKeys(self.uuid)
+        self.nk_public: bytes = self._keys.nk_public
+        self.csr_der: bytes = self._keys.csr_der
         self._tls_key_pem, self.tls_cert_pem = load_or_create(
             self.work_dir, self.uuid, contact_host
         )
@@ -156,10 +137,9 @@ class Agent:
         self.bootstrapped = False
         #: ``time.monotonic()`` when the payload was decrypted (benchmarks).
         self.bootstrapped_at: float | None = None
-        self.payload_exit_code: int | None = None
         #: the last bootstrap refusal, shown by ``status()``
         self.last_error: dict[str, str] | None = None
-        self._payload_task: asyncio.Task[int | None] | None = None
+        self._payload = Installation(self.work_dir, self.uuid)
 
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> Agent:
@@ -304,7 +284,7 @@ class Agent:
             payload_id = self.boot_payload.boot_id
         async with self._state_lock:
             self._check_not_bootstrapped()
-            value = open_share(self._nk, u_envelope, "U", self.uuid)
+            value = self._keys.open("U", u_envelope)
             share = _Share(value, payload=payload_envelope, payload_id=payload_id)
             if self._v is None:
                 offer(self._candidates, value, share)
@@ -334,10 +314,10 @@ class Agent:
                 (V discarded, U kept).
         """
         if identity_cert_pem is not None:
-            self._check_identity_cert(identity_cert_pem)
+            self._keys.check_identity_cert(identity_cert_pem)
         async with self._state_lock:
             self._check_not_bootstrapped()
-            value = open_share(self._nk, v_envelope, "V", self.uuid)
+            value = self._keys.open("V", v_envelope)
             self._v = _Share(
                 value, identity_cert=identity_cert_pem, commitment=u_commitment
             )
@@ -359,28 +339,12 @@ class Agent:
         Raises:
             EnvelopeError: it does not authenticate for this node and kind.
         """
-        return open_share(self._nk, envelope, kind, self.uuid)
+        return self._keys.open(kind, envelope)
 
     def _check_not_bootstrapped(self) -> None:
         if self.bootstrapped:
             raise RefusedError(
                 "already_bootstrapped", "this node has already been bootstrapped", 409
-            )
-
-    def _check_identity_cert(self, pem: bytes) -> None:
-        try:
-            cert = x509.load_pem_x509_certificate(pem)
-        except ValueError:
-            raise RefusedError("bad_field", "'identity_cert' is not a PEM certificate")
-        ours = self._identity_key.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-        theirs = cert.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-        if ours != theirs:
-            raise RefusedError(
-                "bad_identity_cert", "identity certificate is not for this node's key"
             )
 
     async def _try_bootstrap(self, received: str) -> bool:
@@ -413,11 +377,12 @@ class Agent:
         del key
         self._u = self._v = None
         self.bootstrapped = True
-        await asyncio.to_thread(self._install, plaintext, identity_cert)
+        identity = None
+        if identity_cert is not None:
+            identity = (identity_cert, self._keys.identity_key_pem())
+        await asyncio.to_thread(self._payload.install, plaintext, identity)
         if plaintext.startswith(b"#!"):
-            self._payload_task = asyncio.create_task(
-                self._run_payload(identity_cert is not None)
-            )
+            self._payload.start(identity is not None, self.payload_timeout)
             LOG.info("payload decrypted and started for node %s", self.uuid)
         else:
             LOG.info(
@@ -432,62 +397,19 @@ class Agent:
         self.last_error = {"code": code, "message": detail}
         return RefusedError(code, detail, status)
 
-    def _install(self, plaintext: bytes, identity_cert: bytes | None) -> None:
-        os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
-        if identity_cert is not None:
-            key_pem = self._identity_key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-            write_file(self._path(IDENTITY_KEY), key_pem, 0o600)
-            write_file(self._path(IDENTITY_CERT), identity_cert, 0o644)
-        write_file(self._path(PAYLOAD), plaintext, 0o700)
-
-    def _path(self, name: str) -> str:
-        return os.path.join(self.work_dir, name)
-
-    async def _run_payload(self, with_identity: bool) -> int | None:
-        env = dict(os.environ)
-        env["TRUSTED_NODE_UUID"] = self.uuid
-        if with_identity:
-            env["TRUSTED_IDENTITY_CERT"] = self._path(IDENTITY_CERT)
-            env["TRUSTED_IDENTITY_KEY"] = self._path(IDENTITY_KEY)
-        status = await run_payload(
-            self._path(PAYLOAD),
-            self.work_dir,
-            self._path(PAYLOAD_OUT),
-            env,
-            self.payload_timeout,
-        )
-        code: int | None = status["exit_code"]
-        if "error" in status:
-            LOG.error(
-                "payload of node %s could not start: %s", self.uuid, status["error"]
-            )
-        elif status.get("timed_out"):
-            LOG.error(
-                "payload of node %s killed after %.1f s",
-                self.uuid,
-                self.payload_timeout,
-            )
-        self.payload_exit_code = code
-        await asyncio.to_thread(self._write_status, status)
-        LOG.info("payload of node %s exited with code %s", self.uuid, code)
-        return code
-
-    def _write_status(self, status: dict[str, Any]) -> None:
-        write_file(self._path(PAYLOAD_STATUS), json.dumps(status).encode(), 0o644)
-
     async def wait_payload(self) -> int | None:
         """Wait for the payload started by the bootstrap, if any.
 
         Returns:
             Its exit code (None if none was started or it could not start).
         """
-        if self._payload_task is None:
-            return None
-        return await self._payload_task
+        return await self._payload.wait()
+
+    @property
+    def payload_exit_code(self) -> int | None:
+        """The payload's exit code once it ran (None before that, or if it
+        could not start)."""
+        return self._payload.exit_code
 
     def status(self) -> dict[str, Any]:
         """The bootstrap state (never key material)."""
@@ -502,8 +424,5 @@ class Agent:
 
     async def close(self) -> None:
         """Stop a running payload wait and close the TPM connection."""
-        if self._payload_task is not None and not self._payload_task.done():
-            self._payload_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._payload_task
+        await self._payload.close()
         self.tpm.close()

@@ -150,15 +150,7 @@ async def serve(
     await runner.setup()
     try:
         if push_url is None:
-            site = web.TCPSite(
-                runner, host, agent.port, ssl_context=agent.server_ssl_context()
-            )
-            await site.start()
-            if agent.port == 0:
-                agent.port = int(runner.addresses[0][1])
-            LOG.info(
-                "node agent %s listening on https://%s:%d", agent.uuid, host, agent.port
-            )
+            await _listen(runner, agent, host)
         else:  # push mode: everything goes out to the verifier; no port
             LOG.info("node agent %s opens no port (push mode)", agent.uuid)
         registration = asyncio.create_task(
@@ -184,6 +176,21 @@ async def serve(
     finally:
         await runner.cleanup()
         await agent.close()
+
+
+async def _listen(runner: web.AppRunner, agent: Agent, host: str) -> None:
+    """Serve the agent's API over HTTPS at ``host`` and ``agent.port``; a
+    port 0 becomes the one the system picked.
+
+    Raises:
+        BootstrapError: ``ca_file`` is not set or cannot be read.
+        OSError: the port cannot be bound.
+    """
+    site = web.TCPSite(runner, host, agent.port, ssl_context=agent.server_ssl_context())
+    await site.start()
+    if agent.port == 0:
+        agent.port = int(runner.addresses[0][1])
+    LOG.info("node agent %s listening on https://%s:%d", agent.uuid, host, agent.port)
 
 
 async def _push_until(

@@ -1,15 +1,19 @@
 """Running the tenant's decrypted payload (trusted-cloud-init).
 
-A payload that starts with ``#!`` is executed in its own session, with its
-output in ``payload.out`` and its exit status in ``payload.status``; it is
-killed (with everything it started) after a timeout or when the agent
-stops.
+Once the bootstrap has decrypted it, the payload is written to the agent's
+work directory, next to the node identity (certificate and key) when the
+verifier sent one (:class:`Installation`). A payload that starts with
+``#!`` is executed in its own session, with its output in ``payload.out``
+and its exit status in ``payload.status``; it is killed (with everything it
+started) after a timeout or when the agent stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import os
 import signal
 import zlib
@@ -18,7 +22,15 @@ from typing import Any, BinaryIO
 
 from node_agent.exceptions import RefusedError
 
-__all__ = ["run_payload", "unwrap", "write_file"]
+__all__ = ["Installation", "run_payload", "unwrap", "write_file"]
+
+LOG = logging.getLogger(__name__)
+
+PAYLOAD = "payload"
+PAYLOAD_OUT = "payload.out"
+PAYLOAD_STATUS = "payload.status"
+IDENTITY_CERT = "identity.pem"
+IDENTITY_KEY = "identity-key.pem"
 
 #: a payload the boot wrapper compressed before sealing (nova_plugin.userdata)
 COMPRESSED_MAGIC = b"TCZ1"
@@ -107,3 +119,92 @@ async def _supervise(
     except TimeoutError:
         _kill_group(proc.pid)
         return {"exit_code": await proc.wait(), "timed_out": True}
+
+
+class Installation:
+    """The payload a bootstrap released, in the work directory, and its run.
+
+    The agent installs one payload in its life and runs it at most once.
+
+    Args:
+        work_dir: the agent's work directory (absolute).
+        uuid: the node UUID, told to the payload (``TRUSTED_NODE_UUID``).
+    """
+
+    def __init__(self, work_dir: str, uuid: str) -> None:
+        self.work_dir = work_dir
+        self.uuid = uuid
+        #: the payload's exit code once it ran (None before that, or if it
+        #: could not start)
+        self.exit_code: int | None = None
+        self._task: asyncio.Task[int | None] | None = None
+
+    def install(self, plaintext: bytes, identity: tuple[bytes, bytes] | None) -> None:
+        """Write the payload (0700) and the node identity, each on disk
+        before the next; blocking.
+
+        Args:
+            plaintext: the decrypted payload.
+            identity: the node's identity certificate (written 0644) and
+                private key (0600), both PEM; None: the verifier sent none.
+        """
+        os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
+        if identity is not None:
+            cert_pem, key_pem = identity
+            write_file(self._path(IDENTITY_KEY), key_pem, 0o600)
+            write_file(self._path(IDENTITY_CERT), cert_pem, 0o644)
+        write_file(self._path(PAYLOAD), plaintext, 0o700)
+
+    def start(self, with_identity: bool, timeout: float) -> None:
+        """Run the installed payload in the background (see :meth:`wait`).
+
+        Args:
+            with_identity: tell it where the identity certificate and key
+                are (``TRUSTED_IDENTITY_CERT``, ``TRUSTED_IDENTITY_KEY``).
+            timeout: seconds before it is killed.
+        """
+        self._task = asyncio.create_task(self._run(with_identity, timeout))
+
+    async def wait(self) -> int | None:
+        """Wait for the payload started, if any.
+
+        Returns:
+            Its exit code (None if none was started or it could not start).
+        """
+        if self._task is None:
+            return None
+        return await self._task
+
+    async def close(self) -> None:
+        """Stop waiting for a payload still running (which kills it)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.work_dir, name)
+
+    async def _run(self, with_identity: bool, timeout: float) -> int | None:
+        env = dict(os.environ)
+        env["TRUSTED_NODE_UUID"] = self.uuid
+        if with_identity:
+            env["TRUSTED_IDENTITY_CERT"] = self._path(IDENTITY_CERT)
+            env["TRUSTED_IDENTITY_KEY"] = self._path(IDENTITY_KEY)
+        status = await run_payload(
+            self._path(PAYLOAD), self.work_dir, self._path(PAYLOAD_OUT), env, timeout
+        )
+        code: int | None = status["exit_code"]
+        if "error" in status:
+            LOG.error(
+                "payload of node %s could not start: %s", self.uuid, status["error"]
+            )
+        elif status.get("timed_out"):
+            LOG.error("payload of node %s killed after %.1f s", self.uuid, timeout)
+        self.exit_code = code
+        await asyncio.to_thread(self._write_status, status)
+        LOG.info("payload of node %s exited with code %s", self.uuid, code)
+        return code
+
+    def _write_status(self, status: dict[str, Any]) -> None:
+        write_file(self._path(PAYLOAD_STATUS), json.dumps(status).encode(), 0o644)

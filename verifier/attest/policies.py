@@ -136,19 +136,7 @@ class PolicyStore:
         """
         _check_kind(kind)
         parsed, entries = _parse(kind, document, self._max_entries)
-        if isinstance(parsed, RuntimePolicy):
-            if name is not None and name != parsed.name:
-                raise RequestError(
-                    "bad_policy", f"'name' {name!r} differs from the policy's name"
-                )
-            name, body = parsed.name, parsed.canonical_json()
-            version: int | None = parsed.version
-        else:
-            if not isinstance(name, str) or not 0 < len(name) <= 255:
-                raise RequestError(
-                    "bad_field", "'name' must be a string of 1-255 characters"
-                )
-            body, version = canonical(parsed.to_dict()), None
+        name, body, version = self._identify(parsed, name)
         self._check_signature(body, signature)
         digest = hashlib.sha256(body).hexdigest()
         with self._quotas.lock, Session(self.engine) as session, session.begin():
@@ -156,14 +144,7 @@ class PolicyStore:
             if old is not None and old.kind == kind and old.name == name:
                 return _meta(old), False
             if version is None:
-                top = session.scalar(
-                    sa.select(sa.func.max(StoredPolicy.version)).where(
-                        StoredPolicy.project_id == project,
-                        StoredPolicy.kind == kind,
-                        StoredPolicy.name == name,
-                    )
-                )
-                version = (top or 0) + 1
+                version = self._next_version(session, project, kind, name)
             if project:
                 self._check_quotas(session, project, len(body))
             row = StoredPolicy(
@@ -190,6 +171,42 @@ class PolicyStore:
         with self._lock:
             self._cache[digest] = parsed
         return meta, True
+
+    @staticmethod
+    def _identify(parsed: Parsed, name: str | None) -> tuple[str, bytes, int | None]:
+        """The name, canonical body and version of a policy to store.
+
+        A runtime policy names and versions itself (``name``, if given, must
+        agree); a measured-boot policy takes ``name`` and gets its version
+        when stored (None here).
+
+        Raises:
+            RequestError: ``bad_policy`` (the names differ) or ``bad_field``
+                (no usable ``name`` for a measured-boot policy).
+        """
+        if isinstance(parsed, RuntimePolicy):
+            if name is not None and name != parsed.name:
+                raise RequestError(
+                    "bad_policy", f"'name' {name!r} differs from the policy's name"
+                )
+            return parsed.name, parsed.canonical_json(), parsed.version
+        if not isinstance(name, str) or not 0 < len(name) <= 255:
+            raise RequestError(
+                "bad_field", "'name' must be a string of 1-255 characters"
+            )
+        return name, canonical(parsed.to_dict()), None
+
+    @staticmethod
+    def _next_version(session: Session, project: str, kind: str, name: str) -> int:
+        """One more than the highest version ``project`` stores of ``name``."""
+        top = session.scalar(
+            sa.select(sa.func.max(StoredPolicy.version)).where(
+                StoredPolicy.project_id == project,
+                StoredPolicy.kind == kind,
+                StoredPolicy.name == name,
+            )
+        )
+        return (top or 0) + 1
 
     def _check_quotas(self, session: Session, project: str, size: int) -> None:
         count, used = session.execute(

@@ -235,12 +235,48 @@ def check_host_bound_ek(
             "instance_host_unknown",
             f"no compute host is known for instance {claimed_uuid}",
         )
+    anchors = _placed_host_ca(placed_host, host_anchors)
+    cert = _load_from_placed_host(
+        cert_der, claimed_uuid, placed_host, anchors, host_anchors
+    )
+    check_ek_certificate(cert_der, ek, anchors, now)
+    _check_names_instance(cert_der, claimed_uuid)
+    return cert
+
+
+def _placed_host_ca(
+    placed_host: str, host_anchors: Mapping[str, Sequence[x509.Certificate]]
+) -> list[x509.Certificate]:
+    """The CA certificates enrolled for ``placed_host``.
+
+    Raises:
+        EvidenceError: ``host_ca_unknown``, that host has none.
+    """
     anchors = list(host_anchors.get(placed_host, ()))
     if not anchors:
         raise EvidenceError(
             "host_ca_unknown",
             f"compute host {placed_host!r} has no enrolled vTPM CA",
         )
+    return anchors
+
+
+def _load_from_placed_host(
+    cert_der: bytes,
+    claimed_uuid: str,
+    placed_host: str,
+    anchors: Sequence[x509.Certificate],
+    host_anchors: Mapping[str, Sequence[x509.Certificate]],
+) -> x509.Certificate:
+    """Parse the EK certificate and check that the CA of the host the
+    instance was placed on (``anchors``) issued it.
+
+    Raises:
+        EvidenceError: ``ek_certificate`` (does not parse) or
+            ``ek_certificate_other_host`` (that CA did not issue it; the
+            detail names the first, by name, of the other enrolled hosts
+            whose CA did, if any).
+    """
     try:
         cert = x509.load_der_x509_certificate(cert_der)
     except ValueError as exc:
@@ -257,7 +293,17 @@ def check_host_bound_ek(
             f"EK certificate is not issued by the vTPM CA of {placed_host!r}, "
             f"the host running instance {claimed_uuid}{where}",
         )
-    check_ek_certificate(cert_der, ek, anchors, now)
+    return cert
+
+
+def _check_names_instance(cert_der: bytes, claimed_uuid: str) -> None:
+    """Check that the EK certificate's CN names the instance ``claimed_uuid``.
+
+    Raises:
+        EvidenceError: ``ek_certificate_no_instance`` (it names none) or
+            ``ek_certificate_other_instance`` (it names another one, or
+            ``claimed_uuid`` is not a UUID).
+    """
     named = named_instance(cert_der)
     if named is None:
         raise EvidenceError(
@@ -272,4 +318,3 @@ def check_host_bound_ek(
             "ek_certificate_other_instance",
             f"EK certificate names instance {named}, not {claimed}",
         )
-    return cert
