@@ -29,6 +29,7 @@ from node_agent.agent import Agent
 from node_agent.exceptions import RefusedError
 from node_agent.payload import write_file
 from verifier.common.web import allow, json_response, read_json
+from verifier.protocol import ShareKind
 from verifier.protocol.abe import (
     PublicParams,
     SealedBlob,
@@ -64,7 +65,7 @@ class AbeKeyring:
             MalformedError: the key or parameters do not decode.
             RefusedError: ``abe_key_mismatch`` (key for other parameters).
         """
-        sk = SecretKey.from_bytes(self._agent.open_transport("ABE", envelope))
+        sk = SecretKey.from_bytes(self._agent.open_transport(ShareKind.ABE, envelope))
         pp = PublicParams.from_bytes(params)
         if sk.pp_id != pp.id:
             raise RefusedError("abe_key_mismatch", "key is for other public parameters")

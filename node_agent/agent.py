@@ -47,6 +47,7 @@ from verifier.common.tpm_access import TpmAccess, TpmLike
 from verifier.protocol import (
     EnvelopeError,
     Quote,
+    ShareKind,
     bind_nonce,
     canonical_uuid,
     combine,
@@ -284,7 +285,7 @@ class Agent:
             payload_id = self.boot_payload.boot_id
         async with self._state_lock:
             self._check_not_bootstrapped()
-            value = self._keys.open("U", u_envelope)
+            value = self._keys.open(ShareKind.U, u_envelope)
             share = _Share(value, payload=payload_envelope, payload_id=payload_id)
             if self._v is None:
                 offer(self._candidates, value, share)
@@ -293,7 +294,7 @@ class Agent:
                 return False
             check_enroller(self._v, self.uuid, value, certified)
             self._u = share
-            return await self._try_bootstrap(received="U")
+            return await self._try_bootstrap(received=ShareKind.U)
 
     async def receive_v(
         self,
@@ -317,7 +318,7 @@ class Agent:
             self._keys.check_identity_cert(identity_cert_pem)
         async with self._state_lock:
             self._check_not_bootstrapped()
-            value = self._keys.open("V", v_envelope)
+            value = self._keys.open(ShareKind.V, v_envelope)
             self._v = _Share(
                 value, identity_cert=identity_cert_pem, commitment=u_commitment
             )
@@ -325,7 +326,7 @@ class Agent:
             self._u = select_u(
                 self.uuid, u_commitment, self._u, certified, self._candidates
             )
-            return await self._try_bootstrap(received="V")
+            return await self._try_bootstrap(received=ShareKind.V)
 
     @property
     def holds_v(self) -> bool:
@@ -333,7 +334,7 @@ class Agent:
         says so in each evidence post, so a lost V is sent again)."""
         return self._v is not None or self.bootstrapped
 
-    def open_transport(self, kind: str, envelope: bytes) -> bytes:
+    def open_transport(self, kind: ShareKind, envelope: bytes) -> bytes:
         """Open an envelope sealed to NK (e.g. kind ``ABE``, a CP-ABE key).
 
         Raises:
@@ -347,7 +348,7 @@ class Agent:
                 "already_bootstrapped", "this node has already been bootstrapped", 409
             )
 
-    async def _try_bootstrap(self, received: str) -> bool:
+    async def _try_bootstrap(self, received: ShareKind) -> bool:
         if self._u is None or self._v is None:
             return False
         assert self._u.payload is not None
@@ -357,7 +358,7 @@ class Agent:
                 key, self._u.payload, self._u.payload_id or self.uuid
             )
         except EnvelopeError:
-            if received == "U":
+            if received is ShareKind.U:
                 self._u = None
             else:
                 self._v = None

@@ -50,6 +50,7 @@ from node_agent.exceptions import (
 from node_agent.server import make_app
 from verifier.common import config, conventions, extras, loop_errors, version
 from verifier.protocol import MalformedError
+from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.messages.abe import AbeKeyDelivery
 
 LOG = logging.getLogger(__name__)
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             conf.agent.ima_max_bytes,
         )
         push_url = None
-        if conf.agent.attestation_mode == "push":
+        if conf.agent.attestation_mode == AttestationMode.PUSH:
             push_url = conf.agent.push_url or agent.bootstrap_push_url
             if not push_url:
                 raise BootstrapError("[agent] attestation_mode = push needs push_url")

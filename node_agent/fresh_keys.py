@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, x25519
 from cryptography.x509.oid import NameOID
 
 from node_agent.exceptions import RefusedError
-from verifier.protocol import open_share
+from verifier.protocol import ShareKind, open_share
 
 __all__ = ["FreshKeys"]
 
@@ -51,8 +51,8 @@ class FreshKeys:
             .public_bytes(serialization.Encoding.DER)
         )
 
-    def open(self, kind: str, envelope: bytes) -> bytes:
-        """Open an envelope of ``kind`` (``U``, ``V``, ``ABE``…) sealed to NK.
+    def open(self, kind: ShareKind, envelope: bytes) -> bytes:
+        """Open an envelope of ``kind`` sealed to NK.
 
         Raises:
             EnvelopeError: it does not authenticate for this node and kind.
