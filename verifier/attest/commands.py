@@ -25,6 +25,7 @@ from verifier.attest.transitions import TransitionWriter
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import PcrPolicy, canonical_uuid
 from verifier.protocol.attestation import AttestationMode
+from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = ["NodeCommands"]
 
@@ -114,19 +115,15 @@ class NodeCommands:
             return await self._pending.enrol(
                 uuid, v_share, policy, refs, project, mode, u_commitment, interval
             )
-        record = await self._registrar.get_agent(uuid)
-        if not record.activated:
-            raise ConflictError(
-                "ak_not_activated",
-                f"node {uuid} has not activated its attestation key at the registrar",
-            )
+        record = await self._activated(uuid)
+        now = self._clock()
         row = enrolment_row(
             uuid,
             v_share,
             policy,
             record,
             refs,
-            self._clock(),
+            now,
             project,
             mode,
             u_commitment,
@@ -138,6 +135,21 @@ class NodeCommands:
             self._membership.adopt(node)
         LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
         return node.view()
+
+    async def _activated(self, uuid: str) -> RegistrationRecord:
+        """The registrar's record of ``uuid``, whose AK must be activated.
+
+        Raises:
+            ConflictError: ``ak_not_activated``.
+            NotFoundError: the registrar does not know the node.
+        """
+        record = await self._registrar.get_agent(uuid)
+        if not record.activated:
+            raise ConflictError(
+                "ak_not_activated",
+                f"node {uuid} has not activated its attestation key at the registrar",
+            )
+        return record
 
     def _check(
         self,
