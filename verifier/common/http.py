@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import orjson
 
 from verifier.common import _http11
-from verifier.common._http11 import Origin, ProtocolError, Response, ResponseParser
+from verifier.common._http11 import HttpFramingError, Origin, Response, ResponseParser
 from verifier.common._http_pool import Pool
 from verifier.common.errors import TransportError
 from verifier.common.tls import PinMismatchError, check_pin
@@ -134,7 +134,7 @@ def _describe(exc: BaseException) -> str:
         return f"TLS certificate not accepted ({exc.reason}: {exc.verify_message})"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
-    if isinstance(exc, (ValueError, PinMismatchError)):
+    if isinstance(exc, (ValueError, HttpFramingError, PinMismatchError)):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
@@ -333,7 +333,7 @@ class AsyncClient(_ClientBase):
                 response = None
                 try:
                     response = await conn.exchange(prepared.data, parser)
-                except (ConnectionError, ProtocolError):
+                except (ConnectionError, HttpFramingError):
                     # a kept-alive connection the peer closed meanwhile: nothing
                     # was answered, so an idempotent request is sent once more
                     if (
