@@ -57,7 +57,7 @@ __all__ = [
 
 MAX_POLICY_CHARS = 8192
 MAX_LEAVES = 256
-MAX_DEPTH = 32
+MAX_POLICY_DEPTH = 32
 MAX_NAME = 64
 MAX_VALUE = 128
 
@@ -239,8 +239,8 @@ class _Parser:
         return Gate(len(children), tuple(children))
 
     def _atom(self, depth: int) -> Node:
-        if depth >= MAX_DEPTH:
-            raise self._fail(f"nesting of at most {MAX_DEPTH} levels")
+        if depth >= MAX_POLICY_DEPTH:
+            raise self._fail(f"nesting of at most {MAX_POLICY_DEPTH} levels")
         self._skip()
         start = self.pos
         if self.pos == len(self.text):
