@@ -17,11 +17,9 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from node_agent.exceptions import RefusedError
+from verifier.protocol.userdata import COMPRESSED_MAGIC
 
 __all__ = ["run_payload", "unwrap", "write_file"]
-
-#: a payload the boot wrapper compressed before sealing (nova_plugin.userdata)
-COMPRESSED_MAGIC = b"TCZ1"
 
 
 def write_file(path: str, data: bytes, mode: int) -> None:
