@@ -41,7 +41,7 @@ from verifier.common import tls as tlsutil
 from verifier.common.errors import TransportError
 from verifier.common.http import BlockingClient
 
-__all__ = ["PP_UUID_OID", "Verdict", "check_request", "main"]
+__all__ = ["PP_UUID_OID", "SigningDecision", "check_request", "main"]
 
 PROG = "trusted-puppet-autosign"
 PROJECT = "trusted-cloud"
@@ -50,7 +50,7 @@ _MAX_CSR = 64 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
-class Verdict:
+class SigningDecision:
     """Whether to sign, and why (the reason is shown to the operator)."""
 
     sign: bool
@@ -119,7 +119,9 @@ def _check_extras(
     return None
 
 
-def check_request(conf: cfg.ConfigOpts, certname: str, csr_pem: bytes) -> Verdict:
+def check_request(
+    conf: cfg.ConfigOpts, certname: str, csr_pem: bytes
+) -> SigningDecision:
     """Decide whether to sign ``certname``'s request.
 
     Args:
@@ -134,44 +136,44 @@ def check_request(conf: cfg.ConfigOpts, certname: str, csr_pem: bytes) -> Verdic
     try:
         template = CertnameTemplate(opts.certname_template)
     except ValueError as exc:
-        return Verdict(False, f"configuration: {exc}")
+        return SigningDecision(False, f"configuration: {exc}")
     uuid = template.uuid(certname)
     if uuid is None:
-        return Verdict(
+        return SigningDecision(
             False,
             f"certname {certname!r} does not match {opts.certname_template!r}",
         )
     csr = _parse_csr(certname, csr_pem)
     if isinstance(csr, str):
-        return Verdict(False, csr)
+        return SigningDecision(False, csr)
     problem = _check_extras(csr, uuid, opts)
     if problem:
-        return Verdict(False, problem)
+        return SigningDecision(False, problem)
     if not (opts.verifier_url and opts.cert_file and opts.key_file and opts.ca_file):
-        return Verdict(
+        return SigningDecision(
             False,
             "configuration: [puppet_autosign] verifier_url, cert_file, key_file "
             "and ca_file must be set",
         )
     url = opts.verifier_url.rstrip("/") + "/v1/nodes/" + urllib.parse.quote(uuid)
     if not url.startswith("https://"):
-        return Verdict(False, f"configuration: refusing a non-HTTPS URL: {url}")
+        return SigningDecision(False, f"configuration: refusing a non-HTTPS URL: {url}")
     try:
         context = tlsutil.client_context(opts.cert_file, opts.key_file, opts.ca_file)
         resp = BlockingClient(context, opts.timeout).request("GET", url)
     except (TransportError, OSError) as exc:
-        return Verdict(False, f"verifier unreachable: {exc}")
+        return SigningDecision(False, f"verifier unreachable: {exc}")
     data = resp.data
     if resp.status == 404:
-        return Verdict(False, f"node {uuid} is not enrolled with the verifier")
+        return SigningDecision(False, f"node {uuid} is not enrolled with the verifier")
     if resp.status != 200 or not isinstance(data, dict):
-        return Verdict(
+        return SigningDecision(
             False, f"verifier answered {resp.status} for node {uuid}: {resp.text()}"
         )
     state = data.get("state")
     if state not in opts.accepted_states:
-        return Verdict(False, f"node {uuid} is {state}, not attested")
-    return Verdict(True, f"node {uuid} is {state}")
+        return SigningDecision(False, f"node {uuid} is {state}, not attested")
+    return SigningDecision(True, f"node {uuid} is {state}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     csr_pem = sys.stdin.buffer.read(_MAX_CSR + 1)
     if len(csr_pem) > _MAX_CSR:
-        verdict = Verdict(False, "certificate request too large")
+        verdict = SigningDecision(False, "certificate request too large")
     else:
         verdict = check_request(conf, conf.certname, csr_pem)
     stream = sys.stdout if verdict else sys.stderr

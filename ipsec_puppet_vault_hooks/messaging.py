@@ -19,11 +19,19 @@ from oslo_log import log as logging
 from ipsec_puppet_vault_hooks.exceptions import EventRejectedError, HooksError
 from ipsec_puppet_vault_hooks.listener import EventHandler
 
-__all__ = ["EVENT_TYPES", "HANDLED", "REQUEUE", "MessagingEndpoint", "messaging_server"]
+__all__ = [
+    "EVENT_TYPE_FILTER",
+    "HANDLED",
+    "REQUEUE",
+    "MessagingEndpoint",
+    "messaging_server",
+]
 
 LOG = logging.getLogger(__name__)
 
-EVENT_TYPES = r"^trusted\."
+#: The event_type filter (a regex) matching the verifier's notifications
+#: (``trusted.`` + the revocation event's type).
+EVENT_TYPE_FILTER = r"^trusted\."
 HANDLED: str = oslo_messaging.NotificationResult.HANDLED
 REQUEUE: str = oslo_messaging.NotificationResult.REQUEUE
 
@@ -31,7 +39,7 @@ REQUEUE: str = oslo_messaging.NotificationResult.REQUEUE
 class MessagingEndpoint:
     """oslo.messaging notification endpoint for revocation events."""
 
-    filter_rule = oslo_messaging.NotificationFilter(event_type=EVENT_TYPES)
+    filter_rule = oslo_messaging.NotificationFilter(event_type=EVENT_TYPE_FILTER)
 
     def __init__(self, handler: EventHandler) -> None:
         self._handler = handler

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 from node_agent.exceptions import RefusedError
+from verifier.protocol.userdata import COMPRESSED_MAGIC
 
 __all__ = ["Installation", "run_payload", "unwrap", "write_file"]
 
@@ -31,9 +32,6 @@ PAYLOAD_OUT = "payload.out"
 PAYLOAD_STATUS = "payload.status"
 IDENTITY_CERT = "identity.pem"
 IDENTITY_KEY = "identity-key.pem"
-
-#: a payload the boot wrapper compressed before sealing (nova_plugin.userdata)
-COMPRESSED_MAGIC = b"TCZ1"
 
 
 def write_file(path: str, data: bytes, mode: int) -> None:

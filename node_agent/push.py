@@ -48,7 +48,7 @@ from verifier.protocol.messages.push import (
 from verifier.protocol.messages.shares import MAX_PAYLOAD_ENVELOPE, ShareU
 from verifier.protocol.push import SESSION_LABEL
 
-__all__ = ["PushError", "PushLoop", "push_ssl_context"]
+__all__ = ["PushExchangeError", "PushLoop", "push_ssl_context"]
 
 LOG = logging.getLogger(__name__)
 _TIMEOUT = 30.0
@@ -61,7 +61,7 @@ _MAX_FOLLOW_UPS = 64
 _MAX_ANSWER = MAX_ANSWER + 4 * (MAX_PAYLOAD_ENVELOPE // 3 + 1)
 
 
-class PushError(NodeAgentError):
+class PushExchangeError(NodeAgentError):
     """An exchange with the push endpoint failed.
 
     Attributes:
@@ -138,14 +138,14 @@ class PushLoop:
                 "POST", self.base + path, json=body, headers=headers
             )
         except TransportError as exc:
-            raise PushError("transport", str(exc)) from exc
+            raise PushExchangeError("transport", str(exc)) from exc
         if not answer.ok:
             error = answer.error
             if answer.status == 401:
                 self._token = None  # open a new session next time
-            raise PushError(error.code or "http", error.message, answer.status)
+            raise PushExchangeError(error.code or "http", error.message, answer.status)
         if not isinstance(answer.data, dict):
-            raise PushError("malformed", f"{path}: the answer is not an object")
+            raise PushExchangeError("malformed", f"{path}: the answer is not an object")
         return answer.data
 
     async def _quote(self, qualifying: bytes, pcrs: tuple[int, ...]) -> Quote:
@@ -205,7 +205,7 @@ class PushLoop:
         """One challenge and its evidence (with follow-ups at once).
 
         Raises:
-            PushError: refused or unreachable.
+            PushExchangeError: refused or unreachable.
             MalformedError: an answer that does not parse.
             TpmError: the TPM failed.
         """
@@ -230,7 +230,9 @@ class PushLoop:
                 self._upcoming = result.upcoming
                 return result
             challenge = result.next
-        raise PushError("too_many_follow_ups", "the verifier kept asking for more")
+        raise PushExchangeError(
+            "too_many_follow_ups", "the verifier kept asking for more"
+        )
 
     async def _receive_v(self, result: EvidenceResult) -> None:
         assert result.v is not None
@@ -257,7 +259,7 @@ class PushLoop:
         while True:
             try:
                 result = await self.round()
-            except (PushError, MalformedError, NodeAgentError) as exc:
+            except (PushExchangeError, MalformedError, NodeAgentError) as exc:
                 failures += 1
                 delay = min(_MAX_BACKOFF, self.interval * 2 ** min(failures, 6))
                 code = getattr(exc, "code", "malformed")

@@ -23,6 +23,7 @@ import uuid as uuid_mod
 
 import libvirt
 
+from verifier.protocol import MalformedError, canonical_uuid
 from vtpm_manager import domain_xml, swtpm_state
 from vtpm_manager.exceptions import (
     DomainNotFoundError,
@@ -31,20 +32,20 @@ from vtpm_manager.exceptions import (
 )
 from vtpm_manager.registrar_client import ProviderRegistrarClient
 
-__all__ = ["EnsureResult", "ManagerConfig", "VtpmManager", "canonical_uuid"]
+__all__ = ["EnsureResult", "ManagerConfig", "VtpmManager"]
 
 LOG = logging.getLogger(__name__)
 
 
-def canonical_uuid(value: str) -> str:
-    """The lower-case hyphenated form of a UUID.
+def _canonical(value: str) -> str:
+    """``value`` in the form :func:`verifier.protocol.canonical_uuid` gives.
 
     Raises:
-        VtpmError: not a UUID.
+        VtpmError: not a UUID (the message the command line shows).
     """
     try:
-        return str(uuid_mod.UUID(value))
-    except (ValueError, AttributeError, TypeError):
+        return canonical_uuid(value)
+    except MalformedError:
         raise VtpmError(f"not a UUID: {value!r}")
 
 
@@ -202,7 +203,7 @@ class VtpmManager:
         )
         info = domain_xml.parse_domain(new_xml)
         assert info.tpm is not None
-        instance = canonical_uuid(instance_uuid or info.uuid)
+        instance = _canonical(instance_uuid or info.uuid)
         secret = self._secret_value(info.tpm.secret)
         with swtpm_state.locked(self._config.swtpm_storage_dir, info.uuid):
             return self._provision(
@@ -274,10 +275,10 @@ class VtpmManager:
             RegistrarUnavailableError: the registrar stayed unreachable (the
                 state is then left alone, so the call can be repeated).
         """
-        known = self._registrar.deregister(canonical_uuid(instance_uuid))
+        known = self._registrar.deregister(_canonical(instance_uuid))
         keep = self._config.keep_state if keep_state is None else keep_state
         if not keep:
-            self._remove_state(canonical_uuid(domain_uuid))
+            self._remove_state(_canonical(domain_uuid))
         return known
 
     def undefine(
@@ -303,7 +304,7 @@ class VtpmManager:
         except libvirt.libvirtError as exc:
             raise LibvirtError(f"reading domain {domain!r}: {exc}")
         keep = self._config.keep_state if keep_state is None else keep_state
-        known = self._registrar.deregister(canonical_uuid(instance_uuid or info.uuid))
+        known = self._registrar.deregister(_canonical(instance_uuid or info.uuid))
         flags = libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
         flags |= (
             libvirt.VIR_DOMAIN_UNDEFINE_KEEP_TPM

@@ -20,7 +20,7 @@ from ipsec_puppet_vault_hooks.exceptions import HooksError
 
 __all__ = ["CrlError", "CrlIssuer", "load_crl"]
 
-SigningKey = (
+_CaKey = (
     ec.EllipticCurvePrivateKey
     | rsa.RSAPrivateKey
     | ed25519.Ed25519PrivateKey
@@ -67,7 +67,7 @@ class CrlIssuer:
     """
 
     def __init__(
-        self, cert: x509.Certificate, key: SigningKey, lifetime: datetime.timedelta
+        self, cert: x509.Certificate, key: _CaKey, lifetime: datetime.timedelta
     ) -> None:
         if key.public_key() != cert.public_key():
             raise CrlError("the CA key does not belong to the CA certificate")

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: E402
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: E402
 
-from verifier.protocol.merkle import BLOCK, BlockVerifier, seal  # noqa: E402
+from verifier.protocol.merkle import BLOCK, BlockVerifier, seal_object  # noqa: E402
 from verifier.protocol.regression import KeyRegressionOwner  # noqa: E402
 
 
@@ -56,7 +56,7 @@ def main() -> None:
     writer = ed25519.Ed25519PrivateKey.generate()
     verifier = BlockVerifier(writer.public_key())
     data = os.urandom(256 * BLOCK)
-    sealed = seal("bench", data, 0, key, writer)
+    sealed = seal_object("bench", data, 0, key, writer)
     header = sealed.header
     path = sealed.path(100)
     owner = KeyRegressionOwner("bench", length=4096)
@@ -104,7 +104,7 @@ def main() -> None:
         ),
         (
             "seal 1 MiB (256 blocks + tree + sign)",
-            timed(lambda: seal("b", data, 0, key, writer), 5, rounds),
+            timed(lambda: seal_object("b", data, 0, key, writer), 5, rounds),
             "-",
         ),
         (

@@ -48,7 +48,7 @@ __all__ = [
 #: Machine identities have no project: a target no project id matches.
 _NO_PROJECT = "-"
 _CALLER = web.RequestKey("caller", object)  # a Caller
-F = TypeVar("F", bound=Callable[..., Any])
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,10 +161,10 @@ class Auth:
         return None
 
 
-def rule(name: str) -> Callable[[F], F]:
+def rule(name: str) -> Callable[[_F], _F]:
     """Guard a handler with the policy rule ``name``."""
 
-    def mark(handler: F) -> F:
+    def mark(handler: _F) -> _F:
         handler.policy_rule = name  # type: ignore[attr-defined]
         return handler
 

@@ -32,7 +32,7 @@ from oslo_config import cfg
 from oslo_context import context
 
 from verifier.common import conventions
-from verifier.exceptions import RequestError
+from verifier.exceptions import RequestError, VerifierError
 
 __all__ = ["KeystoneAuthenticator", "KeystoneContext", "register_opts"]
 
@@ -49,7 +49,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
         conf.register_opts(opts, group=group)
 
 
-class _KeystoneUnavailableError(Exception):
+class _KeystoneUnavailableError(VerifierError):
     """auth_token answered 503: it could not ask Keystone."""
 
 

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from verifier.common import version
 from verifier.common.imagefiles import tree_files
+from verifier.exceptions import VerifierError
 from verifier.protocol import ProtocolError, jsonlimits
 from verifier.protocol.ima import (
     ImaEntry,
@@ -42,7 +43,7 @@ from verifier.protocol.ima import (
 _CHUNK = 1 << 20
 
 
-class _InputError(Exception):
+class _InputError(VerifierError):
     """A file that cannot be used; the message names it."""
 
 

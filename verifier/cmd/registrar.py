@@ -18,7 +18,7 @@ from verifier.protocol.ekcert import load_anchors
 from verifier.registrar import Registrar, make_app
 
 
-def build_auth(conf: cfg.ConfigOpts) -> tuple[Auth | None, NovaInstanceOwners | None]:
+def _build_auth(conf: cfg.ConfigOpts) -> tuple[Auth | None, NovaInstanceOwners | None]:
     """With ``[registrar] auth_strategy = keystone``: Keystone tokens on
     the read side, scoped by asking Nova whose an instance is (its
     endpoint trusted with the system's CAs and ``ca_file``)."""
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             "admin": group.admin_clients,
             "provider": group.provider_clients,
         }
-        auth, instances = build_auth(conf)
+        auth, instances = _build_auth(conf)
         app = make_app(registrar, roles, auth, instances)
         await _service.serve(app, group.host, group.port, ctx)
 

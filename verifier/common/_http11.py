@@ -6,7 +6,7 @@ socket: the same parser serves both) and says when the answer is complete.
 Every limit is enforced while reading: the header block, the number of
 header fields, the body (Content-Length, chunked or read until the
 connection closes). Anything that is not a well-formed HTTP/1.x answer
-raises :class:`ProtocolError`.
+raises :class:`HttpFramingError`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from types import MappingProxyType
 from typing import NamedTuple
 from urllib.parse import urlencode, urlsplit
 
+from verifier.common.errors import CommonError
+
 __all__ = [
     "MAX_HEAD",
     "Origin",
-    "ProtocolError",
+    "HttpFramingError",
     "Response",
     "ResponseParser",
     "authority",
@@ -41,8 +43,9 @@ _NO_FIELDS: Mapping[str, str] = MappingProxyType({})
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
-class ProtocolError(ValueError):
-    """The peer's bytes are not an acceptable HTTP/1.x answer."""
+class HttpFramingError(CommonError):
+    """The peer's bytes are not an acceptable HTTP/1.x answer (or a request
+    field would break the framing of ours)."""
 
 
 class Response(NamedTuple):
@@ -138,7 +141,7 @@ def request_bytes(
         body: the body, or None.
 
     Raises:
-        ProtocolError: a field contains CR, LF or NUL, or the target a
+        HttpFramingError: a field contains CR, LF or NUL, or the target a
             space.
     """
     fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
@@ -157,7 +160,7 @@ def request_bytes(
         or "\0" in head
         or " " in target
     ):
-        raise ProtocolError("a request field contains CR, LF, NUL or a space")
+        raise HttpFramingError("a request field contains CR, LF, NUL or a space")
     return head.encode("latin-1") + (body or b"")
 
 
@@ -197,11 +200,11 @@ class ResponseParser:
         """Take the next bytes of the answer.
 
         Raises:
-            ProtocolError: malformed, too large, or bytes after the answer.
+            HttpFramingError: malformed, too large, or bytes after the answer.
         """
         state = self._state
         if state == _DONE:
-            raise ProtocolError("bytes after the end of the answer")
+            raise HttpFramingError("bytes after the end of the answer")
         self.received += len(data)
         if state == _HEAD and not self._buf:
             # the usual case: the whole head in one read
@@ -247,13 +250,13 @@ class ResponseParser:
         """The peer closed the connection.
 
         Raises:
-            ProtocolError: the answer was not complete.
+            HttpFramingError: the answer was not complete.
         """
         if self._state == _UNTIL_CLOSE:
             self._finish(bytes(self._buf))
             self._buf.clear()
         elif self._state != _DONE:
-            raise ProtocolError(
+            raise HttpFramingError(
                 "connection closed before a complete answer"
                 if self.received
                 else "connection closed without an answer"
@@ -276,7 +279,7 @@ class ResponseParser:
             if len(buf) - pos < self._need + 2:
                 return None
             if buf[pos + self._need : pos + self._need + 2] != b"\r\n":
-                raise ProtocolError("chunk not followed by CRLF")
+                raise HttpFramingError("chunk not followed by CRLF")
             assert self._chunks is not None
             self._chunks.append(bytes(buf[pos : pos + self._need]))
             self._state = _CHUNK_SIZE
@@ -285,18 +288,18 @@ class ResponseParser:
             return self._trailer(pos)
         # UNTIL_CLOSE: keep everything until feed_eof, within the limit
         if len(buf) - pos > self._max_body:
-            raise ProtocolError(f"answer larger than {self._max_body} bytes")
+            raise HttpFramingError(f"answer larger than {self._max_body} bytes")
         return None
 
     def _head(self, pos: int) -> int | None:
         end = self._buf.find(b"\r\n\r\n", max(pos, self._scan))
         if end < 0:
             if len(self._buf) - pos > MAX_HEAD:
-                raise ProtocolError("answer header block too large")
+                raise HttpFramingError("answer header block too large")
             self._scan = max(pos, len(self._buf) - 3)
             return None
         if end - pos > MAX_HEAD:
-            raise ProtocolError("answer header block too large")
+            raise HttpFramingError("answer header block too large")
         self._parse_head(bytes(self._buf[pos:end]))
         self._scan = 0
         return end + 4
@@ -304,19 +307,19 @@ class ResponseParser:
     def _parse_head(self, head: bytes) -> None:
         text = head.decode("latin-1")
         if "\0" in text or text.count("\r\n") > _MAX_FIELDS:
-            raise ProtocolError("malformed or too many header fields")
+            raise HttpFramingError("malformed or too many header fields")
         status_line, _, fields = text.partition("\r\n")
         version, _, rest = status_line.partition(" ")
         code, _, reason = rest.partition(" ")
         if version != "HTTP/1.1" and version != "HTTP/1.0":
-            raise ProtocolError("not an HTTP/1.x answer")
+            raise HttpFramingError("not an HTTP/1.x answer")
         if len(code) != 3 or not code.isdigit() or not "100" <= code <= "599":
-            raise ProtocolError(f"bad status code {code[:10]!r}")
+            raise HttpFramingError(f"bad status code {code[:10]!r}")
         headers: dict[str, str] = {}
         for line in fields.split("\r\n") if fields else ():
             name, colon, value = line.partition(":")
             if not colon or not name or name[0] in " \t" or name[-1] in " \t":
-                raise ProtocolError("malformed header field")
+                raise HttpFramingError("malformed header field")
             key = name.lower()
             value = value.strip(" \t")
             headers[key] = f"{headers[key]}, {value}" if key in headers else value
@@ -337,9 +340,9 @@ class ResponseParser:
             self._finish(b"")
         elif coding is not None:
             if length is not None:
-                raise ProtocolError("both Transfer-Encoding and Content-Length")
+                raise HttpFramingError("both Transfer-Encoding and Content-Length")
             if coding.strip().lower() != "chunked":
-                raise ProtocolError(f"unsupported Transfer-Encoding {coding[:40]!r}")
+                raise HttpFramingError(f"unsupported Transfer-Encoding {coding[:40]!r}")
             self._state = _CHUNK_SIZE
             self._chunks = []
         elif length is not None:
@@ -347,10 +350,10 @@ class ResponseParser:
                 values = {v.strip() for v in length.split(",")}
                 length = values.pop() if len(values) == 1 else ""
             if not (length.isascii() and length.isdigit() and len(length) < 19):
-                raise ProtocolError("bad Content-Length")
+                raise HttpFramingError("bad Content-Length")
             self._need = int(length)
             if self._need > self._max_body:
-                raise ProtocolError(f"answer larger than {self._max_body} bytes")
+                raise HttpFramingError(f"answer larger than {self._max_body} bytes")
             self._state = _LENGTH
         else:
             self._reusable = False
@@ -360,15 +363,15 @@ class ResponseParser:
         end = self._buf.find(b"\r\n", pos)
         if end < 0:
             if len(self._buf) - pos > _MAX_CHUNK_LINE:
-                raise ProtocolError("chunk size line too long")
+                raise HttpFramingError("chunk size line too long")
             return None
         digits = bytes(self._buf[pos:end]).split(b";", 1)[0].strip(b" \t")
         if not _HEX.fullmatch(digits):
-            raise ProtocolError("bad chunk size")
+            raise HttpFramingError("bad chunk size")
         size = int(digits, 16)
         self._size += size
         if self._size > self._max_body:
-            raise ProtocolError(f"answer larger than {self._max_body} bytes")
+            raise HttpFramingError(f"answer larger than {self._max_body} bytes")
         self._need = size
         self._state = _CHUNK_DATA if size else _TRAILERS
         return end + 2
@@ -377,7 +380,7 @@ class ResponseParser:
         end = self._buf.find(b"\r\n", pos)
         if end < 0:
             if len(self._buf) - pos > MAX_HEAD:
-                raise ProtocolError("trailer too large")
+                raise HttpFramingError("trailer too large")
             return None
         if end == pos:  # the empty line ending the answer
             self._finish(b"".join(self._chunks or ()))
@@ -385,7 +388,7 @@ class ResponseParser:
 
     def _finish(self, body: bytes) -> None:
         if len(body) > self._max_body:
-            raise ProtocolError(f"answer larger than {self._max_body} bytes")
+            raise HttpFramingError(f"answer larger than {self._max_body} bytes")
         self.result = Response(
             self._status, self._reason, self._headers, body, self._reusable
         )

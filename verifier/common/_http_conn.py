@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
-from verifier.common._http11 import ProtocolError, Response, ResponseParser
+from verifier.common._http11 import HttpFramingError, Response, ResponseParser
 
 __all__ = ["Connection"]
 
@@ -45,7 +45,7 @@ class Connection(asyncio.Protocol):
             return
         try:
             parser.feed(data)
-        except ProtocolError as exc:
+        except HttpFramingError as exc:
             self._settle(exc)
             return
         if parser.done:
@@ -61,7 +61,7 @@ class Connection(asyncio.Protocol):
         if parser is not None and not parser.done:
             try:
                 parser.feed_eof()
-            except ProtocolError as exc:
+            except HttpFramingError as exc:
                 self._settle(exc)
                 return
             self._settle(None)
@@ -84,7 +84,7 @@ class Connection(asyncio.Protocol):
         """Write one request and wait for its answer.
 
         Raises:
-            ProtocolError: the answer is not acceptable.
+            HttpFramingError: the answer is not acceptable.
             ConnectionError: the connection was lost.
         """
         assert self.transport is not None

@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import orjson
 
 from verifier.common import _http11
-from verifier.common._http11 import Origin, ProtocolError, Response, ResponseParser
+from verifier.common._http11 import HttpFramingError, Origin, Response, ResponseParser
 from verifier.common._http_pool import Pool
 from verifier.common.errors import TransportError
 from verifier.common.tls import PinMismatchError, check_pin
@@ -51,7 +51,7 @@ __all__ = [
     "Answer",
     "AsyncClient",
     "BlockingClient",
-    "ErrorBody",
+    "Refusal",
 ]
 
 MAX_ANSWER = 8 * 1024 * 1024  # an IMA list part (4 MiB) and a firmware log
@@ -61,8 +61,10 @@ _MAX_ORIGINS = 100_000  # origins remembered per client (one per peer)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ErrorBody:
-    """What a refusal says.
+class Refusal:
+    """What a refusal says, read leniently from whatever the peer answered
+    (the checked wire form is
+    :class:`verifier.protocol.messages.errors.ErrorBody`).
 
     Attributes:
         code: the stable error code of our JSON error body, if any.
@@ -100,18 +102,18 @@ class Answer:
         return self.body[:limit].decode("utf-8", "replace").strip()
 
     @property
-    def error(self) -> ErrorBody:
+    def error(self) -> Refusal:
         """The code and message of a refusal (our JSON error body, or the
         start of whatever the peer sent)."""
         err = self.data.get("error") if isinstance(self.data, dict) else None
         if isinstance(err, dict):
             code = err.get("code")
             message = err.get("message")
-            return ErrorBody(
+            return Refusal(
                 str(code) if code is not None else None,
                 str(message) if message is not None else str(err)[:300],
             )
-        return ErrorBody(None, self.text() or f"HTTP {self.status}")
+        return Refusal(None, self.text() or f"HTTP {self.status}")
 
 
 @dataclasses.dataclass(slots=True)
@@ -134,7 +136,7 @@ def _describe(exc: BaseException) -> str:
         return f"TLS certificate not accepted ({exc.reason}: {exc.verify_message})"
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
-    if isinstance(exc, (ValueError, PinMismatchError)):
+    if isinstance(exc, (ValueError, HttpFramingError, PinMismatchError)):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
@@ -333,7 +335,7 @@ class AsyncClient(_ClientBase):
                 response = None
                 try:
                     response = await conn.exchange(prepared.data, parser)
-                except (ConnectionError, ProtocolError):
+                except (ConnectionError, HttpFramingError):
                     # a kept-alive connection the peer closed meanwhile: nothing
                     # was answered, so an idempotent request is sent once more
                     if (

@@ -23,6 +23,8 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import IO
 
+from verifier.common.errors import CommonError
+
 __all__ = ["Digests", "ImageFilesError", "cpio_files", "tar_files", "tree_files"]
 
 _CHUNK = 1 << 20
@@ -30,7 +32,7 @@ _CHUNK = 1 << 20
 Digests = set[tuple[str, bytes]]
 
 
-class ImageFilesError(Exception):
+class ImageFilesError(CommonError):
     """The image's root directory or archive cannot be read."""
 
 

@@ -36,8 +36,8 @@ __all__ = ["TransportFailureLog", "guarded", "install", "is_transport_failure"]
 
 LOG = logging.getLogger(__name__)
 
-Handler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
-T = TypeVar("T")
+_ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+_T = TypeVar("_T")
 
 _ASYNCIO_DIR = os.path.dirname(asyncio.__file__)
 #: The event loop's own transport code: uvloop's Cython sources name their
@@ -91,7 +91,7 @@ class TransportFailureLog:
 
     def __init__(
         self,
-        previous: Handler | None = None,
+        previous: _ExceptionHandler | None = None,
         interval: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -146,7 +146,7 @@ def install(loop: asyncio.AbstractEventLoop | None = None) -> TransportFailureLo
     return handler
 
 
-async def guarded(main: Awaitable[T]) -> T:
+async def guarded(main: Awaitable[_T]) -> _T:
     """Await ``main`` with a :class:`TransportFailureLog` on the running
     loop: what each service's entry point runs (``uvloop.run(guarded(...))``)."""
     install()

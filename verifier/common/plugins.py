@@ -78,7 +78,7 @@ class Notifier(abc.ABC):
         """Release connections (default: nothing to release)."""
 
 
-class InstanceHookError(Exception):
+class InstanceHookError(CommonError):
     """A hook failed; the listener logs it and goes on."""
 
 

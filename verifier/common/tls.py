@@ -18,6 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from verifier.common.errors import CommonError
+
 __all__ = [
     "PinMismatchError",
     "check_pin",
@@ -165,8 +167,12 @@ def pinned_der(cert_pem: str) -> bytes:
     )
 
 
-class PinMismatchError(ssl.SSLError):
-    """The peer's certificate is not the pinned one."""
+class PinMismatchError(ssl.SSLError, CommonError):
+    """The peer's certificate is not the pinned one.
+
+    Also an :class:`ssl.SSLError`: it fails the connection like any other
+    TLS failure (an ``OSError`` to the connection code).
+    """
 
 
 def check_pin(ssl_object: ssl.SSLObject | ssl.SSLSocket | None, pin: bytes) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 
 from tpm2_pytss import (
@@ -50,6 +49,7 @@ from verifier.common.tpm_templates import (
     same_public,
     sha256_selection,
 )
+from verifier.protocol.quote import Quote
 
 #: EK types tried per algorithm, in order: (template name, NV cert index,
 #: persistent handle where the TCG profile / swtpm_setup store that EK).
@@ -65,21 +65,6 @@ _PCR_READ_MAX = 8
 _QUOTE_ATTEMPTS = 3
 #: Use the AK's own signing scheme.
 _NULL_SCHEME = TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL)
-
-
-@dataclass(frozen=True)
-class Quote:
-    """A TPM2_Quote result.
-
-    Attributes:
-        attest: Raw TPMS_ATTEST bytes (the signed data, without size prefix).
-        signature: Marshalled TPMT_SIGNATURE over ``attest``.
-        pcr_values: SHA-256 bank values of the quoted PCRs, by index.
-    """
-
-    attest: bytes
-    signature: bytes
-    pcr_values: dict[int, bytes]
 
 
 @contextlib.contextmanager
@@ -394,7 +379,8 @@ class Tpm:
             pcrs: PCR indices to quote.
 
         Returns:
-            The quote, its signature and the matching PCR values.
+            The quote, its signature and the matching PCR values, in the
+            form the agent hands over (:class:`verifier.protocol.Quote`).
 
         Raises:
             TpmError: On TSS failure or if the PCRs keep changing.

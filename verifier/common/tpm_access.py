@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 __all__ = ["TpmAccess", "TpmLike"]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class _QuoteLike(Protocol):
@@ -65,7 +65,7 @@ class TpmAccess:
         self._tpm: TpmLike | None = None
         self._lock = asyncio.Lock()
 
-    def _call(self, operation: Callable[[TpmLike], T]) -> T:
+    def _call(self, operation: Callable[[TpmLike], _T]) -> _T:
         if self._shared:
             tpm = self._factory()
             try:
@@ -76,7 +76,7 @@ class TpmAccess:
             self._tpm = self._factory()
         return operation(self._tpm)
 
-    async def run(self, operation: Callable[[TpmLike], T]) -> T:
+    async def run(self, operation: Callable[[TpmLike], _T]) -> _T:
         """Run ``operation(tpm)`` in a thread, alone.
 
         Raises:

@@ -10,7 +10,6 @@ never a traceback. Every response carries a request id, and
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
@@ -116,14 +115,10 @@ def json_response(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def allow(*roles: str, anonymous: bool = False) -> Callable[[F], F]:
+def allow(*roles: str, anonymous: bool = False) -> Callable[[_F], _F]:
     """Mark a handler as callable only by clients in one of ``roles``.
 
     Args:
@@ -133,7 +128,7 @@ def allow(*roles: str, anonymous: bool = False) -> Callable[[F], F]:
             authenticate them by other means, e.g. a TPM).
     """
 
-    def mark(handler: F) -> F:
+    def mark(handler: _F) -> _F:
         handler.roles = frozenset(roles)  # type: ignore[attr-defined]
         handler.anonymous = anonymous  # type: ignore[attr-defined]
         return handler

@@ -8,7 +8,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from verifier.exceptions import ConfigError
-from verifier.protocol.capability import KEY_BYTES
+from verifier.protocol.capability import CAPABILITY_KEY_BYTES
 
 __all__ = ["load_mac_key", "load_public_key"]
 
@@ -27,14 +27,16 @@ def load_mac_key(path: str, create: bool = True) -> bytes:
             pass  # another process created it meanwhile
         else:
             with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(KEY_BYTES))
+                f.write(os.urandom(CAPABILITY_KEY_BYTES))
     try:
         with open(path, "rb") as f:
             key = f.read()
     except OSError as exc:
         raise ConfigError(f"capability key {path}: {exc}")
-    if len(key) != KEY_BYTES:
-        raise ConfigError(f"capability key {path} must hold {KEY_BYTES} bytes")
+    if len(key) != CAPABILITY_KEY_BYTES:
+        raise ConfigError(
+            f"capability key {path} must hold {CAPABILITY_KEY_BYTES} bytes"
+        )
     return key
 
 

@@ -34,6 +34,7 @@ import oslo_messaging
 
 from verifier.common.errors import TransportError
 from verifier.common.http import BlockingClient
+from verifier.exceptions import VerifierError
 from verifier.nova_listener.hooks import (
     InstanceHook,
     InstanceHookError,
@@ -66,7 +67,7 @@ PLACED_EVENTS = frozenset(
 )
 
 
-class ListenerError(Exception):
+class ListenerError(VerifierError):
     """The verifier could not be reached or failed (worth a retry)."""
 
 

@@ -21,11 +21,9 @@ from oslo_config import cfg
 from oslo_policy import policy
 
 from verifier.policies import base, nodes, resources
+from verifier.policies.base import ALL_PROJECTS
 
 __all__ = ["ALL_PROJECTS", "get_enforcer", "list_rules", "make_enforcer"]
-
-#: The rule that lets a caller act on every project's resources.
-ALL_PROJECTS = base.ALL_PROJECTS
 
 
 def list_rules() -> list[policy.RuleDefault]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
+#: The rule that lets a caller act on every project's resources.
 ALL_PROJECTS = "attestation:all_projects"
 
 ADMIN = "rule:admin"

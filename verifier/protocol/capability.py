@@ -35,7 +35,7 @@ from verifier.protocol.envelope import canonical_uuid
 from verifier.protocol.errors import EvidenceError, MalformedError
 
 __all__ = [
-    "KEY_BYTES",
+    "CAPABILITY_KEY_BYTES",
     "RIGHTS",
     "Capability",
     "CapabilityChecker",
@@ -43,7 +43,7 @@ __all__ = [
     "issue",
 ]
 
-KEY_BYTES = 32
+CAPABILITY_KEY_BYTES = 32
 NONCE_BYTES = 16
 MAC_BYTES = 32
 RIGHTS = frozenset("rwj")  # read, write, join (a key group)
@@ -201,8 +201,8 @@ def _mac(key: bytes, body: bytes) -> bytes:
 
 
 def _check_key(key: bytes) -> bytes:
-    if not isinstance(key, bytes) or len(key) != KEY_BYTES:
-        raise ValueError(f"capability key must be {KEY_BYTES} bytes")
+    if not isinstance(key, bytes) or len(key) != CAPABILITY_KEY_BYTES:
+        raise ValueError(f"capability key must be {CAPABILITY_KEY_BYTES} bytes")
     return key
 
 

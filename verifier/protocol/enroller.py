@@ -42,7 +42,7 @@ COMMITMENT_BYTES = 32
 #: Distinct U a node keeps before V says which one is its enroller's.
 MAX_CANDIDATES = 16
 _DOMAIN = b"trusted-cloud share-U commitment v1\x00"
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class ShareNotFromEnrollerError(EvidenceError):
@@ -84,7 +84,7 @@ def check_u(commitment: bytes, uuid: str, u: bytes) -> None:
         raise ShareNotFromEnrollerError(uuid)
 
 
-class UCandidates(Generic[T]):
+class UCandidates(Generic[_T]):
     """The shares U a node received before V, keyed by their commitment.
 
     The same U offered again replaces its earlier offer (a tenant's retry);
@@ -99,7 +99,7 @@ class UCandidates(Generic[T]):
     def __init__(self, uuid: str, limit: int = MAX_CANDIDATES) -> None:
         self._uuid = uuid
         self._limit = limit
-        self._items: dict[bytes, tuple[bytes, T]] = {}
+        self._items: dict[bytes, tuple[bytes, _T]] = {}
 
     def __len__(self) -> int:
         return len(self._items)
@@ -107,7 +107,7 @@ class UCandidates(Generic[T]):
     def __iter__(self) -> Iterator[bytes]:
         return iter(self._items)
 
-    def offer(self, u: bytes, extra: T) -> None:
+    def offer(self, u: bytes, extra: _T) -> None:
         """Keep ``u`` (with ``extra``, e.g. its payload) until V comes.
 
         Raises:
@@ -119,7 +119,7 @@ class UCandidates(Generic[T]):
             raise TooManySharesError(self._limit)
         self._items[key] = (u, extra)
 
-    def take(self, commitment: bytes) -> tuple[bytes, T] | None:
+    def take(self, commitment: bytes) -> tuple[bytes, _T] | None:
         """The U matching ``commitment`` and its extra, or None; every
         other candidate is forgotten either way."""
         found = self._items.get(commitment)

@@ -24,7 +24,7 @@ import math
 import re
 from typing import Any
 
-from verifier.protocol.errors import MalformedError
+from verifier.protocol.errors import MalformedError, ProtocolError
 
 __all__ = ["MAX_DEPTH", "MAX_INT", "MIN_INT", "loads", "too_deep"]
 
@@ -44,7 +44,7 @@ _PAIRS = (b"[]", b"{}", b"[}", b"{]")
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 
 
-class _RefusedError(ValueError):
+class _BadLiteralError(ProtocolError):
     """A literal out of range (turned into MalformedError by loads)."""
 
 
@@ -70,24 +70,24 @@ def too_deep(text: bytes, max_depth: int) -> bool:
 
 def _parse_int(literal: str) -> int:
     if len(literal) > _MAX_INT_DIGITS:
-        raise _RefusedError(f"integer {literal[:24]}... is out of range")
+        raise _BadLiteralError(f"integer {literal[:24]}... is out of range")
     value = int(literal)
     if not MIN_INT <= value <= MAX_INT:
-        raise _RefusedError(f"integer {literal} is out of range")
+        raise _BadLiteralError(f"integer {literal} is out of range")
     return value
 
 
 def _parse_float(literal: str) -> float:
     if len(literal) > 64:
-        raise _RefusedError(f"number {literal[:24]}... is too long")
+        raise _BadLiteralError(f"number {literal[:24]}... is too long")
     value = float(literal)
     if not math.isfinite(value):
-        raise _RefusedError(f"number {literal} is not finite")
+        raise _BadLiteralError(f"number {literal} is not finite")
     return value
 
 
 def _parse_constant(name: str) -> Any:
-    raise _RefusedError(f"{name} is not JSON")
+    raise _BadLiteralError(f"{name} is not JSON")
 
 
 def loads(
@@ -127,7 +127,7 @@ def loads(
             parse_float=_parse_float,
             parse_constant=_parse_constant,
         )
-    except _RefusedError as exc:
+    except _BadLiteralError as exc:
         raise MalformedError(what, str(exc)) from None
     except json.JSONDecodeError as exc:
         raise MalformedError(

@@ -48,7 +48,7 @@ from verifier.protocol.errors import EvidenceError, MalformedError
 
 __all__ = ["Entry", "LkhError", "LkhMember", "LkhTree", "RekeyMessage", "Welcome"]
 
-KEY_BYTES = 32
+_KEY_BYTES = 32
 NodeId = tuple[int, int]  # (level, index); leaves are level 0
 _MAGIC = b"LKH1"
 _HEAD = struct.Struct(">QBI")  # epoch, height, root version
@@ -182,8 +182,8 @@ class Welcome:
             )
         except (AssertionError, KeyError, TypeError, ValueError) as exc:
             raise MalformedError("welcome", f"bad fields: {exc}")
-        if any(len(k) != KEY_BYTES for _, k in w.keys.values()):
-            raise MalformedError("welcome", f"keys must be {KEY_BYTES} bytes")
+        if any(len(k) != _KEY_BYTES for _, k in w.keys.values()):
+            raise MalformedError("welcome", f"keys must be {_KEY_BYTES} bytes")
         return w
 
 
@@ -220,7 +220,7 @@ class LkhTree:
 
     def _fresh(self) -> tuple[int, bytes]:
         self._versions += 1
-        return self._versions, os.urandom(KEY_BYTES)
+        return self._versions, os.urandom(_KEY_BYTES)
 
     # -- queries -----------------------------------------------------------
 

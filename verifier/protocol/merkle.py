@@ -35,7 +35,7 @@ __all__ = [
     "SealedObject",
     "auth_path",
     "merkle_root",
-    "seal",
+    "seal_object",
 ]
 
 BLOCK = 4096
@@ -164,7 +164,7 @@ def _aad(obj: str, version: int, index: int) -> bytes:
     return json.dumps([obj, version, index]).encode()
 
 
-def seal(
+def seal_object(
     obj: str,
     data: bytes,
     version: int,

@@ -35,6 +35,7 @@ from verifier.protocol.errors import MalformedError
 
 __all__ = [
     "BOOTSTRAP_PATH",
+    "COMPRESSED_MAGIC",
     "MAX_BOOTSTRAP_BYTES",
     "MAX_USER_DATA_INFLATED",
     "PAYLOAD_TYPE",
@@ -50,6 +51,10 @@ MAX_BOOTSTRAP_BYTES = 256 * 1024
 #: The largest user-data accepted once un-gzipped (Nova keeps at most
 #: 49,149 raw bytes; the payload inside is compressed already).
 MAX_USER_DATA_INFLATED = 1 << 20
+#: Prefix of a payload plaintext the boot wrapper zlib-compressed before
+#: sealing it (``nova_plugin.userdata`` writes it, ``node_agent.payload``
+#: undoes it).
+COMPRESSED_MAGIC = b"TCZ1"
 _VERSION = 1
 _STRUCTURE = "bootstrap configuration"
 

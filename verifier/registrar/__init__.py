@@ -6,6 +6,6 @@ credential, proving that one TPM holds both keys.
 """
 
 from verifier.registrar.app import make_app
-from verifier.registrar.service import AgentRecord, ProviderEkRecord, Registrar
+from verifier.registrar.service import AgentRecord, Registrar, StoredProviderEk
 
-__all__ = ["AgentRecord", "ProviderEkRecord", "Registrar", "make_app"]
+__all__ = ["AgentRecord", "Registrar", "StoredProviderEk", "make_app"]

@@ -27,15 +27,15 @@ from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.ekcert import load_host_ca
 from verifier.protocol.errors import MalformedError
-from verifier.protocol.messages.provider import check_host_name as _check_host
+from verifier.protocol.messages.provider import check_host_name as _check_field
 
-__all__ = ["HostBinding", "HostRegistry", "check_host_name", "forget_pending"]
+__all__ = ["HostBinding", "HostRegistry", "forget_pending"]
 
 
-def check_host_name(host: str) -> str:
+def _check_host_name(host: str) -> str:
     """Raises: RequestError (400 ``bad_host``) for a name that is no host."""
     try:
-        _check_host("compute host", "host", host)
+        _check_field("compute host", "host", host)
     except MalformedError as exc:
         raise RequestError("bad_host", exc.detail)
     return host
@@ -79,7 +79,7 @@ class HostRegistry:
             RequestError: ``bad_host`` or (400) ``bad_host_ca`` naming why
                 the PEM is no CA certificate; nothing is stored then.
         """
-        check_host_name(host)
+        _check_host_name(host)
         try:
             load_host_ca(ca_pem.encode())
         except (MalformedError, UnicodeError) as exc:
@@ -95,7 +95,7 @@ class HostRegistry:
 
     def get_host_ca(self, host: str) -> HostCaRecord:
         """Raises: NotFoundError (``unknown_host``)."""
-        check_host_name(host)
+        _check_host_name(host)
         with Session(self._engine) as session:
             row = session.get(HostCa, host)
             if row is None:
@@ -104,7 +104,7 @@ class HostRegistry:
 
     def delete_host_ca(self, host: str) -> None:
         """Raises: NotFoundError (``unknown_host``)."""
-        check_host_name(host)
+        _check_host_name(host)
         with Session(self._engine) as session, session.begin():
             row = session.get(HostCa, host)
             if row is None:
@@ -120,7 +120,7 @@ class HostRegistry:
         certificate, which resize and cold migration carry along).
         """
         uuid = canonical_uuid(uuid)
-        check_host_name(host)
+        _check_host_name(host)
         with Session(self._engine) as session, session.begin():
             row = session.get(InstancePlacement, uuid)
             created = row is None

@@ -74,7 +74,7 @@ class Registration:
 
 
 @dataclasses.dataclass(frozen=True)
-class ProviderEkRecord:
+class StoredProviderEk:
     """A vTPM's EK registered by the provider under the instance UUID."""
 
     uuid: str
@@ -83,7 +83,7 @@ class ProviderEkRecord:
     provider: str
 
     @classmethod
-    def from_row(cls, row: ProviderEk) -> ProviderEkRecord:
+    def from_row(cls, row: ProviderEk) -> StoredProviderEk:
         return cls(row.uuid, row.ek_public, row.ek_certificate, row.provider)
 
 
@@ -447,7 +447,7 @@ class Registrar:
             )
         return True
 
-    def get_provider_ek(self, uuid: str) -> ProviderEkRecord:
+    def get_provider_ek(self, uuid: str) -> StoredProviderEk:
         """Raises: NotFoundError."""
         uuid = canonical_uuid(uuid)
         with Session(self._engine) as session:
@@ -456,7 +456,7 @@ class Registrar:
                 raise NotFoundError(
                     "unknown_instance", f"no vTPM EK is registered for {uuid}"
                 )
-            return ProviderEkRecord.from_row(row)
+            return StoredProviderEk.from_row(row)
 
     def delete_provider_ek(self, uuid: str) -> None:
         """Forget an instance: its provider EK and any agent registration.

@@ -80,7 +80,7 @@ class _AutosignTestBase(base.BaseTestCase):
         for key, value in kw.items():
             self.conf.set_override(key, value, group="puppet_autosign")
 
-    def check(self, certname: str, csr: bytes) -> autosign.Verdict:
+    def check(self, certname: str, csr: bytes) -> autosign.SigningDecision:
         return autosign.check_request(self.conf, certname, csr)
 
 

@@ -43,7 +43,7 @@ from verifier.protocol.abe import _codec as c
 from verifier.protocol.abe.errors import AbeError, PolicyError
 from verifier.protocol.abe.policy import (
     Attribute,
-    Node,
+    PolicyNode,
     leaves,
     parse_attribute,
     parse_attributes,
@@ -201,7 +201,7 @@ class Ciphertext:
     c_tilde: GT | None = None
 
     @functools.cached_property
-    def tree(self) -> Node:
+    def tree(self) -> PolicyNode:
         """The parsed policy."""
         return parse_policy(self.policy)
 
@@ -298,7 +298,7 @@ def keygen(msk: MasterKey, attributes: Iterable[str | Attribute]) -> SecretKey:
     return SecretKey(msk.pp_id, d, components)
 
 
-def _share(node: Node, secret: Fr, out: list[Fr]) -> None:
+def _share(node: PolicyNode, secret: Fr, out: list[Fr]) -> None:
     """Append the leaf shares of ``secret`` over ``node``, depth-first."""
     if isinstance(node, Attribute):
         out.append(secret)
@@ -366,7 +366,9 @@ def _lagrange(chosen: list[int]) -> list[Fr]:
 _Plan = list[tuple[int, Attribute, Fr | None]]
 
 
-def _plan(node: Node, attrs: frozenset[Attribute], index: list[int]) -> _Plan | None:
+def _plan(
+    node: PolicyNode, attrs: frozenset[Attribute], index: list[int]
+) -> _Plan | None:
     """Cheapest set of leaves (index, attribute, weight) that opens ``node``."""
     if isinstance(node, Attribute):
         i = index[0]

@@ -47,7 +47,7 @@ __all__ = [
     "MAX_POLICY_CHARS",
     "Attribute",
     "Gate",
-    "Node",
+    "PolicyNode",
     "leaves",
     "parse_attribute",
     "parse_attributes",
@@ -57,7 +57,7 @@ __all__ = [
 
 MAX_POLICY_CHARS = 8192
 MAX_LEAVES = 256
-MAX_DEPTH = 32
+MAX_POLICY_DEPTH = 32
 MAX_NAME = 64
 MAX_VALUE = 128
 
@@ -108,10 +108,10 @@ class Gate:
     """
 
     k: int
-    children: tuple[Node, ...]
+    children: tuple[PolicyNode, ...]
 
 
-Node = Gate | Attribute
+PolicyNode = Gate | Attribute
 
 
 def _fail(structure: str, text: str, pos: int, expected: str) -> PolicyError:
@@ -214,7 +214,7 @@ class _Parser:
             return True
         return False
 
-    def parse(self) -> Node:
+    def parse(self) -> PolicyNode:
         self._skip()
         if self.pos == len(self.text):
             raise self._fail("an attribute, '(' or a threshold")
@@ -224,13 +224,13 @@ class _Parser:
             raise self._fail("'and', 'or' or end of policy")
         return node
 
-    def _or(self, depth: int) -> Node:
+    def _or(self, depth: int) -> PolicyNode:
         children = [self._and(depth)]
         while self._keyword("or"):
             children.append(self._and(depth))
         return children[0] if len(children) == 1 else Gate(1, tuple(children))
 
-    def _and(self, depth: int) -> Node:
+    def _and(self, depth: int) -> PolicyNode:
         children = [self._atom(depth)]
         while self._keyword("and"):
             children.append(self._atom(depth))
@@ -238,9 +238,9 @@ class _Parser:
             return children[0]
         return Gate(len(children), tuple(children))
 
-    def _atom(self, depth: int) -> Node:
-        if depth >= MAX_DEPTH:
-            raise self._fail(f"nesting of at most {MAX_DEPTH} levels")
+    def _atom(self, depth: int) -> PolicyNode:
+        if depth >= MAX_POLICY_DEPTH:
+            raise self._fail(f"nesting of at most {MAX_POLICY_DEPTH} levels")
         self._skip()
         start = self.pos
         if self.pos == len(self.text):
@@ -264,7 +264,7 @@ class _Parser:
             raise self._fail(f"at most {MAX_LEAVES} attributes", start)
         return attr
 
-    def _threshold(self, m: re.Match[str], depth: int) -> Node:
+    def _threshold(self, m: re.Match[str], depth: int) -> PolicyNode:
         start = self.pos
         if len(m.group()) > 3:
             raise self._fail("a threshold of at most 3 digits")
@@ -286,7 +286,7 @@ class _Parser:
         return Gate(k, tuple(children))
 
 
-def parse_policy(text: str) -> Node:
+def parse_policy(text: str) -> PolicyNode:
     """Parse a policy string into a tree of gates and attributes.
 
     Args:
@@ -306,7 +306,7 @@ def parse_policy(text: str) -> Node:
     return _Parser(text).parse()
 
 
-def leaves(node: Node) -> Iterator[Attribute]:
+def leaves(node: PolicyNode) -> Iterator[Attribute]:
     """The attributes of a policy tree, depth-first, left to right."""
     if isinstance(node, Attribute):
         yield node
@@ -315,7 +315,7 @@ def leaves(node: Node) -> Iterator[Attribute]:
         yield from leaves(child)
 
 
-def satisfies(policy: Node | str, attributes: Iterable[str | Attribute]) -> bool:
+def satisfies(policy: PolicyNode | str, attributes: Iterable[str | Attribute]) -> bool:
     """Whether an attribute set satisfies a policy (plain boolean check).
 
     Args:
@@ -326,7 +326,7 @@ def satisfies(policy: Node | str, attributes: Iterable[str | Attribute]) -> bool
     return _sat(node, parse_attributes(attributes))
 
 
-def _sat(node: Node, attrs: frozenset[Attribute]) -> bool:
+def _sat(node: PolicyNode, attrs: frozenset[Attribute]) -> bool:
     if isinstance(node, Attribute):
         return node in attrs
     return sum(1 for c in node.children if _sat(c, attrs)) >= node.k

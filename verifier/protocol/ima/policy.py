@@ -52,6 +52,8 @@ __all__ = [
     "Failure",
     "ImaKey",
     "RuntimePolicy",
+    "SigningKey",
+    "VerifyingKey",
     "check",
     "evaluate",
     "sign",
@@ -466,6 +468,7 @@ def check(
         )
 
 
+#: The keys a runtime policy is signed and verified with.
 SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
 VerifyingKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
 

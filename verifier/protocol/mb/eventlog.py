@@ -33,9 +33,9 @@ from verifier.protocol.errors import MalformedError
 __all__ = [
     "ALGORITHMS",
     "CRYPTO_AGILE",
+    "EVENT_TYPE_NAMES",
     "HASHLIB_NAMES",
     "LEGACY_SHA1",
-    "EVENT_TYPES",
     "EV_EFI_ACTION",
     "EV_EFI_BOOT_SERVICES_APPLICATION",
     "EV_EFI_BOOT_SERVICES_DRIVER",
@@ -94,7 +94,8 @@ EV_EFI_VARIABLE_AUTHORITY = 0x800000E0
 EV_EFI_SPDM_FIRMWARE_BLOB = 0x800000E1
 EV_EFI_SPDM_FIRMWARE_CONFIG = 0x800000E2
 
-EVENT_TYPES: dict[int, str] = {
+#: Event type -> its ``EV_*`` name.
+EVENT_TYPE_NAMES: dict[int, str] = {
     value: name
     for name, value in sorted(globals().items())
     if name.startswith("EV_") and isinstance(value, int)
@@ -135,7 +136,7 @@ _LEGACY_HEADER = struct.Struct("<II20sI")
 
 def event_type_name(event_type: int) -> str:
     """``EV_*`` name of ``event_type``, or ``EV_UNKNOWN_0x...``."""
-    return EVENT_TYPES.get(event_type, f"EV_UNKNOWN_{event_type:#x}")
+    return EVENT_TYPE_NAMES.get(event_type, f"EV_UNKNOWN_{event_type:#x}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import dataclasses
 import re
 from typing import Any
 
+from verifier.protocol.ekcert import MAX_HOST_CA_PEM
 from verifier.protocol.errors import FieldError, MalformedError
 from verifier.protocol.messages._fields import (
     MAX_TPM_PUBLIC,
@@ -210,10 +211,6 @@ def check_host_name(structure: str, name: str, value: object) -> None:
             "a compute host name is 1-255 letters, digits, '.', '_' or '-' "
             "starting with a letter or digit",
         )
-
-
-#: Largest host CA PEM on the wire (as :data:`ekcert.MAX_HOST_CA_PEM`).
-MAX_HOST_CA_PEM = 32 * 1024
 
 
 @dataclasses.dataclass(frozen=True)

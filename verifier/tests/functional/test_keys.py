@@ -32,7 +32,7 @@ from trusted_testing.e2e import Http
 from trusted_testing.keyservice import capability_sections, start_keyservice
 from verifier.protocol import PcrPolicy
 from verifier.protocol.lkh import LkhError
-from verifier.protocol.merkle import BlockVerifier, seal
+from verifier.protocol.merkle import BlockVerifier, seal_object
 from verifier.protocol.regression import RegressionError
 
 PAYLOAD = b"#!/bin/sh\ntrue\n"
@@ -337,7 +337,9 @@ class KeysEndToEndTest(testtools.TestCase):
             n.uuid: self.arun(clients[n.uuid].filegroup_state("docs"))
             for n in (a, victim)
         }
-        old = seal("report", os.urandom(3 * 4096 + 7), 0, states[a.uuid].key(0), writer)
+        old = seal_object(
+            "report", os.urandom(3 * 4096 + 7), 0, states[a.uuid].key(0), writer
+        )
 
         self.revoke(victim)
         new_a = self.arun(clients[a.uuid].follow(groups[a.uuid]))
@@ -361,7 +363,9 @@ class KeysEndToEndTest(testtools.TestCase):
 
         fresh = self.arun(clients[a.uuid].filegroup_state("docs"))
         self.assertEqual(1, fresh.version)
-        new = seal("minutes", b"written after the revocation", 1, fresh.key(1), writer)
+        new = seal_object(
+            "minutes", b"written after the revocation", 1, fresh.key(1), writer
+        )
         verifier = BlockVerifier(writer.public_key())
         for sealed in (old, new):  # old data is read without re-encryption
             for i in range(sealed.header.blocks):

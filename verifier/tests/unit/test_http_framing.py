@@ -8,7 +8,7 @@ import sys
 
 import testtools
 
-from verifier.common._http11 import MAX_HEAD, ProtocolError, Response, ResponseParser
+from verifier.common._http11 import MAX_HEAD, HttpFramingError, Response, ResponseParser
 
 
 class ResponseParserTest(testtools.TestCase):
@@ -53,15 +53,15 @@ class ResponseParserTest(testtools.TestCase):
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
             b"0x3\r\nabc\r\n0\r\n\r\n"
         )
-        self.assertRaises(ProtocolError, self.parse, raw)
+        self.assertRaises(HttpFramingError, self.parse, raw)
 
     def test_conflicting_content_lengths_are_refused(self) -> None:
         raw = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"
-        self.assertRaises(ProtocolError, self.parse, raw)
+        self.assertRaises(HttpFramingError, self.parse, raw)
 
     def test_header_block_too_large_is_refused(self) -> None:
         raw = b"HTTP/1.1 200 OK\r\nX: " + b"a" * (MAX_HEAD + 10)
-        self.assertRaises(ProtocolError, ResponseParser(10).feed, raw)
+        self.assertRaises(HttpFramingError, ResponseParser(10).feed, raw)
 
 
 class ImportTest(testtools.TestCase):

@@ -408,7 +408,7 @@ class AgentPushLoopTest(VerifierServiceBase):
     async def test_v_is_sent_again_when_the_answer_carrying_it_is_lost(
         self,
     ) -> None:
-        from node_agent.push import PushError
+        from node_agent.push import PushExchangeError
         from verifier.protocol import generate_key, seal_payload, seal_share, split
 
         key = generate_key()
@@ -424,11 +424,11 @@ class AgentPushLoopTest(VerifierServiceBase):
             answer = await real(path, body, token=token)
             if path == "/evidence" and not lost:  # judged, then lost on the way
                 lost.append(answer)
-                raise PushError("transport", "connection reset")
+                raise PushExchangeError("transport", "connection reset")
             return answer
 
         self.loop._post = lossy  # type: ignore[method-assign]
-        with self.assertRaises(PushError):
+        with self.assertRaises(PushExchangeError):
             await self.loop.round()
         self.assertIsNotNone(lost[0]["v"])  # the lost answer carried V
         self.assertFalse(self.agent.holds_v)

@@ -12,7 +12,7 @@ from verifier.protocol.merkle import (
     BlockVerifier,
     Header,
     merkle_root,
-    seal,
+    seal_object,
 )
 from verifier.protocol.regression import (
     KeyRegressionOwner,
@@ -72,7 +72,7 @@ class MerkleBlockTest(testtools.TestCase):
         super().setUp()
         self.owner = KeyRegressionOwner("fg", length=64)
         self.data = os.urandom(5 * BLOCK + 123)
-        self.sealed = seal("obj", self.data, 0, self.owner.key(), WRITER)
+        self.sealed = seal_object("obj", self.data, 0, self.owner.key(), WRITER)
         self.verifier = BlockVerifier(WRITER.public_key())
 
     def _read(self, index: int, block: bytes | None = None) -> bytes:
@@ -93,7 +93,7 @@ class MerkleBlockTest(testtools.TestCase):
     def test_sizes_at_block_boundaries(self) -> None:
         for n in (0, 1, BLOCK, BLOCK + 1, 7 * BLOCK):
             data = os.urandom(n)
-            s = seal("o", data, 0, self.owner.key(), WRITER)
+            s = seal_object("o", data, 0, self.owner.key(), WRITER)
             out = b"".join(
                 self.verifier.read_block(
                     s.header, i, s.blocks[i], s.path(i), self.owner.key()
@@ -128,7 +128,7 @@ class MerkleBlockTest(testtools.TestCase):
         self.assertEqual("bad_index", err.reason)
 
     def test_root_signed_by_another_writer_is_rejected(self) -> None:
-        other = seal(
+        other = seal_object(
             "obj", self.data, 0, self.owner.key(), ed25519.Ed25519PrivateKey.generate()
         )
         err = self.assertRaises(BlockError, self.verifier.check_header, other.header)
@@ -145,7 +145,7 @@ class MerkleBlockTest(testtools.TestCase):
     def test_revoked_reader_cannot_open_data_written_after_rotation(self) -> None:
         revoked = self.owner.reader_state()
         self.owner.wind()
-        new = seal("obj", b"after", self.owner.version, self.owner.key(), WRITER)
+        new = seal_object("obj", b"after", self.owner.version, self.owner.key(), WRITER)
         self.assertRaises(RegressionError, revoked.key, new.header.version)
         # a current reader opens both the new and the old (lazy) object
         current = self.owner.reader_state()
@@ -159,7 +159,7 @@ class MerkleBlockTest(testtools.TestCase):
 
     def test_block_opened_with_an_old_version_key_is_rejected(self) -> None:
         self.owner.wind()
-        new = seal("obj", b"after", 1, self.owner.key(), WRITER)
+        new = seal_object("obj", b"after", 1, self.owner.key(), WRITER)
         err = self.assertRaises(
             BlockError,
             self.verifier.read_block,
