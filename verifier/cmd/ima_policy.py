@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from verifier.common import version
-from verifier.common.imagefiles import tree_files
+from verifier.common.imagefiles import ImageFilesError, tree_files
 from verifier.exceptions import VerifierError
 from verifier.protocol import ProtocolError, jsonlimits
 from verifier.protocol.ima import (
@@ -164,6 +164,6 @@ def main(argv: list[str] | None = None) -> int:
             f"trusted-ima-policy: error: {where}{exc.strerror or exc}", file=sys.stderr
         )
         return 2
-    except (ValueError, ProtocolError) as exc:
+    except (ValueError, ProtocolError, ImageFilesError) as exc:
         print(f"trusted-ima-policy: error: {exc}", file=sys.stderr)
         return 2

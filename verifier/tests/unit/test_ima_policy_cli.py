@@ -162,3 +162,16 @@ class ImaPolicyCliTest(testtools.TestCase):
         code, _, err = run("check", os.path.join(self.dir, "missing.json"), garbage)
         self.assertEqual(2, code)
         self.assertIn("missing.json", err)
+
+
+class MissingTreeTest(testtools.TestCase):
+    def test_from_tree_of_a_missing_directory_is_one_line_and_exit_2(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "p.json")
+            missing = os.path.join(d, "no-such-tree")
+            code, _, err = run(
+                "from-tree", missing, "--name", "n", "--version", "1", "-o", out
+            )
+        self.assertEqual(2, code)
+        self.assertIn("no-such-tree", err)
+        self.assertEqual(1, len(err.strip().splitlines()), err)
