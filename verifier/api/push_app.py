@@ -30,12 +30,12 @@ from verifier.exceptions import RequestError
 from verifier.protocol.messages.push import EvidencePost, SessionProof
 from verifier.protocol.push import PushError
 
-__all__ = ["STATUS", "make_push_app"]
+__all__ = ["PUSH_ERROR_STATUS", "make_push_app"]
 
 _KEY = web.AppKey("push", PushAttestation)
 _SCHEME = "TPM-Session "
 #: The HTTP status of each refusal.
-STATUS = {
+PUSH_ERROR_STATUS = {
     "no_session": 401,
     "session_expired": 401,
     "bad_session_proof": 401,
@@ -54,7 +54,9 @@ async def _refusals(request: web.Request, handler: Handler) -> web.StreamRespons
     try:
         return await handler(request)
     except PushError as exc:
-        raise RequestError(exc.code, exc.detail, STATUS.get(exc.code, 400)) from exc
+        raise RequestError(
+            exc.code, exc.detail, PUSH_ERROR_STATUS.get(exc.code, 400)
+        ) from exc
 
 
 def _token(request: web.Request) -> str:

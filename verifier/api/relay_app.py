@@ -30,11 +30,11 @@ from verifier.protocol.messages.relay import IdentityAsk
 from verifier.protocol.messages.shares import MAX_PAYLOAD_ENVELOPE, ShareU
 from verifier.protocol.relay import RelayError
 
-__all__ = ["STATUS", "add_routes"]
+__all__ = ["RELAY_ERROR_STATUS", "add_routes"]
 
 _KEY = web.AppKey("relay_push", PushAttestation)
 #: The HTTP status of each refusal.
-STATUS = {
+RELAY_ERROR_STATUS = {
     "wrong_project": 404,
     "identity_not_over_nonce": 502,
     "not_asked": 404,
@@ -49,7 +49,7 @@ _MAX_U_BODY = 4 * (MAX_PAYLOAD_ENVELOPE // 3 + 2) + 4096
 def _refused(exc: RelayError, uuid: str) -> RequestError:
     if exc.code == "wrong_project":  # as if it did not exist
         return RequestError("unknown_node", f"node {uuid} is not enrolled", 404)
-    return RequestError(exc.code, exc.detail, STATUS.get(exc.code, 400))
+    return RequestError(exc.code, exc.detail, RELAY_ERROR_STATUS.get(exc.code, 400))
 
 
 async def _body(request: web.Request, limit: int) -> bytes:

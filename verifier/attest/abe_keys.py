@@ -37,7 +37,7 @@ import logging
 import os
 import threading
 
-from verifier.attest.clients import AgentClient
+from verifier.attest.clients import VerifierAgentClient
 from verifier.attest.node import LiveNode
 from verifier.exceptions import AgentUnreachableError, ConfigError
 from verifier.protocol import MalformedError, ShareKind, TpmAttest, seal_share
@@ -173,7 +173,7 @@ class AbeAuthority:
     """
 
     def __init__(
-        self, path: str, provider: ProviderAttributes, agents: AgentClient
+        self, path: str, provider: ProviderAttributes, agents: VerifierAgentClient
     ) -> None:
         self._path = path
         self.pp, self._msk, self.epoch = load_master_key(path)

@@ -22,7 +22,7 @@ from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestErr
 from verifier.protocol import MalformedError
 from verifier.protocol.messages.registration import RegistrationRecord
 
-__all__ = ["AgentClient", "RegistrarClient"]
+__all__ = ["RegistrarClient", "VerifierAgentClient"]
 
 
 def _record(uuid: str, data: Mapping[str, Any]) -> RegistrationRecord:
@@ -71,7 +71,7 @@ class RegistrarClient:
         await self._http.close()
 
 
-class AgentClient(agent_client.AgentClient):
+class VerifierAgentClient(agent_client.AgentClient):
     """The verifier's requests to node agents: a 2xx JSON object, or the
     verifier's errors.
 

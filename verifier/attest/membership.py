@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from verifier.attest.clients import AgentClient
+from verifier.attest.clients import VerifierAgentClient
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.ownership import Ownership
 from verifier.attest.pending import PendingNodes, is_waiting
@@ -43,7 +43,7 @@ class Membership:
         nodes: LiveNodes,
         scheduler: QuoteScheduler,
         push: PushAttestation,
-        agents: AgentClient,
+        agents: VerifierAgentClient,
     ) -> None:
         self._nodes = nodes
         self._scheduler = scheduler

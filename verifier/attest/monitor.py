@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from verifier.exceptions import RequestError
+from verifier.exceptions import RequestError, VerifierError
 from verifier.protocol import Quote
 from verifier.protocol.monitor import (
     MerkleTree,
@@ -35,7 +35,7 @@ LOG = logging.getLogger(__name__)
 QuoteFn = Callable[[bytes], Awaitable[Quote]]
 
 
-class MonitorUnavailableError(RequestError):
+class MonitorUnavailableError(RequestError, VerifierError):
     """Monitor attestation is off, overloaded, or the host TPM failed (503)."""
 
     def __init__(self, detail: str) -> None:

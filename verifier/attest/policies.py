@@ -29,17 +29,16 @@ from verifier.db import Node, StoredPolicy
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
 from verifier.protocol.ima import RuntimePolicy
-from verifier.protocol.ima.policy import MAX_VERSION
+from verifier.protocol.ima.policy import MAX_VERSION, VerifyingKey
 from verifier.protocol.mb import MeasuredBootPolicy
 
-__all__ = ["KINDS", "PolicyStore", "VerifyingKey", "canonical"]
+__all__ = ["KINDS", "PolicyStore", "canonical"]
 
 RUNTIME = "runtime"
 MEASURED_BOOT = "measured-boot"
 KINDS = (RUNTIME, MEASURED_BOOT)
 _COLUMN = {RUNTIME: Node.runtime_policy, MEASURED_BOOT: Node.mb_policy}
 Parsed = RuntimePolicy | MeasuredBootPolicy
-VerifyingKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
 _VERSION = re.compile(r"[0-9]{1,10}")
 
 

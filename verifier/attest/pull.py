@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from verifier.attest.clients import AgentClient
+from verifier.attest.clients import VerifierAgentClient
 from verifier.attest.node import LiveNode
 from verifier.attest.registry import LiveNodes
 from verifier.attest.release import ShareRelease
@@ -48,7 +48,7 @@ class PullAttestation:
 
     def __init__(
         self,
-        agents: AgentClient,
+        agents: VerifierAgentClient,
         nodes: LiveNodes,
         transitions: TransitionWriter,
         release: ShareRelease,

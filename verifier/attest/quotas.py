@@ -13,14 +13,14 @@ import dataclasses
 import threading
 from collections.abc import Callable
 
-from verifier.exceptions import RequestError
+from verifier.exceptions import RequestError, VerifierError
 
 __all__ = ["UNLIMITED", "QuotaExceededError", "Quotas"]
 
 UNLIMITED = -1
 
 
-class QuotaExceededError(RequestError):
+class QuotaExceededError(RequestError, VerifierError):
     """A project is at its limit of a resource (HTTP 403, as Nova answers)."""
 
     status = 403

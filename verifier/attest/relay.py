@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from verifier.attest.clients import AgentClient
+from verifier.attest.clients import VerifierAgentClient
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.push_store import PushStore
 from verifier.attest.registry import LiveNodes
@@ -57,7 +57,7 @@ class TenantRelay:
     def __init__(
         self,
         nodes: LiveNodes,
-        agents: AgentClient,
+        agents: VerifierAgentClient,
         clock: Callable[[], float],
         random: Callable[[int], bytes] = os.urandom,
         store: PushStore | None = None,

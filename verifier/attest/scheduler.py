@@ -46,7 +46,7 @@ MAX_BACKOFF = 30.0
 #: the backlog a long overload leaves, caught up once it is over.
 MAX_LAG = 300.0
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> None:
@@ -61,7 +61,7 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> None:
         pass
 
 
-def background_task(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+def background_task(coro: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
     """A long-lived task of the service in a context of its own (an empty
     one), not a copy of its creator's: started while a request is served,
     it would otherwise carry that request's id and caller
@@ -79,25 +79,25 @@ def next_delay(node: LiveNode, interval: float) -> float:
     return max(interval, backoff)
 
 
-class Deadlines(Generic[T]):
+class Deadlines(Generic[_T]):
     """Virtual deadlines of items, earliest first (see the module
     docstring). Pure: every call is given the time ``now``."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, T]] = []
+        self._heap: list[tuple[float, int, _T]] = []
         self._seq = itertools.count()
         self.frontier = float("-inf")  # the latest deadline handed out
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def add(self, item: T, deadline: float) -> bool:
+    def add(self, item: _T, deadline: float) -> bool:
         """Put ``item`` in at ``deadline``; True if it is now the earliest."""
         first = not self._heap or deadline < self._heap[0][0]
         heapq.heappush(self._heap, (deadline, next(self._seq), item))
         return first
 
-    def start(self, item: T, now: float, delay: float) -> bool:
+    def start(self, item: _T, now: float, delay: float) -> bool:
         """``item`` is due ``delay`` seconds from ``now`` (a new node: at
         once, but behind nodes already overdue)."""
         if delay > 0:
@@ -105,12 +105,12 @@ class Deadlines(Generic[T]):
         started = self.frontier != float("-inf")
         return self.add(item, min(now, self.frontier) if started else now)
 
-    def again(self, item: T, previous: float, delay: float, now: float) -> bool:
+    def again(self, item: _T, previous: float, delay: float, now: float) -> bool:
         """``item``'s next deadline after the round due at ``previous``
         (never more than :data:`MAX_LAG` behind ``now``)."""
         return self.add(item, max(previous + delay, self.frontier, now - MAX_LAG))
 
-    def pop_due(self, now: float) -> tuple[float, T] | None:
+    def pop_due(self, now: float) -> tuple[float, _T] | None:
         """The earliest (deadline, item) whose deadline has come, or None."""
         if not self._heap or self._heap[0][0] > now:
             return None
@@ -168,7 +168,7 @@ class QuoteScheduler:
         interval: a node's quote interval (its class).
         workers: how many rounds may be in flight at once.
         rest: told after each round how many seconds until the node's
-            next one (the connection policy, :meth:`AgentClient.rest`).
+            next one (the connection policy, :meth:`VerifierAgentClient.rest`).
     """
 
     def __init__(

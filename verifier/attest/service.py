@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from verifier.attest.clients import AgentClient, RegistrarClient
+from verifier.attest.clients import RegistrarClient, VerifierAgentClient
 from verifier.attest.commands import NodeCommands
 from verifier.attest.delivery import OutboxPump
 from verifier.attest.membership import Membership, OwnershipSync
@@ -92,7 +92,7 @@ class Verifier:
         engine: sa.Engine,
         signing_key: ed25519.Ed25519PrivateKey,
         registrar: RegistrarClient,
-        agents: AgentClient,
+        agents: VerifierAgentClient,
         outbox: Outbox,
         ca: CertificateAuthority | None,
         settings: VerifierSettings,

@@ -66,7 +66,7 @@ def server_tls(
         )
 
 
-def require(group: cfg.ConfigOpts.GroupAttr, *names: str) -> None:
+def require_options(group: cfg.ConfigOpts.GroupAttr, *names: str) -> None:
     """Raise ConfigError naming every missing option of ``group``."""
     missing = [n for n in names if not getattr(group, n)]
     if missing:

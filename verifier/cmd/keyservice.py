@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     group = conf.keyservice
 
     async def _main() -> None:
-        _service.require(
+        _service.require_options(
             group,
             "cert_file",
             "key_file",

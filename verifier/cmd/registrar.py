@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     group = conf.registrar
 
     async def _main() -> None:
-        _service.require(group, "cert_file", "key_file", "ca_file")
+        _service.require_options(group, "cert_file", "key_file", "ca_file")
         anchors = []
         if group.ek_ca_bundle:
             try:

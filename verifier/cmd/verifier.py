@@ -23,12 +23,17 @@ from verifier import db
 from verifier.api.authz import Auth
 from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.verifier_app import make_app, public_pem
-from verifier.attest import AgentClient, RegistrarClient, Verifier, VerifierSettings
+from verifier.attest import (
+    RegistrarClient,
+    Verifier,
+    VerifierAgentClient,
+    VerifierSettings,
+)
 from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.instances import NovaInstanceOwners
 from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
-from verifier.attest.policies import PolicyStore, VerifyingKey
+from verifier.attest.policies import PolicyStore
 from verifier.attest.quotas import Quotas
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
@@ -39,6 +44,7 @@ from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
 from verifier.policies import make_enforcer
+from verifier.protocol.ima.policy import VerifyingKey
 from verifier.protocol.push import PushRules
 
 if TYPE_CHECKING:
@@ -55,7 +61,7 @@ def _require(extra: str, feature: str) -> None:
 LOG = logging.getLogger(__name__)
 
 
-def build_abe(conf: cfg.ConfigOpts, agents: AgentClient) -> AbeAuthority | None:
+def build_abe(conf: cfg.ConfigOpts, agents: VerifierAgentClient) -> AbeAuthority | None:
     """The CP-ABE authority, if ``[abe] enabled``.
 
     Raises:
@@ -137,13 +143,13 @@ def _load_ca(path: str) -> CertificateAuthority | None:
 def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
     """The verifier and its signing key's public PEM, from configuration."""
     group = conf.verifier
-    _service.require(group, "cert_file", "key_file", "ca_file", "signing_key")
+    _service.require_options(group, "cert_file", "key_file", "ca_file", "signing_key")
     signing_key = load_signing_key(group.signing_key)
     engine = db.make_engine(group.database_connection)
     db.upgrade(engine)
     notifiers = load_notifiers(conf, group.notifiers, signing_key.public_key())
     client_ctx = tlsutil.client_context(group.cert_file, group.key_file, group.ca_file)
-    agents = AgentClient(
+    agents = VerifierAgentClient(
         group.cert_file,
         group.key_file,
         group.agent_timeout,

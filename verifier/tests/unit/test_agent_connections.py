@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from verifier.attest.clients import AgentClient
+from verifier.attest.clients import VerifierAgentClient
 from verifier.tests.unit.test_http_client import _Base
 
 
@@ -27,7 +27,7 @@ class AgentConnectionPolicyTest(_Base):
         base = self.fx.tls_url
 
         async def main() -> None:
-            client = AgentClient(*self.fx.client, timeout=10.0, keep_alive=15.0)
+            client = VerifierAgentClient(*self.fx.client, timeout=10.0, keep_alive=15.0)
             try:
                 for i in range(rounds):
                     answer = await client.call(

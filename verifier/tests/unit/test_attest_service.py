@@ -68,7 +68,7 @@ class FakeAgent:
         reject_v: POST /v1/keys/v raises AgentUnreachableError (e.g. 409).
         answer_hook: mutates the quote answer (bad shapes).
         not_json: answers quotes with a body that is not JSON (the client
-            raises MalformedError, as AgentClient does).
+            raises MalformedError, as VerifierAgentClient does).
         v_not_json: answers POST /v1/keys/v that way.
         nk_override: the NK the agent hands out (and binds in its quote).
         before_answer: awaited before a quote answer is returned.
@@ -146,7 +146,7 @@ class FakeAgent:
 
 
 class FakeAgents:
-    """Stands in for ``AgentClient``: routes requests to FakeAgent objects."""
+    """Stands in for ``VerifierAgentClient``: routes requests to FakeAgent objects."""
 
     def __init__(self, *agents: FakeAgent) -> None:
         self.agents = {a.base_url: a for a in agents}

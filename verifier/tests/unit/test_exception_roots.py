@@ -54,15 +54,6 @@ EXTRA_BASES: dict[str, tuple[type[BaseException], ...]] = {
     "verifier.attest.quotas.QuotaExceededError": (RequestError,),
 }
 
-#: Classes known not to derive from their root yet, in files being
-#: refactored elsewhere (issue 27): each must gain VerifierError as a base,
-#: then leave this set (the test fails on an entry that no longer offends).
-PENDING = frozenset(
-    {
-        "verifier.attest.monitor.MonitorUnavailableError",
-        "verifier.attest.quotas.QuotaExceededError",
-    }
-)
 
 #: Always fine in a class's ancestry.
 _BUILTIN_TOP = (BaseException, Exception, object)
@@ -138,7 +129,7 @@ class ExceptionRootsTest(testtools.TestCase):
             assert package is not None
             if not issubclass(cls, ROOTS[package]):
                 offenders.add(_qualname(cls))
-        unexpected = sorted(offenders - PENDING)
+        unexpected = sorted(offenders)
         self.assertEqual(
             [],
             unexpected,
@@ -147,9 +138,6 @@ class ExceptionRootsTest(testtools.TestCase):
                 f"{name} (root {ROOTS[_package_of(name) or ''].__name__})"
                 for name in unexpected
             ),
-        )
-        self.assertEqual(
-            [], sorted(PENDING - offenders), "fixed: drop them from PENDING"
         )
 
     def test_extra_bases_are_listed(self) -> None:

@@ -4,7 +4,7 @@ named reason, and every failure that takes it out of ``attested`` emits a
 signed event.
 
 The answers that are not evidence come from a real HTTPS server on
-127.0.0.1 through the verifier's real :class:`AgentClient` (pinned TLS,
+127.0.0.1 through the verifier's real :class:`VerifierAgentClient` (pinned TLS,
 the one HTTP client): the bodies an attacker's agent would send.
 """
 
@@ -20,7 +20,7 @@ from unittest import mock
 import sqlalchemy as sa
 from aiohttp import web
 
-from verifier.attest.clients import AgentClient
+from verifier.attest.clients import VerifierAgentClient
 from verifier.common.tls import self_signed_certificate, write_private
 from verifier.protocol import SignedEvent
 from verifier.protocol.attestation import NodeAttestation
@@ -96,7 +96,7 @@ class FailClosedTest(VerifierServiceBase):
         with open(cert_file, "wb") as f:
             f.write(cert)
         write_private(key_file, key)
-        self.agents = AgentClient(cert_file, key_file, 10.0)  # type: ignore[assignment]
+        self.agents = VerifierAgentClient(cert_file, key_file, 10.0)  # type: ignore[assignment]
         verifier = self.new_verifier()
         await self.enrol(verifier, agent)
         view = await verifier.rounds.attest_once(agent.uuid)
