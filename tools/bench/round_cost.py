@@ -139,7 +139,8 @@ def _callgrind(n: int) -> float:
         cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
                sys.executable, __file__, "--n", str(count), "--rounds", "1",
                "--made", str(2 * n)]  # fmt: skip
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        env = dict(os.environ, PYTHONHASHSEED="0")  # the same hashing each run
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
         found = re.search(r"Collected : (\d+)", out.stderr)
         assert found is not None, out.stderr[-2000:]
         totals.append(int(found.group(1)))
