@@ -31,6 +31,7 @@ from typing import Any
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 
+from nova_plugin.cliargs import SETTINGS_ENV, missing_settings, pcr_policy
 from nova_plugin.exceptions import TenantError, UsageError
 from nova_plugin.monitor import load_pinned_ak, monitor_attest, trust_monitor_ak
 from nova_plugin.policy_seal import (
@@ -45,17 +46,6 @@ from nova_plugin.tenant_auth import keystone_tenant
 from verifier.common import extras, version
 from verifier.protocol import MalformedError, PcrPolicy, TpmPublic, jsonlimits
 from verifier.protocol.messages.enrolment import check_interval
-
-_ENV = {
-    "registrar": "TRUSTED_REGISTRAR_URL",
-    "verifier": "TRUSTED_VERIFIER_URL",
-    "cert": "TRUSTED_CERT",
-    "key": "TRUSTED_KEY",
-    "ca": "TRUSTED_CA",
-}
-
-
-_MAX_POLICY_FILE = 1 << 20  # a PCR policy is a few KiB
 
 
 def _interval(text: str) -> float:
@@ -90,7 +80,7 @@ def _parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "attestation status, and revoke them; seal payloads to a policy over "
         "attested node attributes; check the verifier's own integrity.",
     )
-    for name, env in _ENV.items():
+    for name, env in SETTINGS_ENV.items():
         p.add_argument(
             f"--{name}", default=os.environ.get(env), help=f"(default: ${env})"
         )
@@ -228,44 +218,22 @@ def _readable(option: str, path: str) -> None:
         raise UsageError(f"{option} {path}: {exc.strerror or exc}") from None
 
 
-def _policy_file(path: str) -> PcrPolicy:
-    """The PCR policy in ``path``.
+def _policy(args: argparse.Namespace) -> PcrPolicy:
+    """The PCR policy of ``enrol`` or ``monitor-attest``.
 
     Raises:
-        UsageError: naming the file and, for JSON errors, the position.
+        UsageError: none given, or an unreadable or invalid one.
     """
-    try:
-        with open(path, "rb") as f:
-            text = f.read(_MAX_POLICY_FILE + 1)
-    except OSError as exc:
-        raise UsageError(f"--policy {path}: {exc.strerror or exc}") from None
-    if len(text) > _MAX_POLICY_FILE:
-        raise UsageError(f"--policy {path}: larger than {_MAX_POLICY_FILE} bytes")
-    try:
-        return PcrPolicy.from_dict(jsonlimits.loads(text, f"--policy {path}"))
-    except MalformedError as exc:
-        raise UsageError(f"--policy {path}: {exc.detail}") from None
-
-
-def _policy(args: argparse.Namespace) -> PcrPolicy:
-    if args.policy:
-        return _policy_file(args.policy)
-    pcrs: dict[str, list[str]] = {}
-    for item in args.pcr:
-        index, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--pcr {item!r}: expected N=HEX")
-        pcrs.setdefault(index, []).append(value)
-    if not pcrs:
-        if args.runtime_policy or args.mb_policy:
-            return PcrPolicy({})
-        raise UsageError(
-            "give --pcr N=HEX, --policy FILE, --runtime-policy or --mb-policy"
-        )
-    try:
-        return PcrPolicy.from_dict({"pcrs": pcrs})
-    except MalformedError as exc:
-        raise UsageError(f"--pcr: {exc.detail}") from None
+    stored = getattr(args, "runtime_policy", None) or getattr(args, "mb_policy", None)
+    return pcr_policy(
+        args.policy,
+        args.pcr,
+        file_option="--policy",
+        stored=bool(stored),
+        missing="give --pcr N=HEX, --policy FILE, --runtime-policy or --mb-policy"
+        if args.command == "enrol"
+        else "give --pcr N=HEX or --policy FILE",
+    )
 
 
 def _describe(node: Mapping[str, Any]) -> str:
@@ -351,12 +319,10 @@ def _tenant(args: argparse.Namespace) -> Tenant:
         needed += ["verifier", "cert", "key", "ca"]
     missing = [n for n in needed if not getattr(args, n)]
     if missing:
-        raise UsageError(
-            "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
-        )
+        raise missing_settings(missing)
     for name in ("cert", "key", "ca"):
         if getattr(args, name):
-            _readable(f"--{name} (or ${_ENV[name]})", getattr(args, name))
+            _readable(f"--{name} (or ${SETTINGS_ENV[name]})", getattr(args, name))
     if args.command == "enrol":
         _readable("--payload", args.payload)
         if args.interval is not None and args.mode != "pull":
