@@ -17,10 +17,8 @@ accepted V, the enrolment is undone and the error says so.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
-import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -29,9 +27,8 @@ from nova_plugin.attestation import AttestationClient
 from nova_plugin.direct import DirectAgents
 from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
 from nova_plugin.relay import PushRelay
+from nova_plugin.services import ServiceClient
 from verifier.common import tls as tlsutil
-from verifier.common.errors import TransportError
-from verifier.common.http import AsyncClient
 from verifier.protocol import (
     AttestationKey,
     EvidenceError,
@@ -103,64 +100,27 @@ class Tenant:
         registrar: AttestationClient | None = None,
     ) -> None:
         self._config = config
-        self._verifier = verifier
-        self._registrar = registrar
-        self._ssl: ssl.SSLContext = tlsutil.client_context(
-            config.cert_file, config.key_file, config.ca_file
+        self._services = ServiceClient(
+            tlsutil.client_context(config.cert_file, config.key_file, config.ca_file),
+            config.timeout,
+            [(config.verifier_url, verifier), (config.registrar_url, registrar)],
         )
+        self._call = self._services.call
+        self._relay = PushRelay(self._call, config.verifier_url)
         self._agents: DirectAgents | None = None
         if config.direct_agents:
             self._agents = DirectAgents(
                 config.cert_file, config.key_file, config.timeout
             )
-        self._http = AsyncClient(self._ssl, config.timeout)
-        self._relay = PushRelay(self._call, config.verifier_url)
 
     async def close(self) -> None:
-        await self._http.close()
+        await self._services.close()
         if self._agents is not None:
             await self._agents.close()
 
     def _direct(self, mode: str) -> bool:
         """Whether this node's agent is called directly (never for push)."""
         return self._config.direct_agents and mode != "push"
-
-    async def _call(
-        self, method: str, url: str, body: Mapping[str, Any] | None = None
-    ) -> tuple[int, Any]:
-        """One call to the registrar or the verifier; (status, JSON object,
-        empty for an answer without a body).
-
-        Raises:
-            ServiceError: unreachable, a non-2xx answer, or not an object.
-        """
-        for base, client in (
-            (self._config.verifier_url, self._verifier),
-            (self._config.registrar_url, self._registrar),
-        ):
-            if client is not None and base and url.startswith(base):
-                data = await asyncio.to_thread(
-                    client.call, method, url[len(base) :], body
-                )
-                if data is not None and not isinstance(data, dict):
-                    raise ServiceError(
-                        f"{method} {url}: the answer is not a JSON object"
-                    )
-                return 200, data or {}
-        try:
-            answer = await self._http.request(method, url, json=body)
-        except TransportError as exc:
-            raise ServiceError(str(exc))
-        if not answer.ok:
-            error = answer.error
-            raise ServiceError(
-                f"{method} {url}: {answer.status} {error.message}",
-                answer.status,
-                error.code,
-            )
-        if answer.data is not None and not isinstance(answer.data, dict):
-            raise ServiceError(f"{method} {url}: the answer is not a JSON object")
-        return answer.status, answer.data or {}
 
     async def _agent(
         self,
@@ -193,13 +153,15 @@ class Tenant:
 
     async def request(
         self, method: str, url: str, body: Mapping[str, Any] | None = None
-    ) -> Any:
-        """One JSON call over mTLS; the decoded answer.
+    ) -> dict[str, Any]:
+        """One JSON call to the registrar or the verifier; the JSON object
+        answered (empty for no body).
 
         Raises:
-            ServiceError: unreachable, or a non-2xx answer (its message).
+            ServiceError: unreachable, a non-2xx answer (its message), or
+                not an object.
         """
-        return (await self._call(method, url, body))[1]
+        return await self._call(method, url, body)
 
     async def agent_request(
         self, uuid: str, method: str, path: str, body: Mapping[str, Any] | None = None
@@ -231,9 +193,7 @@ class Tenant:
                 of another node (code ``registrar_malformed``), or an AK
                 not activated yet (code ``ak_not_activated``).
         """
-        _, data = await self._call(
-            "GET", f"{self._config.registrar_url}/v1/agents/{uuid}"
-        )
+        data = await self._call("GET", f"{self._config.registrar_url}/v1/agents/{uuid}")
         try:
             record = RegistrationRecord.from_dict(data)
             record.check_node(uuid)
@@ -364,7 +324,7 @@ class Tenant:
             u_commitment=commit_u(uuid, u_share),
             interval=interval,
         )
-        _, view = await self._call(
+        view = await self._call(
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
         )
         try:
@@ -416,10 +376,10 @@ class Tenant:
             mode=mode,
             u_commitment=u_commitment,
         )
-        _, view = await self._call(
+        view = await self._call(
             "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
         )
-        return dict(view)
+        return view
 
     async def send_u(
         self,
@@ -473,22 +433,20 @@ class Tenant:
         )
 
     async def status(self, uuid: str) -> Mapping[str, Any]:
-        _, data = await self._call(
+        return await self._call(
             "GET", f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}"
         )
-        return dict(data)
 
     async def nodes(self) -> list[Mapping[str, Any]]:
-        _, data = await self._call("GET", f"{self._config.verifier_url}/v1/nodes")
+        data = await self._call("GET", f"{self._config.verifier_url}/v1/nodes")
         return list(data["nodes"])
 
     async def revoke(self, uuid: str, detail: str) -> Mapping[str, Any]:
-        _, data = await self._call(
+        return await self._call(
             "POST",
             f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}/revoke",
             RevokeRequest(detail).to_dict(),
         )
-        return dict(data)
 
     async def delete(self, uuid: str) -> None:
         await self._call(
@@ -499,7 +457,7 @@ class Tenant:
         url = f"{self._config.verifier_url}/v1/events"
         if uuid:
             url += f"?node={canonical_uuid(uuid)}"
-        _, data = await self._call("GET", url)
+        data = await self._call("GET", url)
         return list(data["events"])
 
     # -- stored policies (kind: "runtime" or "measured-boot") -----------------
@@ -518,16 +476,14 @@ class Tenant:
         """Store a policy at the verifier; returns its metadata (name,
         version, digest)."""
         body = PolicyUpload(document, name, signature)
-        _, data = await self._call("POST", self._policies_url(kind), body.to_dict())
-        return dict(data)
+        return await self._call("POST", self._policies_url(kind), body.to_dict())
 
     async def policies(self, kind: str) -> list[Mapping[str, Any]]:
-        _, data = await self._call("GET", self._policies_url(kind))
+        data = await self._call("GET", self._policies_url(kind))
         return list(data["policies"])
 
     async def policy(self, kind: str, ref: str) -> Mapping[str, Any]:
-        _, data = await self._call("GET", self._policies_url(kind, ref))
-        return dict(data)
+        return await self._call("GET", self._policies_url(kind, ref))
 
     async def delete_policy(self, kind: str, ref: str) -> None:
         await self._call("DELETE", self._policies_url(kind, ref))
