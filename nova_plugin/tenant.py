@@ -108,10 +108,8 @@ class Tenant:
         self._call = self._services.call
         self._relay = PushRelay(self._call, config.verifier_url)
         self._agents: DirectAgents | None = None
-        if config.direct_agents:
-            self._agents = DirectAgents(
-                config.cert_file, config.key_file, config.timeout
-            )
+        if config.direct_agents:  # a missing certificate shows now
+            self._agent_client()
 
     async def close(self) -> None:
         await self._services.close()
@@ -121,6 +119,21 @@ class Tenant:
     def _direct(self, mode: str) -> bool:
         """Whether this node's agent is called directly (never for push)."""
         return self._config.direct_agents and mode != "push"
+
+    def _agent_client(self) -> DirectAgents:
+        """The client of nodes' agents with the tenant certificate, made on
+        first use. Having it opens no direct path for the identity quote
+        and U (:meth:`_agent`): only ``direct_agents`` does.
+
+        Raises:
+            ServiceError: no tenant certificate.
+        """
+        if self._agents is None:
+            config = self._config
+            self._agents = DirectAgents(
+                config.cert_file, config.key_file, config.timeout
+            )
+        return self._agents
 
     async def _agent(
         self,
@@ -132,18 +145,20 @@ class Tenant:
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
     ) -> Any:
-        """One call to a node's agent on the direct path (:mod:`nova_plugin.
-        direct`).
+        """One call of the bootstrap (the identity quote, U) to a node's
+        agent on the direct path (:mod:`nova_plugin.direct`), which only
+        ``direct_agents`` opens: whatever else was called before, without
+        it these go through the verifier's relay.
 
         Raises:
             AgentError: no direct path, or as :meth:`DirectAgents.call`.
         """
-        if self._agents is None:
+        if not self._config.direct_agents:
             raise AgentError(
                 f"node {uuid}: agents are reached through the verifier's relay "
                 "(no direct_agents)"
             )
-        return await self._agents.call(
+        return await self._agent_client().call(
             uuid, record, method, path, params=params, body=body
         )
 
@@ -175,12 +190,8 @@ class Tenant:
                 or a non-2xx answer.
         """
         record = await self.identity(canonical_uuid(uuid))
-        if self._agents is None:  # the agent's own API (the relay has no part)
-            config = self._config
-            self._agents = DirectAgents(
-                config.cert_file, config.key_file, config.timeout
-            )
-        answer = await self._agent(uuid, record, method, path, body=body)
+        # the agent's own API, which the relay does not carry
+        answer = await self._agent_client().call(uuid, record, method, path, body=body)
         if not isinstance(answer, dict):
             raise AgentError(f"node {uuid}: the agent's answer is not an object")
         return answer
