@@ -20,12 +20,17 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 from nova_plugin.attestation import AttestationClient
 from nova_plugin.direct import DirectAgents
-from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
+from nova_plugin.exceptions import (
+    AgentError,
+    AttestationFailedError,
+    ServiceError,
+    TenantError,
+)
 from nova_plugin.relay import PushRelay
 from nova_plugin.services import ServiceClient
 from verifier.common import tls as tlsutil
@@ -107,60 +112,20 @@ class Tenant:
         )
         self._call = self._services.call
         self._relay = PushRelay(self._call, config.verifier_url)
-        self._agents: DirectAgents | None = None
-        if config.direct_agents:  # a missing certificate shows now
-            self._agent_client()
+        self._agents = DirectAgents(
+            config.cert_file,
+            config.key_file,
+            config.timeout,
+            bootstrap=config.direct_agents,
+        )
 
     async def close(self) -> None:
         await self._services.close()
-        if self._agents is not None:
-            await self._agents.close()
+        await self._agents.close()
 
     def _direct(self, mode: str) -> bool:
         """Whether this node's agent is called directly (never for push)."""
         return self._config.direct_agents and mode != "push"
-
-    def _agent_client(self) -> DirectAgents:
-        """The client of nodes' agents with the tenant certificate, made on
-        first use. Having it opens no direct path for the identity quote
-        and U (:meth:`_agent`): only ``direct_agents`` does.
-
-        Raises:
-            ServiceError: no tenant certificate.
-        """
-        if self._agents is None:
-            config = self._config
-            self._agents = DirectAgents(
-                config.cert_file, config.key_file, config.timeout
-            )
-        return self._agents
-
-    async def _agent(
-        self,
-        uuid: str,
-        record: RegistrationRecord,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        body: Mapping[str, Any] | None = None,
-    ) -> Any:
-        """One call of the bootstrap (the identity quote, U) to a node's
-        agent on the direct path (:mod:`nova_plugin.direct`), which only
-        ``direct_agents`` opens: whatever else was called before, without
-        it these go through the verifier's relay.
-
-        Raises:
-            AgentError: no direct path, or as :meth:`DirectAgents.call`.
-        """
-        if not self._config.direct_agents:
-            raise AgentError(
-                f"node {uuid}: agents are reached through the verifier's relay "
-                "(no direct_agents)"
-            )
-        return await self._agent_client().call(
-            uuid, record, method, path, params=params, body=body
-        )
 
     @property
     def verifier_url(self) -> str:
@@ -191,7 +156,7 @@ class Tenant:
         """
         record = await self.identity(canonical_uuid(uuid))
         # the agent's own API, which the relay does not carry
-        answer = await self._agent_client().call(uuid, record, method, path, body=body)
+        answer = await self._agents.call(uuid, record, method, path, body=body)
         if not isinstance(answer, dict):
             raise AgentError(f"node {uuid}: the agent's answer is not an object")
         return answer
@@ -282,7 +247,7 @@ class Tenant:
                     f"identity quote, nothing was sent: {exc}"
                 )
         else:
-            answer = await self._agent(
+            answer = await self._agents.bootstrap_call(
                 uuid, record, "GET", "/v1/quote", params=request.to_query()
             )
         try:
@@ -325,18 +290,17 @@ class Tenant:
         key = generate_key()
         sealed = seal_payload(key, payload, uuid)
         u_share, v_share = split(key)
-        body = EnrolmentRequest(
-            uuid,
-            v_share,
-            policy,
-            runtime_policy,
-            mb_policy,
-            mode=mode,
-            u_commitment=commit_u(uuid, u_share),
-            interval=interval,
-        )
-        view = await self._call(
-            "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
+        view = await self._post_enrolment(
+            EnrolmentRequest(
+                uuid,
+                v_share,
+                policy,
+                runtime_policy,
+                mb_policy,
+                mode=mode,
+                u_commitment=commit_u(uuid, u_share),
+                interval=interval,
+            )
         )
         try:
             if nk is None:
@@ -344,18 +308,18 @@ class Tenant:
                 # and U goes only after our own identity check
                 nk = await self.check_identity_quote(uuid, record, policy, mode)
             await self.send_u(uuid, record, nk, u_share, sealed, mode=mode)
-        except (AgentError, ServiceError) as exc:
+        except (ServiceError, AttestationFailedError) as exc:
             await self._undo(uuid, exc)
-        except AttestationFailedError as exc:
-            try:  # nothing was sent to the node: take V back
-                await self.delete(uuid)
-            except ServiceError as undo:
-                raise ServiceError(
-                    f"{exc}; undoing the enrolment failed too ({undo}): run "
-                    f"'trusted-tenant delete {uuid}'"
-                )
-            raise
         return EnrolResult(uuid, view["state"], policy.pcrs)
+
+    async def _post_enrolment(self, body: EnrolmentRequest) -> dict[str, Any]:
+        """Hand V and the policies to the verifier; its view of the node.
+
+        Raises:
+            ServiceError: refused or unreachable.
+        """
+        url = f"{self._config.verifier_url}/v1/nodes"
+        return await self._call("POST", url, body.to_dict())
 
     async def enrol_ahead(
         self,
@@ -377,20 +341,18 @@ class Tenant:
             ServiceError: refused (``code`` ``already_enrolled`` for a
                 duplicate) or unreachable.
         """
-        body = EnrolmentRequest(
-            uuid,
-            v_share,
-            policy,
-            runtime_policy,
-            mb_policy,
-            await_instance=True,
-            mode=mode,
-            u_commitment=u_commitment,
+        return await self._post_enrolment(
+            EnrolmentRequest(
+                uuid,
+                v_share,
+                policy,
+                runtime_policy,
+                mb_policy,
+                await_instance=True,
+                mode=mode,
+                u_commitment=u_commitment,
+            )
         )
-        view = await self._call(
-            "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
-        )
-        return view
 
     async def send_u(
         self,
@@ -421,7 +383,7 @@ class Tenant:
             mode = await self.node_mode(uuid)
         if not self._direct(mode or "pull"):
             return await self._relay.send_u(uuid, body)
-        answer = await self._agent(
+        answer = await self._agents.bootstrap_call(
             uuid, record, "POST", "/v1/keys/u", body=body.to_dict()
         )
         try:
@@ -429,15 +391,32 @@ class Tenant:
         except MalformedError as exc:
             raise AgentError(f"node {uuid}: {exc}")
 
-    async def _undo(self, uuid: str, cause: Exception) -> None:
+    async def _undo(self, uuid: str, cause: TenantError) -> NoReturn:
+        """Take V back from the verifier after the node failed its identity
+        quote (``cause`` an :class:`AttestationFailedError`: nothing was
+        sent to it) or did not take U.
+
+        Raises:
+            AttestationFailedError: ``cause``, V taken back.
+            ServiceError: U did not reach the node, or V could not be taken
+                back (the message says how to).
+        """
+        quote_failed = isinstance(cause, AttestationFailedError)
         try:
             await self.delete(uuid)
         except ServiceError as exc:
+            if quote_failed:
+                raise ServiceError(
+                    f"{cause}; undoing the enrolment failed too ({exc}): run "
+                    f"'trusted-tenant delete {uuid}'"
+                )
             raise ServiceError(
                 f"sending U to node {uuid} failed ({cause}) and undoing the "
                 f"enrolment failed too ({exc}): the verifier still holds V for "
                 f"it; run 'trusted-tenant delete {uuid}'"
             )
+        if quote_failed:
+            raise cause
         raise ServiceError(
             f"sending U to node {uuid} failed ({cause}); the enrolment was "
             f"undone, the verifier holds nothing for it"

@@ -4,15 +4,18 @@ refuses, with in-memory stand-ins for the Keystone session and the agents."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import os
+import types
 from typing import Any
 
 import fixtures
 import testtools
 
-from nova_plugin import tenant as tenant_mod
+from nova_plugin import direct
 from nova_plugin.exceptions import AgentError, ServiceError
 from nova_plugin.tenant import Tenant, TenantConfig
+from verifier.common import tls
+from verifier.common.http import Answer
 
 UUID = "00000000-0000-4000-8000-000000000001"
 REGISTRAR = "https://registrar.test"
@@ -31,20 +34,26 @@ class FakeSession:
         return self.answer
 
 
-class FakeAgents:
-    """:class:`DirectAgents` that records the calls it would make."""
+class FakeAgentClient:
+    """:class:`AgentClient` that records the paths it would call."""
 
-    def __init__(self, cert_file: Any, key_file: Any, timeout: float) -> None:
+    made: list[FakeAgentClient] = []
+
+    def __init__(self, cert_file: str, key_file: str, timeout: float) -> None:
         self.paths: list[str] = []
+        FakeAgentClient.made.append(self)
 
     async def close(self) -> None:
         pass
 
-    async def call(
-        self, uuid: str, record: Any, method: str, path: str, **kwargs: Any
-    ) -> Any:
+    async def request(
+        self, method: str, base: str, agent_cert: str, path: str, **kwargs: Any
+    ) -> Answer:
         self.paths.append(path)
-        return {"path": "/var/lib/trusted-cloud-agent/sealed"}
+        return Answer(200, {}, b"", {"path": "/var/lib/trusted-cloud-agent/sealed"})
+
+
+RECORD = types.SimpleNamespace(base_url="https://node.test:9002", tls_cert="PEM")
 
 
 def _run(work: Any) -> Any:
@@ -78,54 +87,69 @@ class ServiceAnswerTest(testtools.TestCase):
 
 
 class DirectPathGuardTest(testtools.TestCase):
-    """The identity quote and U reach an agent directly only with
-    ``direct_agents``; a call to the agent's own API (``send-sealed``) must
-    not open that path for the rest of the tenant's life."""
+    """A node's bootstrap (its identity quote, U) reaches its agent directly
+    only with ``direct_agents``; a call to the agent's own API
+    (``send-sealed``) must not open that path for the rest of the tenant's
+    life."""
 
     def setUp(self) -> None:
         super().setUp()
+        FakeAgentClient.made = []
         self.useFixture(
-            fixtures.MockPatchObject(tenant_mod, "DirectAgents", FakeAgents)
+            fixtures.MockPatchObject(direct, "AgentClient", FakeAgentClient)
         )
 
-    def _with_record(self, tenant: Tenant) -> object:
-        record = object()
+    def _paths(self) -> list[str]:
+        return [path for client in FakeAgentClient.made for path in client.paths]
+
+    def _bootstrap(self, agents: direct.DirectAgents) -> Any:
+        return _run(agents.bootstrap_call(UUID, RECORD, "GET", "/v1/quote"))  # type: ignore[arg-type]
+
+    def test_an_agent_api_call_first_does_not_open_the_direct_bootstrap_path(
+        self,
+    ) -> None:
+        agents = direct.DirectAgents("cert.pem", "key.pem", 1.0)
+        _run(agents.call(UUID, RECORD, "POST", "/v1/sealed", body={}))  # type: ignore[arg-type]
+        with self.assertRaises(AgentError) as ctx:
+            self._bootstrap(agents)
+        self.assertIn("through the verifier's relay", str(ctx.exception))
+        self.assertEqual(["/v1/sealed"], self._paths())
+
+    def test_tenant_agent_request_first_keeps_the_bootstrap_off_the_direct_path(
+        self,
+    ) -> None:
+        directory = self.useFixture(fixtures.TempDir()).path
+        key_pem, cert_pem = tls.self_signed_certificate("tenant", [])
+        cert, key = os.path.join(directory, "cert"), os.path.join(directory, "key")
+        with open(cert, "wb") as f:
+            f.write(cert_pem)
+        with open(key, "wb") as f:
+            f.write(key_pem)
+        tenant = Tenant(TenantConfig(REGISTRAR, VERIFIER, cert, key, None))
+        record = RECORD
 
         async def identity(uuid: str) -> object:
             return record
 
         tenant.identity = identity  # type: ignore[method-assign,assignment]
-        return record
-
-    def _bootstrap_direct(self, tenant: Tenant, record: object) -> Mapping[str, Any]:
-        return _run(tenant._agent(UUID, record, "GET", "/v1/quote"))  # type: ignore[arg-type]
-
-    def test_agent_api_call_first_does_not_open_the_direct_bootstrap_path(
-        self,
-    ) -> None:
-        tenant = _tenant(direct_agents=False)
-        record = self._with_record(tenant)
         answer = _run(tenant.agent_request(UUID, "POST", "/v1/sealed", {"blob": ""}))
         self.assertEqual("/var/lib/trusted-cloud-agent/sealed", answer["path"])
-        with self.assertRaises(AgentError) as ctx:
-            self._bootstrap_direct(tenant, record)
-        self.assertIn("through the verifier's relay", str(ctx.exception))
-        agents = tenant._agents
-        assert isinstance(agents, FakeAgents)
-        self.assertEqual(["/v1/sealed"], agents.paths)
-
-    def test_without_direct_agents_the_direct_bootstrap_path_is_refused(
-        self,
-    ) -> None:
-        tenant = _tenant(direct_agents=False)
         with self.assertRaises(AgentError):
-            self._bootstrap_direct(tenant, self._with_record(tenant))
+            self._bootstrap(tenant._agents)
+        self.assertEqual(["/v1/sealed"], self._paths())
 
-    def test_with_direct_agents_the_direct_bootstrap_path_reaches_the_agent(
+    def test_with_direct_agents_the_bootstrap_reaches_the_agent(self) -> None:
+        agents = direct.DirectAgents("cert.pem", "key.pem", 1.0, bootstrap=True)
+        self._bootstrap(agents)
+        self.assertEqual(["/v1/quote"], self._paths())
+
+    def test_the_direct_path_without_a_certificate_is_refused_at_once(
         self,
     ) -> None:
-        tenant = _tenant(direct_agents=True)
-        self._bootstrap_direct(tenant, self._with_record(tenant))
-        agents = tenant._agents
-        assert isinstance(agents, FakeAgents)
-        self.assertEqual(["/v1/quote"], agents.paths)
+        self.assertRaises(
+            ServiceError, direct.DirectAgents, None, None, 1.0, bootstrap=True
+        )
+        agents = direct.DirectAgents(None, None, 1.0)  # the relay needs none
+        with self.assertRaises(ServiceError) as ctx:
+            _run(agents.call(UUID, RECORD, "POST", "/v1/sealed"))  # type: ignore[arg-type]
+        self.assertIn("needs a tenant certificate", str(ctx.exception))
