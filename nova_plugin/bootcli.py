@@ -10,7 +10,7 @@ import asyncio
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, TypeAlias
 
 from nova_plugin.boot import BootResult, ServerSpec, TrustedBoot
 from nova_plugin.cliargs import SETTINGS_ENV, missing_settings, pcr_policy
@@ -22,6 +22,7 @@ from verifier.protocol import PcrPolicy
 __all__ = ["add_boot_arguments", "load_policy", "run_boot", "summary"]
 
 NOVA_API_VERSION = "2.1"
+Group: TypeAlias = "argparse._ArgumentGroup"
 _SETTING_HELP = {
     "registrar": "registrar base URL; also written into the guest's "
     "bootstrap configuration",
@@ -45,6 +46,17 @@ def _key_value(text: str) -> tuple[str, str]:
 def add_boot_arguments(p: argparse.ArgumentParser) -> None:
     """The options of a trusted boot (Nova's and ours), each with help."""
     nova = p.add_argument_group("server (as for nova boot)")
+    _server_arguments(nova)
+    _count_arguments(nova)
+    ours = p.add_argument_group("trusted boot")
+    _policy_arguments(ours)
+    _bootstrap_arguments(ours)
+    _setting_arguments(ours)
+
+
+def _server_arguments(nova: Group) -> None:
+    """What the server is made of and attached to, as ``nova boot`` takes
+    it."""
     nova.add_argument("name", metavar="<name>", help="name of the new server(s)")
     nova.add_argument(
         "--flavor", required=True, metavar="<flavor>", help="flavor name or ID"
@@ -77,6 +89,10 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         metavar="<key=value>",
         help="server metadata (repeatable)",
     )
+
+
+def _count_arguments(nova: Group) -> None:
+    """How many servers, and their config drive."""
     nova.add_argument(
         "--min-count",
         type=int,
@@ -96,7 +112,10 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         help="give the guest a config drive (user-data readable without the "
         "metadata service)",
     )
-    ours = p.add_argument_group("trusted boot")
+
+
+def _policy_arguments(ours: Group) -> None:
+    """The payload and the policies its nodes are judged by."""
     ours.add_argument(
         "--payload",
         required=True,
@@ -128,6 +147,10 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         help="a measured-boot policy stored with the verifier ('trusted-tenant "
         "policy add measured-boot'): every quote's boot event log is checked",
     )
+
+
+def _bootstrap_arguments(ours: Group) -> None:
+    """How the nodes are attested and the bootstrap driven."""
     ours.add_argument(
         "--mode",
         choices=("pull", "push"),
@@ -169,6 +192,11 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
     ours.add_argument(
         "--quiet", action="store_true", help="no progress lines on stderr"
     )
+
+
+def _setting_arguments(ours: Group) -> None:
+    """The connection settings (each defaulting to its ``TRUSTED_*``
+    variable)."""
     for name, env in SETTINGS_ENV.items():
         ours.add_argument(
             f"--{name}",
