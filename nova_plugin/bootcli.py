@@ -13,9 +13,14 @@ import time
 from typing import Any, TypeAlias
 
 from nova_plugin.boot import BootResult, ServerSpec, TrustedBoot
-from nova_plugin.cliargs import SETTINGS_ENV, missing_settings, pcr_policy
+from nova_plugin.cliargs import (
+    SETTINGS_ENV,
+    certificate_tenant,
+    missing_settings,
+    pcr_policy,
+)
 from nova_plugin.exceptions import UsageError
-from nova_plugin.tenant import Tenant, TenantConfig
+from nova_plugin.tenant import Tenant
 from nova_plugin.tenant_auth import keystone_tenant
 from verifier.protocol import PcrPolicy
 
@@ -301,16 +306,7 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
     def tenant_of() -> Tenant:
         if keystone:  # the user's token for the verifier and the registrar
             return keystone_tenant(session, registrar_url, None, args.ca)
-        return Tenant(
-            TenantConfig(
-                registrar_url,
-                args.verifier.rstrip("/"),
-                args.cert,
-                args.key,
-                args.ca,
-                direct_agents=args.direct_agents,
-            )
-        )
+        return certificate_tenant(args, args.direct_agents)
 
     async def go() -> BootResult:
         tenant = tenant_of()

@@ -11,14 +11,18 @@ one line names the option and the file.
 
 from __future__ import annotations
 
+import argparse
+import ssl
 from collections.abc import Iterable, Sequence
 
 from nova_plugin.exceptions import UsageError
+from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.protocol import MalformedError, PcrPolicy, jsonlimits
 
 __all__ = [
     "MAX_POLICY_FILE",
     "SETTINGS_ENV",
+    "certificate_tenant",
     "missing_settings",
     "pcr_policy",
     "policy_file",
@@ -46,6 +50,36 @@ def missing_settings(names: Iterable[str]) -> UsageError:
         "missing settings: "
         + ", ".join(f"--{name} (or ${SETTINGS_ENV[name]})" for name in names)
     )
+
+
+def certificate_tenant(args: argparse.Namespace, direct_agents: bool) -> Tenant:
+    """The tenant client over mTLS with the tenant certificate of the
+    settings (``--cert``, ``--key``, ``--ca``; the ``noauth`` demo's
+    identity).
+
+    Args:
+        args: the parsed settings (``--verifier`` given).
+        direct_agents: reach polled nodes' agents directly.
+
+    Raises:
+        UsageError: the certificate, key or CA is not usable PEM.
+    """
+    try:
+        return Tenant(
+            TenantConfig(
+                (args.registrar or "").rstrip("/"),
+                args.verifier.rstrip("/"),
+                args.cert,
+                args.key,
+                args.ca,
+                direct_agents=direct_agents,
+            )
+        )
+    except ssl.SSLError as exc:
+        raise UsageError(
+            f"--cert {args.cert}, --key {args.key}, --ca {args.ca}: not a usable "
+            f"certificate, key and CA (PEM): {exc}"
+        ) from None
 
 
 def policy_file(option: str, path: str) -> PcrPolicy:

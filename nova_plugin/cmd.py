@@ -22,14 +22,13 @@ import argparse
 import asyncio
 import json
 import os
-import ssl
 import sys
 from typing import Any
 
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 
-from nova_plugin.cliargs import SETTINGS_ENV, missing_settings
+from nova_plugin.cliargs import SETTINGS_ENV, certificate_tenant, missing_settings
 from nova_plugin.commands import events, integrity, nodes, policies, sealing
 from nova_plugin.commands.base import (
     HANDLER,
@@ -40,7 +39,7 @@ from nova_plugin.commands.base import (
     readable,
 )
 from nova_plugin.exceptions import TenantError, UsageError
-from nova_plugin.tenant import Tenant, TenantConfig
+from nova_plugin.tenant import Tenant
 from nova_plugin.tenant_auth import keystone_tenant
 from verifier.common import extras, version
 from verifier.protocol import MalformedError
@@ -122,22 +121,7 @@ def _tenant(args: argparse.Namespace, command: TenantCommand) -> Tenant:
             (args.verifier or "").rstrip("/") or None,
             args.ca,
         )
-    try:
-        return Tenant(
-            TenantConfig(
-                (args.registrar or "").rstrip("/"),
-                args.verifier.rstrip("/"),
-                args.cert,
-                args.key,
-                args.ca,
-                direct_agents=direct,
-            )
-        )
-    except ssl.SSLError as exc:
-        raise UsageError(
-            f"--cert {args.cert}, --key {args.key}, --ca {args.ca}: not a usable "
-            f"certificate, key and CA (PEM): {exc}"
-        ) from None
+    return certificate_tenant(args, direct)
 
 
 async def _run(command: TenantCommand, args: argparse.Namespace) -> Any:

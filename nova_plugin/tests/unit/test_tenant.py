@@ -56,6 +56,18 @@ class FakeAgentClient:
 RECORD = types.SimpleNamespace(base_url="https://node.test:9002", tls_cert="PEM")
 
 
+def write_certificate(directory: str) -> tuple[str, str]:
+    """A fresh self-signed tenant certificate and its key in
+    ``directory``; their paths."""
+    key_pem, cert_pem = tls.self_signed_certificate("tenant", [])
+    cert, key = os.path.join(directory, "cert"), os.path.join(directory, "key")
+    with open(cert, "wb") as f:
+        f.write(cert_pem)
+    with open(key, "wb") as f:
+        f.write(key_pem)
+    return cert, key
+
+
 def _run(work: Any) -> Any:
     return asyncio.run(work)
 
@@ -118,13 +130,7 @@ class DirectPathGuardTest(testtools.TestCase):
     def test_tenant_agent_request_first_keeps_the_bootstrap_off_the_direct_path(
         self,
     ) -> None:
-        directory = self.useFixture(fixtures.TempDir()).path
-        key_pem, cert_pem = tls.self_signed_certificate("tenant", [])
-        cert, key = os.path.join(directory, "cert"), os.path.join(directory, "key")
-        with open(cert, "wb") as f:
-            f.write(cert_pem)
-        with open(key, "wb") as f:
-            f.write(key_pem)
+        cert, key = write_certificate(self.useFixture(fixtures.TempDir()).path)
         tenant = Tenant(TenantConfig(REGISTRAR, VERIFIER, cert, key, None))
         record = RECORD
 
