@@ -16,7 +16,8 @@ from nova_plugin.tests.unit.test_tenant import write_certificate
 from trusted_testing.softtpm import SoftTpm
 
 
-def _run(argv: list[str]) -> tuple[int, str]:
+def run_tenant(argv: list[str]) -> tuple[int, str]:
+    """``trusted-tenant argv``: (exit status, what it wrote to stderr)."""
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = cmd.main(argv)
@@ -39,7 +40,7 @@ class MonitorAttestInputTest(testtools.TestCase):
         ]
 
     def test_no_pcr_policy_is_one_line_and_exit_2(self) -> None:
-        code, err = _run([*self.settings, "monitor-attest", "--ak", self.ak])
+        code, err = run_tenant([*self.settings, "monitor-attest", "--ak", self.ak])
         self.assertEqual(2, code)
         self.assertEqual(
             "trusted-tenant: error: give --pcr N=HEX or --policy FILE\n", err
@@ -49,6 +50,6 @@ class MonitorAttestInputTest(testtools.TestCase):
         self,
     ) -> None:
         argv = [*self.settings, "monitor-attest", "--ak", self.ak, "--pcr", "0"]
-        code, err = _run(argv)
+        code, err = run_tenant(argv)
         self.assertEqual(2, code)
         self.assertEqual("trusted-tenant: error: --pcr '0': expected N=HEX\n", err)
