@@ -10,26 +10,24 @@ import asyncio
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, TypeAlias
 
 from nova_plugin.boot import BootResult, ServerSpec, TrustedBoot
+from nova_plugin.cliargs import (
+    SETTINGS_ENV,
+    certificate_tenant,
+    missing_settings,
+    pcr_policy,
+)
 from nova_plugin.exceptions import UsageError
-from nova_plugin.tenant import Tenant, TenantConfig
+from nova_plugin.tenant import Tenant
 from nova_plugin.tenant_auth import keystone_tenant
-from verifier.protocol import MalformedError, PcrPolicy, jsonlimits
+from verifier.protocol import PcrPolicy
 
 __all__ = ["add_boot_arguments", "load_policy", "run_boot", "summary"]
 
 NOVA_API_VERSION = "2.1"
-#: A trust policy file larger than this is refused before parsing.
-_MAX_POLICY_FILE = 1 << 20
-_ENV = {
-    "registrar": "TRUSTED_REGISTRAR_URL",
-    "verifier": "TRUSTED_VERIFIER_URL",
-    "cert": "TRUSTED_CERT",
-    "key": "TRUSTED_KEY",
-    "ca": "TRUSTED_CA",
-}
+Group: TypeAlias = "argparse._ArgumentGroup"
 _SETTING_HELP = {
     "registrar": "registrar base URL; also written into the guest's "
     "bootstrap configuration",
@@ -53,6 +51,17 @@ def _key_value(text: str) -> tuple[str, str]:
 def add_boot_arguments(p: argparse.ArgumentParser) -> None:
     """The options of a trusted boot (Nova's and ours), each with help."""
     nova = p.add_argument_group("server (as for nova boot)")
+    _server_arguments(nova)
+    _count_arguments(nova)
+    ours = p.add_argument_group("trusted boot")
+    _policy_arguments(ours)
+    _bootstrap_arguments(ours)
+    _setting_arguments(ours)
+
+
+def _server_arguments(nova: Group) -> None:
+    """What the server is made of and attached to, as ``nova boot`` takes
+    it."""
     nova.add_argument("name", metavar="<name>", help="name of the new server(s)")
     nova.add_argument(
         "--flavor", required=True, metavar="<flavor>", help="flavor name or ID"
@@ -85,6 +94,10 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         metavar="<key=value>",
         help="server metadata (repeatable)",
     )
+
+
+def _count_arguments(nova: Group) -> None:
+    """How many servers, and their config drive."""
     nova.add_argument(
         "--min-count",
         type=int,
@@ -104,7 +117,10 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         help="give the guest a config drive (user-data readable without the "
         "metadata service)",
     )
-    ours = p.add_argument_group("trusted boot")
+
+
+def _policy_arguments(ours: Group) -> None:
+    """The payload and the policies its nodes are judged by."""
     ours.add_argument(
         "--payload",
         required=True,
@@ -136,6 +152,10 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
         help="a measured-boot policy stored with the verifier ('trusted-tenant "
         "policy add measured-boot'): every quote's boot event log is checked",
     )
+
+
+def _bootstrap_arguments(ours: Group) -> None:
+    """How the nodes are attested and the bootstrap driven."""
     ours.add_argument(
         "--mode",
         choices=("pull", "push"),
@@ -177,7 +197,12 @@ def add_boot_arguments(p: argparse.ArgumentParser) -> None:
     ours.add_argument(
         "--quiet", action="store_true", help="no progress lines on stderr"
     )
-    for name, env in _ENV.items():
+
+
+def _setting_arguments(ours: Group) -> None:
+    """The connection settings (each defaulting to its ``TRUSTED_*``
+    variable)."""
+    for name, env in SETTINGS_ENV.items():
         ours.add_argument(
             f"--{name}",
             default=os.environ.get(env),
@@ -194,40 +219,16 @@ def load_policy(args: argparse.Namespace) -> PcrPolicy:
         UsageError: missing, unreadable or invalid (names the option, the
             file and, for JSON errors, the position).
     """
-    if args.trust_policy:
-        return _policy_file(args.trust_policy)
-    pcrs: dict[str, list[str]] = {}
-    for item in args.pcr:
-        index, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--pcr {item!r}: expected N=HEX")
-        pcrs.setdefault(index, []).append(value)
-    if not pcrs:
-        if getattr(args, "runtime_policy", None) or getattr(args, "mb_policy", None):
-            return PcrPolicy({})  # the stored policies judge each quote
-        raise UsageError(
-            "give --trust-policy FILE or --pcr N=HEX (or a stored "
-            "--runtime-policy or --mb-policy)"
-        )
-    try:
-        return PcrPolicy.from_dict({"pcrs": pcrs})
-    except MalformedError as exc:
-        raise UsageError(f"invalid --pcr: {exc.detail}") from None
-
-
-def _policy_file(path: str) -> PcrPolicy:
-    option = f"--trust-policy {path}"
-    try:
-        with open(path, "rb") as f:
-            text = f.read(_MAX_POLICY_FILE + 1)
-    except OSError as exc:
-        raise UsageError(f"{option}: {exc.strerror or exc}") from None
-    if len(text) > _MAX_POLICY_FILE:
-        raise UsageError(f"{option}: larger than {_MAX_POLICY_FILE} bytes")
-    try:
-        return PcrPolicy.from_dict(jsonlimits.loads(text, option))
-    except MalformedError as exc:
-        raise UsageError(f"{option}: {exc.detail}") from None
+    stored = getattr(args, "runtime_policy", None) or getattr(args, "mb_policy", None)
+    return pcr_policy(
+        args.trust_policy,
+        args.pcr,
+        file_option="--trust-policy",
+        stored=bool(stored),
+        missing="give --trust-policy FILE or --pcr N=HEX (or a stored "
+        "--runtime-policy or --mb-policy)",
+        invalid_pcr="invalid --pcr",
+    )
 
 
 def _nics(items: list[str]) -> Any:
@@ -293,11 +294,9 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
     session = getattr(getattr(nova, "client", None), "session", None)
     keystone = session is not None and not args.verifier
     optional = ("verifier", "cert", "key") if keystone else ()
-    missing = [n for n in _ENV if not getattr(args, n) and n not in optional]
+    missing = [n for n in SETTINGS_ENV if not getattr(args, n) and n not in optional]
     if missing:
-        raise UsageError(
-            "missing settings: " + ", ".join(f"--{n} (or ${_ENV[n]})" for n in missing)
-        )
+        raise missing_settings(missing)
     policy = load_policy(args)
     spec = _spec(args)
     payload = _read("--payload", args.payload, "rb")
@@ -307,16 +306,7 @@ def run_boot(args: argparse.Namespace, nova: Any) -> BootResult:
     def tenant_of() -> Tenant:
         if keystone:  # the user's token for the verifier and the registrar
             return keystone_tenant(session, registrar_url, None, args.ca)
-        return Tenant(
-            TenantConfig(
-                registrar_url,
-                args.verifier.rstrip("/"),
-                args.cert,
-                args.key,
-                args.ca,
-                direct_agents=args.direct_agents,
-            )
-        )
+        return certificate_tenant(args, args.direct_agents)
 
     async def go() -> BootResult:
         tenant = tenant_of()

@@ -221,9 +221,9 @@ def measured_boot_policy(
     return MeasuredBootPolicy(apps, blobs, secure_boot)
 
 
-def add_generate_parser(policy_sub: Any) -> None:
-    """``trusted-tenant policy generate {runtime,measured-boot}``."""
-    gen = policy_sub.add_parser(
+def add_generate_parser(policy_sub: Any) -> argparse.ArgumentParser:
+    """``trusted-tenant policy generate {runtime,measured-boot}``; its parser."""
+    gen: argparse.ArgumentParser = policy_sub.add_parser(
         "generate", help="build a policy from a guest image (offline)"
     )
     kinds = gen.add_subparsers(dest="generate_kind", required=True)
@@ -268,6 +268,7 @@ def add_generate_parser(policy_sub: Any) -> None:
     mb.add_argument("--secure-boot", choices=("on", "off"), help="require this state")
     for cmd in (run, mb):
         cmd.add_argument("-o", "--output", required=True, help="JSON to write")
+    return gen
 
 
 def generate(args: argparse.Namespace) -> dict[str, Any]:

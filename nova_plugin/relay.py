@@ -23,7 +23,7 @@ from verifier.protocol.messages.shares import ShareU
 
 __all__ = ["PushRelay"]
 
-Call = Callable[[str, str, Mapping[str, Any] | None], Awaitable[tuple[int, Any]]]
+Call = Callable[[str, str, Mapping[str, Any] | None], Awaitable[dict[str, Any]]]
 _POLL = 0.25
 
 
@@ -31,7 +31,8 @@ class PushRelay:
     """Asks the verifier to relay to a node (push or pull).
 
     Args:
-        call: one verifier call (method, URL, body) -> (status, JSON).
+        call: one verifier call (method, URL, body) -> the JSON object
+            answered (:meth:`nova_plugin.services.ServiceClient.call`).
         verifier_url: the verifier's base URL.
         timeout: seconds to wait for the node (it answers with the
             evidence after its next one: allow two of the verifier's quote
@@ -61,7 +62,7 @@ class PushRelay:
         )
         url = f"{self._url(uuid, 'identity')}?nonce={request.nonce.hex()}"
         while True:
-            _, data = await self._call("GET", url, None)
+            data = await self._call("GET", url, None)
             try:
                 relayed = IdentityRelayed.from_dict(data)
             except MalformedError as exc:
@@ -88,7 +89,7 @@ class PushRelay:
         deadline = time.monotonic() + self.timeout
         await self._post(uuid, self._url(uuid, "u"), share.to_dict(), deadline)
         while True:
-            _, data = await self._call("GET", self._url(uuid, "u"), None)
+            data = await self._call("GET", self._url(uuid, "u"), None)
             try:
                 status = URelayStatus.from_dict(data)
             except MalformedError as exc:

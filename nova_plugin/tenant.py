@@ -17,21 +17,23 @@ accepted V, the enrolment is undone and the error says so.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
-import ssl
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote
 
 from nova_plugin.attestation import AttestationClient
 from nova_plugin.direct import DirectAgents
-from nova_plugin.exceptions import AgentError, AttestationFailedError, ServiceError
+from nova_plugin.exceptions import (
+    AgentError,
+    AttestationFailedError,
+    ServiceError,
+    TenantError,
+)
 from nova_plugin.relay import PushRelay
+from nova_plugin.services import ServiceClient
 from verifier.common import tls as tlsutil
-from verifier.common.errors import TransportError
-from verifier.common.http import AsyncClient
 from verifier.protocol import (
     AttestationKey,
     EvidenceError,
@@ -103,89 +105,27 @@ class Tenant:
         registrar: AttestationClient | None = None,
     ) -> None:
         self._config = config
-        self._verifier = verifier
-        self._registrar = registrar
-        self._ssl: ssl.SSLContext = tlsutil.client_context(
-            config.cert_file, config.key_file, config.ca_file
+        self._services = ServiceClient(
+            tlsutil.client_context(config.cert_file, config.key_file, config.ca_file),
+            config.timeout,
+            [(config.verifier_url, verifier), (config.registrar_url, registrar)],
         )
-        self._agents: DirectAgents | None = None
-        if config.direct_agents:
-            self._agents = DirectAgents(
-                config.cert_file, config.key_file, config.timeout
-            )
-        self._http = AsyncClient(self._ssl, config.timeout)
+        self._call = self._services.call
         self._relay = PushRelay(self._call, config.verifier_url)
+        self._agents = DirectAgents(
+            config.cert_file,
+            config.key_file,
+            config.timeout,
+            bootstrap=config.direct_agents,
+        )
 
     async def close(self) -> None:
-        await self._http.close()
-        if self._agents is not None:
-            await self._agents.close()
+        await self._services.close()
+        await self._agents.close()
 
     def _direct(self, mode: str) -> bool:
         """Whether this node's agent is called directly (never for push)."""
         return self._config.direct_agents and mode != "push"
-
-    async def _call(
-        self, method: str, url: str, body: Mapping[str, Any] | None = None
-    ) -> tuple[int, Any]:
-        """One call to the registrar or the verifier; (status, JSON object,
-        empty for an answer without a body).
-
-        Raises:
-            ServiceError: unreachable, a non-2xx answer, or not an object.
-        """
-        for base, client in (
-            (self._config.verifier_url, self._verifier),
-            (self._config.registrar_url, self._registrar),
-        ):
-            if client is not None and base and url.startswith(base):
-                data = await asyncio.to_thread(
-                    client.call, method, url[len(base) :], body
-                )
-                if data is not None and not isinstance(data, dict):
-                    raise ServiceError(
-                        f"{method} {url}: the answer is not a JSON object"
-                    )
-                return 200, data or {}
-        try:
-            answer = await self._http.request(method, url, json=body)
-        except TransportError as exc:
-            raise ServiceError(str(exc))
-        if not answer.ok:
-            error = answer.error
-            raise ServiceError(
-                f"{method} {url}: {answer.status} {error.message}",
-                answer.status,
-                error.code,
-            )
-        if answer.data is not None and not isinstance(answer.data, dict):
-            raise ServiceError(f"{method} {url}: the answer is not a JSON object")
-        return answer.status, answer.data or {}
-
-    async def _agent(
-        self,
-        uuid: str,
-        record: RegistrationRecord,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        body: Mapping[str, Any] | None = None,
-    ) -> Any:
-        """One call to a node's agent on the direct path (:mod:`nova_plugin.
-        direct`).
-
-        Raises:
-            AgentError: no direct path, or as :meth:`DirectAgents.call`.
-        """
-        if self._agents is None:
-            raise AgentError(
-                f"node {uuid}: agents are reached through the verifier's relay "
-                "(no direct_agents)"
-            )
-        return await self._agents.call(
-            uuid, record, method, path, params=params, body=body
-        )
 
     @property
     def verifier_url(self) -> str:
@@ -193,13 +133,15 @@ class Tenant:
 
     async def request(
         self, method: str, url: str, body: Mapping[str, Any] | None = None
-    ) -> Any:
-        """One JSON call over mTLS; the decoded answer.
+    ) -> dict[str, Any]:
+        """One JSON call to the registrar or the verifier; the JSON object
+        answered (empty for no body).
 
         Raises:
-            ServiceError: unreachable, or a non-2xx answer (its message).
+            ServiceError: unreachable, a non-2xx answer (its message), or
+                not an object.
         """
-        return (await self._call(method, url, body))[1]
+        return await self._call(method, url, body)
 
     async def agent_request(
         self, uuid: str, method: str, path: str, body: Mapping[str, Any] | None = None
@@ -213,12 +155,8 @@ class Tenant:
                 or a non-2xx answer.
         """
         record = await self.identity(canonical_uuid(uuid))
-        if self._agents is None:  # the agent's own API (the relay has no part)
-            config = self._config
-            self._agents = DirectAgents(
-                config.cert_file, config.key_file, config.timeout
-            )
-        answer = await self._agent(uuid, record, method, path, body=body)
+        # the agent's own API, which the relay does not carry
+        answer = await self._agents.call(uuid, record, method, path, body=body)
         if not isinstance(answer, dict):
             raise AgentError(f"node {uuid}: the agent's answer is not an object")
         return answer
@@ -231,9 +169,7 @@ class Tenant:
                 of another node (code ``registrar_malformed``), or an AK
                 not activated yet (code ``ak_not_activated``).
         """
-        _, data = await self._call(
-            "GET", f"{self._config.registrar_url}/v1/agents/{uuid}"
-        )
+        data = await self._call("GET", f"{self._config.registrar_url}/v1/agents/{uuid}")
         try:
             record = RegistrationRecord.from_dict(data)
             record.check_node(uuid)
@@ -311,7 +247,7 @@ class Tenant:
                     f"identity quote, nothing was sent: {exc}"
                 )
         else:
-            answer = await self._agent(
+            answer = await self._agents.bootstrap_call(
                 uuid, record, "GET", "/v1/quote", params=request.to_query()
             )
         try:
@@ -354,18 +290,17 @@ class Tenant:
         key = generate_key()
         sealed = seal_payload(key, payload, uuid)
         u_share, v_share = split(key)
-        body = EnrolmentRequest(
-            uuid,
-            v_share,
-            policy,
-            runtime_policy,
-            mb_policy,
-            mode=mode,
-            u_commitment=commit_u(uuid, u_share),
-            interval=interval,
-        )
-        _, view = await self._call(
-            "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
+        view = await self._post_enrolment(
+            EnrolmentRequest(
+                uuid,
+                v_share,
+                policy,
+                runtime_policy,
+                mb_policy,
+                mode=mode,
+                u_commitment=commit_u(uuid, u_share),
+                interval=interval,
+            )
         )
         try:
             if nk is None:
@@ -373,18 +308,18 @@ class Tenant:
                 # and U goes only after our own identity check
                 nk = await self.check_identity_quote(uuid, record, policy, mode)
             await self.send_u(uuid, record, nk, u_share, sealed, mode=mode)
-        except (AgentError, ServiceError) as exc:
+        except (ServiceError, AttestationFailedError) as exc:
             await self._undo(uuid, exc)
-        except AttestationFailedError as exc:
-            try:  # nothing was sent to the node: take V back
-                await self.delete(uuid)
-            except ServiceError as undo:
-                raise ServiceError(
-                    f"{exc}; undoing the enrolment failed too ({undo}): run "
-                    f"'trusted-tenant delete {uuid}'"
-                )
-            raise
         return EnrolResult(uuid, view["state"], policy.pcrs)
+
+    async def _post_enrolment(self, body: EnrolmentRequest) -> dict[str, Any]:
+        """Hand V and the policies to the verifier; its view of the node.
+
+        Raises:
+            ServiceError: refused or unreachable.
+        """
+        url = f"{self._config.verifier_url}/v1/nodes"
+        return await self._call("POST", url, body.to_dict())
 
     async def enrol_ahead(
         self,
@@ -406,20 +341,18 @@ class Tenant:
             ServiceError: refused (``code`` ``already_enrolled`` for a
                 duplicate) or unreachable.
         """
-        body = EnrolmentRequest(
-            uuid,
-            v_share,
-            policy,
-            runtime_policy,
-            mb_policy,
-            await_instance=True,
-            mode=mode,
-            u_commitment=u_commitment,
+        return await self._post_enrolment(
+            EnrolmentRequest(
+                uuid,
+                v_share,
+                policy,
+                runtime_policy,
+                mb_policy,
+                await_instance=True,
+                mode=mode,
+                u_commitment=u_commitment,
+            )
         )
-        _, view = await self._call(
-            "POST", f"{self._config.verifier_url}/v1/nodes", body.to_dict()
-        )
-        return dict(view)
 
     async def send_u(
         self,
@@ -450,7 +383,7 @@ class Tenant:
             mode = await self.node_mode(uuid)
         if not self._direct(mode or "pull"):
             return await self._relay.send_u(uuid, body)
-        answer = await self._agent(
+        answer = await self._agents.bootstrap_call(
             uuid, record, "POST", "/v1/keys/u", body=body.to_dict()
         )
         try:
@@ -458,37 +391,52 @@ class Tenant:
         except MalformedError as exc:
             raise AgentError(f"node {uuid}: {exc}")
 
-    async def _undo(self, uuid: str, cause: Exception) -> None:
+    async def _undo(self, uuid: str, cause: TenantError) -> NoReturn:
+        """Take V back from the verifier after the node failed its identity
+        quote (``cause`` an :class:`AttestationFailedError`: nothing was
+        sent to it) or did not take U.
+
+        Raises:
+            AttestationFailedError: ``cause``, V taken back.
+            ServiceError: U did not reach the node, or V could not be taken
+                back (the message says how to).
+        """
+        quote_failed = isinstance(cause, AttestationFailedError)
         try:
             await self.delete(uuid)
         except ServiceError as exc:
+            if quote_failed:
+                raise ServiceError(
+                    f"{cause}; undoing the enrolment failed too ({exc}): run "
+                    f"'trusted-tenant delete {uuid}'"
+                )
             raise ServiceError(
                 f"sending U to node {uuid} failed ({cause}) and undoing the "
                 f"enrolment failed too ({exc}): the verifier still holds V for "
                 f"it; run 'trusted-tenant delete {uuid}'"
             )
+        if quote_failed:
+            raise cause
         raise ServiceError(
             f"sending U to node {uuid} failed ({cause}); the enrolment was "
             f"undone, the verifier holds nothing for it"
         )
 
     async def status(self, uuid: str) -> Mapping[str, Any]:
-        _, data = await self._call(
+        return await self._call(
             "GET", f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}"
         )
-        return dict(data)
 
     async def nodes(self) -> list[Mapping[str, Any]]:
-        _, data = await self._call("GET", f"{self._config.verifier_url}/v1/nodes")
+        data = await self._call("GET", f"{self._config.verifier_url}/v1/nodes")
         return list(data["nodes"])
 
     async def revoke(self, uuid: str, detail: str) -> Mapping[str, Any]:
-        _, data = await self._call(
+        return await self._call(
             "POST",
             f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}/revoke",
             RevokeRequest(detail).to_dict(),
         )
-        return dict(data)
 
     async def delete(self, uuid: str) -> None:
         await self._call(
@@ -499,7 +447,7 @@ class Tenant:
         url = f"{self._config.verifier_url}/v1/events"
         if uuid:
             url += f"?node={canonical_uuid(uuid)}"
-        _, data = await self._call("GET", url)
+        data = await self._call("GET", url)
         return list(data["events"])
 
     # -- stored policies (kind: "runtime" or "measured-boot") -----------------
@@ -518,16 +466,14 @@ class Tenant:
         """Store a policy at the verifier; returns its metadata (name,
         version, digest)."""
         body = PolicyUpload(document, name, signature)
-        _, data = await self._call("POST", self._policies_url(kind), body.to_dict())
-        return dict(data)
+        return await self._call("POST", self._policies_url(kind), body.to_dict())
 
     async def policies(self, kind: str) -> list[Mapping[str, Any]]:
-        _, data = await self._call("GET", self._policies_url(kind))
+        data = await self._call("GET", self._policies_url(kind))
         return list(data["policies"])
 
     async def policy(self, kind: str, ref: str) -> Mapping[str, Any]:
-        _, data = await self._call("GET", self._policies_url(kind, ref))
-        return dict(data)
+        return await self._call("GET", self._policies_url(kind, ref))
 
     async def delete_policy(self, kind: str, ref: str) -> None:
         await self._call("DELETE", self._policies_url(kind, ref))

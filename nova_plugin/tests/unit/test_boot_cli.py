@@ -100,6 +100,14 @@ class BadInputTest(testtools.TestCase):
         self.assertIn("nested more than", err)
         self.assertNotIn("Traceback", err)
 
+    def test_unusable_certificate_files_are_one_line_and_exit_2(self) -> None:
+        code, err = self.run_boot(json.dumps({"pcrs": {"16": ["00" * 32]}}))
+        self.assertEqual(2, code)
+        self.assertIn(f"--cert {self.dir}/cert, --key {self.dir}/key", err)
+        self.assertIn("not a usable certificate, key and CA (PEM)", err)
+        self.assertEqual(1, len(err.strip().splitlines()), err)
+        self.assertNotIn("Traceback", err)
+
     def test_missing_payload_file_names_the_option_and_path(self) -> None:
         os.remove(os.path.join(self.dir, "payload"))
         code, err = self.run_boot(json.dumps({"pcrs": {"16": ["00" * 32]}}))

@@ -4,14 +4,13 @@ sent; handing a sealed blob to a node does not need the extra."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from unittest import mock
 
 import testtools
 
-from nova_plugin import cmd, policy_seal
+from nova_plugin import policy_seal
+from nova_plugin.tests.unit.test_tenant_cli import run_tenant
 from verifier.common import extras
 
 _SETTINGS = [
@@ -22,19 +21,12 @@ _SETTINGS = [
 ]
 
 
-def _run(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = cmd.main(argv)
-    return code, err.getvalue()
-
-
 class SealWithoutAbeTest(testtools.TestCase):
     def test_seal_names_the_extra_in_one_line_and_exits_2(self) -> None:
         argv = [*_SETTINGS, "seal", "--seal-policy", "region=eu"]
         argv += ["--payload", "/nonexistent/p", "--out", "/nonexistent/o"]
         with mock.patch.dict(sys.modules, {"pymcl": None}):
-            code, err = _run(argv)
+            code, err = run_tenant(argv)
         self.assertEqual(2, code)
         self.assertEqual(1, len(err.strip().splitlines()), err)
         self.assertIn("pip install 'trusted-cloud[abe]'", err)
@@ -43,7 +35,7 @@ class SealWithoutAbeTest(testtools.TestCase):
     def test_seal_with_the_extra_goes_on_to_load_the_settings(self) -> None:
         argv = [*_SETTINGS, "seal", "--seal-policy", "region=eu"]
         argv += ["--payload", "/nonexistent/p", "--out", "/nonexistent/o"]
-        code, err = _run(argv)
+        code, err = run_tenant(argv)
         # fails on the missing certificate files, past the extra check (a
         # usage error naming the option: exit 2)
         self.assertEqual(2, code)
@@ -64,7 +56,7 @@ class SealWithoutAbeTest(testtools.TestCase):
         argv = [*_SETTINGS, "--registrar=https://127.0.0.1:1", "send-sealed"]
         argv += ["00000000-0000-4000-8000-000000000001", "--blob", "/nonexistent/b"]
         with mock.patch.dict(sys.modules, {"pymcl": None}):
-            code, err = _run(argv)
+            code, err = run_tenant(argv)
         # fails on the missing certificate files, not on the missing extra
         self.assertEqual(2, code)
         self.assertIn("No such file", err)
