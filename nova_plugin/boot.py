@@ -36,6 +36,7 @@ from verifier.protocol import (
     seal_payload,
     split,
 )
+from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.enroller import commit_u
 from verifier.protocol.messages.registration import RegistrationRecord
 
@@ -154,14 +155,14 @@ class TrustedBoot:
         registrar_url: str,
         ca_pem: str | None = None,
         progress: Progress | None = None,
-        mode: str = "pull",
+        mode: AttestationMode = AttestationMode.PULL,
         push_url: str | None = None,
         stored: tuple[str | None, str | None] = (None, None),
     ) -> None:
         """``stored``: the names of a runtime (IMA) and a measured-boot
         policy stored with the verifier, each checked with every quote."""
-        self._mode = mode
-        self._push_url = push_url if mode == "push" else None
+        self._mode = mode = AttestationMode(mode)
+        self._push_url = push_url if mode is AttestationMode.PUSH else None
         self._stored = stored
         self._nova = nova
         self._tenant = tenant

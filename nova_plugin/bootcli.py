@@ -23,6 +23,7 @@ from nova_plugin.exceptions import UsageError
 from nova_plugin.tenant import Tenant
 from nova_plugin.tenant_auth import keystone_tenant
 from verifier.protocol import PcrPolicy
+from verifier.protocol.attestation import AttestationMode
 
 __all__ = ["add_boot_arguments", "load_policy", "run_boot", "summary"]
 
@@ -158,8 +159,9 @@ def _bootstrap_arguments(ours: Group) -> None:
     """How the nodes are attested and the bootstrap driven."""
     ours.add_argument(
         "--mode",
-        choices=("pull", "push"),
-        default="pull",
+        choices=tuple(AttestationMode),
+        type=AttestationMode,
+        default=AttestationMode.PULL,
         help="how the verifier attests the server(s): pull (it polls the "
         "agent) or push (the agent, configured for push in the image, posts "
         "its evidence and opens no port). Either way --wait reaches the "

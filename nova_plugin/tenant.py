@@ -39,12 +39,14 @@ from verifier.protocol import (
     EvidenceError,
     MalformedError,
     PcrPolicy,
+    ShareKind,
     canonical_uuid,
     generate_key,
     seal_payload,
     seal_share,
     split,
 )
+from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.enroller import commit_u
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
 from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
@@ -123,9 +125,10 @@ class Tenant:
         await self._services.close()
         await self._agents.close()
 
-    def _direct(self, mode: str) -> bool:
+    def _direct(self, mode: AttestationMode | None) -> bool:
         """Whether this node's agent is called directly (never for push)."""
-        return self._config.direct_agents and mode != "push"
+        push = mode is not None and AttestationMode(mode) is AttestationMode.PUSH
+        return self._config.direct_agents and not push
 
     @property
     def verifier_url(self) -> str:
@@ -195,7 +198,7 @@ class Tenant:
                 return None
             raise
 
-    async def node_mode(self, uuid: str) -> str:
+    async def node_mode(self, uuid: str) -> AttestationMode:
         """``push`` if the verifier attests ``uuid`` by pushed evidence (its
         agent opens no port: the tenant goes through the relay), else
         ``pull`` (also for a node not enrolled yet)."""
@@ -203,16 +206,18 @@ class Tenant:
             view = await self.status(uuid)
         except ServiceError as exc:
             if exc.status == 404:
-                return "pull"
+                return AttestationMode.PULL
             raise
-        return "push" if view.get("mode") == "push" else "pull"
+        if view.get("mode") == AttestationMode.PUSH:
+            return AttestationMode.PUSH
+        return AttestationMode.PULL
 
     async def check_identity_quote(
         self,
         uuid: str,
         record: RegistrationRecord,
         policy: PcrPolicy,
-        mode: str | None = None,
+        mode: AttestationMode | None = None,
     ) -> bytes:
         """Verify a fresh identity quote over our own nonce; return the
         node's transport key.
@@ -236,7 +241,7 @@ class Tenant:
         request = QuoteRequest(nonce, tuple(pcrs))
         if mode is None and self._config.direct_agents:
             mode = await self.node_mode(uuid)
-        if not self._direct(mode or "pull"):
+        if not self._direct(mode):
             try:
                 answer = await self._relay.identity(uuid, request)
             except ServiceError as exc:
@@ -266,7 +271,7 @@ class Tenant:
         *,
         runtime_policy: str | None = None,
         mb_policy: str | None = None,
-        mode: str = "pull",
+        mode: AttestationMode = AttestationMode.PULL,
         interval: float | None = None,
     ) -> EnrolResult:
         """Enrol ``uuid``: verifier gets V and the policies, the node gets U.
@@ -277,7 +282,7 @@ class Tenant:
         agent posts its evidence). ``interval`` is the node's own seconds
         between quotes, its verification class (None: the verifier's).
         """
-        uuid = canonical_uuid(uuid)
+        uuid, mode = canonical_uuid(uuid), AttestationMode(mode)
         if len(payload) > MAX_PAYLOAD_BYTES:
             raise ServiceError(
                 f"payload is {len(payload)} bytes; at most "
@@ -327,7 +332,7 @@ class Tenant:
         v_share: bytes,
         policy: PcrPolicy,
         u_commitment: bytes,
-        mode: str = "pull",
+        mode: AttestationMode = AttestationMode.PULL,
         runtime_policy: str | None = None,
         mb_policy: str | None = None,
     ) -> Mapping[str, Any]:
@@ -362,7 +367,7 @@ class Tenant:
         u_share: bytes,
         sealed: bytes | None,
         payload_id: str | None = None,
-        mode: str | None = None,
+        mode: AttestationMode | None = None,
     ) -> bool:
         """Send U (sealed to the quoted NK) and the payload envelope.
 
@@ -378,10 +383,10 @@ class Tenant:
         Raises:
             AgentError: the agent did not take it, or its answer is malformed.
         """
-        body = ShareU(seal_share(nk, u_share, "U", uuid), sealed, payload_id)
+        body = ShareU(seal_share(nk, u_share, ShareKind.U, uuid), sealed, payload_id)
         if mode is None and self._config.direct_agents:
             mode = await self.node_mode(uuid)
-        if not self._direct(mode or "pull"):
+        if not self._direct(mode):
             return await self._relay.send_u(uuid, body)
         answer = await self._agents.bootstrap_call(
             uuid, record, "POST", "/v1/keys/u", body=body.to_dict()

@@ -357,7 +357,7 @@ class StoryNode:
             await tenant.add_policy("runtime", self.runtime_policy, "image")
             await tenant.add_policy("measured-boot", self.mb_policy, "image-mb")
             record = await tenant.identity(self.uuid)
-            policy, mode = PcrPolicy({}), self.mode
+            policy, mode = PcrPolicy({}), AttestationMode(self.mode)
             u_share, v_share = split(self.key)
             request = EnrolmentRequest(
                 self.uuid,
@@ -365,7 +365,7 @@ class StoryNode:
                 policy,
                 "image",
                 "image-mb",
-                mode=AttestationMode(mode),
+                mode=mode,
                 u_commitment=commit_u(self.uuid, u_share),
             )
             await tenant.request(

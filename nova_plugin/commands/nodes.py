@@ -19,6 +19,7 @@ from nova_plugin.commands.base import (
 from nova_plugin.exceptions import UsageError
 from nova_plugin.tenant import Tenant
 from verifier.protocol import MalformedError
+from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.messages.enrolment import check_interval
 
 __all__ = ["Delete", "Enrol", "ListNodes", "Revoke", "Status", "describe"]
@@ -86,8 +87,9 @@ class Enrol(TenantCommand):
         )
         parser.add_argument(
             "--mode",
-            choices=("pull", "push"),
-            default="pull",
+            choices=tuple(AttestationMode),
+            type=AttestationMode,
+            default=AttestationMode.PULL,
             help="how the verifier attests the node: pull (default; it polls the "
             "agent) or push (the agent posts evidence to the verifier's push "
             "endpoint and opens no port: for nodes nobody can reach; the identity "
@@ -105,7 +107,7 @@ class Enrol(TenantCommand):
 
     def check(self, args: argparse.Namespace) -> None:
         readable("--payload", args.payload)
-        if args.interval is not None and args.mode != "pull":
+        if args.interval is not None and args.mode is not AttestationMode.PULL:
             raise UsageError("--interval is for pull nodes (--mode pull)")
 
     async def run(self, tenant: Tenant, args: argparse.Namespace) -> Any:
