@@ -15,6 +15,7 @@ from typing import Any, TypeAlias
 from nova_plugin.boot import BootResult, ServerSpec, TrustedBoot
 from nova_plugin.cliargs import (
     SETTINGS_ENV,
+    attestation_mode,
     certificate_tenant,
     missing_settings,
     pcr_policy,
@@ -160,7 +161,7 @@ def _bootstrap_arguments(ours: Group) -> None:
     ours.add_argument(
         "--mode",
         choices=tuple(AttestationMode),
-        type=AttestationMode,
+        type=attestation_mode,
         default=AttestationMode.PULL,
         help="how the verifier attests the server(s): pull (it polls the "
         "agent) or push (the agent, configured for push in the image, posts "

@@ -18,10 +18,12 @@ from collections.abc import Iterable, Sequence
 from nova_plugin.exceptions import UsageError
 from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.protocol import MalformedError, PcrPolicy, jsonlimits
+from verifier.protocol.attestation import AttestationMode
 
 __all__ = [
     "MAX_POLICY_FILE",
     "SETTINGS_ENV",
+    "attestation_mode",
     "certificate_tenant",
     "missing_settings",
     "pcr_policy",
@@ -41,6 +43,22 @@ SETTINGS_ENV = {
 #: A PCR policy file larger than this is refused unread (a policy takes a
 #: few KiB).
 MAX_POLICY_FILE = 1 << 20
+
+
+def attestation_mode(text: str) -> AttestationMode:
+    """The ``--mode`` option, parsed where it is read.
+
+    Raises:
+        argparse.ArgumentTypeError: not ``pull`` or ``push`` (argparse
+            prints it as its own one-line usage error).
+    """
+    try:
+        return AttestationMode(text)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in AttestationMode)
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {text!r} (choose from {choices})"
+        ) from None
 
 
 def missing_settings(names: Iterable[str]) -> UsageError:

@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from nova_plugin.cliargs import attestation_mode
 from nova_plugin.commands.base import (
     TenantCommand,
     add_pcr_options,
@@ -88,7 +89,7 @@ class Enrol(TenantCommand):
         parser.add_argument(
             "--mode",
             choices=tuple(AttestationMode),
-            type=AttestationMode,
+            type=attestation_mode,
             default=AttestationMode.PULL,
             help="how the verifier attests the node: pull (default; it polls the "
             "agent) or push (the agent posts evidence to the verifier's push "

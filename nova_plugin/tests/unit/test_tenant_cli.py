@@ -3,6 +3,7 @@ status 2 before anything is sent."""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import io
@@ -53,3 +54,28 @@ class MonitorAttestInputTest(testtools.TestCase):
         code, err = run_tenant(argv)
         self.assertEqual(2, code)
         self.assertEqual("trusted-tenant: error: --pcr '0': expected N=HEX\n", err)
+
+
+class ModeOptionTest(testtools.TestCase):
+    def test_an_unknown_mode_names_the_choices_and_exits_2(self) -> None:
+        node = "0f1e2d3c-4b5a-4968-8776-655443322110"
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):  # argparse's own usage error
+            exc = self.assertRaises(
+                SystemExit, cmd.main, ["enrol", node, "--mode", "sideways"]
+            )
+        self.assertEqual(2, exc.code)
+        self.assertTrue(
+            err.getvalue().endswith(
+                "argument --mode: invalid choice: 'sideways' "
+                "(choose from 'pull', 'push')\n"
+            ),
+            err.getvalue(),
+        )
+
+    def test_the_mode_is_parsed_into_the_enum(self) -> None:
+        from nova_plugin.cliargs import attestation_mode
+        from verifier.protocol.attestation import AttestationMode
+
+        self.assertIs(AttestationMode.PUSH, attestation_mode("push"))
+        self.assertRaises(argparse.ArgumentTypeError, attestation_mode, "sideways")
