@@ -29,7 +29,8 @@ from verifier.db import Node, StoredPolicy
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
 from verifier.protocol.ima import RuntimePolicy
-from verifier.protocol.ima.policy import MAX_VERSION, VerifyingKey
+from verifier.protocol.ima.policy import MAX_VERSION
+from verifier.protocol.ima.signing import VerifyingKey
 from verifier.protocol.mb import MeasuredBootPolicy
 
 __all__ = ["KINDS", "PolicyStore", "canonical"]

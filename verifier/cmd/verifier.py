@@ -44,7 +44,7 @@ from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
 from verifier.policies import make_enforcer
-from verifier.protocol.ima.policy import VerifyingKey
+from verifier.protocol.ima.signing import VerifyingKey
 from verifier.protocol.push import PushRules
 
 if TYPE_CHECKING:

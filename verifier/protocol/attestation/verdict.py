@@ -9,6 +9,7 @@ import dataclasses
 import enum
 
 from verifier.protocol.ima import ReplayState
+from verifier.protocol.messages.enrolment import AttestationMode
 from verifier.protocol.quote import ClockState
 from verifier.protocol.tpm import TpmAttest
 
@@ -40,16 +41,6 @@ class NodeState(enum.StrEnum):
     FAILED = "failed"
     #: final: failed a check or revoked on request
     REVOKED = "revoked"
-
-
-class AttestationMode(enum.StrEnum):
-    """How a node's evidence reaches the verifier (stored as the value)."""
-
-    #: the verifier polls the node's agent for quotes
-    PULL = "pull"
-    #: the node's agent posts evidence to challenges
-    #: (:mod:`verifier.protocol.push`)
-    PUSH = "push"
 
 
 class Action(enum.Enum):

@@ -7,14 +7,7 @@ Pure and I/O-free like the rest of :mod:`verifier.protocol`.
 from verifier.protocol.ima.generate import policy_from_files, policy_from_log
 from verifier.protocol.ima.keys import ImaKey, verify_ima_signature
 from verifier.protocol.ima.log import ImaEntry, parse_ascii, parse_binary
-from verifier.protocol.ima.policy import (
-    Failure,
-    RuntimePolicy,
-    check,
-    evaluate,
-    sign,
-    verify,
-)
+from verifier.protocol.ima.policy import Failure, RuntimePolicy, check, evaluate
 from verifier.protocol.ima.replay import (
     ReplayState,
     boot_aggregate,
@@ -23,6 +16,7 @@ from verifier.protocol.ima.replay import (
     replay,
     replay_to_pcr,
 )
+from verifier.protocol.ima.signing import sign, verify
 
 __all__ = [
     "Failure",

@@ -37,10 +37,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-
 from verifier.protocol.errors import EvidenceError, MalformedError
 from verifier.protocol.ima.keys import ImaKey, verify_ima_signature
 from verifier.protocol.ima.log import DIGEST_SIZES, ImaEntry
@@ -52,12 +48,8 @@ __all__ = [
     "Failure",
     "ImaKey",
     "RuntimePolicy",
-    "SigningKey",
-    "VerifyingKey",
     "check",
     "evaluate",
-    "sign",
-    "verify",
     "verify_ima_signature",
 ]
 
@@ -466,38 +458,3 @@ def check(
         raise EvidenceError(
             "ima_policy", f"entry {f.index} {f.path!r}: {f.reason}: {f.detail}{more}"
         )
-
-
-#: The keys a runtime policy is signed and verified with.
-SigningKey = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
-VerifyingKey = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
-
-
-def sign(policy: RuntimePolicy, key: SigningKey) -> bytes:
-    """A detached signature over :meth:`RuntimePolicy.canonical_json`.
-
-    Ed25519, or ECDSA with SHA-256 (DER signature).
-    """
-    data = policy.canonical_json()
-    if isinstance(key, ed25519.Ed25519PrivateKey):
-        return key.sign(data)
-    return key.sign(data, ec.ECDSA(hashes.SHA256()))
-
-
-def verify(policy: RuntimePolicy, signature: bytes, public_key: VerifyingKey) -> None:
-    """Check a detached signature made by :func:`sign`.
-
-    Raises:
-        EvidenceError: ``ima_policy_signature`` if it does not verify.
-    """
-    data = policy.canonical_json()
-    try:
-        if isinstance(public_key, ed25519.Ed25519PublicKey):
-            public_key.verify(signature, data)
-        else:
-            public_key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
-    except InvalidSignature:
-        raise EvidenceError(
-            "ima_policy_signature",
-            f"signature over policy {policy.name!r} v{policy.version} is not valid",
-        ) from None

@@ -11,10 +11,10 @@ Both are requests: fields they do not define are refused, so a misspelt
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any
 
-from verifier.protocol.attestation.verdict import AttestationMode
 from verifier.protocol.enroller import COMMITMENT_BYTES
 from verifier.protocol.errors import FieldError
 from verifier.protocol.messages._fields import (
@@ -34,10 +34,25 @@ __all__ = [
     "MIN_INTERVAL",
     "MAX_POLICY_REF",
     "MODES",
+    "AttestationMode",
     "EnrolmentRequest",
     "RevokeRequest",
     "check_interval",
 ]
+
+
+class AttestationMode(enum.StrEnum):
+    """How a node's evidence reaches the verifier, as enrolled (stored as
+    the value; the node's state machine,
+    :mod:`verifier.protocol.attestation`, re-exports it beside
+    ``NodeState``)."""
+
+    #: the verifier polls the node's agent for quotes
+    PULL = "pull"
+    #: the node's agent posts evidence to challenges
+    #: (:mod:`verifier.protocol.push`)
+    PUSH = "push"
+
 
 #: The longest stored-policy reference (``name``, ``name@version``, digest).
 MAX_POLICY_REF = 299
