@@ -32,6 +32,7 @@ import dataclasses
 import json
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -91,6 +92,17 @@ def run_async(work: Callable[[Tenant], Any], cluster: LocalCluster) -> Any:
     return asyncio.run(main())
 
 
+def _hold(port: int) -> socket.socket:
+    """A socket bound to ``port`` on 127.0.0.1 (not listening): another
+    bind of the port fails until it is closed."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        held.bind(("127.0.0.1", port))
+    except OSError:  # taken since it was probed: the service will say so
+        pass
+    return held
+
+
 class VmCluster(LocalCluster):
     """Registrar and verifier for agents in VMs (no agents of its own).
 
@@ -121,6 +133,12 @@ class VmCluster(LocalCluster):
             },
         )
         self.server_names.append(GUEST_HOST)
+        # The services start only after the guest boots (minutes on TCG):
+        # until then their ports are held, so that the other test worker's
+        # random port probes (vtpm_manager.localca.free_ports) cannot pick
+        # one of them meanwhile ("[push] port ...: Address already in use").
+        ports = [self.registrar_port, *self.verifier_ports, *self.push_ports]
+        self._held = [_hold(port) for port in ports]
 
     @property
     def guest_registrar_url(self) -> str:
@@ -144,6 +162,9 @@ class VmCluster(LocalCluster):
         """The registrar (EK anchors: the local CA) and the verifier."""
         with open(os.path.join(self.workdir, "ek-ca.pem"), "wb") as out:
             out.write(ek_ca_bundle(self.localca))
+        for held in self._held:  # the services take their ports now
+            held.close()
+        self._held = []
         self._start_registrar()
         for index in range(len(self.verifier_ports)):
             self.start_verifier(index)
