@@ -57,7 +57,6 @@ LOG = logging.getLogger(__name__)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
 #: Seconds between two log lines for the same, still failing, reason.
 REPEAT_LOG = 600.0
-EXIT_CONFIG = 2
 
 
 def tpm_hint(tcti: str) -> str:
@@ -283,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # one line and exit status 2 on a configuration error
         config.load(conf, argv, "trusted-agent")
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_CONFIG
+        return exc.code if isinstance(exc.code, int) else config.EXIT_CONFIG
     log.setup(conf, "trusted-agent")
     conventions.install_log_request_ids()
     try:
@@ -321,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (BootstrapError, MalformedError) as exc:
         LOG.error("node agent not started: configuration error: %s", exc)
-        return EXIT_CONFIG
+        return config.EXIT_CONFIG
     except (NodeAgentError, OSError) as exc:
         kind = "TPM error" if isinstance(exc, TpmError) else "error"
         LOG.error("node agent failed: %s: %s", kind, exc)

@@ -33,7 +33,12 @@ from typing import Any
 from nova_plugin.exceptions import TenantError
 from verifier.protocol import MalformedError
 from verifier.protocol import userdata as _pure
-from verifier.protocol.userdata import BOOTSTRAP_PATH, PAYLOAD_TYPE, BootstrapConfig
+from verifier.protocol.userdata import (
+    BOOTSTRAP_PATH,
+    COMPRESSED_MAGIC,
+    PAYLOAD_TYPE,
+    BootstrapConfig,
+)
 
 __all__ = [
     "BOOTSTRAP_PATH",
@@ -49,7 +54,6 @@ __all__ = [
 #: 65,535 base64 characters decode to at most 16,383 * 3 bytes.
 MAX_USER_DATA_BYTES = (65535 // 4) * 3
 #: prefix of a payload compressed before sealing (see node_agent.payload)
-COMPRESSED_MAGIC = b"TCZ1"
 
 
 class UserDataTooLargeError(TenantError):

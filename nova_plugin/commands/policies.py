@@ -23,12 +23,12 @@ from nova_plugin.tenant import Tenant
 from verifier.protocol import MalformedError, jsonlimits
 
 __all__ = [
-    "AddPolicy",
-    "DeletePolicy",
-    "GeneratePolicy",
-    "ListPolicies",
+    "PolicyAdd",
+    "PolicyDelete",
+    "PolicyGenerate",
     "PolicyGroup",
-    "ShowPolicy",
+    "PolicyList",
+    "PolicyShow",
 ]
 
 
@@ -36,7 +36,7 @@ def _add_ref(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("ref", help="NAME, NAME@VERSION or digest")
 
 
-class AddPolicy(TenantCommand):
+class PolicyAdd(TenantCommand):
     name = "add"
     help = "store a policy file at the verifier"
 
@@ -69,7 +69,7 @@ class AddPolicy(TenantCommand):
         }
 
 
-class GeneratePolicy(LocalCommand):
+class PolicyGenerate(LocalCommand):
     name = "generate"
     help = "build a policy from a guest image (offline)"
 
@@ -82,7 +82,7 @@ class GeneratePolicy(LocalCommand):
         return generate(args)
 
 
-class ListPolicies(TenantCommand):
+class PolicyList(TenantCommand):
     name = "list"
     help = "list stored policies"
 
@@ -95,7 +95,7 @@ class ListPolicies(TenantCommand):
         return {"message": "\n".join(lines) or f"no {args.kind} policies"}
 
 
-class ShowPolicy(TenantCommand):
+class PolicyShow(TenantCommand):
     name = "show"
     help = "show one policy"
 
@@ -107,7 +107,7 @@ class ShowPolicy(TenantCommand):
         return {"message": json.dumps(policy, indent=2)}
 
 
-class DeletePolicy(TenantCommand):
+class PolicyDelete(TenantCommand):
     name = "delete"
     help = "delete a policy no node uses"
 
@@ -126,11 +126,11 @@ class PolicyGroup(CommandGroup):
     help = "store, list, show and delete runtime/measured-boot policies"
     dest = "policy_command"
     commands = (
-        AddPolicy(),
-        GeneratePolicy(),
-        ListPolicies(),
-        ShowPolicy(),
-        DeletePolicy(),
+        PolicyAdd(),
+        PolicyGenerate(),
+        PolicyList(),
+        PolicyShow(),
+        PolicyDelete(),
     )
 
     def add_common_arguments(self, parser: argparse.ArgumentParser) -> None:
