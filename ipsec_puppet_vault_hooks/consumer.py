@@ -4,7 +4,9 @@ For each delivery the :class:`Consumer`:
 
 1. parses the wire form (a malformed event is rejected); a ``node.failed``
    event (the verifier no longer vouches for the node) runs the
-   ``failed_actions``, by default the same actions as a revocation;
+   ``failed_actions``, by default the same actions as a revocation; a
+   ``node.unreachable`` or ``node.recovered`` event its own actions, by
+   default only the ``log``: a node that stopped answering is not revoked;
 2. picks the verifier key named by ``key_id`` and verifies the signature
    (an event signed by an unknown key or not verifying is rejected);
 3. skips events whose id it has already processed (acked as duplicate);
@@ -45,7 +47,12 @@ from verifier.protocol import (
     RevocationEvent,
     SignedEvent,
 )
-from verifier.protocol.events import NODE_FAILED, key_id
+from verifier.protocol.events import (
+    NODE_FAILED,
+    NODE_RECOVERED,
+    NODE_UNREACHABLE,
+    key_id,
+)
 
 __all__ = [
     "ACTIONS_NAMESPACE",
@@ -173,6 +180,10 @@ class Consumer:
         failed_actions: the actions run for ``node.failed`` events
             (default: ``actions``: a failed node is cut off like a revoked
             one).
+        unreachable_actions: the actions run for ``node.unreachable``
+            events (default: none).
+        recovered_actions: the actions run for ``node.recovered`` events
+            (default: none).
 
     Raises:
         HooksError: if there is no public key, ``max_attempts`` < 1,
@@ -191,6 +202,8 @@ class Consumer:
         sleep: Callable[[float], None] = time.sleep,
         conf: cfg.ConfigOpts | None = None,
         failed_actions: Sequence[Action | str] | None = None,
+        unreachable_actions: Sequence[Action | str] = (),
+        recovered_actions: Sequence[Action | str] = (),
     ) -> None:
         if not public_keys:
             raise HooksError("at least one verifier public key is required")
@@ -205,6 +218,12 @@ class Consumer:
             if failed_actions is None
             else self._build_actions(failed_actions, conf)
         )
+        #: what runs for each event type (a revocation: ``actions``)
+        self.by_type: dict[str, list[Action]] = {
+            NODE_FAILED: self.failed_actions,
+            NODE_UNREACHABLE: self._build_actions(unreachable_actions, conf),
+            NODE_RECOVERED: self._build_actions(recovered_actions, conf),
+        }
         self.max_attempts = max_attempts
         self.retry_delay = retry_delay
         self.dedup = dedup if dedup is not None else DedupStore()
@@ -237,12 +256,14 @@ class Consumer:
         conf: cfg.ConfigOpts,
         *,
         sleep: Callable[[float], None] = time.sleep,
+        public_key: ed25519.Ed25519PublicKey | None = None,
     ) -> Consumer:
         """Build a consumer from the ``[revocation_hooks]`` options.
 
         Registers this package's options on ``conf`` if needed. With
         ``state_dir`` set, processed ids and dead letters are kept in
         ``processed_events.jsonl`` and ``dead_letters.jsonl`` there.
+        ``public_key`` is the verifier's (None: ``verifier_public_key``).
 
         Raises:
             HooksError: if ``verifier_public_key`` is unset or bad, an
@@ -250,11 +271,13 @@ class Consumer:
         """
         hooks_conf.register_opts(conf)
         group = conf.revocation_hooks
-        if not group.verifier_public_key:
-            raise HooksError("[revocation_hooks] verifier_public_key is not set")
+        if public_key is None:
+            if not group.verifier_public_key:
+                raise HooksError("[revocation_hooks] verifier_public_key is not set")
+            public_key = load_public_key(group.verifier_public_key)
         dedup, dead_letters = stores(group.state_dir)
         return cls(
-            [load_public_key(group.verifier_public_key)],
+            [public_key],
             list(group.actions),
             max_attempts=group.max_attempts,
             retry_delay=group.retry_delay,
@@ -265,6 +288,8 @@ class Consumer:
             failed_actions=(
                 None if group.failed_actions is None else list(group.failed_actions)
             ),
+            unreachable_actions=list(group.unreachable_actions or ()),
+            recovered_actions=list(group.recovered_actions or ()),
         )
 
     def consume(self, data: Mapping[str, Any] | SignedEvent) -> ConsumeResult:
@@ -305,7 +330,7 @@ class Consumer:
 
         dead: list[str] = []
         event_dict = dataclasses.asdict(event)
-        actions = self.failed_actions if event.type == NODE_FAILED else self.actions
+        actions = self.by_type.get(event.type, self.actions)
         for action in actions:
             error = self._run(action, event)
             if error is not None:

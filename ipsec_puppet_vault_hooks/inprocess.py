@@ -12,8 +12,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from oslo_config import cfg
 
-from ipsec_puppet_vault_hooks import conf as hooks_conf
-from ipsec_puppet_vault_hooks.consumer import Consumer, load_actions, stores
+from ipsec_puppet_vault_hooks.consumer import Consumer
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from verifier.common.plugins import Notifier, NotifierError
 
@@ -28,27 +27,11 @@ class InProcessNotifier(Notifier):
 
     def __init__(self, conf: cfg.ConfigOpts, public_key: ed25519.Ed25519PublicKey):
         super().__init__(conf, public_key)
-        hooks_conf.register_opts(conf)
-        group = conf.revocation_hooks
         # processed ids in [revocation_hooks] state_dir: after a crash of
         # the verifier between running the actions and marking the event
         # delivered, the outbox delivers it again and the actions do not
         # run twice
-        dedup, dead_letters = stores(group.state_dir)
-        self.consumer = Consumer(
-            [public_key],
-            load_actions(conf, group.actions),
-            max_attempts=group.max_attempts,
-            retry_delay=group.retry_delay,
-            dedup=dedup,
-            dead_letters=dead_letters,
-            conf=conf,
-            failed_actions=(
-                None
-                if group.failed_actions is None
-                else load_actions(conf, group.failed_actions)
-            ),
-        )
+        self.consumer = Consumer.from_conf(conf, public_key=public_key)
 
     def _deliver(self, event: Mapping[str, Any]) -> bool:
         try:

@@ -402,7 +402,7 @@ class StoryNode:
 
     def wait_attested(self, timeout: float) -> Mapping[str, Any]:
         """The node's status once the verifier decided (attested or not)."""
-        states = ("attested", "revoked", "failed")
+        states = ("attested", "revoked", "failed", "unreachable")
         status = self.cluster.wait_node(self.uuid, states, timeout)
         self.mark(str(status["state"]))
         return status

@@ -1,4 +1,5 @@
-"""The ``log`` action: log the revocation and optionally record it."""
+"""The ``log`` action: log the event (a revocation, or a node that failed,
+went unreachable or recovered) and optionally record it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ LOG = logging.getLogger(__name__)
 
 
 class LogAction(Action):
-    """Logs a warning for every revoked node.
+    """Logs a warning for every event, naming what happened to the node.
 
     When ``[action_log] record_file`` is set, also appends one JSON line per
     event to that file. A line is written only if no line with the same
@@ -30,8 +31,9 @@ class LogAction(Action):
         action_log_conf.register_opts(conf)
 
     def _handle(self, event: RevocationEvent) -> None:
+        what = event.type.removeprefix("node.")
         LOG.warning(
-            "Node %s revoked (%s): %s", event.node_uuid, event.reason, event.detail
+            "Node %s %s (%s): %s", event.node_uuid, what, event.reason, event.detail
         )
         path = self.conf.action_log.record_file
         if not path:
@@ -39,6 +41,7 @@ class LogAction(Action):
         record = {
             "event_id": event.id,
             "node_uuid": event.node_uuid,
+            "type": event.type,
             "reason": event.reason,
             "detail": event.detail,
             "created_at": event.created_at,

@@ -21,11 +21,26 @@ _OPTS: list[cfg.Opt] = [
     cfg.ListOpt(
         "failed_actions",
         help="Names of the actions run for a verified ``node.failed`` event "
-        "(the verifier can no longer vouch for a node that was attested: it "
-        "stopped answering, or a round of its attestation broke; the "
-        "verifier keeps polling it). Unset: the same as ``actions`` -- fail "
-        "closed, the node is cut off like a revoked one. Set it to ``log`` "
-        "to only record such events.",
+        "(a round of the node's attestation broke: the verifier cannot vouch "
+        "for it and keeps polling it). Unset: the same as ``actions`` -- "
+        "fail closed, the node is cut off like a revoked one. Set it to "
+        "``log`` to only record such events.",
+    ),
+    cfg.ListOpt(
+        "unreachable_actions",
+        default=["log"],
+        help="Names of the actions run for a verified ``node.unreachable`` "
+        "event: the node stopped answering (an agent restart, a reboot, a "
+        "network cut). Nothing is known against it and it is still polled: "
+        "a good quote brings it back (``node.recovered``), and a node still "
+        "silent after the verifier's ``unreachable_timeout`` is revoked, "
+        "which runs ``actions``. Default: only log it.",
+    ),
+    cfg.ListOpt(
+        "recovered_actions",
+        default=["log"],
+        help="Names of the actions run for a verified ``node.recovered`` "
+        "event (a failed or unreachable node passed a quote again).",
     ),
     cfg.StrOpt(
         "verifier_public_key",

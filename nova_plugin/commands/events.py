@@ -1,5 +1,6 @@
-"""``trusted-tenant events``: the signed revocation events of the
-tenant's nodes, and whether each was delivered to its consumers.
+"""``trusted-tenant events``: the signed events of the tenant's nodes
+(revoked, failed, unreachable, recovered), and whether each was delivered
+to its consumers.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ class Events(TenantCommand):
         lines = []
         for item in result["events"]:
             event = item["signed_event"]["event"]
+            what = str(event.get("type", "node.revoked")).removeprefix("node.")
             lines.append(
-                f"{event['created_at']} node {event['node_uuid']} revoked: "
+                f"{event['created_at']} node {event['node_uuid']} {what}: "
                 f"{event['reason']} (delivered: {item['delivered']})"
             )
         return lines

@@ -31,7 +31,9 @@ _STATES = {
     "registered": "enrolled, waiting for its first integrity quote",
     "bootstrapping": "passed its first quote, receiving its key share",
     "attested": "trusted: its TPM quotes match the policy",
-    "failed": "not answering the verifier",
+    "failed": "not trusted: a round of its attestation could not be completed",
+    "unreachable": "not trusted: not answering the verifier (not revoked; a "
+    "good quote brings it back)",
     "revoked": "REVOKED",
 }
 
@@ -40,7 +42,13 @@ def describe(node: Mapping[str, Any]) -> str:
     """A node's view at the verifier in words (a line, and a line each
     for its IMA entries and its failure if any)."""
     words = _STATES.get(node["state"], node["state"])
+    if node["state"] == "attested" and node.get("trusted") is False:
+        words = "NOT TRUSTED NOW: attested, but its last good quote is stale"
     line = f"{node['uuid']}: {words} ({node['quotes_verified']} quotes verified)"
+    if node.get("last_attested_at"):
+        age = node.get("last_attested_age")
+        ago = f", {age:g} s ago" if isinstance(age, int | float) else ""
+        line += f"\n    last good quote: {node['last_attested_at']}{ago}"
     if node.get("ima_entries") is not None:
         line += f"\n    IMA entries verified: {node['ima_entries']}"
     if node.get("failure_reason"):

@@ -201,7 +201,7 @@ async def measure(
             "rss_per_node": (rss_after - rss_before) * 1024 / n,
             "rss": rss_after / 1024,
             "revoked": stats["states"]["revoked"],
-            "failed": stats["states"]["failed"],
+            "failed": stats["states"]["failed"] + stats["states"]["unreachable"],
         }
     finally:
         for api in apis:

@@ -77,7 +77,7 @@ class Soak:
     async def observe(self, t0: float) -> None:
         now = time.monotonic()
         for node in await self.api.nodes():
-            if node["state"] not in ("revoked", "failed"):
+            if node["state"] not in ("revoked", "failed", "unreachable"):
                 continue
             uuid = node["uuid"]
             if uuid not in self.tampered or node["state"] != "revoked":

@@ -23,7 +23,9 @@ issuing (:mod:`verifier.api.abe_app`) add their routes when enabled.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
@@ -31,7 +33,7 @@ from cryptography.hazmat.primitives import serialization
 from verifier.api.authz import Auth, auth_middleware, caller, rule
 from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.api.relay_app import add_routes as add_relay_routes
-from verifier.attest import Verifier
+from verifier.attest import NodeView, Verifier
 from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.instances import NovaInstanceOwners
 from verifier.common import api_schemas, openapi
@@ -45,6 +47,13 @@ _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
 _ISSUER = web.AppKey("issuer", CapabilityIssuer)
 _INSTANCES = web.AppKey("instances", NovaInstanceOwners)
+
+
+def _shown(request: web.Request, view: NodeView) -> dict[str, Any]:
+    """A node's view as the API answers it: times in ISO 8601, the age of
+    its last good quote, and whether it is trusted now."""
+    settings = request.app[_KEY].settings
+    return view.to_dict(time.time(), settings.trust_window_of(view))
 
 
 @rule("attestation:node:create")
@@ -67,19 +76,20 @@ async def _enrol(request: web.Request) -> web.Response:
         u_commitment=body.u_commitment,
         interval=body.interval,
     )
-    return json_response(view.to_dict(), status=201)
+    return json_response(_shown(request, view), status=201)
 
 
 @rule("attestation:node:list")
 async def _list(request: web.Request) -> web.Response:
     views = await request.app[_KEY].queries.list(caller(request).scope)
-    return json_response({"nodes": [v.to_dict() for v in views]})
+    return json_response({"nodes": [_shown(request, v) for v in views]})
 
 
 @rule("attestation:node:get")
 async def _get(request: web.Request) -> web.Response:
     uuid, scope = request.match_info["uuid"], caller(request).scope
-    return json_response((await request.app[_KEY].queries.get(uuid, scope)).to_dict())
+    view = await request.app[_KEY].queries.get(uuid, scope)
+    return json_response(_shown(request, view))
 
 
 @rule("attestation:node:delete")
@@ -94,7 +104,7 @@ async def _delete(request: web.Request) -> web.Response:
 async def _instance_created(request: web.Request) -> web.Response:
     uuid = canonical_uuid(request.match_info["uuid"])
     view = await request.app[_KEY].pending.instance_created(uuid)
-    return json_response(view.to_dict())
+    return json_response(_shown(request, view))
 
 
 @rule("attestation:node:revoke")
@@ -105,7 +115,7 @@ async def _revoke(request: web.Request) -> web.Response:
     view = await request.app[_KEY].commands.revoke(
         request.match_info["uuid"], "tenant_revoked", body.detail, scope
     )
-    return json_response(view.to_dict())
+    return json_response(_shown(request, view))
 
 
 @rule("attestation:node:stats")

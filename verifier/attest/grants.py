@@ -1,8 +1,9 @@
 """Capabilities for attested nodes (the verifier's side of Snapdragon).
 
 The verifier MACs a short-lived capability for a node only while that node
-is attested. Its epoch is the number of revocation events the verifier has
-emitted for the node, which is exactly how many times the key service has
+is attested. Its epoch is the number of events the verifier has emitted
+for the node that take away what it held (revoked, failed, unreachable:
+not a recovery), which is exactly how many times the key service has
 bumped the node's epoch once those events were delivered, so a capability
 issued after a re-attestation is honoured and every older one is not.
 """
@@ -19,8 +20,18 @@ from verifier.attest.queries import NodeQueries
 from verifier.exceptions import ConflictError
 from verifier.notify import Outbox
 from verifier.protocol.capability import Capability, issue
+from verifier.protocol.events import NODE_REVOKED, REVOKING_TYPES
 
 __all__ = ["CapabilityIssuer"]
+
+
+def _revoking(entry: dict[str, object]) -> bool:
+    """Whether an outbox entry is an event the key service bumps the
+    node's epoch on (not a recovery)."""
+    signed = entry.get("signed_event")
+    event = signed.get("event") if isinstance(signed, dict) else None
+    kind = event.get("type", NODE_REVOKED) if isinstance(event, dict) else None
+    return kind in REVOKING_TYPES
 
 
 class CapabilityIssuer:
@@ -67,7 +78,7 @@ class CapabilityIssuer:
                 "not_attested", f"node {view.uuid} is {view.state}, not attested"
             )
         events = await asyncio.to_thread(self._outbox.list, view.uuid)
-        epoch = len(events)
+        epoch = sum(1 for e in events if _revoking(e))
         expiry = int(self._clock()) + self._ttl
         return issue(
             self._key,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "NodeState",
     "NodeView",
     "enrolment_row",
+    "iso8601",
     "registration_values",
     "view_of_row",
 ]
@@ -44,8 +46,34 @@ class NodeView:
     mode: AttestationMode = AttestationMode.PULL
     interval: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(
+        self, now: float | None = None, trust_window: float | None = None
+    ) -> dict[str, Any]:
+        """The API's form: times in ISO 8601 (UTC, ``Z``); given ``now``,
+        also the age of the last good quote and whether the node is
+        ``trusted`` now: attested, with a good quote at most
+        ``trust_window`` seconds old (a frozen agent stops being trusted
+        before it is found unreachable)."""
+        data = dataclasses.asdict(self)
+        last = self.last_attested_at
+        data["last_attested_at"] = iso8601(last)
+        if now is not None:
+            age = None if last is None else max(0.0, now - last)
+            data["last_attested_age"] = None if age is None else round(age, 1)
+            data["trusted"] = (
+                self.state == NodeState.ATTESTED
+                and age is not None
+                and trust_window is not None
+                and age <= trust_window
+            )
+        return data
+
+
+def iso8601(when: float | None) -> str | None:
+    """``when`` (seconds since the epoch) as ISO 8601 in UTC, or None."""
+    if when is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
 
 
 def registration_values(record: RegistrationRecord) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import enum
 
 from oslo_config import cfg
 
-from verifier.attest.node import LiveNode
+from verifier.attest.node import LiveNode, NodeView
 from verifier.protocol.attestation import AttestationMode, AttestationRules
 from verifier.protocol.push import PushRules
 
@@ -20,8 +20,8 @@ __all__ = ["UnreachableAction", "VerifierSettings"]
 class UnreachableAction(enum.StrEnum):
     """What becomes of a node that missed ``max_unreachable`` rounds."""
 
-    #: marked failed (its event sent), still polled: a good quote brings
-    #: it back
+    #: marked unreachable (its event sent), still polled: a good quote
+    #: brings it back
     FAIL = "fail"
     #: revoked (final)
     REVOKE = "revoke"
@@ -38,6 +38,8 @@ class VerifierSettings:
             a node.
         max_unreachable: unanswered rounds before the unreachable action.
         unreachable_action: what happens then.
+        unreachable_timeout: seconds of silence after which a node is
+            revoked (None: never).
         max_in_flight: at most this many quote rounds run at once, so a
             large fleet or slow agents cannot exhaust sockets or memory.
         outbox_interval: seconds between outbox passes.
@@ -45,6 +47,9 @@ class VerifierSettings:
             several verifiers share the database.
         push_rules: limits on evidence pushed by ``push`` nodes
             (:mod:`verifier.attest.push`).
+        trust_window: the oldest a node's last good quote may be for the
+            API to call it ``trusted`` (None: three of its intervals, at
+            least 10 s).
 
     Raises:
         ValueError: an unknown ``unreachable_action``.
@@ -54,10 +59,12 @@ class VerifierSettings:
     min_node_interval: float = 1.0
     max_unreachable: int = 5
     unreachable_action: UnreachableAction = UnreachableAction.FAIL
+    unreachable_timeout: float | None = 900.0
     max_in_flight: int = 512
     outbox_interval: float = 0.5
     sync_interval: float = 1.0
     push_rules: PushRules = dataclasses.field(default_factory=PushRules)
+    trust_window: float | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -72,6 +79,7 @@ class VerifierSettings:
         return AttestationRules(
             max_unreachable=self.max_unreachable,
             revoke_unreachable=self.unreachable_action is UnreachableAction.REVOKE,
+            unreachable_timeout=self.unreachable_timeout,
         )
 
     def interval_of(self, node: LiveNode) -> float:
@@ -82,6 +90,16 @@ class VerifierSettings:
             return max(self.interval, 1)
         return self.interval if node.interval is None else node.interval
 
+    def trust_window_of(self, view: NodeView) -> float:
+        """How old the last good quote of the node ``view`` may be while
+        it is called trusted."""
+        if self.trust_window is not None:
+            return self.trust_window
+        interval = self.interval if view.interval is None else view.interval
+        if view.mode is AttestationMode.PUSH:
+            interval += self.push_rules.challenge_ttl
+        return max(10.0, 3 * interval)
+
     @classmethod
     def from_conf(cls, conf: cfg.ConfigOpts) -> VerifierSettings:
         """The settings of ``[verifier]`` and ``[push]``."""
@@ -91,9 +109,11 @@ class VerifierSettings:
             min_node_interval=group.min_node_interval,
             max_unreachable=group.max_unreachable,
             unreachable_action=group.unreachable_action,
+            unreachable_timeout=group.unreachable_timeout or None,
             max_in_flight=group.max_in_flight,
             outbox_interval=group.outbox_interval,
             sync_interval=group.sync_interval,
+            trust_window=group.trust_window or None,
             push_rules=PushRules(
                 challenge_ttl=push.challenge_ttl,
                 min_gap=push.min_interval,

@@ -8,7 +8,10 @@ committed, and only once when several verifiers race:
 
 - to ``revoked``: a ``node.revoked`` event, always;
 - to ``failed`` from any other state: a ``node.failed`` event
-  (doc/source/admin/fail-closed.rst); staying failed writes none.
+  (doc/source/admin/fail-closed.rst); staying failed writes none;
+- to ``unreachable`` from any other state: a ``node.unreachable`` event;
+- from ``failed`` or ``unreachable`` back to a trusted state (a good
+  quote): a ``node.recovered`` event, so consumers learn the way back too.
 
 Polling (:mod:`verifier.attest.pull`), push (:mod:`verifier.attest.push`),
 the release of V (:mod:`verifier.attest.release`) and the API's commands
@@ -29,14 +32,25 @@ from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.store import NodeStore
 from verifier.notify.outbox import make_event
 from verifier.protocol.attestation import AttestationRules, Transition, Verdict
-from verifier.protocol.events import NODE_FAILED
+from verifier.protocol.events import NODE_FAILED, NODE_RECOVERED, NODE_UNREACHABLE
 
 if TYPE_CHECKING:  # CP-ABE is the abe extra
     from verifier.attest.abe_keys import AbeAuthority
 
-__all__ = ["TransitionWriter"]
+__all__ = ["TransitionWriter", "event_kind"]
 
 LOG = logging.getLogger(__name__)
+_OUT = {NodeState.FAILED: NODE_FAILED, NodeState.UNREACHABLE: NODE_UNREACHABLE}
+
+
+def event_kind(old: NodeState, new: NodeState) -> str | None:
+    """The event a change from ``old`` to ``new`` (not revoked) carries:
+    leaving what the verifier vouches for, or coming back to it."""
+    if new in _OUT:
+        return _OUT[new] if old != new else None
+    if old in _OUT and new != NodeState.REVOKED:
+        return NODE_RECOVERED
+    return None
 
 
 class TransitionWriter:
@@ -76,7 +90,7 @@ class TransitionWriter:
     def missed(self, node: LiveNode, detail: str) -> None:
         """Count one round of ``node`` without an answer (a transport
         failure, or no pushed evidence by its deadline) and act on it."""
-        verdict = node.transport_failed(detail, self.rules)
+        verdict = node.transport_failed(detail, self.rules, self._clock())
         LOG.debug("Node %s unreachable (%d): %s", node.uuid, node.unreachable, detail)
         if verdict.transition is not None:
             LOG.warning(
@@ -94,24 +108,21 @@ class TransitionWriter:
             self.revoke_live(node, change)
             return
         event = None
-        if change.state == NodeState.FAILED and node.state != NodeState.FAILED:
-            # out of attested (or short of it), unrevoked: consumers learn
-            # that we no longer vouch for it
+        kind = event_kind(node.state, change.state)
+        if kind is not None:  # consumers learn that our word changed
+            reason = change.reason or kind.removeprefix("node.")
+            detail = change.detail or f"was {node.state}: {node.failure_reason}"
             event = make_event(
-                self._signing_key,
-                node.uuid,
-                change.reason or "failed",
-                change.detail,
-                self._clock(),
-                NODE_FAILED,
+                self._signing_key, node.uuid, reason, detail, self._clock(), kind
             )
         if self._store.update_state(node, change, event, **extra):
             node.apply(change)
             if event is not None:
                 LOG.warning(
-                    "Node %s failed (%s); event %s",
+                    "Node %s %s (%s); event %s",
                     node.uuid,
-                    change.reason,
+                    change.state,
+                    event.event.reason,
                     event.event.id,
                 )
                 self._committed(node.uuid, False)

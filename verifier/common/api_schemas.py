@@ -23,7 +23,16 @@ _INT = {"type": "integer", "minimum": 0}
 _NULL_STR = {"type": "string", "nullable": True}
 _NULL_NUM = {"type": "number", "nullable": True}
 _NULL_INT = {"type": "integer", "nullable": True}
-_STATES = ["pending", "created", "registered", "attested", "failed", "revoked"]
+_STATES = [
+    "pending",
+    "created",
+    "registered",
+    "bootstrapping",
+    "attested",
+    "failed",
+    "unreachable",
+    "revoked",
+]
 
 
 def _object(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
@@ -40,7 +49,13 @@ _NODE = _object(
         "state": {"type": "string", "enum": _STATES},
         "policy": {"type": "object"},
         "failure_reason": _NULL_STR,
-        "last_attested_at": _NULL_NUM,
+        "last_attested_at": {
+            "type": "string",
+            "format": "date-time",
+            "nullable": True,
+        },
+        "last_attested_age": _NULL_NUM,
+        "trusted": {"type": "boolean"},
         "quotes_verified": _INT,
         "runtime_policy": _NULL_STR,
         "mb_policy": _NULL_STR,
@@ -58,7 +73,15 @@ _SIGNED_EVENT = _object(
                 "reason": _STR,
                 "detail": _STR,
                 "created_at": _STR,
-                "type": {"type": "string", "enum": ["node.revoked", "node.failed"]},
+                "type": {
+                    "type": "string",
+                    "enum": [
+                        "node.revoked",
+                        "node.failed",
+                        "node.unreachable",
+                        "node.recovered",
+                    ],
+                },
                 "version": _INT,
             }
         ),

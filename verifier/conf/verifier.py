@@ -117,8 +117,10 @@ _OPTS = [
         "max_unreachable",
         default=5,
         min=1,
-        help="Consecutive unanswered quote requests before a node is "
-        "marked failed (a transport failure never revokes).",
+        help="Consecutive unanswered quote requests (or push deadlines) "
+        "before a node is marked unreachable: not trusted, a node.unreachable "
+        "event, still polled; a good quote brings it back with a "
+        "node.recovered event.",
     ),
     cfg.IntOpt(
         "max_in_flight",
@@ -156,10 +158,30 @@ _OPTS = [
         "unreachable_action",
         default="fail",
         choices=[
-            ("fail", "mark the node failed and keep polling it"),
+            ("fail", "mark the node unreachable and keep polling it"),
             ("revoke", "revoke the node and fire the revocation hooks"),
         ],
         help="What happens to a node that missed max_unreachable rounds.",
+    ),
+    cfg.FloatOpt(
+        "trust_window",
+        default=0.0,
+        min=0,
+        help="Seconds a node's last good quote stays fresh: the API calls "
+        "an attested node trusted only while its last good quote is at "
+        "most this old (a frozen agent stops being trusted before it is "
+        "found unreachable). 0: three times the node's quote interval "
+        "(plus the challenge lifetime for push nodes), at least 10 s.",
+    ),
+    cfg.FloatOpt(
+        "unreachable_timeout",
+        default=900.0,
+        min=0,
+        help="Seconds a node may stay silent (since its last good quote) "
+        "before it is revoked with the reason unreachable_timeout and the "
+        "revocation hooks run: longer than a slow reboot or an agent "
+        "upgrade, so that those never cost a node its keys, while a node "
+        "that goes quiet for good is still cut off. 0: never.",
     ),
     cfg.StrOpt(
         "signing_key",

@@ -48,6 +48,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol import EvidenceError, SignedEvent
 from verifier.protocol.capability import Capability, CapabilityChecker, CapabilityError
+from verifier.protocol.events import REVOKING_TYPES
 from verifier.protocol.lkh import LkhTree, RekeyMessage, Welcome
 from verifier.protocol.regression import KeyRegressionOwner, ReaderState
 
@@ -149,6 +150,8 @@ class KeyService:
         if event.id in self._handled:  # write again: a failed write is retried
             self._save()
             return {"node": node, "epoch": self.checker.epoch(node), "duplicate": True}
+        if event.type not in REVOKING_TYPES:  # a recovery takes nothing away
+            return {"node": node, "epoch": self.checker.epoch(node), "duplicate": False}
         epoch = self.checker.bump(node)
         groups = [g for g, tree in self._groups.items() if node in tree]
         for gid in groups:

@@ -28,7 +28,7 @@ def make_event(
     now: float,
     kind: str = NODE_REVOKED,
 ) -> SignedEvent:
-    """A new signed event of type ``kind`` (revoked, or failed) for
+    """A new signed event of type ``kind`` (one of ``EVENT_TYPES``) for
     ``node_uuid``."""
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     event = RevocationEvent(

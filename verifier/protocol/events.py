@@ -1,10 +1,12 @@
 """Signed revocation events.
 
-A :class:`RevocationEvent` says that a node is no longer trusted: its
-``type`` is ``node.revoked`` (final: it failed a check or was revoked on
-request) or ``node.failed`` (the verifier can no longer vouch for it: it
-stopped answering, or a round could not be completed; the verifier keeps
-polling it and a good quote makes it ``attested`` again, with no event). Its
+A :class:`RevocationEvent` says how the verifier's word on a node changed:
+its ``type`` is ``node.revoked`` (final: evidence of compromise, a check
+that failed, a revocation on request, or silence past the unreachable
+timeout), ``node.failed`` (a round could not be completed: the verifier
+cannot vouch for the node), ``node.unreachable`` (it stopped answering:
+not trusted, and nothing is known against it) or ``node.recovered`` (a
+failed or unreachable node passed a quote again: trusted as before). Its
 canonical form is UTF-8 JSON with sorted keys and no whitespace; the
 verifier signs those bytes with Ed25519. A :class:`SignedEvent` carries the
 event, the signature and the signing key's id (SHA-256 of the raw public
@@ -34,7 +36,10 @@ __all__ = [
     "EVENT_TYPES",
     "EVENT_VERSION",
     "NODE_FAILED",
+    "NODE_RECOVERED",
     "NODE_REVOKED",
+    "NODE_UNREACHABLE",
+    "REVOKING_TYPES",
     "RevocationEvent",
     "SignedEvent",
     "key_id",
@@ -43,9 +48,17 @@ __all__ = [
 EVENT_VERSION = 1
 #: The node failed a check or was revoked on request (final).
 NODE_REVOKED = "node.revoked"
-#: The node left ``attested`` without being revoked (e.g. unreachable).
+#: A round of the node could not be completed (an internal error).
 NODE_FAILED = "node.failed"
-EVENT_TYPES = frozenset({NODE_REVOKED, NODE_FAILED})
+#: The node stopped answering (not revoked: nothing is known against it).
+NODE_UNREACHABLE = "node.unreachable"
+#: A failed or unreachable node passed a quote again.
+NODE_RECOVERED = "node.recovered"
+EVENT_TYPES = frozenset({NODE_REVOKED, NODE_FAILED, NODE_UNREACHABLE, NODE_RECOVERED})
+#: The events after which what a node held is no longer vouched for: the
+#: key service bumps the node's epoch (and rekeys its groups) on these,
+#: and a capability's epoch counts them.
+REVOKING_TYPES = frozenset({NODE_REVOKED, NODE_FAILED, NODE_UNREACHABLE})
 _FIELDS = ("version", "id", "node_uuid", "reason", "detail", "created_at", "type")
 
 
@@ -67,7 +80,7 @@ class RevocationEvent:
         reason: machine-readable code (e.g. ``pcr_policy``).
         detail: human-readable explanation.
         created_at: ISO 8601 UTC timestamp given by the caller.
-        type: :data:`NODE_REVOKED` or :data:`NODE_FAILED`.
+        type: one of :data:`EVENT_TYPES`.
     """
 
     id: str

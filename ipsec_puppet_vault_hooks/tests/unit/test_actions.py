@@ -86,6 +86,7 @@ class LogActionTestCase(base.BaseTestCase):
             {
                 "event_id": first.id,
                 "node_uuid": first.node_uuid,
+                "type": "node.revoked",
                 "reason": first.reason,
                 "detail": first.detail,
                 "created_at": first.created_at,

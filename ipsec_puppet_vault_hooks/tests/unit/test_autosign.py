@@ -93,7 +93,13 @@ class AutosignTestCase(_AutosignTestBase):
         self.assertEqual("tenant", seen.client_cn)
 
     def test_states_other_than_attested_are_refused(self) -> None:
-        for state in ("registered", "bootstrapping", "failed", "revoked"):
+        for state in (
+            "registered",
+            "bootstrapping",
+            "failed",
+            "unreachable",
+            "revoked",
+        ):
             self.states[self.uuid] = state
             verdict = self.check(self.uuid, make_csr(self.uuid))
             self.assertFalse(verdict)

@@ -27,6 +27,8 @@ class OptsTestCase(base.BaseTestCase):
                 "revocation_hooks": {
                     "actions",
                     "failed_actions",
+                    "unreachable_actions",
+                    "recovered_actions",
                     "verifier_public_key",
                     "max_attempts",
                     "retry_delay",

@@ -9,6 +9,7 @@ import uuid
 
 import fixtures
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from oslo_config import cfg
 from oslotest import base
 
 from ipsec_puppet_vault_hooks import (
@@ -19,9 +20,10 @@ from ipsec_puppet_vault_hooks import (
     EventRejectedError,
     HooksError,
 )
+from ipsec_puppet_vault_hooks.conf import revocation_hooks as hooks_conf
 from trusted_testing import hooks_events as utils
 from verifier.protocol import RevocationEvent, SignedEvent
-from verifier.protocol.events import NODE_FAILED
+from verifier.protocol.events import NODE_FAILED, NODE_RECOVERED, NODE_UNREACHABLE
 
 
 class ConsumerTestCase(base.BaseTestCase):
@@ -48,15 +50,39 @@ class ConsumerTestCase(base.BaseTestCase):
         self.assertEqual([signed.event.id], self.first.handled)
         self.assertEqual([signed.event.id], self.second.handled)
 
-    def _failed_event(self) -> SignedEvent:
+    def _failed_event(self, kind: str = NODE_FAILED) -> SignedEvent:
         return RevocationEvent(
             str(uuid.uuid4()),
             str(uuid.uuid4()),
             "unreachable",
             "agent unreachable: connection refused",
             "2024-05-01T12:00:00Z",
-            NODE_FAILED,
+            kind,
         ).sign(self.key)
+
+    def test_unreachable_event_runs_no_revocation_action(self) -> None:
+        # An agent restart or a reboot must not cut a healthy node off:
+        # only the unreachable_actions run (the log, from configuration).
+        only_log = utils.RecordingAction("log")
+        consumer = self._consumer(unreachable_actions=[only_log])
+        signed = self._failed_event(NODE_UNREACHABLE)
+        self.assertTrue(consumer.consume(signed.to_dict()).acked)
+        self.assertEqual([signed.event.id], only_log.handled)
+        self.assertEqual([], self.first.handled)
+        self.assertEqual([], self.second.handled)
+
+    def test_recovered_event_runs_only_the_recovered_actions(self) -> None:
+        consumer = self._consumer()  # none by default
+        signed = self._failed_event(NODE_RECOVERED)
+        self.assertTrue(consumer.consume(signed.to_dict()).acked)
+        self.assertEqual([], self.first.handled)
+
+    def test_unreachable_and_recovered_actions_come_from_configuration(self) -> None:
+        conf = cfg.ConfigOpts()
+        hooks_conf.register_opts(conf)
+        conf([], default_config_files=[])
+        self.assertEqual(["log"], conf.revocation_hooks.unreachable_actions)
+        self.assertEqual(["log"], conf.revocation_hooks.recovered_actions)
 
     def test_failed_event_runs_the_revocation_actions_by_default(self) -> None:
         # Fail closed (issue 18): a node the verifier no longer vouches for

@@ -41,6 +41,10 @@ _MAX_ERROR = 300
 _NOTHING_REPLAYED = ReplayState()  # shared: frozen
 
 
+#: The states a good quote brings a node back from.
+_SET_BACK = frozenset({NodeState.FAILED, NodeState.UNREACHABLE})
+
+
 @functools.lru_cache(maxsize=4096)
 def _quoted_pcrs(policy_pcrs: tuple[int, ...], ima: bool, mb: bool) -> tuple[int, ...]:
     # one shared tuple per distinct selection, not one per node
@@ -86,6 +90,7 @@ class NodeAttestation:
         "_pcrs",
         "_quotes_verified",
         "_rounds",
+        "_silent_since",
         "_state",
         "_unreachable",
         "_v_released",
@@ -126,6 +131,7 @@ class NodeAttestation:
         self._failure_reason = failure_reason
         self._v_released = v_released
         self._unreachable = 0
+        self._silent_since: float | None = None  # first unanswered round
         self._rounds = 0
         self._mb_boot: int | None = None  # reset count of the boot whose log passed
         self._pcrs = _quoted_pcrs(policy.pcrs, runtime is not None, mb is not None)
@@ -247,31 +253,61 @@ class NodeAttestation:
         except Exception as exc:  # fail closed: a check that breaks fails
             return self._revoked("check_error", f"{type(exc).__name__}: {exc}")
 
-    def transport_failed(self, detail: str, rules: AttestationRules) -> Verdict:
-        """The node did not answer a request (``detail`` says why).
+    def transport_failed(
+        self, detail: str, rules: AttestationRules, now: float | None = None
+    ) -> Verdict:
+        """The node did not answer a request (``detail`` says why) at time
+        ``now`` (None: no escalation is judged).
+
+        An unanswered round hides nothing: PCRs and the IMA list are
+        cumulative, so a node that answers again in the same boot proves
+        everything it ran meanwhile, and a rebooted one proves its new
+        boot. Silence costs detection latency, not evidence; only silence
+        that lasts is a reason to cut a node off.
 
         Returns:
-            ``WAIT``, or after ``rules.max_unreachable`` rounds in a row
-            ``FAIL`` (or ``REVOKE`` with ``rules.revoke_unreachable``) with
-            the reason ``unreachable``; a failed node stays failed, and a
-            round failing for another reason than the stored one returns
-            ``WAIT`` with a transition to the same state carrying the
-            latest reason, so the status shows the current failure.
+            ``WAIT``; after ``rules.max_unreachable`` rounds in a row
+            ``FAIL`` with the transition to ``unreachable`` (``REVOKE``
+            with ``rules.revoke_unreachable``); ``REVOKE`` with the reason
+            ``unreachable_timeout`` once the node has been silent for
+            ``rules.unreachable_timeout`` seconds. An unreachable (or
+            failed) node stays so, with a transition carrying the latest
+            reason when it changed.
         """
         if self._state is NodeState.REVOKED:
             return Verdict(Action.STOP)
         self._unreachable += 1
         self._rounds = 0
-        failed = Transition(NodeState.FAILED, "unreachable", detail)
-        if self._state is NodeState.FAILED:
-            if failed.failure_reason == self._failure_reason:
+        if self._silent_since is None and now is not None:
+            self._silent_since = now
+        silent = self._silent_for(now)
+        timeout = rules.unreachable_timeout
+        if silent is not None and timeout is not None and silent >= timeout:
+            return self._revoked(
+                "unreachable_timeout", f"no answer for {silent:.0f} s: {detail}"
+            )
+        gone = Transition(NodeState.UNREACHABLE, "unreachable", detail)
+        if self._state in (NodeState.UNREACHABLE, NodeState.FAILED):
+            if self._unreachable < rules.max_unreachable:
                 return Verdict(Action.WAIT)
-            return Verdict(Action.WAIT, failed)
+            if gone.failure_reason == self._failure_reason:
+                return Verdict(Action.WAIT)
+            return Verdict(Action.WAIT, gone)
         if self._unreachable < rules.max_unreachable:
             return Verdict(Action.WAIT)
         if rules.revoke_unreachable:
             return self._revoked("unreachable", detail)
-        return Verdict(Action.FAIL, failed)
+        return Verdict(Action.FAIL, gone)
+
+    def _silent_for(self, now: float | None) -> float | None:
+        """Seconds since the node last proved itself (its last good quote,
+        or its first unanswered round if it never passed one)."""
+        if now is None:
+            return None
+        since = self._last_attested_at
+        if since is None:
+            since = self._silent_since
+        return None if since is None else now - since
 
     def round_failed(self, reason: str, detail: str) -> Verdict:
         """A round could not be completed: an error while obtaining or
@@ -426,6 +462,7 @@ class NodeAttestation:
         self._last_attested_at = now
         self._quotes_verified += 1
         self._unreachable = 0
+        self._silent_since = None
         state = self._state
         if request.csr and not self._v_released:
             to = None
@@ -433,7 +470,7 @@ class NodeAttestation:
                 to = Transition(NodeState.BOOTSTRAPPING)
             return Verdict(Action.RELEASE_V, to, answer.nk, answer.csr, quoted.attest)
         to = None
-        if state is NodeState.FAILED or (
+        if state in _SET_BACK or (
             state is NodeState.BOOTSTRAPPING and self._v_released
         ):
             back = NodeState.ATTESTED if self._v_released else NodeState.BOOTSTRAPPING

@@ -37,8 +37,14 @@ class NodeState(enum.StrEnum):
     BOOTSTRAPPING = "bootstrapping"
     #: V released; passing its quotes
     ATTESTED = "attested"
-    #: unreachable (kept polling; a good quote brings it back)
+    #: a round broke (an error neither of the evidence nor of the
+    #: transport); kept polling, a good quote brings it back
     FAILED = "failed"
+    #: stopped answering (or pushing) for ``max_unreachable`` rounds: not
+    #: trusted, kept polling; a good quote that continues its evidence
+    #: brings it back (``node.recovered``), and silence past
+    #: ``unreachable_timeout`` revokes it
+    UNREACHABLE = "unreachable"
     #: final: failed a check or revoked on request
     REVOKED = "revoked"
 
@@ -55,7 +61,7 @@ class Action(enum.Enum):
     #: identity from :attr:`Verdict.csr`, send them, then
     #: :meth:`NodeAttestation.v_delivered`
     RELEASE_V = "release_v"
-    #: write the transition to ``failed``; keep quoting it
+    #: write the transition to ``failed`` or ``unreachable``; keep quoting it
     FAIL = "fail"
     #: revoke it: write the transition with its signed event
     REVOKE = "revoke"
@@ -117,16 +123,23 @@ class AttestationRules:
     """The operator's rules (from configuration, given by the caller).
 
     Attributes:
-        max_unreachable: unanswered rounds before a node is failed (or
-            revoked).
-        revoke_unreachable: revoke, rather than fail, an unreachable node.
+        max_unreachable: unanswered rounds before a node is unreachable
+            (or revoked).
+        revoke_unreachable: revoke, rather than mark unreachable, a node
+            that missed ``max_unreachable`` rounds.
         max_rounds: quote rounds one attestation may take (a long IMA list
             comes in parts) before the node is revoked.
+        unreachable_timeout: seconds of silence (since its last good
+            quote, or its first unanswered round if it never passed) after
+            which an unreachable node is revoked (None: never). Longer
+            than a slow reboot: silence must not keep a node's keys for
+            ever, and a restart must never cost them.
     """
 
     max_unreachable: int = 5
     revoke_unreachable: bool = False
     max_rounds: int = 64
+    unreachable_timeout: float | None = 900.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ the evidence they push. The tenant reaches every node only through the
 verifier's relay (the identity quote over its nonce and U sealed to NK):
 the pull node's agent accepts no tenant certificate at all.
 Tampering revokes either with its signed event, and a push agent that
-stops posting is failed by its deadline with one.
+stops posting is unreachable by its deadline with one.
 """
 
 from __future__ import annotations
@@ -177,7 +177,9 @@ class PushModeTest(testtools.TestCase):
         self.assertTrue(delivered, "revocation hook did not fire")
         self.assertEqual("attested", self.node_state(pull.uuid)["state"])
 
-    def test_push_node_that_stops_posting_fails_with_a_signed_event(self) -> None:
+    def test_push_node_that_stops_posting_is_unreachable_with_a_signed_event(
+        self,
+    ) -> None:
         node = self.cluster.nodes[2]  # push mode from its bootstrap file
         self.assertFalse(_accepts(node.port))
         self.arun(self.tenant.enrol(node.uuid, PAYLOAD, self.policy, mode="push"))
@@ -189,14 +191,15 @@ class PushModeTest(testtools.TestCase):
         os.killpg(node.proc.pid, signal.SIGKILL)  # the agent goes silent
         node.proc.wait()
         # grace (interval + challenge lifetime 5 s), then 2 missed rounds
-        state = self.wait_state(node.uuid, "failed", 60)
-        self.assertEqual("failed", state["state"])
+        state = self.wait_state(node.uuid, "unreachable", 60)
+        self.assertEqual("unreachable", state["state"])
         self.assertTrue(state["failure_reason"].startswith("unreachable"))
-        # its signed node.failed event reaches the revocation hooks
+        # its signed node.unreachable event reaches the hooks' log
         wait_until(lambda: len(self._records(node.uuid)) > before, 10)
         records = self._records(node.uuid)[before:]
         self.assertEqual(["unreachable"], [r["reason"] for r in records], records)
         self.assertIn("no evidence pushed since", records[0]["detail"])
+        self.assertEqual("node.unreachable", records[0]["type"])
 
     def test_pull_agent_refuses_the_tenants_certificate(self) -> None:
         # what the relay spares the tenant: its certificate is no good here

@@ -433,16 +433,16 @@ class VerifierServiceTest(VerifierServiceBase):
         self.assertEqual(1, len(agent.v_posts))
         self.assertEqual(v_share, agent.open_v(agent.v_posts[0]))
 
-    async def test_failed_before_first_quote_still_gets_v(self) -> None:
-        # Regression: a node marked failed before its first valid quote
-        # must still be sent V when it comes back.
+    async def test_unreachable_before_first_quote_still_gets_v(self) -> None:
+        # Regression: a node marked unreachable before its first valid
+        # quote must still be sent V when it comes back.
         verifier = self.new_verifier()
         agent = self.new_agent()
         v_share = await self.enrol(verifier, agent)
         agent.unreachable = True
         for _ in range(3):
             view = await verifier.rounds.attest_once(agent.uuid)
-        self.assertEqual("failed", view.state)
+        self.assertEqual("unreachable", view.state)
         self.assertTrue(view.failure_reason.startswith("unreachable"))
         agent.unreachable = False
 
@@ -468,13 +468,13 @@ class VerifierServiceTest(VerifierServiceBase):
         agent.unreachable = True
         for i in range(10):
             view = await verifier.rounds.attest_once(agent.uuid)
-            expected = "failed" if i >= 2 else "attested"
+            expected = "unreachable" if i >= 2 else "attested"
             self.assertEqual(expected, view.state, f"round {i}")
         row = self.row(agent.uuid)
         assert row is not None
-        self.assertEqual("failed", row.state)
+        self.assertEqual("unreachable", row.state)
         self.assertIn("unreachable", row.failure_reason)
-        # leaving attested is signed (node.failed), once (issue 18)
+        # leaving attested is signed (node.unreachable), once (issue 18)
         (event_row,) = self.outbox_rows()
         self.assert_signed_event(event_row, agent.uuid, "unreachable")
 
@@ -489,9 +489,12 @@ class VerifierServiceTest(VerifierServiceBase):
         assert row is not None
         self.assertEqual("attested", row.state)
         self.assertIsNone(row.failure_reason)
-        self.assertEqual(1, len(self.outbox_rows()))  # coming back: no event
+        # coming back is signed too (node.recovered), and nothing revoked
+        rows = self.outbox_rows()
+        self.assertEqual(2, len(rows))
+        self.assert_signed_event(rows[1], agent.uuid, "recovered")
 
-    async def test_failed_node_shows_the_latest_failure_reason(self) -> None:
+    async def test_unreachable_node_shows_the_latest_failure_reason(self) -> None:
         verifier = self.new_verifier()
         agent = self.new_agent()
         await self.enrol(verifier, agent)
@@ -499,14 +502,14 @@ class VerifierServiceTest(VerifierServiceBase):
         agent.unreachable = True
         for _ in range(5):
             view = await verifier.rounds.attest_once(agent.uuid)
-        self.assertEqual("failed", view.state)
+        self.assertEqual("unreachable", view.state)
         self.assertIn("refused", view.failure_reason)
         # The agent is back but with another TLS certificate: the reason
         # shown and stored is the pin mismatch of this round.
         agent.unreachable = False
         agent.tls_cert = "another certificate"
         view = await verifier.rounds.attest_once(agent.uuid)
-        self.assertEqual("failed", view.state)
+        self.assertEqual("unreachable", view.state)
         self.assertIn("certificate pin mismatch", view.failure_reason)
         row = self.row(agent.uuid)
         assert row is not None

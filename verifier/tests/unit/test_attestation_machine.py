@@ -222,7 +222,7 @@ class TransitionTest(MachineTestBase):
         self.assertIsNone(verdict.transition)  # bootstrapping already
         self.assertEqual(self.node.csr, verdict.csr)
 
-    def test_unreachable_node_is_failed_after_max_rounds(self) -> None:
+    def test_unreachable_node_is_marked_unreachable_not_revoked(self) -> None:
         machine = self.attested()
         for i in range(1, RULES.max_unreachable):
             self.assertEqual(
@@ -232,18 +232,19 @@ class TransitionTest(MachineTestBase):
         verdict = machine.transport_failed("refused", RULES)
         self.assertEqual(Action.FAIL, verdict.action)
         self.assertEqual(
-            Transition(NodeState.FAILED, "unreachable", "refused"), verdict.transition
+            Transition(NodeState.UNREACHABLE, "unreachable", "refused"),
+            verdict.transition,
         )
         self.apply(machine, verdict)
         self.assertEqual("unreachable: refused", machine.failure_reason)
-        # a failed node stays failed: no new transition, nothing revoked
+        # an unreachable node stays so: no new transition, nothing revoked
         for _ in range(5):
             self.assertEqual(
                 Verdict(Action.WAIT), machine.transport_failed("refused", RULES)
             )
-        self.assertEqual(NodeState.FAILED, machine.state)
+        self.assertEqual(NodeState.UNREACHABLE, machine.state)
 
-    def test_failed_node_keeps_the_latest_failure_reason(self) -> None:
+    def test_unreachable_node_keeps_the_latest_failure_reason(self) -> None:
         machine = self.attested()
         for _ in range(RULES.max_unreachable):
             verdict = machine.transport_failed("refused", RULES)
@@ -251,12 +252,12 @@ class TransitionTest(MachineTestBase):
         verdict = machine.transport_failed("pin mismatch", RULES)
         self.assertEqual(Action.WAIT, verdict.action)
         self.assertEqual(
-            Transition(NodeState.FAILED, "unreachable", "pin mismatch"),
+            Transition(NodeState.UNREACHABLE, "unreachable", "pin mismatch"),
             verdict.transition,
         )
         self.apply(machine, verdict)
         self.assertEqual("unreachable: pin mismatch", machine.failure_reason)
-        self.assertEqual(NodeState.FAILED, machine.state)
+        self.assertEqual(NodeState.UNREACHABLE, machine.state)
         # the same reason again: nothing new to write
         verdict = machine.transport_failed("pin mismatch", RULES)
         self.assertEqual(Verdict(Action.WAIT), verdict)
@@ -268,7 +269,7 @@ class TransitionTest(MachineTestBase):
             machine.transport_failed("timeout", rules)
         self.assert_revoked(machine.transport_failed("timeout", rules), "unreachable")
 
-    def test_failed_node_comes_back_attested_on_a_good_quote(self) -> None:
+    def test_unreachable_node_comes_back_attested_on_a_good_quote(self) -> None:
         machine = self.attested()
         for _ in range(RULES.max_unreachable):
             verdict = machine.transport_failed("refused", RULES)
@@ -282,7 +283,9 @@ class TransitionTest(MachineTestBase):
             (machine.state, machine.failure_reason, machine.unreachable),
         )
 
-    def test_failed_node_without_v_comes_back_through_bootstrapping(self) -> None:
+    def test_unreachable_node_without_v_comes_back_through_bootstrapping(
+        self,
+    ) -> None:
         machine = self.machine()
         for _ in range(RULES.max_unreachable):
             verdict = machine.transport_failed("refused", RULES)
@@ -290,6 +293,67 @@ class TransitionTest(MachineTestBase):
         verdict = self.round(machine)
         self.assertEqual(Action.RELEASE_V, verdict.action)
         self.assertEqual(Transition(NodeState.BOOTSTRAPPING), verdict.transition)
+
+    def test_silence_shorter_than_the_timeout_never_revokes(self) -> None:
+        machine = self.attested()  # its last good quote at NOW
+        rules = dataclasses.replace(RULES, unreachable_timeout=900.0)
+        for i in range(1, 60):  # a reboot of almost 15 minutes
+            verdict = machine.transport_failed("refused", rules, NOW + 15 * i)
+            self.assertNotEqual(Action.REVOKE, verdict.action)
+            if verdict.transition is not None:
+                self.apply(machine, verdict)
+        self.assertEqual(NodeState.UNREACHABLE, machine.state)
+
+    def test_silent_node_past_the_timeout_is_revoked(self) -> None:
+        machine = self.attested()
+        rules = dataclasses.replace(RULES, unreachable_timeout=900.0)
+        for i in range(1, RULES.max_unreachable + 1):
+            verdict = machine.transport_failed("refused", rules, NOW + i)
+        self.apply(machine, verdict)
+        verdict = machine.transport_failed("refused", rules, NOW + 900.0)
+        change = self.assert_revoked(verdict, "unreachable_timeout")
+        self.assertIn("no answer for 900 s", change.detail)
+
+    def test_the_timeout_counts_from_the_last_good_quote(self) -> None:
+        machine = self.attested()
+        rules = dataclasses.replace(RULES, unreachable_timeout=900.0)
+        for i in range(1, RULES.max_unreachable + 1):
+            verdict = machine.transport_failed("refused", rules, NOW + i)
+        self.apply(machine, verdict)
+        self.apply(machine, self.round(machine, now=NOW + 800.0))  # recovered
+        self.assertEqual(NodeState.ATTESTED, machine.state)
+        verdict = machine.transport_failed("refused", rules, NOW + 1000.0)
+        self.assertEqual(Verdict(Action.WAIT), verdict)  # 200 s, not 1,000
+
+    def test_a_node_that_never_passed_is_timed_from_its_first_silence(self) -> None:
+        machine = self.machine()
+        rules = dataclasses.replace(RULES, unreachable_timeout=900.0)
+        machine.transport_failed("refused", rules, NOW)
+        self.assertNotEqual(
+            Action.REVOKE, machine.transport_failed("refused", rules, NOW + 899).action
+        )
+        self.assert_revoked(
+            machine.transport_failed("refused", rules, NOW + 900),
+            "unreachable_timeout",
+        )
+
+    def test_no_timeout_never_revokes(self) -> None:
+        machine = self.attested()
+        rules = dataclasses.replace(RULES, unreachable_timeout=None)
+        for i in range(1, 10):
+            verdict = machine.transport_failed("refused", rules, NOW + 86400 * i)
+            self.assertNotEqual(Action.REVOKE, verdict.action)
+
+    def test_failed_node_that_stops_answering_becomes_unreachable(self) -> None:
+        machine = self.attested()
+        self.apply(machine, machine.round_failed("internal_error", "broke"))
+        self.assertEqual(NodeState.FAILED, machine.state)
+        for _ in range(RULES.max_unreachable):
+            verdict = machine.transport_failed("refused", RULES)
+        self.assertEqual(
+            Transition(NodeState.UNREACHABLE, "unreachable", "refused"),
+            verdict.transition,
+        )
 
     def test_delivered_v_whose_write_failed_is_written_at_the_next_quote(self) -> None:
         machine = self.machine()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import time
 from collections.abc import Mapping
 from typing import Any
 from unittest import mock
@@ -157,11 +158,14 @@ class FailClosedTest(VerifierServiceBase):
         assert row is not None
         self.assertEqual("failed", row.state)
         self.assertEqual([("node.failed", "internal_error")], self._event_types())
-        # still polled: a good quote brings it back, without another event
+        # still polled: a good quote brings it back, and consumers learn it
         self.agents.call = original  # type: ignore[method-assign]
         view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
-        self.assertEqual(1, len(self.outbox_rows()))
+        self.assertEqual(
+            [("node.failed", "internal_error"), ("node.recovered", "recovered")],
+            self._event_types(),
+        )
 
     async def test_unexpected_error_judging_evidence_revokes_the_node(self) -> None:
         verifier, agent = await self._attested()
@@ -190,22 +194,58 @@ class FailClosedTest(VerifierServiceBase):
 
     # -- unreachable ----------------------------------------------------------
 
-    async def test_unreachable_attested_node_fails_with_a_signed_event(self) -> None:
+    async def test_unreachable_attested_node_is_unreachable_with_a_signed_event(
+        self,
+    ) -> None:
         verifier, agent = await self._attested()
         agent.unreachable = True
         for _ in range(5):
             view = await verifier.rounds.attest_once(agent.uuid)
-        self.assertEqual("failed", view.state)
+        self.assertEqual("unreachable", view.state)
         self.assertIn("unreachable", view.failure_reason)
         # one event for leaving attested, not one per round
-        self.assertEqual([("node.failed", "unreachable")], self._event_types())
+        self.assertEqual([("node.unreachable", "unreachable")], self._event_types())
         self.assertEqual(1, verifier.outbox.dispatch_once())
         (delivered,) = self.notifier.events
-        self.assertEqual("node.failed", delivered["event"]["type"])
+        self.assertEqual("node.unreachable", delivered["event"]["type"])
+
+    async def test_agent_restart_recovers_with_a_signed_event_and_no_revocation(
+        self,
+    ) -> None:
+        verifier, agent = await self._attested()
+        agent.unreachable = True  # its agent restarts
+        for _ in range(5):
+            await verifier.rounds.attest_once(agent.uuid)
+        agent.unreachable = False  # and answers again, in the same boot
+        view = await verifier.rounds.attest_once(agent.uuid)
+        self.assertEqual(("attested", None), (view.state, view.failure_reason))
+        self.assertEqual(
+            [("node.unreachable", "unreachable"), ("node.recovered", "recovered")],
+            self._event_types(),
+        )
+
+    async def test_node_silent_past_the_timeout_is_revoked(self) -> None:
+        verifier, agent = await self._attested()
+        agent.unreachable = True
+        for _ in range(5):
+            view = await verifier.rounds.attest_once(agent.uuid)
+        self.assertEqual("unreachable", view.state)
+        node = verifier.nodes.live(agent.uuid)
+        node._last_attested_at = time.time() - 901.0  # 15 minutes pass
+        view = await verifier.rounds.attest_once(agent.uuid)
+        self.assertEqual("revoked", view.state)
+        self.assertTrue(view.failure_reason.startswith("unreachable_timeout: "))
+        self.assertEqual(
+            [
+                ("node.unreachable", "unreachable"),
+                ("node.revoked", "unreachable_timeout"),
+            ],
+            self._event_types(),
+        )
 
     async def test_failed_event_belongs_to_the_node_project(self) -> None:
-        # A tenant lists its events by project: a node.failed event staged
-        # without the node's project was never shown to its owner.
+        # A tenant lists its events by project: an event staged without the
+        # node's project was never shown to its owner.
         verifier = self.new_verifier()
         agent = self.new_agent()
         await verifier.commands.enrol(
@@ -222,7 +262,7 @@ class FailClosedTest(VerifierServiceBase):
             SignedEvent.from_dict(e["signed_event"]).verify(self.public_key).type
             for e in verifier.outbox.list(project="alpha")
         ]
-        self.assertEqual(["node.failed"], types)
+        self.assertEqual(["node.unreachable"], types)
         self.assertEqual([], verifier.outbox.list(project="beta"))
 
     async def test_failed_event_is_written_once_by_racing_verifiers(self) -> None:
@@ -234,7 +274,7 @@ class FailClosedTest(VerifierServiceBase):
         for _ in range(3):
             await first.rounds.attest_once(agent.uuid)
             await second.rounds.attest_once(agent.uuid)
-        self.assertEqual([("node.failed", "unreachable")], self._event_types())
+        self.assertEqual([("node.unreachable", "unreachable")], self._event_types())
 
     async def test_database_error_still_propagates(self) -> None:
         # A verdict that cannot be written is not a verdict on the node.

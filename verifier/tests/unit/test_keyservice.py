@@ -22,9 +22,9 @@ EVENTS = ed25519.Ed25519PrivateKey.generate()
 NOW = 1_700_000_000.0
 
 
-def _event(node: str) -> dict:  # type: ignore[type-arg]
+def _event(node: str, kind: str = "node.revoked") -> dict:  # type: ignore[type-arg]
     event = RevocationEvent(
-        str(uuid.uuid4()), node, "pcr_policy", "PCR 16", "2026-01-01T00:00:00Z"
+        str(uuid.uuid4()), node, "pcr_policy", "PCR 16", "2026-01-01T00:00:00Z", kind
     )
     return event.sign(EVENTS).to_dict()
 
@@ -54,6 +54,13 @@ class KeyServiceTest(testtools.TestCase):
         event = _event(self.a)
         self.assertEqual(1, self.svc.revoke(event)["epoch"])
         self.assertTrue(self.svc.revoke(event)["duplicate"])
+        self.assertEqual(1, self.svc.checker.epoch(self.a))
+
+    def test_unreachable_bumps_the_epoch_and_recovered_does_not(self) -> None:
+        self.assertEqual(
+            1, self.svc.revoke(_event(self.a, "node.unreachable"))["epoch"]
+        )
+        self.assertEqual(1, self.svc.revoke(_event(self.a, "node.recovered"))["epoch"])
         self.assertEqual(1, self.svc.checker.epoch(self.a))
 
     def test_redelivery_after_a_failed_state_write_persists_the_epoch(self) -> None:

@@ -18,7 +18,7 @@ from verifier.attest.service import Verifier
 from verifier.attest.settings import VerifierSettings
 from verifier.notify import Outbox
 from verifier.protocol import MalformedError, PcrPolicy, bind_nonce
-from verifier.protocol.events import NODE_FAILED
+from verifier.protocol.events import NODE_UNREACHABLE
 from verifier.protocol.messages.enrolment import EnrolmentRequest
 from verifier.protocol.push import SESSION_LABEL, PushRules
 from verifier.tests.unit.test_attest_service import (
@@ -153,18 +153,18 @@ class PushServiceTest(VerifierServiceBase):
 
     # -- deadlines -----------------------------------------------------------------
 
-    async def test_silent_push_node_fails_by_its_deadline_with_a_signed_event(
+    async def test_silent_push_node_is_unreachable_by_its_deadline_with_an_event(
         self,
     ) -> None:
         agent, _ = await self._attest_once_enrolled()
         for _ in range(4):  # the grace, then max_unreachable missed rounds
             self.now += 20.0
             await self.verifier.rounds.attest_once(agent.uuid)
-        self.assertEqual("failed", await self._state(agent))
+        self.assertEqual("unreachable", await self._state(agent))
         rows = self.outbox_rows()
         self.assertEqual(1, len(rows))
         self.assert_signed_event(rows[0], agent.uuid, "unreachable")
-        self.assertIn(NODE_FAILED, rows[0].body)
+        self.assertIn(NODE_UNREACHABLE, rows[0].body)
 
     async def _attest_once_enrolled(self) -> tuple[FakeAgent, str]:
         agent, _ = await self._enrol()
