@@ -16,6 +16,7 @@ On first use ``swtpm_localca`` creates, inside ``localca_dir``:
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import shutil
@@ -42,6 +43,12 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+#: The ports this process handed out last: a probed port is not reserved,
+#: so two callers that probe before either binds could get the same one
+#: (bounded: a long-lived vTPM manager starts swtpm again and again).
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=1024)
+
+
 def free_ports(count: int = 1) -> int:
     """Find a TCP port P such that P .. P + count - 1 are free on 127.0.0.1.
 
@@ -49,7 +56,8 @@ def free_ports(count: int = 1) -> int:
     port probed with ``bind(0)`` and released comes from that range, where
     any outgoing connection or other ``bind(0)`` on the machine may take it
     before the service binds it (seen as flaky tests when several suites
-    run at once). Ports are only probed, not reserved.
+    run at once). Ports are only probed, not reserved; a port this process
+    handed out recently is not handed out again.
 
     Returns:
         The port P.
@@ -60,6 +68,8 @@ def free_ports(count: int = 1) -> int:
     top = max(_ephemeral_low() - count, 10001)
     for _ in range(200):
         port = random.randrange(10000, top)  # noqa: S311 (not a secret)
+        if any(p in _HANDED_OUT for p in range(port, port + count)):
+            continue
         sockets = [
             socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)
         ]
@@ -71,6 +81,7 @@ def free_ports(count: int = 1) -> int:
         finally:
             for sock in sockets:
                 sock.close()
+        _HANDED_OUT.extend(range(port, port + count))
         return port
     raise SwtpmSetupError(f"no {count} free consecutive TCP ports found on {_HOST}")
 
