@@ -8,8 +8,10 @@ the TPM clock of its last accepted quote, the IMA replay state, and where
 it is in its life::
 
     registered --good first quote--> bootstrapping --V delivered--> attested
-    (any but revoked) --unreachable N rounds--> failed (or revoked)
-    failed --good quote--> bootstrapping or attested
+    (any but revoked) --unreachable N rounds--> unreachable (or revoked)
+    (any but revoked) --a round that broke--> failed
+    unreachable or failed --good quote--> bootstrapping or attested
+    unreachable --silent for unreachable_timeout--> revoked
     (any) --bad or malformed evidence, incomplete evidence, refused CSR,
             the tenant--> revoked (final)
 
