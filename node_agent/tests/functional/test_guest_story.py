@@ -39,11 +39,11 @@ from nova_plugin.policygen import PAYLOAD_PATH
 from trusted_testing.guest_vm import build
 from trusted_testing.guest_vm_boot import VmGuest
 from trusted_testing.guest_vm_story import (
+    AWAY_AND_BACK,
     IMA_LIST,
     MB_LOG,
     StoryNode,
     VmCluster,
-    run_async,
 )
 from trusted_testing.qga import GuestAgentError
 from verifier.protocol.ima import parse_ascii
@@ -125,15 +125,24 @@ class _VmCase(testtools.TestCase):
             time.sleep(2.0)
         self.fail(f"the guest did not boot again\n{self.guest.console()[-2000:]}")
 
-    def assert_attested_again(self, quotes_before: int) -> None:
-        """Attested by two quotes more, never revoked, the payload not run
+    def history(self) -> tuple[int, int]:
+        """How many events the node has and hook records it left."""
+        uuid = self.node.uuid
+        return len(self.cluster.event_types(uuid)), len(self.cluster.hook_types(uuid))
+
+    def assert_attested_again(self, quotes_before: int, since: tuple[int, int]) -> None:
+        """Attested by two quotes more, never revoked; in between the node
+        was unreachable and then recovered, each a signed event whose only
+        hook was the log (no revocation action ran); the payload not run
         again: its output is the first run's (a run writes a new random
         token; the agent syncs it when the payload ends, so even a hard
         reset keeps it); in a new boot, the run's marker in /run is absent."""
         deadline = time.monotonic() + BOOT_TIMEOUT
         status = self.status()
+        seen = {status["state"]}
         while time.monotonic() < deadline:
             status = self.status()
+            seen.add(status["state"])
             self.assertNotEqual("revoked", status["state"], status)
             if (
                 status["state"] == "attested"
@@ -143,15 +152,21 @@ class _VmCase(testtools.TestCase):
             time.sleep(1.0)
         else:
             self.fail(f"not attested again: {status}")
-        self.assertEqual([], self.cluster.hook_records())
+        self.assertIn("unreachable", seen)
+        uuid = self.node.uuid
+        events, hooks = since
+        self.assertEqual(AWAY_AND_BACK, self.cluster.event_types(uuid)[events:])
+        # the hooks saw both (in the order their deliveries ended)
         self.assertEqual(
-            [], run_async(lambda t: t.events(self.node.uuid), self.cluster)
+            sorted(AWAY_AND_BACK), sorted(self.cluster.hook_types(uuid)[hooks:])
         )
+        self.assertEqual([], self.cluster.wait_hooks(uuid, 0.0))
         out = self.guest.agent.exec(["/bin/cat", PAYLOAD_PATH + ".out"])
         self.assertEqual((0, self.payload_out), (out.exit_code, out.stdout))
 
     def _through(self, what: str) -> None:
         old, quotes = self.boot_id(), self.status()["quotes_verified"]
+        since = self.history()
         if what == "reboot":
             self.guest.agent.shell("(sleep 1; systemctl reboot) >/dev/null 2>&1 &")
         elif what == "reset":
@@ -160,7 +175,7 @@ class _VmCase(testtools.TestCase):
             self.guest.kill()
             self.guest.relaunch()
         self.wait_new_boot(old)
-        self.assert_attested_again(quotes)
+        self.assert_attested_again(quotes, since)
         ran = self.guest.agent.exec(["/usr/bin/test", "-e", "/run/trusted-payload-ran"])
         self.assertEqual(1, ran.exit_code, "the payload ran again")
 
@@ -210,15 +225,23 @@ class TestTrustedBootStory(_VmCase):
             [(e.digest_algorithm, e.digest) for e in runs],
         )
 
-    def test_5_agent_restart_keeps_the_node_attested(self) -> None:
-        quotes = self.status()["quotes_verified"]
-        done = self.guest.agent.exec(["/usr/bin/systemctl", "restart", "trusted-agent"])
+    def test_5_agent_restart_is_unreachable_then_recovered_not_revoked(
+        self,
+    ) -> None:
+        quotes, since = self.status()["quotes_verified"], self.history()
+        # an agent upgrade: stopped until the verifier finds it unreachable
+        done = self.guest.agent.exec(["/usr/bin/systemctl", "stop", "trusted-agent"])
         self.assertEqual(0, done.exit_code, done.stderr)
-        self.assert_attested_again(quotes)
+        away = self.cluster.wait_node(self.node.uuid, ("unreachable",), DETECT_TIMEOUT)
+        self.assertFalse(away["trusted"], away)
+        self.assertTrue(away["failure_reason"].startswith("unreachable"), away)
+        done = self.guest.agent.exec(["/usr/bin/systemctl", "start", "trusted-agent"])
+        self.assertEqual(0, done.exit_code, done.stderr)
+        self.assert_attested_again(quotes, since)
         ran = self.guest.agent.exec(["/usr/bin/test", "-e", "/run/trusted-payload-ran"])
         self.assertEqual(0, ran.exit_code)  # the first run's, same boot
 
-    def test_6_guest_reboot_keeps_the_node_attested(self) -> None:
+    def test_6_guest_reboot_is_unreachable_then_recovered(self) -> None:
         self._through("reboot")
 
     def test_7_unknown_program_is_revoked_naming_it_and_hooks_fire(self) -> None:
@@ -253,10 +276,12 @@ class TestVmLife(_VmCase):
         cls.saved_state = os.path.join(cls.tmp, "tpm-saved")
         cls.node.guest.save_tpm_state(cls.saved_state)
 
-    def test_1_hard_reset_keeps_the_node_attested(self) -> None:
+    def test_1_hard_reset_is_unreachable_then_recovered(self) -> None:
         self._through("reset")
 
-    def test_2_qemu_and_swtpm_killed_and_restarted_keep_it_attested(self) -> None:
+    def test_2_qemu_and_swtpm_killed_and_restarted_unreachable_then_back(
+        self,
+    ) -> None:
         self._through("kill")
 
     def test_3_replayed_older_vtpm_state_is_revoked(self) -> None:

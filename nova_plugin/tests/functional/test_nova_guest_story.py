@@ -40,7 +40,12 @@ from testtools.content import text_content
 from nova_plugin.policygen import PAYLOAD_PATH
 from nova_plugin.tests.functional import test_nova_libvirt as base
 from trusted_testing.guest_vm import build
-from trusted_testing.guest_vm_story import IMA_LIST, image_policies, run_async
+from trusted_testing.guest_vm_story import (
+    AWAY_AND_BACK,
+    IMA_LIST,
+    image_policies,
+    run_async,
+)
 from trusted_testing.nova.cli import run_cli, tenant_argv
 from trusted_testing.nova.deploy import TENANT_HEADERS
 from trusted_testing.nova.neutron_standin import NETWORK_ID
@@ -273,11 +278,15 @@ class TestNovaGuestStory(testtools.TestCase):
 
     def _through(self, act: Any, status_after: str = "ACTIVE") -> None:
         """``act()`` (a Nova action), then: a new boot of the guest,
-        attested by two quotes more, never revoked, no hook fired, the
-        payload not run again (its output is the first run's, or gone if
-        a hard stop lost the unsynced file; no marker in /run)."""
+        attested by two quotes more, never revoked; meanwhile unreachable
+        and then recovered, each a signed event whose only hook was the log
+        (no revocation action ran); the payload not run again (its output
+        is the first run's; no marker in /run)."""
         before = self.status()
         self.assertEqual("attested", before["state"], before)
+        cluster = self.story.cluster
+        events = len(cluster.event_types(self.uuid))
+        hooks = len(cluster.hook_types(self.uuid))
         old = self._boot_id()
         act()
         self._wait_server(status_after)
@@ -295,7 +304,11 @@ class TestNovaGuestStory(testtools.TestCase):
             time.sleep(1.0)
         else:
             self.fail(f"not attested again: {status}")
-        self.assertEqual([], self.story.cluster.hook_records())
+        self.assertEqual(AWAY_AND_BACK, cluster.event_types(self.uuid)[events:])
+        self.assertEqual(
+            sorted(AWAY_AND_BACK), sorted(cluster.hook_types(self.uuid)[hooks:])
+        )
+        self.assertEqual([], cluster.wait_hooks(self.uuid, 0.0))
         agent = self.story.guest_agent(self.uuid)
         ran = agent.exec(["/usr/bin/test", "-e", "/run/trusted-payload-ran"])
         self.assertEqual(1, ran.exit_code, "the payload ran again")
@@ -310,15 +323,15 @@ class TestNovaGuestStory(testtools.TestCase):
             cls._payload_out = agent.read_file(PAYLOAD_PATH + ".out")
         return bytes(cls._payload_out)
 
-    def test_5_soft_reboot_keeps_the_node_attested(self) -> None:
+    def test_5_soft_reboot_is_unreachable_then_recovered(self) -> None:
         self.assertTrue(self.payload_out)
         self._through(lambda: self._action({"reboot": {"type": "SOFT"}}))
 
-    def test_6_hard_reboot_keeps_the_node_attested(self) -> None:
+    def test_6_hard_reboot_is_unreachable_then_recovered(self) -> None:
         self.assertTrue(self.payload_out)
         self._through(lambda: self._action({"reboot": {"type": "HARD"}}))
 
-    def test_7_stop_and_start_keep_the_node_attested(self) -> None:
+    def test_7_stop_and_start_are_unreachable_then_recovered(self) -> None:
         self.assertTrue(self.payload_out)
 
         def stop_start() -> None:
@@ -328,7 +341,7 @@ class TestNovaGuestStory(testtools.TestCase):
 
         self._through(stop_start)
 
-    def test_8_resize_on_the_same_host_keeps_the_node_attested(self) -> None:
+    def test_8_resize_on_the_same_host_is_unreachable_then_recovered(self) -> None:
         self.assertTrue(self.payload_out)
 
         def resize() -> None:
