@@ -9,7 +9,8 @@ host's loopback through qemu's user network) and opens no port. qemu
 forwards nothing into the guest, so neither the verifier nor the tenant
 could connect to it: the tenant's identity quote and U go through the
 verifier's relay, V comes in the answer to good evidence, the payload
-runs, and an unknown program revokes the node.
+runs; an agent restart leaves the node unreachable, then recovered (its
+next push), never revoked; and an unknown program revokes the node.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from typing import Any
 
@@ -25,7 +27,7 @@ import testtools
 from nova_plugin.policygen import PAYLOAD_PATH
 from trusted_testing.guest_vm import build
 from trusted_testing.guest_vm_boot import AGENT_PORT
-from trusted_testing.guest_vm_story import StoryNode, VmCluster
+from trusted_testing.guest_vm_story import AWAY_AND_BACK, StoryNode, VmCluster
 
 INTERVAL = 3.0
 BOOT_TIMEOUT = 600.0
@@ -105,7 +107,36 @@ class TestPushGuestStory(testtools.TestCase):
         out = self.node.guest.agent.read_file(PAYLOAD_PATH + ".out").decode()
         self.assertEqual(f"payload ran on node {self.node.uuid} as root\n", out)
 
-    def test_3_unknown_program_is_revoked_naming_it(self) -> None:
+    def test_3_agent_restart_is_unreachable_then_recovered(self) -> None:
+        uuid_ = self.node.uuid
+        events = len(self.cluster.event_types(uuid_))
+        hooks = len(self.cluster.hook_types(uuid_))
+        quotes = self.status()["quotes_verified"]
+        agent = self.node.guest.agent
+        stop = agent.exec(["/usr/bin/systemctl", "stop", "trusted-agent"])
+        self.assertEqual(0, stop.exit_code, stop.stderr)
+        # no evidence pushed by its deadline: unreachable, not revoked
+        away = self.cluster.wait_node(uuid_, ("unreachable",), DETECT_TIMEOUT)
+        self.assertFalse(away["trusted"], away)
+        start = agent.exec(["/usr/bin/systemctl", "start", "trusted-agent"])
+        self.assertEqual(0, start.exit_code, start.stderr)
+        deadline = time.monotonic() + DETECT_TIMEOUT
+        status = self.status()
+        while time.monotonic() < deadline:
+            status = self.status()
+            self.assertNotEqual("revoked", status["state"], status)
+            if status["state"] == "attested" and status["quotes_verified"] > quotes:
+                break
+            time.sleep(1.0)
+        else:
+            self.fail(f"not attested again: {status}")
+        self.assertEqual(AWAY_AND_BACK, self.cluster.event_types(uuid_)[events:])
+        self.assertEqual(
+            sorted(AWAY_AND_BACK), sorted(self.cluster.hook_types(uuid_)[hooks:])
+        )
+        self.assertEqual([], self.cluster.wait_hooks(uuid_, 0.0))
+
+    def test_4_unknown_program_is_revoked_naming_it(self) -> None:
         program = f"/root/unknown-{uuid.uuid4().hex[:8]}"
         ran = self.node.guest.agent.shell(
             f"printf '#!/bin/sh\\necho not in the image\\n' > {program}; "
