@@ -344,9 +344,11 @@ class StoryNode:
         uuid: str,
         payload: bytes,
         allow_reboot: bool = False,
+        policy_name: str = "image",
     ) -> StoryNode:
         """Start the VM (``cluster`` prepared), then the services. A push
-        cluster's VM gets no forwarded port at all."""
+        cluster's VM gets no forwarded port at all. The runtime policy built
+        from the image is named ``policy_name``."""
         contact = None if cluster.push_port is not None else free_ports(1)
         seed = trusted_nova_seed(cluster, payload, contact)
         guest = VmGuest(
@@ -363,7 +365,7 @@ class StoryNode:
         try:
             cluster.start_services()
             node.runtime_policy, node.mb_policy = image_policies(
-                image, payload, "image", guest.memory_mb
+                image, payload, policy_name, guest.memory_mb
             )
         except BaseException:
             guest.stop()
@@ -397,15 +399,17 @@ class StoryNode:
             + self.guest.console()[-3000:]
         )
 
-    def enrol(self, runtime_ref: str = "image", mb_ref: str = "image-mb") -> None:
-        """The tenant stores its policies (named ``image`` and ``image-mb``)
-        and enrols the node with ``runtime_ref`` and ``mb_ref`` (a bare
-        name follows the newest version, ``NAME@VERSION`` pins): V to the
+    def enrol(self, runtime_ref: str | None = None, mb_ref: str = "image-mb") -> None:
+        """The tenant stores its policies (the runtime policy under its name,
+        ``image`` unless :meth:`boot` said otherwise; ``image-mb``) and enrols
+        the node with ``runtime_ref`` (default: that name) and ``mb_ref`` (a
+        bare name follows the newest version, ``NAME@VERSION`` pins): V to the
         verifier, the identity quote through its relay, U alone to the agent
         (it has the sealed payload from its user-data)."""
 
         async def enrol(tenant: Tenant) -> None:
-            await tenant.add_policy("runtime", self.runtime_policy, "image")
+            name = str(self.runtime_policy["name"])
+            await tenant.add_policy("runtime", self.runtime_policy, name)
             await tenant.add_policy("measured-boot", self.mb_policy, "image-mb")
             record = await tenant.identity(self.uuid)
             policy, mode = PcrPolicy({}), AttestationMode(self.mode)
@@ -414,7 +418,7 @@ class StoryNode:
                 self.uuid,
                 v_share,
                 policy,
-                runtime_ref,
+                runtime_ref or str(self.runtime_policy["name"]),
                 mb_ref,
                 mode=mode,
                 u_commitment=commit_u(self.uuid, u_share),
@@ -437,7 +441,7 @@ class StoryNode:
         self.mark(str(status["state"]))
         return status
 
-    def bootstrap(self, timeout: float, runtime_ref: str = "image") -> None:
+    def bootstrap(self, timeout: float, runtime_ref: str | None = None) -> None:
         """:meth:`wait_registered`, :meth:`enrol` (with ``runtime_ref``),
         :meth:`wait_attested` and :meth:`wait_payload`.
 
