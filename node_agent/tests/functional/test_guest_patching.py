@@ -17,9 +17,9 @@ As the user guide's "Patching an attested VM" page
 and node replaced by the story's):
 
 1. ``trusted-tenant policy generate runtime --apt-repo URL --keyring KEY
-   --packages ...`` writes the digests of everything the packages install;
-   the tenant adds its own apt source (the one file it wrote) and stores it
-   as version 2, a delta over version 1 (``policy add --base web@1``);
+   --packages ... --file SOURCE=tenant.list`` writes the digests of
+   everything the packages install and of the tenant's own apt source;
+   ``policy add --base web@1`` stores it as version 2, a delta over 1;
 2. ``trusted-tenant policy check web@2 --node UUID`` passes;
 3. ``trusted-tenant node set-policy UUID --runtime-policy web`` publishes
    it: the node follows ``web``, its status shows version 2;
@@ -52,6 +52,7 @@ import uuid
 from typing import Any
 
 import testtools
+from testtools.content import text_content
 
 from trusted_testing.apt_repo import AptRepo, Deb, fetch, versions
 from trusted_testing.cluster import _script
@@ -93,6 +94,7 @@ PAGE_REPO = "https://mirror.example.org/tenant"
 PAGE_KEYRING = "tenant-archive.gpg"
 PAGE_PACKAGES = "jq,libjq1,libonig5,tree,less"
 PAGE_NODE = "4a6e1c2f-0b6e-4e5b-9a51-7c1d2e3f4a5b"
+PAGE_SOURCE = "/etc/apt/sources.list.d/tenant.list=tenant.list"
 
 
 def page_commands() -> dict[str, list[str]]:
@@ -317,12 +319,16 @@ class TestGuestPatching(testtools.TestCase):
     def test_2_tenant_generates_a_delta_from_its_signed_repository(self) -> None:
         # the VM gets the older jq first, then upgrades: both versions
         wanted = [f"{p}={v}" for p in UPGRADED for v in (self.old, self.new)]
+        # the tenant's copy of the source line it gave the guest
+        with open(os.path.join(self.tmp, "tenant.list"), "w", encoding="utf-8") as out:
+            out.write(self.source())
         done = self.page(
             "policy generate",
             **{
                 PAGE_REPO: self.repo.url,
                 PAGE_KEYRING: self.repo.keyring,
                 PAGE_PACKAGES: ",".join([*wanted, *INSTALLED]),
+                PAGE_SOURCE: f"{SOURCE}=tenant.list",
             },
         )
         self.assertEqual(0, done.returncode, done.stderr)
@@ -338,9 +344,7 @@ class TestGuestPatching(testtools.TestCase):
         # what the tenant wrote itself: its apt source (the key is read by
         # apt's unprivileged _apt user, not measured)
         source = hashlib.sha256(self.source().encode()).hexdigest()
-        digests[SOURCE] = [f"sha256:{source}"]
-        with open(out, "w", encoding="utf-8") as handle:
-            json.dump(document, handle)
+        self.assertEqual([f"sha256:{source}"], digests[SOURCE])
         done = self.page("policy add")
         self.assertEqual(0, done.returncode, done.stderr)
         shown = self.tenant("policy", "show", "web@2")
@@ -420,12 +424,21 @@ class TestGuestPatching(testtools.TestCase):
         self.assertEqual(
             [POLICY_CHANGED, *AWAY_AND_BACK, *AWAY_AND_BACK], self.events()
         )
+        # as the tenant reads them
+        told = self.page("events", **{PAGE_NODE: self.node.uuid})
+        self.assertEqual(0, told.returncode, told.stderr)
+        whats = [line.split()[3] for line in told.stdout.splitlines()]
+        self.assertEqual(
+            ["policy_changed:", *["unreachable:", "recovered:"] * 2], whats
+        )
+        self.assertIn(f"{self.node.uuid} recovered: recovered", told.stdout)
 
     def test_8_dry_run_of_version_1_lists_exactly_the_patched_files(self) -> None:
         done = self.tenant(
             "--json", "policy", "check", "web@1", "--node", self.node.uuid
         )
         self.assertEqual(1, done.returncode, done.stdout + done.stderr)
+        self.addDetail("dry run of web@1", text_content(done.stdout))
         (result,) = json.loads(done.stdout)["results"]
         self.assertEqual("fail", result["result"], result)
         failed = {(f["path"], f["detail"].split()[0]) for f in result["failures"]}
