@@ -51,8 +51,9 @@ __all__ = [
     "versions",
 ]
 
-#: The suite (and codename) and component of the story's repository.
-SUITE = "story"
+#: The suite (and codename) and component of the repository (the suite is
+#: what ``policy generate runtime --apt-repo`` reads by default).
+SUITE = "stable"
 COMPONENT = "main"
 
 
@@ -241,7 +242,7 @@ class AptRepo:
         os.chmod(self._gnupg, 0o700)
         self._gpg(
             "--passphrase", "", "--quick-gen-key",
-            "Story archive <story-archive@example.invalid>", "ed25519", "sign", "never",
+            "Tenant archive <archive@example.invalid>", "ed25519", "sign", "never",
         )  # fmt: skip
         for line in self._gpg("--with-colons", "--list-secret-keys").splitlines():
             if line.startswith("fpr:"):
@@ -307,14 +308,14 @@ class AptRepo:
 
     def _write_release(self, dist: str, files: dict[str, bytes]) -> None:
         lines = [
-            "Origin: story",
-            "Label: story",
+            "Origin: tenant",
+            "Label: tenant",
             f"Suite: {SUITE}",
             f"Codename: {SUITE}",
             f"Date: {email.utils.formatdate(usegmt=True)}",
             f"Architectures: {self.architecture}",
             f"Components: {COMPONENT}",
-            "Description: packages of the patching story",
+            "Description: the tenant's packages",
         ]
         for field, which in (("MD5Sum", 0), ("SHA256", 1)):
             lines.append(f"{field}:")
