@@ -48,6 +48,7 @@ __all__ = [
     "Deb",
     "cache_dir",
     "fetch",
+    "refresh_lists",
     "versions",
 ]
 
@@ -149,6 +150,18 @@ def versions(package: str) -> list[str]:
     if not found:
         raise AptRepoError(f"apt knows no package {package} (run apt-get update)")
     return sorted(found, key=functools.cmp_to_key(_compare_versions))
+
+
+def refresh_lists() -> None:
+    """``apt-get update`` of the host's lists (as root only): stale lists
+    name versions the archive no longer has.
+
+    Raises:
+        AptRepoError: not root, or apt failed.
+    """
+    if os.geteuid() != 0:
+        raise AptRepoError("apt's lists are stale: run apt-get update and try again")
+    _run(["apt-get", "-oDPkg::Lock::Timeout=900", "update", "-qq"])
 
 
 def _compare_versions(a: str, b: str) -> int:

@@ -54,7 +54,14 @@ from typing import Any
 import testtools
 from testtools.content import text_content
 
-from trusted_testing.apt_repo import AptRepo, Deb, fetch, versions
+from trusted_testing.apt_repo import (
+    AptRepo,
+    AptRepoError,
+    Deb,
+    fetch,
+    refresh_lists,
+    versions,
+)
 from trusted_testing.cluster import _script
 from trusted_testing.guest_vm import build
 from trusted_testing.guest_vm_boot import VmGuest
@@ -143,13 +150,11 @@ class TestGuestPatching(testtools.TestCase):
         super().setUpClass()
         cls.tmp = tempfile.mkdtemp(prefix="guest-patching-")
         image = build()
-        # the bookworm version and the newest (bookworm-security's)
-        found = versions("jq")
-        if len(found) < 2:
-            raise AssertionError(f"apt offers one version of jq only: {found}")
-        cls.old, cls.new = found[0], found[-1]
-        cls.debs = [fetch(p, v) for p in UPGRADED for v in (cls.old, cls.new)]
-        cls.debs += [fetch(p, versions(p)[-1]) for p in INSTALLED]
+        try:
+            cls._fetch_debs()
+        except AptRepoError:  # stale lists name versions no longer there
+            refresh_lists()
+            cls._fetch_debs()
         cls.repo = AptRepo(os.path.join(cls.tmp, "repo"))
         cls.cluster = VmCluster(os.path.join(cls.tmp, "cluster"), INTERVAL)
         try:
@@ -169,6 +174,16 @@ class TestGuestPatching(testtools.TestCase):
         except BaseException:
             cls._stop()
             raise
+
+    @classmethod
+    def _fetch_debs(cls) -> None:
+        # the bookworm version and the newest (bookworm-security's)
+        found = versions(UPGRADED[0])
+        if len(found) < 2:
+            raise AssertionError(f"apt offers one version of jq only: {found}")
+        cls.old, cls.new = found[0], found[-1]
+        cls.debs = [fetch(p, v) for p in UPGRADED for v in (cls.old, cls.new)]
+        cls.debs += [fetch(p, versions(p)[-1]) for p in INSTALLED]
 
     @classmethod
     def _configure_apt(cls) -> None:
