@@ -31,9 +31,11 @@ import glob
 import gzip
 import hashlib
 import http.server
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import threading
 import urllib.parse
@@ -82,16 +84,17 @@ class Deb:
         """The package's control paragraph (``dpkg-deb -f``)."""
         return _run(["dpkg-deb", "-f", self.path]).rstrip("\n") + "\n"
 
-    def files(self) -> list[str]:
-        """The paths of the regular files its data archive installs."""
-        out = _run_bytes(["dpkg-deb", "--fsys-tarfile", self.path])
-        listing = _run(["tar", "-tv"], stdin=out)
-        found = []
-        for line in listing.splitlines():
-            if line.startswith("-"):
-                # "-rwxr-xr-x root/root 1234 2023-01-01 00:00 ./usr/bin/x"
-                name = line.split(None, 5)[5]
-                found.append("/" + name.removeprefix("./"))
+    def files(self) -> dict[str, str]:
+        """Path -> SHA-256 (hex) of each regular file its data archive
+        installs (read with ``dpkg-deb --fsys-tarfile``)."""
+        archive = _run_bytes(["dpkg-deb", "--fsys-tarfile", self.path])
+        found = {}
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            for member in tar:
+                handle = tar.extractfile(member) if member.isfile() else None
+                if handle is not None:
+                    path = "/" + member.name.removeprefix("./")
+                    found[path] = hashlib.sha256(handle.read()).hexdigest()
         return found
 
 

@@ -38,14 +38,12 @@ One VM boot (and one reboot) for the class; the tests run in order.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 import uuid
@@ -117,21 +115,6 @@ def page_commands() -> dict[str, list[str]]:
                 words = argv[1:3] if argv[1] in ("policy", "node") else argv[1:2]
                 found.setdefault(" ".join(words), argv[1:])
     return found
-
-
-def _data_files(deb: Deb) -> dict[str, str]:
-    """path -> sha256 (hex) of the regular files ``deb`` installs."""
-    archive = subprocess.run(
-        ["dpkg-deb", "--fsys-tarfile", deb.path], capture_output=True, check=True
-    ).stdout
-    files = {}
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for member in tar:
-            handle = tar.extractfile(member) if member.isfile() else None
-            if handle is not None:
-                path = "/" + member.name.removeprefix("./")
-                files[path] = hashlib.sha256(handle.read()).hexdigest()
-    return files
 
 
 class TestGuestPatching(testtools.TestCase):
@@ -354,7 +337,7 @@ class TestGuestPatching(testtools.TestCase):
         self.assertNotIn("base", document)
         digests = document["digests"]
         for deb in self.debs:
-            for path, digest in _data_files(deb).items():
+            for path, digest in deb.files().items():
                 self.assertIn(f"sha256:{digest}", digests.get(path, []), path)
         # what the tenant wrote itself: its apt source (the key is read by
         # apt's unprivileged _apt user, not measured)
@@ -470,7 +453,7 @@ class TestGuestPatching(testtools.TestCase):
         # what its named rules admit of what apt and dpkg rewrote
         package_files: dict[str, set[str]] = {}
         for deb in self.debs:
-            for path, digest in _data_files(deb).items():
+            for path, digest in deb.files().items():
                 package_files.setdefault(path, set()).add(f"sha256:{digest}")
         shown = self.tenant("policy", "show", "web@2")
         rules = [re.compile(e) for e in json.loads(shown.stdout)["policy"]["excludes"]]
@@ -485,7 +468,7 @@ class TestGuestPatching(testtools.TestCase):
             self.assertIn(program, paths)
         # the upgraded library: the node runs the new version's, not the old
         new, old = (
-            _data_files(next(d for d in self.debs if (d.package, d.version) == key))
+            next(d for d in self.debs if (d.package, d.version) == key).files()
             for key in (("libjq1", self.new), ("libjq1", self.old))
         )
         (library,) = [p for p in paths if p in new and "/libjq.so." in p]
