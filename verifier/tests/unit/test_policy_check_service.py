@@ -8,13 +8,19 @@ nothing about any node changes; every bad input a named JSON 4xx.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
+import types
 import uuid as uuid_mod
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
+from keystoneauth1 import session as ks_session
+from osc_lib import exceptions as osc_exceptions
 
+from nova_plugin.attestation import AttestationClient
+from nova_plugin.osc_attestation import CheckPolicy
 from trusted_testing.auth import open_auth
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest.service import Verifier
@@ -341,3 +347,53 @@ class PolicyCheckApiTest(PolicyCheckBase):
         # nothing stored was lost or changed by the refusals
         self.assertEqual(1, len(verifier.policies.list("runtime", PROJECT)))
         self.assertEqual("attested", self.row(agent.uuid).state)  # type: ignore[union-attr]
+
+
+class OpenStackPolicyCheckTest(PolicyCheckBase):
+    """``openstack attestation policy check`` (the OSC plugin's command)
+    on an AttestationClient over a keystoneauth session, against the real
+    verifier application: the table and the exit status."""
+
+    async def test_table_and_exit_status(self) -> None:
+        verifier = self.new_verifier()
+        good, patched = self.new_kernel_agent(), self.new_kernel_agent()
+        verifier.policies.add("runtime", self.list_policy(good, 1), project=PROJECT)
+        await self.enrolled(verifier, good)
+        await self.enrolled(verifier, patched)
+        patched.kernel.measure("/usr/bin/new-tool", b"v2")  # allowed by none
+        verifier.policies.add("runtime", self.list_policy(patched, 2), project=PROJECT)
+        app = make_app(verifier, public_pem(self.public_key), open_auth())
+        async with TestServer(app) as server:
+            client = AttestationClient(
+                ks_session.Session(),
+                endpoint_override=str(server.make_url("")).rstrip("/"),
+            )
+            out = io.StringIO()
+            shell = types.SimpleNamespace(
+                stdout=out, client_manager=types.SimpleNamespace(attestation=client)
+            )
+            command = CheckPolicy(shell, None)
+            parser = command.get_parser("openstack attestation policy check")
+
+            def run(*argv: str) -> int:
+                return command.run(parser.parse_args(list(argv)))
+
+            self.assertEqual(1, await asyncio.to_thread(run, "web@1", "--all"))
+            table = out.getvalue()
+            self.assertIn("2 /usr/bin/new-tool: unknown_file", table)
+            self.assertIn(good.uuid, table)
+            self.assertEqual(
+                0,
+                await asyncio.to_thread(
+                    run, "web@2", "--node", good.uuid, "--node", patched.uuid
+                ),
+            )
+            self.assertEqual(
+                0,
+                await asyncio.to_thread(
+                    run, "web@1", "-f", "json", "--node", good.uuid
+                ),
+            )
+            with self.assertRaises(osc_exceptions.CommandError) as ctx:
+                await asyncio.to_thread(run, "web@9", "--all")
+            self.assertIn("unknown_policy", str(ctx.exception))
