@@ -7,14 +7,19 @@ attack: none of them is ever a ``pass``.
 
 from __future__ import annotations
 
+import atexit
 import base64
+import functools
 import os
+import shutil
 import tempfile
 from typing import Any
 
 import testtools
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import x25519
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from trusted_testing.softkernel import SoftKernel
 from trusted_testing.softtpm import SoftTpm
@@ -86,7 +91,7 @@ class PolicyDryRunTest(testtools.TestCase):
     def setUp(self) -> None:
         super().setUp()
         self.tmp = tempfile.mkdtemp(prefix="dryrun-")
-        self.addCleanup(lambda: __import__("shutil").rmtree(self.tmp, True))
+        self.addCleanup(shutil.rmtree, self.tmp, True)
         self.node = SimNode(self.tmp)
         for path, content in GOOD:
             self.node.kernel.measure(path, content)
@@ -307,3 +312,45 @@ class PolicyDryRunTest(testtools.TestCase):
         for i in range(3):
             self.node.kernel.log_only(f"/forged/{i}", b"f")
         self.assertError(self.run_check(), "ima_pcr_mismatch")
+
+
+class PolicyDryRunFuzzTest(testtools.TestCase):
+    """Whatever a node answers, judging it never raises and is never a
+    ``pass`` unless it is the node's own proven list."""
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def test_any_answer_is_judged_never_raised(self, data: st.DataObject) -> None:
+        node, policy = _fuzz_node()
+        run = PolicyDryRun(NODE, node.ak, policy)
+        request = run.request(b"\x01" * 20)
+        good = node.answer(request)
+        field = data.draw(st.sampled_from(["quote", "nk", "ima", "extra"]))
+        value = data.draw(_JSON | st.text(max_size=60))
+        answer = dict(good)
+        answer[field] = value
+        outcome = run.judge(request, answer)
+        assert outcome is not None
+        if outcome.result is CheckResult.PASS:
+            self.assertEqual(field, "extra")  # only an ignored field may vary
+        else:
+            self.assertEqual(CheckResult.ERROR, outcome.result, outcome)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@functools.cache
+def _fuzz_node() -> tuple[SimNode, RuntimePolicy]:
+    """One node for every example (a SoftTpm key costs milliseconds)."""
+    directory = tempfile.mkdtemp(prefix="dryrun-fuzz-")
+    atexit.register(shutil.rmtree, directory, True)
+    node = SimNode(directory)
+    return node, policy_from_log(parse_ascii("".join(node.lines())), "web", 1)
