@@ -1,0 +1,255 @@
+"""Policies that follow the node, and changes of the policies in force.
+
+A node enrolled with a bare policy name (``--runtime-policy web``) follows
+it: the newest version of ``web`` in the node's project is in force, now
+and whenever a newer one is added; ``web@4`` or a digest pins that one
+(:func:`verifier.attest.policies.follows`). Its tenant may change either
+later (``PUT /v1/nodes/{uuid}/policy``).
+
+:class:`PolicySwitch` makes both kinds of change: in the database (the
+node's digest in force, and one signed ``node.policy_changed`` event per
+node and kind in the same transaction, reason ``follow`` or ``set``), then
+in the live nodes this process attests, which judge with the new policy
+from their next quote on without resetting their IMA replay
+(:meth:`~verifier.attest.node.LiveNode.use`). Nodes another verifier
+process attests take the change from the database at its next sync
+(:class:`~verifier.attest.membership.OwnershipSync`), as deletions and
+revocations reach them. Calls only down: the store's engine, the policy
+store, the live map and the outbox pump.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from sqlalchemy.orm import Session
+
+from verifier.attest.delivery import OutboxPump
+from verifier.attest.node import NodeState
+from verifier.attest.policies import MEASURED_BOOT, RUNTIME, PolicyStore
+from verifier.attest.registry import LiveNodes
+from verifier.attest.store import NodeStore
+from verifier.db import Node
+from verifier.notify.outbox import add_to_outbox, make_event
+from verifier.protocol.events import NODE_POLICY_CHANGED, PolicyChange
+
+__all__ = ["FOLLOW", "SET", "PolicySwitch", "Switched"]
+
+LOG = logging.getLogger(__name__)
+
+#: The reasons of a ``node.policy_changed`` event.
+FOLLOW, SET = "follow", "set"
+#: Per kind, the node's columns: the digest in force and the name followed.
+_COLUMNS = {
+    RUNTIME: (Node.runtime_policy, Node.runtime_policy_follow),
+    MEASURED_BOOT: (Node.mb_policy, Node.mb_policy_follow),
+}
+_REVOKED = NodeState.REVOKED.value
+_Pair = tuple[str | None, str | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Switched:
+    """A node whose policies changed: its digests in force (runtime,
+    measured boot) and the names they follow, as written."""
+
+    uuid: str
+    refs: _Pair
+    follows: _Pair
+
+
+class PolicySwitch:
+    """Changes the policies in force on nodes.
+
+    Args:
+        store: the node table (its engine; the outbox is beside it).
+        nodes: the nodes this process attests.
+        policies: the stored policies.
+        signing_key: signs the events.
+        clock: wall clock (seconds).
+        pump: woken when events were committed.
+    """
+
+    def __init__(
+        self,
+        store: NodeStore,
+        nodes: LiveNodes,
+        policies: PolicyStore,
+        signing_key: ed25519.Ed25519PrivateKey,
+        clock: Callable[[], float],
+        pump: OutboxPump,
+    ) -> None:
+        self._engine = store.engine
+        self._nodes = nodes
+        self._policies = policies
+        self._key = signing_key
+        self._clock = clock
+        self._pump = pump
+
+    async def new_version(self, kind: str, project: str, name: str) -> int:
+        """A version of ``kind`` policy ``name`` was added to ``project``:
+        every node of the project that follows ``name`` switches to its
+        newest version (one added below the newest changes nothing).
+
+        Returns:
+            the number of nodes switched.
+
+        Raises:
+            NotFoundError: no policy ``name`` (deleted meanwhile).
+        """
+        digest, _ = await asyncio.to_thread(self._policies.newest, kind, name, project)
+        await asyncio.to_thread(self._policies.load, digest)
+        switched = await asyncio.to_thread(self._follow, kind, project, name, digest)
+        self._apply(switched)
+        if switched:
+            LOG.info(
+                "%d node(s) of project %s follow %s policy %r to %s",
+                len(switched),
+                project,
+                kind,
+                name,
+                digest,
+            )
+        return len(switched)
+
+    async def set_policies(
+        self, uuid: str, project: str, changes: Mapping[str, tuple[str | None, ...]]
+    ) -> Switched | None:
+        """Set the policies of node ``uuid`` of ``project``: ``changes``
+        maps a kind to ``(digest, followed name)`` (None, None: no policy of
+        that kind); kinds not named are unchanged.
+
+        Returns:
+            the node's policies as written, None if it is gone or revoked.
+        """
+        for digest, _ in changes.values():
+            if digest is not None:
+                await asyncio.to_thread(self._policies.load, digest)
+        switched = await asyncio.to_thread(self._set, uuid, project, changes)
+        if switched is not None:
+            self._apply([switched])
+        return switched
+
+    # -- the database (worker threads) ----------------------------------------
+
+    def _follow(
+        self, kind: str, project: str, name: str, digest: str
+    ) -> list[Switched]:
+        """Switch the following nodes to ``digest``, with their events, in
+        one transaction (their rows locked where the database can)."""
+        column, follow = _COLUMNS[kind]
+        query = (
+            sa.select(
+                Node.uuid,
+                Node.runtime_policy,
+                Node.mb_policy,
+                Node.runtime_policy_follow,
+                Node.mb_policy_follow,
+            )
+            .where(
+                Node.project_id == project,
+                follow == name,
+                Node.state != _REVOKED,
+                sa.or_(column.is_(None), column != digest),
+            )
+            .with_for_update()
+        )
+        now = self._clock()
+        with Session(self._engine) as session, session.begin():
+            rows = session.execute(query).all()
+            if not rows:
+                return []
+            index = 0 if kind == RUNTIME else 1
+            olds = {(row[1], row[2])[index] for row in rows}
+            names = self._names(project, {digest, *olds})
+            updates, out = [], []
+            for uuid, runtime, mb, runtime_follow, mb_follow in rows:
+                refs: list[str | None] = [runtime, mb]
+                old, refs[index] = refs[index], digest
+                change = PolicyChange(
+                    kind, _ref(old, names), _ref(digest, names)
+                ).to_detail()
+                event = make_event(
+                    self._key, uuid, FOLLOW, change, now, NODE_POLICY_CHANGED
+                )
+                add_to_outbox(session, event, now, project)
+                updates.append({"uuid": uuid, column.key: digest, "updated_at": now})
+                out.append(
+                    Switched(uuid, (refs[0], refs[1]), (runtime_follow, mb_follow))
+                )
+            session.execute(sa.update(Node), updates)
+        self._pump.wake()
+        return out
+
+    def _set(
+        self, uuid: str, project: str, changes: Mapping[str, tuple[str | None, ...]]
+    ) -> Switched | None:
+        now = self._clock()
+        with Session(self._engine) as session, session.begin():
+            row = session.scalars(
+                sa.select(Node).where(Node.uuid == uuid).with_for_update()
+            ).first()
+            if row is None or row.state == _REVOKED:
+                return None
+            olds = [row.runtime_policy, row.mb_policy]
+            names = self._names(project, {*olds, *(d for d, _ in changes.values())})
+            events = 0
+            for kind, (digest, name) in changes.items():
+                column, follow = _COLUMNS[kind]
+                old = getattr(row, column.key)
+                setattr(row, column.key, digest)
+                setattr(row, follow.key, name)
+                if old != digest:
+                    change = PolicyChange(kind, _ref(old, names), _ref(digest, names))
+                    event = make_event(
+                        self._key,
+                        uuid,
+                        SET,
+                        change.to_detail(),
+                        now,
+                        NODE_POLICY_CHANGED,
+                    )
+                    add_to_outbox(session, event, now, project)
+                    events += 1
+            row.updated_at = now
+            switched = Switched(
+                uuid,
+                (row.runtime_policy, row.mb_policy),
+                (row.runtime_policy_follow, row.mb_policy_follow),
+            )
+        if events:
+            self._pump.wake()
+        return switched
+
+    def _names(
+        self, project: str, digests: set[str | None]
+    ) -> dict[str, tuple[str, int]]:
+        pairs = [(project, d) for d in digests if d is not None]
+        return {d: nv for (_, d), nv in self._policies.names(pairs).items()}
+
+    # -- the live nodes (the event loop) ---------------------------------------
+
+    def _apply(self, switched: list[Switched]) -> None:
+        """The live nodes judge with their new policies from their next
+        quote on (their policies were loaded)."""
+        cached = self._policies.cached
+        for item in switched:
+            node = self._nodes.find(item.uuid)
+            if node is not None and node.state != NodeState.REVOKED:
+                node.use(item.refs, item.follows, cached)
+
+
+def _ref(
+    digest: str | None, names: Mapping[str, tuple[str, int]]
+) -> dict[str, Any] | None:
+    """A policy as a :class:`PolicyChange` names it."""
+    if digest is None:
+        return None
+    name, version = names.get(digest, ("", 0))
+    return {"name": name, "version": version, "digest": digest}
