@@ -280,7 +280,7 @@ class PolicyChangeRequest:
     def __post_init__(self) -> None:
         if not self.changes:
             raise FieldError(
-                self._NAME, "runtime_policy", "give runtime_policy and/or mb_policy"
+                self._NAME, "runtime_policy", "or 'mb_policy' must be given"
             )
         for name, ref in self.changes.items():
             if name not in _CHANGE_FIELDS:
