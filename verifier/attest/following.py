@@ -35,8 +35,8 @@ from verifier.attest.node import NodeState
 from verifier.attest.policies import MEASURED_BOOT, RUNTIME, PolicyStore
 from verifier.attest.registry import LiveNodes
 from verifier.attest.store import NodeStore
-from verifier.db import Node
-from verifier.notify.outbox import add_to_outbox, make_event
+from verifier.db import Node, OutboxEvent
+from verifier.notify.outbox import add_to_outbox, make_event, outbox_values
 from verifier.protocol.events import NODE_POLICY_CHANGED, PolicyChange
 
 __all__ = ["FOLLOW", "SET", "PolicySwitch", "Switched"]
@@ -51,6 +51,8 @@ _COLUMNS = {
     MEASURED_BOOT: (Node.mb_policy, Node.mb_policy_follow),
 }
 _REVOKED = NodeState.REVOKED.value
+#: Nodes switched per UPDATE statement.
+_CHUNK = 500
 _Pair = tuple[str | None, str | None]
 
 
@@ -168,7 +170,7 @@ class PolicySwitch:
             index = 0 if kind == RUNTIME else 1
             olds = {(row[1], row[2])[index] for row in rows}
             names = self._names(project, {digest, *olds})
-            updates, out = [], []
+            events, out = [], []
             for uuid, runtime, mb, runtime_follow, mb_follow in rows:
                 refs: list[str | None] = [runtime, mb]
                 old, refs[index] = refs[index], digest
@@ -178,12 +180,20 @@ class PolicySwitch:
                 event = make_event(
                     self._key, uuid, FOLLOW, change, now, NODE_POLICY_CHANGED
                 )
-                add_to_outbox(session, event, now, project)
-                updates.append({"uuid": uuid, column.key: digest, "updated_at": now})
+                events.append(outbox_values(event, now, project))
                 out.append(
                     Switched(uuid, (refs[0], refs[1]), (runtime_follow, mb_follow))
                 )
-            session.execute(sa.update(Node), updates)
+            # a few statements of many rows each, not one per node
+            for start in range(0, len(out), _CHUNK):
+                part = [item.uuid for item in out[start : start + _CHUNK]]
+                session.execute(
+                    sa.update(Node)
+                    .where(Node.uuid.in_(part))
+                    .values({column: digest, Node.updated_at: now})
+                    .execution_options(synchronize_session=False)
+                )
+            session.execute(sa.insert(OutboxEvent), events)
         self._pump.wake()
         return out
 
