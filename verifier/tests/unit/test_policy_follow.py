@@ -271,6 +271,29 @@ class PolicyFollowTest(VerifierServiceBase):
         view = await owner.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state, view.failure_reason)
 
+    async def test_policy_set_through_another_verifier_process_reaches_the_owner(
+        self,
+    ) -> None:
+        agent = self.new_kernel_agent()
+        owner = await self.enrol_following(agent)
+        await owner.rounds.attest_once(agent.uuid)
+        other = self.new_verifier_owning_nothing()
+        other.policies.add(
+            "measured-boot", SoftKernel.golden_mb_policy(), name="fw", project=PROJECT
+        )
+        change = PolicyChangeRequest({"runtime_policy": "golden@1", "mb_policy": "fw"})
+        view = await other.commands.set_policy(agent.uuid, change, PROJECT)
+        self.assertEqual(["runtime", "measured-boot"], list(view.in_force()))
+        node = owner.nodes.live(agent.uuid)
+        self.assertIsNone(node.mb_ref)  # not yet
+        await owner.sync.sync()
+        self.assertEqual((view.runtime_policy, view.mb_policy),
+                         (node.runtime_ref, node.mb_ref))  # fmt: skip
+        self.assertEqual((None, "fw"), node.follows)
+        view = await owner.rounds.attest_once(agent.uuid)
+        self.assertEqual("attested", view.state, view.failure_reason)
+        self.assertEqual("1", agent.quote_requests[-1]["mb"])  # judged with it
+
     def new_verifier_owning_nothing(self) -> Any:
         from verifier.attest import Verifier
         from verifier.attest.settings import VerifierSettings
