@@ -59,11 +59,13 @@ _Pair = tuple[str | None, str | None]
 @dataclasses.dataclass(frozen=True)
 class Switched:
     """A node whose policies changed: its digests in force (runtime,
-    measured boot) and the names they follow, as written."""
+    measured boot) and the names they follow, as written, and the digests
+    they replaced (``old``)."""
 
     uuid: str
     refs: _Pair
     follows: _Pair
+    old: _Pair
 
 
 class PolicySwitch:
@@ -105,9 +107,10 @@ class PolicySwitch:
         Raises:
             NotFoundError: no policy ``name`` (deleted meanwhile).
         """
-        digest, _ = await asyncio.to_thread(self._policies.newest, kind, name, project)
-        await asyncio.to_thread(self._policies.load, digest)
-        switched = await asyncio.to_thread(self._follow, kind, project, name, digest)
+        digest, switched = await asyncio.to_thread(self._follow, kind, project, name)
+        if switched:
+            self._pump.wake()  # their events
+            await asyncio.to_thread(self._policies.load, digest)
         self._apply(switched)
         if switched:
             LOG.info(
@@ -135,16 +138,41 @@ class PolicySwitch:
                 await asyncio.to_thread(self._policies.load, digest)
         switched = await asyncio.to_thread(self._set, uuid, project, changes)
         if switched is not None:
+            if switched.refs != switched.old:
+                self._pump.wake()  # its events
             self._apply([switched])
         return switched
 
     # -- the database (worker threads) ----------------------------------------
 
-    def _follow(
-        self, kind: str, project: str, name: str, digest: str
+    def _follow(self, kind: str, project: str, name: str) -> tuple[str, list[Switched]]:
+        """Switch the nodes following ``name`` to its newest version, with
+        their events, in one transaction (their rows locked where the
+        database can; the newest version read in it, so that two versions
+        added at once leave every node on the newer one).
+
+        Returns:
+            the newest version's digest and the nodes switched.
+        """
+        now = self._clock()
+        with Session(self._engine) as session, session.begin():
+            _write_lock(session)
+            digest, _ = self._policies.newest(kind, name, project, session)
+            return digest, self._switch_following(
+                session, kind, project, name, digest, now
+            )
+
+    def _switch_following(
+        self,
+        session: Session,
+        kind: str,
+        project: str,
+        name: str,
+        digest: str,
+        now: float,
     ) -> list[Switched]:
-        """Switch the following nodes to ``digest``, with their events, in
-        one transaction (their rows locked where the database can)."""
+        """In ``session``'s transaction: the nodes following ``name`` that
+        do not hold ``digest`` get it, each with its signed event."""
         column, follow = _COLUMNS[kind]
         query = (
             sa.select(
@@ -162,39 +190,35 @@ class PolicySwitch:
             )
             .with_for_update()
         )
-        now = self._clock()
-        with Session(self._engine) as session, session.begin():
-            rows = session.execute(query).all()
-            if not rows:
-                return []
-            index = 0 if kind == RUNTIME else 1
-            olds = {(row[1], row[2])[index] for row in rows}
-            names = self._names(project, {digest, *olds})
-            events, out = [], []
-            for uuid, runtime, mb, runtime_follow, mb_follow in rows:
-                refs: list[str | None] = [runtime, mb]
-                old, refs[index] = refs[index], digest
-                change = PolicyChange(
-                    kind, _ref(old, names), _ref(digest, names)
-                ).to_detail()
-                event = make_event(
-                    self._key, uuid, FOLLOW, change, now, NODE_POLICY_CHANGED
-                )
-                events.append(outbox_values(event, now, project))
-                out.append(
-                    Switched(uuid, (refs[0], refs[1]), (runtime_follow, mb_follow))
-                )
-            # a few statements of many rows each, not one per node
-            for start in range(0, len(out), _CHUNK):
-                part = [item.uuid for item in out[start : start + _CHUNK]]
-                session.execute(
-                    sa.update(Node)
-                    .where(Node.uuid.in_(part))
-                    .values({column: digest, Node.updated_at: now})
-                    .execution_options(synchronize_session=False)
-                )
-            session.execute(sa.insert(OutboxEvent), events)
-        self._pump.wake()
+        rows = session.execute(query).all()
+        if not rows:
+            return []
+        index = 0 if kind == RUNTIME else 1
+        olds = {(row[1], row[2])[index] for row in rows}
+        names = self._names(project, {digest, *olds})
+        events, out = [], []
+        for uuid, runtime, mb, runtime_follow, mb_follow in rows:
+            refs: list[str | None] = [runtime, mb]
+            old, refs[index] = refs[index], digest
+            change = PolicyChange(
+                kind, _ref(old, names), _ref(digest, names)
+            ).to_detail()
+            event = make_event(
+                self._key, uuid, FOLLOW, change, now, NODE_POLICY_CHANGED
+            )
+            events.append(outbox_values(event, now, project))
+            follows = (runtime_follow, mb_follow)
+            out.append(Switched(uuid, (refs[0], refs[1]), follows, (runtime, mb)))
+        # a few statements of many rows each, not one per node
+        for start in range(0, len(out), _CHUNK):
+            part = [item.uuid for item in out[start : start + _CHUNK]]
+            session.execute(
+                sa.update(Node)
+                .where(Node.uuid.in_(part))
+                .values({column: digest, Node.updated_at: now})
+                .execution_options(synchronize_session=False)
+            )
+        session.execute(sa.insert(OutboxEvent), events)
         return out
 
     def _set(
@@ -202,6 +226,7 @@ class PolicySwitch:
     ) -> Switched | None:
         now = self._clock()
         with Session(self._engine) as session, session.begin():
+            _write_lock(session)
             row = session.scalars(
                 sa.select(Node).where(Node.uuid == uuid).with_for_update()
             ).first()
@@ -209,7 +234,6 @@ class PolicySwitch:
                 return None
             olds = [row.runtime_policy, row.mb_policy]
             names = self._names(project, {*olds, *(d for d, _ in changes.values())})
-            events = 0
             for kind, (digest, name) in changes.items():
                 column, follow = _COLUMNS[kind]
                 old = getattr(row, column.key)
@@ -226,16 +250,13 @@ class PolicySwitch:
                         NODE_POLICY_CHANGED,
                     )
                     add_to_outbox(session, event, now, project)
-                    events += 1
             row.updated_at = now
-            switched = Switched(
+            return Switched(
                 uuid,
                 (row.runtime_policy, row.mb_policy),
                 (row.runtime_policy_follow, row.mb_policy_follow),
+                (olds[0], olds[1]),
             )
-        if events:
-            self._pump.wake()
-        return switched
 
     def _names(
         self, project: str, digests: set[str | None]
@@ -251,8 +272,25 @@ class PolicySwitch:
         cached = self._policies.cached
         for item in switched:
             node = self._nodes.find(item.uuid)
-            if node is not None and node.state != NodeState.REVOKED:
+            if node is None or node.state == NodeState.REVOKED:
+                continue
+            # a later change taken meanwhile (committed after this one) wins
+            if (node.runtime_ref, node.mb_ref) == item.old:
                 node.use(item.refs, item.follows, cached)
+
+
+def _write_lock(session: Session) -> None:
+    """Take the database's write lock before the transaction reads: SQLite
+    (whose driver begins a transaction only at its first write) would
+    otherwise let two switches read the same rows and both write them,
+    each with its events. Elsewhere this writes nothing and locks nothing
+    (the rows read are locked with ``FOR UPDATE``)."""
+    session.execute(
+        sa.update(Node)
+        .where(sa.false())
+        .values(updated_at=Node.updated_at)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _ref(

@@ -350,12 +350,19 @@ class PolicyStore:
         known = self._names
         return {pair: known[pair] for pair in wanted if pair in known}
 
-    def newest(self, kind: str, name: str, project: str) -> tuple[str, int]:
+    def newest(
+        self, kind: str, name: str, project: str, session: Session | None = None
+    ) -> tuple[str, int]:
         """The digest and version of the newest ``kind`` policy ``name`` of
-        ``project``. Raises: NotFoundError."""
+        ``project`` (read in the caller's ``session`` if given).
+
+        Raises: NotFoundError."""
         _check_kind(kind)
-        with Session(self.engine) as session:
-            row = self._row(session, kind, name, project)
+        if session is not None:
+            row = self._row(session, kind, name, project, digest_only=False)
+            return row.digest, row.version
+        with Session(self.engine) as own:
+            row = self._row(own, kind, name, project)
             return row.digest, row.version
 
     def delete(self, kind: str, ref: str, scope: str | None = None) -> None:

@@ -11,6 +11,7 @@ exactly as the kernel's IMA would; judging is the real verifier's.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -196,6 +197,30 @@ class PolicyFollowTest(VerifierServiceBase):
         await self.add_version(verifier, agent, 2)  # below the newest
         self.assertEqual(v3, verifier.nodes.live(agent.uuid).runtime_ref)
         self.assertEqual(1, len(self.policy_events()))
+
+    async def test_two_versions_added_at_once_leave_the_node_on_the_newer(
+        self,
+    ) -> None:
+        agent = self.new_kernel_agent()
+        verifier = await self.enrol_following(agent)
+        for version in (2, 3):
+            verifier.policies.add(
+                "runtime", self.golden(agent, version, NEW_FILE), project=PROJECT
+            )
+        switched = await asyncio.gather(
+            verifier.switch.new_version("runtime", PROJECT, "golden"),
+            verifier.switch.new_version("runtime", PROJECT, "golden"),
+        )
+        self.assertEqual([0, 1], sorted(switched))
+        v3 = self.row_digest_of(verifier, "golden@3")
+        self.assertEqual(v3, verifier.nodes.live(agent.uuid).runtime_ref)
+        row = self.row(agent.uuid)
+        assert row is not None
+        self.assertEqual(v3, row.runtime_policy)
+        (event,) = self.policy_events()
+        change = PolicyChange.from_detail(event.detail)
+        assert change.new is not None
+        self.assertEqual(3, change.new["version"])
 
     async def test_other_projects_version_of_the_same_name_switches_nothing(
         self,
