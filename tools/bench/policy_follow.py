@@ -17,7 +17,9 @@ signed ``node.policy_changed`` event per node committed with it):
 * of which the store's add (parse, digest, insert) and the switch.
 
     .venv/bin/python tools/bench/policy_follow.py [--n 10000] [--paths 5000]
-        [--runs 5] [--url sqlite:///...]
+        [--runs 5] [--url sqlite:///... | --postgres]
+
+(``--postgres``: a scratch database on the local PostgreSQL, dropped after.)
 """
 
 from __future__ import annotations
@@ -179,18 +181,29 @@ def main() -> None:
     parser.add_argument("--paths", type=int, default=5000, help="policy size")
     parser.add_argument("--runs", type=int, default=5, help="new versions added")
     parser.add_argument("--url", help="database URL (default: a fresh SQLite file)")
+    parser.add_argument(
+        "--postgres", action="store_true", help="a scratch local PostgreSQL database"
+    )
     args = parser.parse_args()
-    url = args.url
-    if url is None:
+    url, scratch = args.url, None
+    if args.postgres:
+        from trusted_testing import services
+
+        url, scratch = services.scratch_postgres()
+    elif url is None:
         workdir = tempfile.mkdtemp(prefix="bench-policy-follow-")
         url = f"sqlite:///{workdir}/verifier.sqlite"
-    fill(url, args.n, args.paths)
-    results = asyncio.run(measure(url, args.n, args.paths, args.runs))
+    try:
+        fill(url, args.n, args.paths)
+        results = asyncio.run(measure(url, args.n, args.paths, args.runs))
+    finally:
+        if scratch is not None:
+            services.drop_postgres(scratch)
 
     def med(key: str) -> float:
         return statistics.median(r[key] for r in results)
 
-    dialect = url.split(":", 1)[0]
+    dialect = url.split(":", 1)[0].split("+", 1)[0]
     print(
         f"{args.n} nodes following runtime policy 'web' ({args.paths} paths), "
         f"{dialect}, median of {len(results)} new versions:"
