@@ -111,7 +111,9 @@ async def _delete(request: web.Request) -> web.Response:
 @rule("attestation:node:instance_created")
 async def _instance_created(request: web.Request) -> web.Response:
     uuid = canonical_uuid(request.match_info["uuid"])
-    view = await request.app[_KEY].pending.instance_created(uuid)
+    verifier = request.app[_KEY]
+    view = await verifier.pending.instance_created(uuid)
+    (view,) = await verifier.queries.named([view])
     return json_response(_shown(request, view))
 
 
