@@ -128,16 +128,16 @@ class PolicySwitch:
     ) -> Switched | None:
         """Set the policies of node ``uuid`` of ``project``: ``changes``
         maps a kind to ``(digest, followed name)`` (None, None: no policy of
-        that kind); kinds not named are unchanged.
+        that kind; with a name, its newest version when written); kinds not
+        named are unchanged.
 
         Returns:
             the node's policies as written, None if it is gone or revoked.
         """
-        for digest, _ in changes.values():
-            if digest is not None:
-                await asyncio.to_thread(self._policies.load, digest)
         switched = await asyncio.to_thread(self._set, uuid, project, changes)
         if switched is not None:
+            digests = [d for d in switched.refs if d is not None]
+            await asyncio.to_thread(self._policies.load_many, digests)
             if switched.refs != switched.old:
                 self._pump.wake()  # its events
             self._apply([switched])
@@ -233,13 +233,15 @@ class PolicySwitch:
             if row is None or row.state == _REVOKED:
                 return None
             olds = [row.runtime_policy, row.mb_policy]
-            names = self._names(project, {*olds, *(d for d, _ in changes.values())})
             for kind, (digest, name) in changes.items():
                 column, follow = _COLUMNS[kind]
+                if name is not None:  # a version added meanwhile is the newest
+                    digest, _ = self._policies.newest(kind, name, project, session)
                 old = getattr(row, column.key)
                 setattr(row, column.key, digest)
                 setattr(row, follow.key, name)
                 if old != digest:
+                    names = self._names(project, {old, digest})
                     change = PolicyChange(kind, _ref(old, names), _ref(digest, names))
                     event = make_event(
                         self._key,
