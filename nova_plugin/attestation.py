@@ -91,6 +91,14 @@ class AttestationClient:
         body = {"detail": detail} if detail else {}
         return dict(self.call("POST", f"/v1/nodes/{quote(uuid)}/revoke", body))
 
+    def set_node_policy(
+        self, uuid: str, changes: dict[str, str | None]
+    ) -> dict[str, Any]:
+        """``PUT /v1/nodes/{uuid}/policy``: ``changes`` maps
+        ``runtime_policy``/``mb_policy`` to a reference or None."""
+        path = f"/v1/nodes/{quote(uuid)}/policy"
+        return dict(self.call("PUT", path, changes))
+
     def delete_node(self, uuid: str) -> None:
         self.call("DELETE", f"/v1/nodes/{quote(uuid)}")
 

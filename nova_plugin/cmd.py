@@ -54,6 +54,7 @@ COMMANDS: tuple[Command | CommandGroup, ...] = (
     nodes.Delete(),
     nodes.Revoke(),
     nodes.ListNodes(),
+    nodes.NodeGroup(),
     sealing.Seal(),
     sealing.SendSealed(),
     integrity.MonitorTrust(),

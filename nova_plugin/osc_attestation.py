@@ -18,16 +18,26 @@ from osc_lib import exceptions as osc_exceptions
 from osc_lib.command import command
 
 from nova_plugin.attestation import POLICY_KINDS, AttestationClient
+from nova_plugin.commands.nodes import in_force
 from nova_plugin.exceptions import TenantError
 from verifier.protocol import MalformedError
 from verifier.protocol.messages.policy_check import PolicyCheckReport
+from verifier.protocol.messages.enrolment import PolicyChangeRequest
 
 API_NAME = "attestation"
 API_VERSION_OPTION = "os_attestation_api_version"
 DEFAULT_API_VERSION = "1"
 API_VERSIONS = {"1": "nova_plugin.osc_attestation"}
 
-_NODE_COLUMNS = ("uuid", "state", "project_id", "last_attested_at", "failure_reason")
+_NODE_COLUMNS = (
+    "uuid",
+    "state",
+    "project_id",
+    "last_attested_at",
+    "failure_reason",
+    "runtime_policy_in_force",
+    "mb_policy_in_force",
+)
 _SHOW = (*_NODE_COLUMNS, "quotes_verified", "runtime_policy", "mb_policy", "policy")
 _POLICY_COLUMNS = ("kind", "name", "version", "digest", "entries", "signed")
 _EVENT_COLUMNS = ("id", "node_uuid", "reason", "detail", "created_at", "delivered")
@@ -61,6 +71,12 @@ def _call(cmd: command.Command, work: Callable[[AttestationClient], Any]) -> Any
 
 
 def _row(data: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
+    words = in_force(data)  # the version in force, and whether it follows
+    data = {
+        **data,
+        "runtime_policy_in_force": words.get("runtime"),
+        "mb_policy_in_force": words.get("measured-boot"),
+    }
     return tuple(data.get(c) for c in columns)
 
 
@@ -99,6 +115,46 @@ class RevokeNode(command.ShowOne, _NodeCommand):
         node = _call(
             self, lambda c: c.revoke_node(parsed_args.uuid, parsed_args.detail)
         )
+        return _SHOW, _row(node, _SHOW)
+
+
+class SetNode(command.ShowOne, _NodeCommand):
+    """Change the runtime or measured-boot policy in force on a node: NAME
+    follows that policy (its newest version, now and as newer ones are
+    added), NAME@VERSION or a digest pins one. The node is judged with it
+    from its next quote on; its IMA replay goes on."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        for kind, option in (("runtime", "runtime"), ("measured-boot", "mb")):
+            group = parser.add_mutually_exclusive_group()
+            group.add_argument(
+                f"--{option}-policy",
+                metavar="<ref>",
+                help=f"the {kind} policy: NAME, NAME@VERSION or digest",
+            )
+            group.add_argument(
+                f"--no-{option}-policy",
+                action="store_true",
+                help=f"no {kind} policy from now on",
+            )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> One:
+        changes: dict[str, str | None] = {}
+        for option in ("runtime", "mb"):
+            if getattr(parsed_args, f"no_{option}_policy"):
+                changes[f"{option}_policy"] = None
+            elif getattr(parsed_args, f"{option}_policy") is not None:
+                changes[f"{option}_policy"] = getattr(parsed_args, f"{option}_policy")
+        try:
+            body = PolicyChangeRequest(changes).to_dict()
+        except MalformedError as exc:
+            raise osc_exceptions.CommandError(
+                "give --runtime-policy, --mb-policy, --no-runtime-policy or "
+                f"--no-mb-policy ({exc})"
+            )
+        node = _call(self, lambda c: c.set_node_policy(parsed_args.uuid, body))
         return _SHOW, _row(node, _SHOW)
 
 

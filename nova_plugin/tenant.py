@@ -49,7 +49,11 @@ from verifier.protocol import (
 from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.enroller import commit_u
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
-from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
+from verifier.protocol.messages.enrolment import (
+    EnrolmentRequest,
+    PolicyChangeRequest,
+    RevokeRequest,
+)
 from verifier.protocol.messages.policies import PolicyUpload
 from verifier.protocol.messages.policy_check import (
     PolicyCheckReport,
@@ -456,6 +460,25 @@ class Tenant:
             "POST",
             f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}/revoke",
             RevokeRequest(detail).to_dict(),
+        )
+
+    async def set_policy(
+        self, uuid: str, changes: Mapping[str, str | None]
+    ) -> Mapping[str, Any]:
+        """Change the policies in force on a node: ``changes`` maps
+        ``runtime_policy`` and/or ``mb_policy`` to a stored policy's
+        reference (a bare name follows it; ``name@version`` or a digest
+        pins) or None (no policy of that kind). Returns the node's view.
+
+        Raises:
+            MalformedError: no change, or a reference that is too long.
+            TenantError: the verifier refused it (naming why).
+        """
+        body = PolicyChangeRequest(changes).to_dict()
+        return await self._call(
+            "PUT",
+            f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}/policy",
+            body,
         )
 
     async def delete(self, uuid: str) -> None:

@@ -33,7 +33,7 @@ from verifier.protocol.ima.policy import MAX_VERSION
 from verifier.protocol.ima.signing import VerifyingKey
 from verifier.protocol.mb import MeasuredBootPolicy
 
-__all__ = ["KINDS", "PolicyStore", "canonical"]
+__all__ = ["KINDS", "MEASURED_BOOT", "RUNTIME", "PolicyStore", "canonical", "follows"]
 
 RUNTIME = "runtime"
 MEASURED_BOOT = "measured-boot"
@@ -41,6 +41,15 @@ KINDS = (RUNTIME, MEASURED_BOOT)
 _COLUMN = {RUNTIME: Node.runtime_policy, MEASURED_BOOT: Node.mb_policy}
 Parsed = RuntimePolicy | MeasuredBootPolicy
 _VERSION = re.compile(r"[0-9]{1,10}")
+
+
+def follows(ref: str) -> str | None:
+    """The name a policy reference follows: a bare ``name`` follows (the
+    newest version of that name is in force, now and whenever a newer one
+    is added); ``name@version`` and a digest pin (None)."""
+    if "@" in ref or (len(ref) == 64 and all(c in "0123456789abcdef" for c in ref)):
+        return None
+    return ref
 
 
 def canonical(document: Mapping[str, Any]) -> bytes:
@@ -110,6 +119,8 @@ class PolicyStore:
         self._max_entries = max_entries
         self._clock = clock
         self._cache: dict[str, Parsed] = {}
+        #: (project, digest) -> (name, version): a stored row never changes
+        self._names: dict[tuple[str, str], tuple[str, int]] = {}
         self._lock = threading.Lock()
 
     # -- API operations ----------------------------------------------------
@@ -317,6 +328,43 @@ class PolicyStore:
         with Session(self.engine) as session:
             return self._row(session, kind, ref, project, digest_only=True).digest
 
+    def names(
+        self, pairs: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, int]]:
+        """The name and version of each stored policy ``(project, digest)``
+        of ``pairs`` (blocking; cached: a stored policy never changes)."""
+        wanted = set(pairs)
+        missing = [pair for pair in wanted if pair not in self._names]
+        if missing:
+            digests = {digest for _, digest in missing}
+            query = sa.select(
+                StoredPolicy.project_id,
+                StoredPolicy.digest,
+                StoredPolicy.name,
+                StoredPolicy.version,
+            ).where(StoredPolicy.digest.in_(digests))
+            with Session(self.engine) as session:
+                found = {(p, d): (n, v) for p, d, n, v in session.execute(query)}
+            with self._lock:
+                self._names.update(found)
+        known = self._names
+        return {pair: known[pair] for pair in wanted if pair in known}
+
+    def newest(
+        self, kind: str, name: str, project: str, session: Session | None = None
+    ) -> tuple[str, int]:
+        """The digest and version of the newest ``kind`` policy ``name`` of
+        ``project`` (read in the caller's ``session`` if given).
+
+        Raises: NotFoundError."""
+        _check_kind(kind)
+        if session is not None:
+            row = self._row(session, kind, name, project, digest_only=False)
+            return row.digest, row.version
+        with Session(self.engine) as own:
+            row = self._row(own, kind, name, project)
+            return row.digest, row.version
+
     def delete(self, kind: str, ref: str, scope: str | None = None) -> None:
         """Delete a policy of project ``scope`` (None: any).
 
@@ -337,6 +385,8 @@ class PolicyStore:
                     f"by {users} node(s)",
                 )
             session.delete(row)
+            with self._lock:
+                self._names.pop((row.project_id, row.digest), None)
             shared = session.scalar(
                 sa.select(sa.func.count())
                 .select_from(StoredPolicy)
@@ -383,6 +433,11 @@ class PolicyStore:
                 self.load(digest)
             out.append(digest)
         return out[0], out[1]
+
+    def load_many(self, digests: Iterable[str]) -> None:
+        """Load the policies of ``digests`` (blocking)."""
+        for digest in set(digests):
+            self.load(digest)
 
     def preload(self, rows: Iterable[Node]) -> None:
         """Load the policies ``rows`` reference (blocking)."""

@@ -43,6 +43,18 @@ def _object(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
     }
 
 
+#: A policy in force on a node (null: none of that kind).
+_IN_FORCE = {
+    **_object(
+        {
+            "name": _NULL_STR,
+            "version": _NULL_INT,
+            "digest": _STR,
+            "follows": {"type": "boolean"},
+        }
+    ),
+    "nullable": True,
+}
 _NODE = _object(
     {
         "uuid": _STR,
@@ -61,6 +73,7 @@ _NODE = _object(
         "mb_policy": _NULL_STR,
         "ima_entries": _NULL_INT,
         "project_id": _STR,
+        "policies": _object({"runtime": _IN_FORCE, "measured-boot": _IN_FORCE}),
     },
     interval=_NULL_NUM,
 )
@@ -80,6 +93,7 @@ _SIGNED_EVENT = _object(
                         "node.failed",
                         "node.unreachable",
                         "node.recovered",
+                        "node.policy_changed",
                     ],
                 },
                 "version": _INT,
@@ -133,6 +147,7 @@ VERIFIER: Responses = {
     ("GET", "/v1/nodes"): _object({"nodes": {"type": "array", "items": _NODE}}),
     ("GET", "/v1/nodes/{uuid}"): _NODE,
     ("POST", "/v1/nodes/{uuid}/revoke"): _NODE,
+    ("PUT", "/v1/nodes/{uuid}/policy"): _NODE,
     ("POST", "/v1/nodes/{uuid}/instance-created"): _NODE,
     ("GET", "/v1/events"): _object(
         {"events": {"type": "array", "items": _OUTBOX_ENTRY}}

@@ -180,3 +180,116 @@ class PolicyCheckCliTest(testtools.TestCase):
         )
         self.assertIn("entry 1205 '/usr/lib/libx.so.2': unknown_file", lines[4])
         self.assertTrue(lines[5].endswith("ERROR agent_unreachable: refused"))
+
+
+class SetPolicyInputTest(testtools.TestCase):
+    """``trusted-tenant node set-policy``: bad input is one line, exit 2,
+    before anything is sent (the verifier's URL here answers nothing)."""
+
+    NODE = "0f1e2d3c-4b5a-4968-8776-655443322110"
+
+    def setUp(self) -> None:
+        super().setUp()
+        directory = self.useFixture(fixtures.TempDir()).path
+        cert, key = write_certificate(directory)
+        self.settings = [
+            "--verifier=https://127.0.0.1:1",
+            f"--cert={cert}",
+            f"--key={key}",
+            f"--ca={cert}",
+        ]
+
+    def test_no_change_is_one_line_and_exit_2(self) -> None:
+        code, err = run_tenant([*self.settings, "node", "set-policy", self.NODE])
+        self.assertEqual(2, code)
+        self.assertEqual(
+            "trusted-tenant: error: give --runtime-policy, --mb-policy, "
+            "--no-runtime-policy or --no-mb-policy\n",
+            err,
+        )
+
+    def test_a_bad_uuid_is_one_line_and_exit_2(self) -> None:
+        argv = [*self.settings, "node", "set-policy", "web-1", "--runtime-policy", "w"]
+        code, err = run_tenant(argv)
+        self.assertEqual(2, code)
+        self.assertEqual(1, err.count("\n"), err)
+        self.assertIn("web-1", err)
+
+    def test_a_too_long_reference_is_one_line_and_exit_2(self) -> None:
+        argv = [*self.settings, "node", "set-policy", self.NODE, "--mb-policy",
+                "x" * 400]  # fmt: skip
+        code, err = run_tenant(argv)
+        self.assertEqual(2, code)
+        self.assertEqual(1, err.count("\n"), err)
+        self.assertIn("mb_policy", err)
+
+    def test_a_policy_and_no_policy_of_one_kind_exit_2(self) -> None:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):  # argparse's own usage error
+            exc = self.assertRaises(
+                SystemExit,
+                cmd.main,
+                [
+                    "node",
+                    "set-policy",
+                    self.NODE,
+                    "--runtime-policy",
+                    "w",
+                    "--no-runtime-policy",
+                ],  # fmt: skip
+            )
+        self.assertEqual(2, exc.code)
+        self.assertIn("not allowed with argument", err.getvalue())
+
+    def test_the_changes_sent(self) -> None:
+        from nova_plugin.commands.policies import PolicyCheck
+from nova_plugin.commands.nodes import SetPolicy
+
+        parser = argparse.ArgumentParser()
+        SetPolicy().add_arguments(parser)
+        args = parser.parse_args(
+            [self.NODE, "--runtime-policy", "web", "--no-mb-policy"]
+        )
+        self.assertEqual(
+            {"runtime_policy": "web", "mb_policy": None}, SetPolicy().changes(args)
+        )
+
+
+class InForceTest(testtools.TestCase):
+    def test_status_shows_the_version_in_force_and_whether_it_follows(self) -> None:
+        from nova_plugin.commands.nodes import describe
+
+        node = {
+            "uuid": "n",
+            "state": "attested",
+            "quotes_verified": 3,
+            "policies": {
+                "runtime": {"name": "web", "version": 5, "digest": "ab" * 32,
+                            "follows": True},
+                "measured-boot": {"name": "fw", "version": 1, "digest": "cd" * 32,
+                                  "follows": False},
+            },
+        }  # fmt: skip
+        text = describe(node)
+        self.assertIn("runtime policy: web@5 (follows web)", text)
+        self.assertIn("measured-boot policy: fw@1 (pinned)", text)
+
+    def test_events_name_the_policy_change(self) -> None:
+        from nova_plugin.commands.events import Events
+        from verifier.protocol.events import PolicyChange
+
+        detail = PolicyChange(
+            "runtime",
+            {"name": "web", "version": 4, "digest": "ab" * 32},
+            {"name": "web", "version": 5, "digest": "cd" * 32},
+        ).to_detail()
+        event = {"created_at": "T", "node_uuid": "n", "type": "node.policy_changed",
+                 "reason": "follow", "detail": detail}  # fmt: skip
+        lines = Events().lines(
+            {"events": [{"signed_event": {"event": event}, "delivered": True}]}
+        )
+        self.assertEqual(
+            ["T node n policy_changed: follow, runtime web@4 -> web@5 "
+             "(delivered: True)"],
+            lines,
+        )  # fmt: skip

@@ -365,6 +365,27 @@ class NodeAttestation:
         if transition.v_released:
             self._v_released = True
 
+    def use_policies(
+        self, runtime: RuntimePolicy | None, mb: MeasuredBootPolicy | None
+    ) -> None:
+        """Judge from now on with ``runtime`` and ``mb`` (a new version the
+        node follows, or one its tenant set). The IMA replay and the
+        measured boot already judged stay: entries replayed so far were
+        judged by the policy in force then, and the entries after them are
+        judged by the new one at the next quote. A runtime policy added
+        where there was none starts the replay from the first entry; a
+        measured-boot policy judges the firmware log at the node's next
+        boot (at once if it had none).
+
+        A quote asked for before the change is judged by the new policies;
+        one that lacks what they need (no IMA entries asked for) asks
+        again instead of failing."""
+        if runtime is None or self.runtime is None:
+            self._ima = _NOTHING_REPLAYED  # nothing judged: replay from the start
+        self.runtime = runtime
+        self.mb = mb
+        self._pcrs = _quoted_pcrs(self.policy.pcrs, runtime is not None, mb is not None)
+
     def revoked_elsewhere(self) -> None:
         """The stored node is revoked (by another verifier, or its tenant
         through one): stop judging it."""
@@ -400,7 +421,7 @@ class NodeAttestation:
         self.dirty = True
         reset = quoted.clock.reset_count
         rebooted = previous is not None and previous.reset_count != reset
-        if not self._check_evidence(answer, quoted, rebooted):
+        if not self._check_evidence(request, answer, quoted, rebooted):
             self._rounds += 1
             if self._rounds >= rules.max_rounds:
                 return self._revoked(
@@ -412,7 +433,11 @@ class NodeAttestation:
         return self._passed(request, answer, quoted, now)
 
     def _check_evidence(
-        self, answer: QuoteAnswer, quoted: QuoteVerdict, rebooted: bool
+        self,
+        request: QuoteRequest,
+        answer: QuoteAnswer,
+        quoted: QuoteVerdict,
+        rebooted: bool,
     ) -> bool:
         """Check the runtime evidence of a verified quote, advancing the IMA
         replay and the measured boot.
@@ -439,6 +464,8 @@ class NodeAttestation:
                 check_measured_boot(answer.mb_log, quoted.pcr_values, self.mb)
                 self._mb_boot = reset
         if self.runtime is not None:
+            if request.ima_from is None:
+                return False  # asked before a runtime policy was set
             _agent_error(answer.ima_error, "ima_log_unavailable")
             if answer.ima is None:
                 raise MalformedError("runtime evidence", "'ima' must be an object")
