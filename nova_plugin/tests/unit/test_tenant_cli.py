@@ -242,8 +242,7 @@ class SetPolicyInputTest(testtools.TestCase):
         self.assertIn("not allowed with argument", err.getvalue())
 
     def test_the_changes_sent(self) -> None:
-        from nova_plugin.commands.policies import PolicyCheck
-from nova_plugin.commands.nodes import SetPolicy
+        from nova_plugin.commands.nodes import SetPolicy
 
         parser = argparse.ArgumentParser()
         SetPolicy().add_arguments(parser)
