@@ -21,8 +21,8 @@ from nova_plugin.attestation import POLICY_KINDS, AttestationClient
 from nova_plugin.commands.nodes import in_force
 from nova_plugin.exceptions import TenantError
 from verifier.protocol import MalformedError
-from verifier.protocol.messages.policy_check import PolicyCheckReport
 from verifier.protocol.messages.enrolment import PolicyChangeRequest
+from verifier.protocol.messages.policy_check import PolicyCheckReport
 
 API_NAME = "attestation"
 API_VERSION_OPTION = "os_attestation_api_version"
