@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any
+from typing import Any, ClassVar
 
 import testtools
 from cryptography.hazmat.primitives import serialization
@@ -47,7 +47,10 @@ DELTA = {
 class PolicyDeltaTest(testtools.TestCase):
     """One registrar and one verifier for the class (no nodes)."""
 
-    cluster: LocalCluster
+    cluster: ClassVar[LocalCluster]
+    tmp: ClassVar[tempfile.TemporaryDirectory[str]]
+    sign_key: ClassVar[str]
+    key: ClassVar[ed25519.Ed25519PrivateKey]
 
     @classmethod
     def setUpClass(cls) -> None:
