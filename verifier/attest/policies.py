@@ -186,7 +186,9 @@ class PolicyStore:
         project: str = "",
     ) -> tuple[dict[str, Any], bool]:
         """Store a policy owned by ``project`` (idempotent for identical
-        content; other projects' policies are never seen or touched).
+        content; other projects' policies are never seen or touched). A
+        runtime policy with ``"base"`` is a delta over that policy of
+        ``project``; its metadata names the base.
 
         Returns:
             (its metadata, True if it was new).
@@ -194,6 +196,8 @@ class PolicyStore:
         Raises:
             RequestError: ``bad_policy`` (naming the problem),
                 ``policy_signature`` (missing or not valid).
+            NotFoundError: ``unknown_policy``: a delta over a base
+                ``project`` does not store (naming the base's digest).
             ConflictError: ``policy_exists``: that name and version hold
                 other content.
         """
