@@ -119,3 +119,12 @@ class AttestationClient:
 
     def delete_policy(self, kind: str, ref: str) -> None:
         self.call("DELETE", f"/v1/policies/{quote(kind)}/{quote(ref)}")
+
+    def check_policy(
+        self, ref: str, nodes: list[str] | None = None, everything: bool = False
+    ) -> dict[str, Any]:
+        """The dry run of runtime policy ``ref`` on ``nodes`` (or every
+        node of the project): the verifier's report."""
+        body: dict[str, Any] = {"all": True} if everything else {"nodes": nodes}
+        path = f"/v1/policies/runtime/{quote(ref)}/check"
+        return dict(self.call("POST", path, body))

@@ -20,6 +20,8 @@ from osc_lib.command import command
 from nova_plugin.attestation import POLICY_KINDS, AttestationClient
 from nova_plugin.cliargs import with_base
 from nova_plugin.exceptions import TenantError
+from verifier.protocol import MalformedError
+from verifier.protocol.messages.policy_check import PolicyCheckReport
 
 API_NAME = "attestation"
 API_VERSION_OPTION = "os_attestation_api_version"
@@ -210,3 +212,53 @@ class DeletePolicy(_PolicyRef):
 
     def take_action(self, parsed_args: argparse.Namespace) -> None:
         _call(self, lambda c: c.delete_policy(parsed_args.kind, parsed_args.ref))
+
+
+class CheckPolicy(command.Lister):
+    """Dry-run a runtime policy: what it would refuse of each node's live
+    IMA list (exit status 1 if any node would fail or could not be
+    checked). Nothing changes on any node."""
+
+    _COLUMNS = ("node", "result", "entries", "failures", "error")
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("ref", help="name, name@version or digest")
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument(
+            "--node",
+            action="append",
+            default=[],
+            metavar="<uuid>",
+            help="a node to check (repeatable)",
+        )
+        which.add_argument(
+            "--all", action="store_true", help="every node of your project"
+        )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> Rows:
+        data = _call(
+            self,
+            lambda c: c.check_policy(
+                parsed_args.ref, parsed_args.node, parsed_args.all
+            ),
+        )
+        try:
+            report = PolicyCheckReport.from_dict(data)
+        except MalformedError as exc:
+            raise osc_exceptions.CommandError(f"the verifier's report: {exc}")
+        self.passed = report.passed
+        rows = []
+        for node in report.results:
+            failing = "\n".join(
+                f"{f.index} {f.path}: {f.reason}" for f in node.failures
+            )
+            row = (node.node, node.result.value, node.entries, failing, node.error)
+            rows.append(row)
+        return self._COLUMNS, rows
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        self.passed = False
+        status: int = super().run(parsed_args)
+        return status or (0 if self.passed else 1)

@@ -6,6 +6,9 @@ stored once and referenced by name from enrolments.
 ``GET /v1/policies/{kind}``             list (metadata only)
 ``GET|DELETE /v1/policies/{kind}/{ref}``  one policy (``name``,
                                         ``name@version`` or digest)
+``POST /v1/policies/runtime/{ref}/check``  the dry run of a runtime policy
+                                        on live nodes: ``PolicyCheckRequest``
+                                        (:mod:`verifier.protocol.messages.policy_check`)
 
 ``kind`` is ``runtime`` or ``measured-boot``. Policies can be large (a
 whole distribution's allowlist), so uploads have their own size limit
@@ -20,14 +23,17 @@ from aiohttp import web
 
 from verifier.api.authz import caller, rule
 from verifier.attest.policies import PolicyStore
-from verifier.common.web import json_response, parse_json_body
+from verifier.attest.policy_check import PolicyChecker
+from verifier.common.web import json_response, parse_json_body, read_json
 from verifier.exceptions import RequestError
 from verifier.protocol.messages.policies import PolicyUpload
+from verifier.protocol.messages.policy_check import PolicyCheckRequest
 
 __all__ = ["add_routes"]
 
 _STORE = web.AppKey("policies", PolicyStore)
 _LIMIT = web.AppKey("policy_max_bytes", int)
+_CHECKER = web.AppKey("policy_checker", PolicyChecker)
 
 
 def _too_large(limit: int) -> RequestError:
@@ -95,10 +101,28 @@ async def _delete(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def add_routes(app: web.Application, store: PolicyStore, max_bytes: int) -> None:
-    """Serve the policy API from ``app``."""
+@rule("attestation:policy:check")
+async def _check(request: web.Request) -> web.Response:
+    # the caller's project's policy, judged on the caller's project's nodes
+    project = caller(request).owner()
+    body = PolicyCheckRequest.from_dict(await read_json(request))
+    checker = request.app[_CHECKER]
+    report = await checker.check(request.match_info["ref"], project, body)
+    return json_response(report.to_dict())
+
+
+def add_routes(
+    app: web.Application,
+    store: PolicyStore,
+    max_bytes: int,
+    checker: PolicyChecker | None = None,
+) -> None:
+    """Serve the policy API from ``app`` (the dry run with ``checker``)."""
     app[_STORE] = store
     app[_LIMIT] = max_bytes
+    if checker is not None:
+        app[_CHECKER] = checker
+        app.router.add_post("/v1/policies/runtime/{ref}/check", _check)
     app.router.add_post("/v1/policies/{kind}", _add)
     app.router.add_get("/v1/policies/{kind}", _list)
     app.router.add_get("/v1/policies/{kind}/{ref}", _get)

@@ -10,7 +10,8 @@
 ``GET /v1/signing-key``            the event-signing public key (PEM)
 ``/v1/nodes/{uuid}/relay/...``     identity quote and U for push nodes
                                    (:mod:`verifier.api.relay_app`)
-``/v1/policies/...``               runtime and measured-boot policies
+``/v1/policies/...``               runtime and measured-boot policies, and
+                                   the dry run of a runtime policy
                                    (:mod:`verifier.api.policies_app`)
 ``POST /v1/nodes/{uuid}/capabilities``  a capability for an attested node
                                    (:mod:`verifier.protocol.messages.capabilities`,
@@ -191,7 +192,7 @@ def make_app(
     app.router.add_get("/v1/events", _events)
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)
-    add_policy_routes(app, verifier.policies, policy_max_bytes)
+    add_policy_routes(app, verifier.policies, policy_max_bytes, verifier.checker)
     add_relay_routes(app, verifier.push)
     for add in routes:
         add(app)

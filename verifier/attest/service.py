@@ -14,6 +14,7 @@ the database.
 The parts, each calling only those below it::
 
     commands (enrol, delete, revoke)  queries (get, list, stats)
+    checker (the dry run of a runtime policy; changes no node)
     scheduler -> rounds -> pull | push -> relay, release
     membership (adopt, release) and its sync; pending promotions
     transitions -> store, outbox pump, CP-ABE authority
@@ -39,6 +40,7 @@ from verifier.attest.node import NodeState, NodeView
 from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes
 from verifier.attest.policies import PolicyStore
+from verifier.attest.policy_check import PolicyChecker
 from verifier.attest.pull import PullAttestation
 from verifier.attest.push import PushAttestation
 from verifier.attest.push_store import PushStore, session_key
@@ -82,6 +84,7 @@ class Verifier:
 
     Attributes:
         commands, queries: the API's writes and reads of nodes.
+        checker: the dry run of a runtime policy on live nodes.
         rounds: a node's attestation round (``attest_once``).
         push: the push endpoint's side (and its tenant ``relay``).
         nodes: the nodes this process attests.
@@ -182,6 +185,7 @@ class Verifier:
             settings.sync_interval,
         )
         self.queries = NodeQueries(store, nodes, self._ownership, self.scheduler)
+        self.checker = PolicyChecker(store, nodes, self.policies, self._agents)
         self.commands = NodeCommands(
             nodes,
             membership,

@@ -98,6 +98,35 @@ _OUTBOX_ENTRY = _object(
     }
 )
 
+_POLICY_CHECK = _object(
+    {
+        "policy": _object({"name": _STR, "version": _INT, "digest": _STR}),
+        "results": {
+            "type": "array",
+            "items": _object(
+                {
+                    "node": _STR,
+                    "result": {"type": "string", "enum": ["pass", "fail", "error"]},
+                    "entries": _INT,
+                    "failures": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "index": _INT,
+                                "path": _STR,
+                                "reason": _STR,
+                                "detail": _STR,
+                            }
+                        ),
+                    },
+                    "failures_total": _INT,
+                    "error": _NULL_STR,
+                }
+            ),
+        },
+    }
+)
+
 #: The verifier's routes.
 VERIFIER: Responses = {
     ("POST", "/v1/nodes"): _NODE,
@@ -108,6 +137,7 @@ VERIFIER: Responses = {
     ("GET", "/v1/events"): _object(
         {"events": {"type": "array", "items": _OUTBOX_ENTRY}}
     ),
+    ("POST", "/v1/policies/runtime/{ref}/check"): _POLICY_CHECK,
     ("GET", "/v1/stats"): _object(
         {
             "nodes": _INT,
