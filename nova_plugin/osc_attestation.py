@@ -18,6 +18,7 @@ from osc_lib import exceptions as osc_exceptions
 from osc_lib.command import command
 
 from nova_plugin.attestation import POLICY_KINDS, AttestationClient
+from nova_plugin.cliargs import with_base
 from nova_plugin.commands.nodes import in_force
 from nova_plugin.exceptions import TenantError
 from verifier.protocol import MalformedError
@@ -196,6 +197,12 @@ class CreatePolicy(command.ShowOne):
         parser = super().get_parser(prog_name)
         _kind(parser)
         parser.add_argument("--name", help="its name (runtime policies carry one)")
+        parser.add_argument(
+            "--base",
+            metavar="<ref>",
+            help="store a runtime policy as a delta over this stored policy "
+            "(name, name@version or digest)",
+        )
         parser.add_argument("file", help="the policy document (JSON)")
         return parser
 
@@ -205,6 +212,17 @@ class CreatePolicy(command.ShowOne):
                 document = json.load(f)
         except (OSError, ValueError) as exc:
             raise osc_exceptions.CommandError(f"{parsed_args.file}: {exc}")
+        if not isinstance(document, dict):
+            raise osc_exceptions.CommandError(f"{parsed_args.file}: not a JSON object")
+        if parsed_args.base:
+            if parsed_args.kind != "runtime":
+                raise osc_exceptions.CommandError("--base: runtime policies only")
+            ref = parsed_args.base
+            base = _call(self, lambda c: c.get_policy("runtime", ref))
+            try:
+                document = with_base(document, base["digest"], ref, parsed_args.file)
+            except TenantError as exc:
+                raise osc_exceptions.CommandError(str(exc))
         meta = _call(
             self,
             lambda c: c.create_policy(parsed_args.kind, document, parsed_args.name),
@@ -238,7 +256,10 @@ class ShowPolicy(command.ShowOne, _PolicyRef):
 
     def take_action(self, parsed_args: argparse.Namespace) -> One:
         meta = _call(self, lambda c: c.get_policy(parsed_args.kind, parsed_args.ref))
-        columns = (*_POLICY_COLUMNS, "policy")
+        base = meta.get("base")
+        if base:
+            meta["base"] = f"{base['name']}@{base['version']} ({base['digest']})"
+        columns = (*_POLICY_COLUMNS, "base", "policy")
         return columns, _row(meta, columns)
 
 
