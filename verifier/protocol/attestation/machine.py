@@ -22,7 +22,7 @@ from verifier.protocol.evidence import (
     ima_evidence,
 )
 from verifier.protocol.ima import ReplayState, RuntimePolicy
-from verifier.protocol.ima.log import IMA_PCR
+from verifier.protocol.ima.log import IMA_PCR, ImaEntry
 from verifier.protocol.mb import MeasuredBootPolicy
 from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
 from verifier.protocol.policy import PcrPolicy
@@ -85,6 +85,7 @@ class NodeAttestation:
         "_clock",
         "_failure_reason",
         "_ima",
+        "_ima_first",
         "_last_attested_at",
         "_mb_boot",
         "_pcrs",
@@ -126,6 +127,8 @@ class NodeAttestation:
         self._state = state
         self._clock = clock
         self._ima = ima if ima is not None else _NOTHING_REPLAYED
+        # entry 0 of a list sent in parts, checked by the quote of the last
+        self._ima_first: ImaEntry | None = None
         self._last_attested_at = last_attested_at
         self._quotes_verified = quotes_verified
         self._failure_reason = failure_reason
@@ -382,6 +385,7 @@ class NodeAttestation:
         again instead of failing."""
         if runtime is None or self.runtime is None:
             self._ima = _NOTHING_REPLAYED  # nothing judged: replay from the start
+            self._ima_first = None
         self.runtime = runtime
         self.mb = mb
         self._pcrs = _quoted_pcrs(self.policy.pcrs, runtime is not None, mb is not None)
@@ -455,6 +459,7 @@ class NodeAttestation:
         reset = quoted.clock.reset_count
         if rebooted:
             self._ima = _NOTHING_REPLAYED
+            self._ima_first = None
             self._mb_boot = None
         if self.mb is not None and self._mb_boot != reset:
             _agent_error(answer.mb_error, "mb_log_unavailable")
@@ -473,9 +478,14 @@ class NodeAttestation:
             if rebooted and evidence.first != 0:
                 return False
             if evidence.more:
+                if self._ima.count == 0 and evidence.entries:
+                    self._ima_first = evidence.entries[0]
                 self._ima = extend_ima(self._ima, evidence, self.runtime)
                 return False
-            self._ima = check_ima(self._ima, evidence, quoted.pcr_values, self.runtime)
+            self._ima = check_ima(
+                self._ima, evidence, quoted.pcr_values, self.runtime, self._ima_first
+            )
+            self._ima_first = None
         return complete
 
     def _passed(
