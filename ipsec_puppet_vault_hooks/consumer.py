@@ -7,6 +7,7 @@ For each delivery the :class:`Consumer`:
    ``failed_actions``, by default the same actions as a revocation; a
    ``node.unreachable`` or ``node.recovered`` event its own actions, by
    default only the ``log``: a node that stopped answering is not revoked;
+   a ``node.policy_changed`` event (a new policy in force) runs none;
 2. picks the verifier key named by ``key_id`` and verifies the signature
    (an event signed by an unknown key or not verifying is rejected);
 3. skips events whose id it has already processed (acked as duplicate);
@@ -49,6 +50,7 @@ from verifier.protocol import (
 )
 from verifier.protocol.events import (
     NODE_FAILED,
+    NODE_POLICY_CHANGED,
     NODE_RECOVERED,
     NODE_UNREACHABLE,
     key_id,
@@ -223,6 +225,8 @@ class Consumer:
             NODE_FAILED: self.failed_actions,
             NODE_UNREACHABLE: self._build_actions(unreachable_actions, conf),
             NODE_RECOVERED: self._build_actions(recovered_actions, conf),
+            # a new policy in force takes nothing away: no action runs
+            NODE_POLICY_CHANGED: [],
         }
         self.max_attempts = max_attempts
         self.retry_delay = retry_delay

@@ -20,11 +20,25 @@ the enroller's.
 When both shares have arrived the agent recombines K = U xor V, decrypts
 the tenant payload, forgets U, V and K, and installs the payload, which
 runs if it is a script (:class:`node_agent.payload.Installation`).
+
+A way back (re-enrolment): after its tenant deletes the node, the same
+node can be enrolled again without touching the agent. The agent then
+takes a new U and V exactly as for the first bootstrap, and the payload in
+force stays until a complete pair decrypts a new payload (the payload
+envelope is authenticated under K: a pair that is not the enroller's does
+not open it). A share that arrives alone, a U that is not the enroller's
+or a pair that does not decrypt changes nothing of what is installed. A
+share already spent in an earlier bootstrap of this agent (a replayed
+enrolment: its U or its V) is refused with ``already_bootstrapped``
+(409), nothing stored and nothing run again, so an old payload cannot be
+put back. A new pair's payload replaces the old one and runs once (a run
+of the old one still going is stopped first: its enrolment is gone).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import ssl
@@ -135,6 +149,8 @@ class Agent:
         #: from a tenant certificate (for a V without a commitment)
         self._candidates: UCandidates[_Share] = UCandidates(self.uuid)
         self._certified_u: _Share | None = None
+        #: digests of the shares of every bootstrap done (see _spent_digest)
+        self._spent: set[bytes] = set()
         self.bootstrapped = False
         #: ``time.monotonic()`` when the payload was decrypted (benchmarks).
         self.bootstrapped_at: float | None = None
@@ -253,7 +269,9 @@ class Agent:
         U counts only if it is the enroller's: once V has come, U must
         match V's commitment; before that it is kept as a candidate.
         ``certified`` says that it came with a tenant certificate (only
-        such a U is taken for a V without a commitment).
+        such a U is taken for a V without a commitment). After a bootstrap
+        the same holds for the next enrolment's U (the payload installed
+        stays until its pair completes).
 
         ``payload_id`` is the UUID the envelope is bound to when it is not
         this node's own: a payload sealed before Nova named the instance
@@ -271,7 +289,8 @@ class Agent:
                 nor the user-data carries a payload),
                 ``u_not_from_enroller`` (403, nothing stored),
                 ``too_many_shares`` (429, nothing stored: retry after V),
-                ``already_bootstrapped`` (409) or ``shares_mismatch`` (U
+                ``already_bootstrapped`` (409, nothing stored: a U
+                spent in an earlier bootstrap) or ``shares_mismatch`` (U
                 discarded, V kept).
         """
         if payload_envelope is None:
@@ -284,8 +303,8 @@ class Agent:
             payload_envelope = self.boot_payload.envelope
             payload_id = self.boot_payload.boot_id
         async with self._state_lock:
-            self._check_not_bootstrapped()
             value = self._keys.open(ShareKind.U, u_envelope)
+            self._check_not_spent(ShareKind.U, value)
             share = _Share(value, payload=payload_envelope, payload_id=payload_id)
             if self._v is None:
                 offer(self._candidates, value, share)
@@ -311,14 +330,15 @@ class Agent:
         Raises:
             EnvelopeError: V does not open for this node (nothing stored).
             RefusedError: ``bad_identity_cert`` (nothing stored),
-                ``already_bootstrapped`` (409) or ``shares_mismatch``
-                (V discarded, U kept).
+                ``already_bootstrapped`` (409, nothing stored: a V spent in
+                an earlier bootstrap) or ``shares_mismatch`` (V discarded,
+                U kept).
         """
         if identity_cert_pem is not None:
             self._keys.check_identity_cert(identity_cert_pem)
         async with self._state_lock:
-            self._check_not_bootstrapped()
             value = self._keys.open(ShareKind.V, v_envelope)
+            self._check_not_spent(ShareKind.V, value)
             self._v = _Share(
                 value, identity_cert=identity_cert_pem, commitment=u_commitment
             )
@@ -331,8 +351,12 @@ class Agent:
     @property
     def holds_v(self) -> bool:
         """Whether the verifier's share V reached this agent (push mode
-        says so in each evidence post, so a lost V is sent again)."""
-        return self._v is not None or self.bootstrapped
+        says so in each evidence post, so a lost V is sent again): also
+        once bootstrapped, unless a new enrolment's U is waiting for its V."""
+        if self._v is not None:
+            return True
+        waiting = self._u is not None or len(self._candidates) > 0
+        return self.bootstrapped and not waiting
 
     def open_transport(self, kind: ShareKind, envelope: bytes) -> bytes:
         """Open an envelope sealed to NK (e.g. kind ``ABE``, a CP-ABE key).
@@ -342,10 +366,23 @@ class Agent:
         """
         return self._keys.open(kind, envelope)
 
-    def _check_not_bootstrapped(self) -> None:
-        if self.bootstrapped:
+    def _spent_digest(self, kind: ShareKind, value: bytes) -> bytes:
+        """What is remembered of a share once spent: a hash, never the
+        share (a 256-bit random value: its hash reveals nothing of K)."""
+        label = f"trusted-cloud spent share\x00{kind}\x00{self.uuid}\x00"
+        return hashlib.sha256(label.encode() + value).digest()
+
+    def _check_not_spent(self, kind: ShareKind, value: bytes) -> None:
+        """Refuse a share of an earlier bootstrap of this agent: the same
+        enrolment again (a retry) or a replay that would put an old payload
+        back."""
+        if self._spent_digest(kind, value) in self._spent:
             raise RefusedError(
-                "already_bootstrapped", "this node has already been bootstrapped", 409
+                "already_bootstrapped",
+                f"this {kind} was already used in a bootstrap of this node "
+                "(a new enrolment brings new shares); nothing stored, "
+                "nothing ran again",
+                409,
             )
 
     async def _try_bootstrap(self, received: ShareKind) -> bool:
@@ -376,8 +413,16 @@ class Agent:
         self.bootstrapped_at = time.monotonic()
         identity_cert = self._v.identity_cert
         del key
+        self._spent.add(self._spent_digest(ShareKind.U, self._u.value))
+        self._spent.add(self._spent_digest(ShareKind.V, self._v.value))
         self._u = self._v = None
+        if self.bootstrapped:  # a re-enrolment: its pair is complete
+            LOG.info(
+                "node %s enrolled again: the new payload replaces the old", self.uuid
+            )
+            await self._payload.close()  # a run of the old payload stops
         self.bootstrapped = True
+        self.last_error = None
         identity = None
         if identity_cert is not None:
             identity = (identity_cert, self._keys.identity_key_pem())

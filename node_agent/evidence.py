@@ -2,8 +2,10 @@
 entries from the index the verifier asks for, and the firmware event log.
 
 The IMA list only grows during a boot, so the reader remembers where the
-last requested index starts in the file and continues from there: each
-quote costs reading the new entries, not the whole list. The list is read
+furthest requested index starts in the file and continues from there: each
+quote costs reading the new entries, not the whole list (a request for the
+whole list, the verifier's dry run of a policy, does not move that place
+back). The list is read
 after the quote, so it holds at least what the quote covers (the kernel
 appends an entry before extending PCR 10).
 """
@@ -59,7 +61,11 @@ class ImaLogReader:
                 start = 0
             offset = f.tell()
             data, more = self._take(f)
-        self._mark = (start, offset)
+        if start >= self._mark[0]:
+            # never back: a read from an earlier entry (the verifier's dry
+            # run of a policy asks for the whole list) leaves the place of
+            # the regular rounds, which go on from there
+            self._mark = (start, offset)
         if self.binary:
             return ImaPart(start, data, more)
         return ImaPart(start, data.decode("utf-8", "surrogateescape"), more)

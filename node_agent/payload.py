@@ -122,7 +122,9 @@ async def _supervise(
 class Installation:
     """The payload a bootstrap released, in the work directory, and its run.
 
-    The agent installs one payload in its life and runs it at most once.
+    Each bootstrap installs its payload and runs it at most once; a
+    re-enrolment's replaces the one before (:meth:`install`, after
+    :meth:`close` has stopped a run still going).
 
     Args:
         work_dir: the agent's work directory (absolute).
@@ -141,12 +143,23 @@ class Installation:
         """Write the payload (0700) and the node identity, each on disk
         before the next; blocking.
 
+        What an earlier bootstrap left (its run's status, an identity the
+        new bootstrap does not replace) is removed first: it belongs to an
+        enrolment that is gone.
+
         Args:
             plaintext: the decrypted payload.
             identity: the node's identity certificate (written 0644) and
                 private key (0600), both PEM; None: the verifier sent none.
         """
         os.makedirs(self.work_dir, mode=0o700, exist_ok=True)
+        self.exit_code = None
+        stale = [PAYLOAD_STATUS] + (
+            [IDENTITY_CERT, IDENTITY_KEY] if identity is None else []
+        )
+        for name in stale:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(name))
         if identity is not None:
             cert_pem, key_pem = identity
             write_file(self._path(IDENTITY_KEY), key_pem, 0o600)

@@ -91,6 +91,14 @@ class AttestationClient:
         body = {"detail": detail} if detail else {}
         return dict(self.call("POST", f"/v1/nodes/{quote(uuid)}/revoke", body))
 
+    def set_node_policy(
+        self, uuid: str, changes: dict[str, str | None]
+    ) -> dict[str, Any]:
+        """``PUT /v1/nodes/{uuid}/policy``: ``changes`` maps
+        ``runtime_policy``/``mb_policy`` to a reference or None."""
+        path = f"/v1/nodes/{quote(uuid)}/policy"
+        return dict(self.call("PUT", path, changes))
+
     def delete_node(self, uuid: str) -> None:
         self.call("DELETE", f"/v1/nodes/{quote(uuid)}")
 
@@ -119,3 +127,12 @@ class AttestationClient:
 
     def delete_policy(self, kind: str, ref: str) -> None:
         self.call("DELETE", f"/v1/policies/{quote(kind)}/{quote(ref)}")
+
+    def check_policy(
+        self, ref: str, nodes: list[str] | None = None, everything: bool = False
+    ) -> dict[str, Any]:
+        """The dry run of runtime policy ``ref`` on ``nodes`` (or every
+        node of the project): the verifier's report."""
+        body: dict[str, Any] = {"all": True} if everything else {"nodes": nodes}
+        path = f"/v1/policies/runtime/{quote(ref)}/check"
+        return dict(self.call("POST", path, body))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ssl
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from nova_plugin.exceptions import UsageError
 from nova_plugin.tenant import Tenant, TenantConfig
@@ -28,6 +29,7 @@ __all__ = [
     "missing_settings",
     "pcr_policy",
     "policy_file",
+    "with_base",
 ]
 
 #: The connection settings (each an option ``--NAME``) and the environment
@@ -164,3 +166,21 @@ def pcr_policy(
         return PcrPolicy.from_dict({"pcrs": values})
     except MalformedError as exc:
         raise UsageError(f"{invalid_pcr}: {exc.detail}") from None
+
+
+def with_base(
+    document: dict[str, Any], digest: str, ref: str, where: str
+) -> dict[str, Any]:
+    """``document`` (a runtime policy) made a delta over the policy
+    ``ref`` resolved to (``digest``), as ``policy add --base REF`` sends it.
+
+    Raises:
+        UsageError: the document already names another base (both named).
+    """
+    have = document.get("base")
+    if have is not None and have != digest:
+        raise UsageError(
+            f"{where}: the file's base {str(have)[:64]!r} is not {ref} "
+            f"({digest}); remove one of them"
+        )
+    return {**document, "base": digest}

@@ -54,6 +54,7 @@ COMMANDS: tuple[Command | CommandGroup, ...] = (
     nodes.Delete(),
     nodes.Revoke(),
     nodes.ListNodes(),
+    nodes.NodeGroup(),
     sealing.Seal(),
     sealing.SendSealed(),
     integrity.MonitorTrust(),
@@ -147,16 +148,18 @@ def _error(message: object, status: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``trusted-tenant``; the exit status (2: bad input, 1: refused or
-    failed)."""
+    failed, or the command's own, e.g. ``policy check``'s 1 when a node
+    would fail)."""
     version.exit_if_asked(argv, "trusted-tenant")
     args = parser(argv).parse_args(argv)
     command = getattr(args, HANDLER)
     if isinstance(command, LocalCommand):
         try:  # offline: no verifier, no credentials
-            _print(command, command.run(args), args.json)
+            result = command.run(args)
+            _print(command, result, args.json)
         except (TenantError, OSError) as exc:
             return _error(exc, 1)
-        return 0
+        return command.exit_status(result)
     assert isinstance(command, TenantCommand)
     if command.extra:
         try:
@@ -164,11 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         except extras.MissingExtraError as exc:
             return _error(exc, 2)
     try:
-        _print(command, asyncio.run(_run(command, args)), args.json)
+        result = asyncio.run(_run(command, args))
+        _print(command, result, args.json)
     except UsageError as exc:
         return _error(exc, 2)
     except (TenantError, MalformedError, OSError) as exc:
         return _error(exc, 1)
     except ks_exc.ClientException as exc:  # e.g. Keystone unreachable
         return _error(f"Keystone: {exc}", 1)
-    return 0
+    return command.exit_status(result)

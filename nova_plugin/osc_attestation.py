@@ -18,14 +18,27 @@ from osc_lib import exceptions as osc_exceptions
 from osc_lib.command import command
 
 from nova_plugin.attestation import POLICY_KINDS, AttestationClient
+from nova_plugin.cliargs import with_base
+from nova_plugin.commands.nodes import in_force
 from nova_plugin.exceptions import TenantError
+from verifier.protocol import MalformedError
+from verifier.protocol.messages.enrolment import PolicyChangeRequest
+from verifier.protocol.messages.policy_check import PolicyCheckReport
 
 API_NAME = "attestation"
 API_VERSION_OPTION = "os_attestation_api_version"
 DEFAULT_API_VERSION = "1"
 API_VERSIONS = {"1": "nova_plugin.osc_attestation"}
 
-_NODE_COLUMNS = ("uuid", "state", "project_id", "last_attested_at", "failure_reason")
+_NODE_COLUMNS = (
+    "uuid",
+    "state",
+    "project_id",
+    "last_attested_at",
+    "failure_reason",
+    "runtime_policy_in_force",
+    "mb_policy_in_force",
+)
 _SHOW = (*_NODE_COLUMNS, "quotes_verified", "runtime_policy", "mb_policy", "policy")
 _POLICY_COLUMNS = ("kind", "name", "version", "digest", "entries", "signed")
 _EVENT_COLUMNS = ("id", "node_uuid", "reason", "detail", "created_at", "delivered")
@@ -59,6 +72,12 @@ def _call(cmd: command.Command, work: Callable[[AttestationClient], Any]) -> Any
 
 
 def _row(data: dict[str, Any], columns: Sequence[str]) -> tuple[Any, ...]:
+    words = in_force(data)  # the version in force, and whether it follows
+    data = {
+        **data,
+        "runtime_policy_in_force": words.get("runtime"),
+        "mb_policy_in_force": words.get("measured-boot"),
+    }
     return tuple(data.get(c) for c in columns)
 
 
@@ -100,6 +119,46 @@ class RevokeNode(command.ShowOne, _NodeCommand):
         return _SHOW, _row(node, _SHOW)
 
 
+class SetNode(command.ShowOne, _NodeCommand):
+    """Change the runtime or measured-boot policy in force on a node: NAME
+    follows that policy (its newest version, now and as newer ones are
+    added), NAME@VERSION or a digest pins one. The node is judged with it
+    from its next quote on; its IMA replay goes on."""
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        for kind, option in (("runtime", "runtime"), ("measured-boot", "mb")):
+            group = parser.add_mutually_exclusive_group()
+            group.add_argument(
+                f"--{option}-policy",
+                metavar="<ref>",
+                help=f"the {kind} policy: NAME, NAME@VERSION or digest",
+            )
+            group.add_argument(
+                f"--no-{option}-policy",
+                action="store_true",
+                help=f"no {kind} policy from now on",
+            )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> One:
+        changes: dict[str, str | None] = {}
+        for option in ("runtime", "mb"):
+            if getattr(parsed_args, f"no_{option}_policy"):
+                changes[f"{option}_policy"] = None
+            elif getattr(parsed_args, f"{option}_policy") is not None:
+                changes[f"{option}_policy"] = getattr(parsed_args, f"{option}_policy")
+        try:
+            body = PolicyChangeRequest(changes).to_dict()
+        except MalformedError as exc:
+            raise osc_exceptions.CommandError(
+                "give --runtime-policy, --mb-policy, --no-runtime-policy or "
+                f"--no-mb-policy ({exc})"
+            )
+        node = _call(self, lambda c: c.set_node_policy(parsed_args.uuid, body))
+        return _SHOW, _row(node, _SHOW)
+
+
 class DeleteNode(_NodeCommand):
     """Stop attesting a node and forget it (its events remain)."""
 
@@ -138,6 +197,12 @@ class CreatePolicy(command.ShowOne):
         parser = super().get_parser(prog_name)
         _kind(parser)
         parser.add_argument("--name", help="its name (runtime policies carry one)")
+        parser.add_argument(
+            "--base",
+            metavar="<ref>",
+            help="store a runtime policy as a delta over this stored policy "
+            "(name, name@version or digest)",
+        )
         parser.add_argument("file", help="the policy document (JSON)")
         return parser
 
@@ -147,6 +212,17 @@ class CreatePolicy(command.ShowOne):
                 document = json.load(f)
         except (OSError, ValueError) as exc:
             raise osc_exceptions.CommandError(f"{parsed_args.file}: {exc}")
+        if not isinstance(document, dict):
+            raise osc_exceptions.CommandError(f"{parsed_args.file}: not a JSON object")
+        if parsed_args.base:
+            if parsed_args.kind != "runtime":
+                raise osc_exceptions.CommandError("--base: runtime policies only")
+            ref = parsed_args.base
+            base = _call(self, lambda c: c.get_policy("runtime", ref))
+            try:
+                document = with_base(document, base["digest"], ref, parsed_args.file)
+            except TenantError as exc:
+                raise osc_exceptions.CommandError(str(exc))
         meta = _call(
             self,
             lambda c: c.create_policy(parsed_args.kind, document, parsed_args.name),
@@ -180,7 +256,10 @@ class ShowPolicy(command.ShowOne, _PolicyRef):
 
     def take_action(self, parsed_args: argparse.Namespace) -> One:
         meta = _call(self, lambda c: c.get_policy(parsed_args.kind, parsed_args.ref))
-        columns = (*_POLICY_COLUMNS, "policy")
+        base = meta.get("base")
+        if base:
+            meta["base"] = f"{base['name']}@{base['version']} ({base['digest']})"
+        columns = (*_POLICY_COLUMNS, "base", "policy")
         return columns, _row(meta, columns)
 
 
@@ -189,3 +268,53 @@ class DeletePolicy(_PolicyRef):
 
     def take_action(self, parsed_args: argparse.Namespace) -> None:
         _call(self, lambda c: c.delete_policy(parsed_args.kind, parsed_args.ref))
+
+
+class CheckPolicy(command.Lister):
+    """Dry-run a runtime policy: what it would refuse of each node's live
+    IMA list (exit status 1 if any node would fail or could not be
+    checked). Nothing changes on any node."""
+
+    _COLUMNS = ("node", "result", "entries", "failures", "error")
+
+    def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
+        parser = super().get_parser(prog_name)
+        parser.add_argument("ref", help="name, name@version or digest")
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument(
+            "--node",
+            action="append",
+            default=[],
+            metavar="<uuid>",
+            help="a node to check (repeatable)",
+        )
+        which.add_argument(
+            "--all", action="store_true", help="every node of your project"
+        )
+        return parser
+
+    def take_action(self, parsed_args: argparse.Namespace) -> Rows:
+        data = _call(
+            self,
+            lambda c: c.check_policy(
+                parsed_args.ref, parsed_args.node, parsed_args.all
+            ),
+        )
+        try:
+            report = PolicyCheckReport.from_dict(data)
+        except MalformedError as exc:
+            raise osc_exceptions.CommandError(f"the verifier's report: {exc}")
+        self.passed = report.passed
+        rows = []
+        for node in report.results:
+            failing = "\n".join(
+                f"{f.index} {f.path}: {f.reason}" for f in node.failures
+            )
+            row = (node.node, node.result.value, node.entries, failing, node.error)
+            rows.append(row)
+        return self._COLUMNS, rows
+
+    def run(self, parsed_args: argparse.Namespace) -> int:
+        self.passed = False
+        status: int = super().run(parsed_args)
+        return status or (0 if self.passed else 1)

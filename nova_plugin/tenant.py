@@ -49,8 +49,16 @@ from verifier.protocol import (
 from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.enroller import commit_u
 from verifier.protocol.envelope import MAX_PAYLOAD_BYTES
-from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
+from verifier.protocol.messages.enrolment import (
+    EnrolmentRequest,
+    PolicyChangeRequest,
+    RevokeRequest,
+)
 from verifier.protocol.messages.policies import PolicyUpload
+from verifier.protocol.messages.policy_check import (
+    PolicyCheckReport,
+    PolicyCheckRequest,
+)
 from verifier.protocol.messages.quote import QuoteRequest
 from verifier.protocol.messages.registration import RegistrationRecord
 from verifier.protocol.messages.shares import ShareAccepted, ShareU
@@ -77,6 +85,11 @@ class TenantConfig:
     ca_file: str | None
     timeout: float = 10.0
     direct_agents: bool = False
+
+
+#: Seconds the verifier may take to answer a policy check (it quotes every
+#: node checked, 16 at a time, each within a minute).
+CHECK_TIMEOUT = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,11 +120,15 @@ class Tenant:
         registrar: AttestationClient | None = None,
     ) -> None:
         self._config = config
-        self._services = ServiceClient(
-            tlsutil.client_context(config.cert_file, config.key_file, config.ca_file),
-            config.timeout,
-            [(config.verifier_url, verifier), (config.registrar_url, registrar)],
+        self._context = tlsutil.client_context(
+            config.cert_file, config.key_file, config.ca_file
         )
+        self._sessions = [
+            (config.verifier_url, verifier),
+            (config.registrar_url, registrar),
+        ]
+        self._services = ServiceClient(self._context, config.timeout, self._sessions)
+        self._slow: ServiceClient | None = None  # the policy check's
         self._call = self._services.call
         self._relay = PushRelay(self._call, config.verifier_url)
         self._agents = DirectAgents(
@@ -123,6 +140,8 @@ class Tenant:
 
     async def close(self) -> None:
         await self._services.close()
+        if self._slow is not None:
+            await self._slow.close()
         await self._agents.close()
 
     def _direct(self, mode: AttestationMode | None) -> bool:
@@ -443,6 +462,25 @@ class Tenant:
             RevokeRequest(detail).to_dict(),
         )
 
+    async def set_policy(
+        self, uuid: str, changes: Mapping[str, str | None]
+    ) -> Mapping[str, Any]:
+        """Change the policies in force on a node: ``changes`` maps
+        ``runtime_policy`` and/or ``mb_policy`` to a stored policy's
+        reference (a bare name follows it; ``name@version`` or a digest
+        pins) or None (no policy of that kind). Returns the node's view.
+
+        Raises:
+            MalformedError: no change, or a reference that is too long.
+            TenantError: the verifier refused it (naming why).
+        """
+        body = PolicyChangeRequest(changes).to_dict()
+        return await self._call(
+            "PUT",
+            f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}/policy",
+            body,
+        )
+
     async def delete(self, uuid: str) -> None:
         await self._call(
             "DELETE", f"{self._config.verifier_url}/v1/nodes/{canonical_uuid(uuid)}"
@@ -482,3 +520,27 @@ class Tenant:
 
     async def delete_policy(self, kind: str, ref: str) -> None:
         await self._call("DELETE", self._policies_url(kind, ref))
+
+    async def check_policy(
+        self, ref: str, nodes: tuple[str, ...] = (), everything: bool = False
+    ) -> PolicyCheckReport:
+        """The dry run of runtime policy ``ref``: what it would refuse of
+        each of ``nodes`` (or of every node of the project) whole current
+        IMA list, fetched live by the verifier; nothing changes.
+
+        Raises:
+            MalformedError: a node that is not a UUID, both or neither of
+                ``nodes`` and ``everything``, too many nodes; an answer
+                that does not parse.
+            ServiceError: refused (404 ``unknown_policy`` or
+                ``unknown_node``, 400) or unreachable.
+        """
+        body = PolicyCheckRequest(
+            tuple(dict.fromkeys(canonical_uuid(n) for n in nodes)), everything
+        )
+        if self._slow is None:
+            timeout = max(self._config.timeout, CHECK_TIMEOUT)
+            self._slow = ServiceClient(self._context, timeout, self._sessions)
+        url = f"{self._policies_url('runtime', ref)}/check"
+        answer = await self._slow.call("POST", url, body.to_dict())
+        return PolicyCheckReport.from_dict(answer)

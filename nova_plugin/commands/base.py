@@ -68,6 +68,11 @@ class Command(abc.ABC):
         ``message``."""
         return [result["message"]]
 
+    def exit_status(self, result: Any) -> int:
+        """The exit status of a command that ran to its result (by
+        default 0; e.g. 1 for a check whose result is a failure)."""
+        return 0
+
 
 class LocalCommand(Command):
     """A command that needs no service and no credentials (a failure is

@@ -1,6 +1,6 @@
 """``trusted-tenant events``: the signed events of the tenant's nodes
-(revoked, failed, unreachable, recovered), and whether each was delivered
-to its consumers.
+(revoked, failed, unreachable, recovered, policy changed), and whether
+each was delivered to its consumers.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from typing import Any
 
 from nova_plugin.commands.base import TenantCommand
 from nova_plugin.tenant import Tenant
+from verifier.protocol import MalformedError
+from verifier.protocol.events import NODE_POLICY_CHANGED, PolicyChange
 
 __all__ = ["Events"]
 
@@ -28,9 +30,26 @@ class Events(TenantCommand):
         lines = []
         for item in result["events"]:
             event = item["signed_event"]["event"]
-            what = str(event.get("type", "node.revoked")).removeprefix("node.")
+            kind = str(event.get("type", "node.revoked"))
+            what = kind.removeprefix("node.")
+            reason = str(event["reason"])
+            if kind == NODE_POLICY_CHANGED:
+                reason = f"{reason}, {_change(str(event.get('detail', '')))}"
             lines.append(
                 f"{event['created_at']} node {event['node_uuid']} {what}: "
-                f"{event['reason']} (delivered: {item['delivered']})"
+                f"{reason} (delivered: {item['delivered']})"
             )
         return lines
+
+
+def _change(detail: str) -> str:
+    """A policy change in words: ``runtime web@4 -> web@5``."""
+    try:
+        change = PolicyChange.from_detail(detail)
+    except MalformedError:
+        return detail[:200]
+
+    def ref(policy: Any) -> str:
+        return "none" if policy is None else f"{policy['name']}@{policy['version']}"
+
+    return f"{change.kind} {ref(change.old)} -> {ref(change.new)}"

@@ -1,7 +1,8 @@
-"""``trusted-tenant enrol``, ``status``, ``delete``, ``revoke`` and
-``list``: a node's enrolment with a payload and a policy (the tenant's
-side of the bootstrap, :meth:`nova_plugin.tenant.Tenant.enrol`) and its
-attestation state at the verifier.
+"""``trusted-tenant enrol``, ``status``, ``delete``, ``revoke``, ``list``
+and ``node set-policy``: a node's enrolment with a payload and a policy
+(the tenant's side of the bootstrap,
+:meth:`nova_plugin.tenant.Tenant.enrol`), its attestation state at the
+verifier, and the policies in force on it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from nova_plugin.cliargs import attestation_mode
 from nova_plugin.commands.base import (
+    CommandGroup,
     TenantCommand,
     add_pcr_options,
     read_pcr_policy,
@@ -19,11 +21,25 @@ from nova_plugin.commands.base import (
 )
 from nova_plugin.exceptions import UsageError
 from nova_plugin.tenant import Tenant
-from verifier.protocol import MalformedError
+from verifier.protocol import MalformedError, canonical_uuid
 from verifier.protocol.attestation import AttestationMode
-from verifier.protocol.messages.enrolment import check_interval
+from verifier.protocol.messages.enrolment import (
+    MAX_POLICY_REF,
+    PolicyChangeRequest,
+    check_interval,
+)
 
-__all__ = ["Delete", "Enrol", "ListNodes", "Revoke", "Status", "describe"]
+__all__ = [
+    "Delete",
+    "Enrol",
+    "ListNodes",
+    "NodeGroup",
+    "Revoke",
+    "SetPolicy",
+    "Status",
+    "describe",
+    "in_force",
+]
 
 _STATES = {
     "pending": "enrolled at boot, Nova has not reported the instance created",
@@ -49,11 +65,28 @@ def describe(node: Mapping[str, Any]) -> str:
         age = node.get("last_attested_age")
         ago = f", {age:g} s ago" if isinstance(age, int | float) else ""
         line += f"\n    last good quote: {node['last_attested_at']}{ago}"
+    for kind, policy in in_force(node).items():
+        line += f"\n    {kind} policy: {policy}"
     if node.get("ima_entries") is not None:
         line += f"\n    IMA entries verified: {node['ima_entries']}"
     if node.get("failure_reason"):
         line += f"\n    reason: {node['failure_reason']}"
     return line
+
+
+def in_force(node: Mapping[str, Any]) -> dict[str, str]:
+    """Per kind, the policy in force on ``node`` in words: ``web@5
+    (follows web)`` or ``web@4 (pinned)`` (kinds without one left out)."""
+    out = {}
+    policies = node.get("policies")
+    for kind, policy in (policies if isinstance(policies, Mapping) else {}).items():
+        if not isinstance(policy, Mapping):
+            continue
+        name, version = policy.get("name"), policy.get("version")
+        what = f"{name}@{version}" if name is not None else str(policy.get("digest"))
+        how = f"follows {name}" if policy.get("follows") else "pinned"
+        out[str(kind)] = f"{what} ({how})"
+    return out
 
 
 def _interval(text: str) -> float:
@@ -85,14 +118,17 @@ class Enrol(TenantCommand):
             "--runtime-policy",
             metavar="NAME",
             help="IMA runtime policy stored at the verifier ('trusted-tenant policy "
-            "add'): NAME, NAME@VERSION or its digest; PCR 10 is then quoted and "
-            "the IMA log replayed and judged on every quote",
+            "add'): NAME follows it (its newest version is in force, now and "
+            "whenever a newer one is added), NAME@VERSION or its digest pins one; "
+            "PCR 10 is then quoted and the IMA log replayed and judged on every "
+            "quote",
         )
         parser.add_argument(
             "--mb-policy",
             metavar="NAME",
-            help="measured-boot policy stored at the verifier; PCRs 0-9 are then "
-            "quoted and the firmware event log replayed and judged once per boot",
+            help="measured-boot policy stored at the verifier (NAME follows it, "
+            "NAME@VERSION or its digest pins one); PCRs 0-9 are then quoted and "
+            "the firmware event log replayed and judged once per boot",
         )
         parser.add_argument(
             "--mode",
@@ -196,3 +232,69 @@ class ListNodes(TenantCommand):
 
     def lines(self, result: Any) -> list[str]:
         return [describe(node) for node in result["nodes"]]
+
+
+class SetPolicy(TenantCommand):
+    name = "set-policy"
+    help = "change the runtime or measured-boot policy in force on a node"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("uuid", help="the node's UUID")
+        for kind, option in (("runtime", "runtime"), ("measured-boot", "mb")):
+            group = parser.add_mutually_exclusive_group()
+            group.add_argument(
+                f"--{option}-policy",
+                metavar="REF",
+                help=f"the {kind} policy stored at the verifier: NAME follows it "
+                "(its newest version is in force, now and whenever a newer one is "
+                "added), NAME@VERSION or a digest pins that one; judged from the "
+                "node's next quote on, its IMA replay goes on",
+            )
+            group.add_argument(
+                f"--no-{option}-policy",
+                action="store_true",
+                help=f"no {kind} policy from now on",
+            )
+
+    def changes(self, args: argparse.Namespace) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for option in ("runtime", "mb"):
+            ref = getattr(args, f"{option}_policy")
+            if getattr(args, f"no_{option}_policy"):
+                out[f"{option}_policy"] = None
+            elif ref is not None:
+                out[f"{option}_policy"] = ref
+        return out
+
+    def check(self, args: argparse.Namespace) -> None:
+        changes = self.changes(args)
+        if not changes:
+            raise UsageError(
+                "give --runtime-policy, --mb-policy, --no-runtime-policy or "
+                "--no-mb-policy"
+            )
+        try:
+            canonical_uuid(args.uuid)
+            PolicyChangeRequest(changes)
+        except MalformedError as exc:
+            raise UsageError(str(exc)) from None
+        for ref in changes.values():
+            if ref is not None and not 0 < len(ref) <= MAX_POLICY_REF:
+                raise UsageError(
+                    f"a policy reference has 1-{MAX_POLICY_REF} characters"
+                )
+
+    async def run(self, tenant: Tenant, args: argparse.Namespace) -> Any:
+        return await tenant.set_policy(args.uuid, self.changes(args))
+
+    def lines(self, result: Any) -> list[str]:
+        return [describe(result)]
+
+
+class NodeGroup(CommandGroup):
+    """``node``: commands on an enrolled node."""
+
+    name = "node"
+    help = "change an enrolled node (its policies in force)"
+    dest = "node_command"
+    commands = (SetPolicy(),)

@@ -6,8 +6,13 @@ stored once and referenced by name from enrolments.
 ``GET /v1/policies/{kind}``             list (metadata only)
 ``GET|DELETE /v1/policies/{kind}/{ref}``  one policy (``name``,
                                         ``name@version`` or digest)
+``POST /v1/policies/runtime/{ref}/check``  the dry run of a runtime policy
+                                        on live nodes: ``PolicyCheckRequest``
+                                        (:mod:`verifier.protocol.messages.policy_check`)
 
-``kind`` is ``runtime`` or ``measured-boot``. Policies can be large (a
+``kind`` is ``runtime`` or ``measured-boot``. A new version of a name
+switches the project's nodes that follow that name to it
+(:mod:`verifier.attest.following`). Policies can be large (a
 whole distribution's allowlist), so uploads have their own size limit
 instead of the API's small default.
 """
@@ -19,15 +24,20 @@ import asyncio
 from aiohttp import web
 
 from verifier.api.authz import caller, rule
+from verifier.attest.following import PolicySwitch
 from verifier.attest.policies import PolicyStore
-from verifier.common.web import json_response, parse_json_body
+from verifier.attest.policy_check import PolicyChecker
+from verifier.common.web import json_response, parse_json_body, read_json
 from verifier.exceptions import RequestError
 from verifier.protocol.messages.policies import PolicyUpload
+from verifier.protocol.messages.policy_check import PolicyCheckRequest
 
 __all__ = ["add_routes"]
 
 _STORE = web.AppKey("policies", PolicyStore)
 _LIMIT = web.AppKey("policy_max_bytes", int)
+_CHECKER = web.AppKey("policy_checker", PolicyChecker)
+_SWITCH = web.AppKey("policy_switch", PolicySwitch)
 
 
 def _too_large(limit: int) -> RequestError:
@@ -70,6 +80,11 @@ async def _add(request: web.Request) -> web.Response:
         return store.add(kind, upload.policy, upload.name, upload.signature, owner)
 
     meta, created = await asyncio.to_thread(work)
+    switch = request.app.get(_SWITCH)
+    if created and switch is not None:  # the nodes that follow the name
+        name = meta["name"]
+        assert isinstance(name, str)
+        await switch.new_version(kind, owner, name)
     return json_response(meta, status=201 if created else 200)
 
 
@@ -95,10 +110,33 @@ async def _delete(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def add_routes(app: web.Application, store: PolicyStore, max_bytes: int) -> None:
-    """Serve the policy API from ``app``."""
+@rule("attestation:policy:check")
+async def _check(request: web.Request) -> web.Response:
+    # the caller's project's policy, judged on the caller's project's nodes
+    project = caller(request).owner()
+    body = PolicyCheckRequest.from_dict(await read_json(request))
+    checker = request.app[_CHECKER]
+    report = await checker.check(request.match_info["ref"], project, body)
+    return json_response(report.to_dict())
+
+
+def add_routes(
+    app: web.Application,
+    store: PolicyStore,
+    max_bytes: int,
+    checker: PolicyChecker | None = None,
+    switch: PolicySwitch | None = None,
+) -> None:
+    """Serve the policy API from ``app`` (the dry run with ``checker``);
+    ``switch`` moves the nodes that follow a name to its new versions
+    (None: nothing follows)."""
     app[_STORE] = store
     app[_LIMIT] = max_bytes
+    if checker is not None:
+        app[_CHECKER] = checker
+        app.router.add_post("/v1/policies/runtime/{ref}/check", _check)
+    if switch is not None:
+        app[_SWITCH] = switch
     app.router.add_post("/v1/policies/{kind}", _add)
     app.router.add_get("/v1/policies/{kind}", _list)
     app.router.add_get("/v1/policies/{kind}/{ref}", _get)

@@ -6,11 +6,14 @@
 ``GET|DELETE /v1/nodes/{uuid}``    status / stop attesting (tenant or operator)
 ``POST /v1/nodes/{uuid}/instance-created``  Nova created it (operator)
 ``POST /v1/nodes/{uuid}/revoke``   revoke on the tenant's request
+``PUT /v1/nodes/{uuid}/policy``    change the policies in force
+                                   (``PolicyChangeRequest``)
 ``GET /v1/events``                 the revocation outbox
 ``GET /v1/signing-key``            the event-signing public key (PEM)
 ``/v1/nodes/{uuid}/relay/...``     identity quote and U for push nodes
                                    (:mod:`verifier.api.relay_app`)
-``/v1/policies/...``               runtime and measured-boot policies
+``/v1/policies/...``               runtime and measured-boot policies, and
+                                   the dry run of a runtime policy
                                    (:mod:`verifier.api.policies_app`)
 ``POST /v1/nodes/{uuid}/capabilities``  a capability for an attested node
                                    (:mod:`verifier.protocol.messages.capabilities`,
@@ -41,7 +44,11 @@ from verifier.common.web import error_middleware, json_response, read_json
 from verifier.exceptions import RequestError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
-from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
+from verifier.protocol.messages.enrolment import (
+    EnrolmentRequest,
+    PolicyChangeRequest,
+    RevokeRequest,
+)
 
 _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
@@ -64,7 +71,8 @@ async def _enrol(request: web.Request) -> web.Response:
     instances = request.app.get(_INSTANCES)
     if instances is not None:  # the instance must be the caller's project's
         await instances.require_owned(body.uuid, owner, who.token, who.catalog)
-    view = await request.app[_KEY].commands.enrol(
+    verifier = request.app[_KEY]
+    view = await verifier.commands.enrol(
         body.uuid,
         body.v,
         body.policy,
@@ -76,6 +84,7 @@ async def _enrol(request: web.Request) -> web.Response:
         u_commitment=body.u_commitment,
         interval=body.interval,
     )
+    (view,) = await verifier.queries.named([view])
     return json_response(_shown(request, view), status=201)
 
 
@@ -103,7 +112,9 @@ async def _delete(request: web.Request) -> web.Response:
 @rule("attestation:node:instance_created")
 async def _instance_created(request: web.Request) -> web.Response:
     uuid = canonical_uuid(request.match_info["uuid"])
-    view = await request.app[_KEY].pending.instance_created(uuid)
+    verifier = request.app[_KEY]
+    view = await verifier.pending.instance_created(uuid)
+    (view,) = await verifier.queries.named([view])
     return json_response(_shown(request, view))
 
 
@@ -112,8 +123,20 @@ async def _revoke(request: web.Request) -> web.Response:
     scope = caller(request).scope
     data = await read_json(request) if request.can_read_body else {}
     body = RevokeRequest.from_dict(data)
-    view = await request.app[_KEY].commands.revoke(
+    verifier = request.app[_KEY]
+    view = await verifier.commands.revoke(
         request.match_info["uuid"], "tenant_revoked", body.detail, scope
+    )
+    (view,) = await verifier.queries.named([view])
+    return json_response(_shown(request, view))
+
+
+@rule("attestation:node:set_policy")
+async def _set_policy(request: web.Request) -> web.Response:
+    scope = caller(request).scope
+    body = PolicyChangeRequest.from_dict(await read_json(request))
+    view = await request.app[_KEY].commands.set_policy(
+        request.match_info["uuid"], body, scope
     )
     return json_response(_shown(request, view))
 
@@ -186,12 +209,15 @@ def make_app(
     app.router.add_get("/v1/nodes/{uuid}", _get)
     app.router.add_delete("/v1/nodes/{uuid}", _delete)
     app.router.add_post("/v1/nodes/{uuid}/revoke", _revoke)
+    app.router.add_put("/v1/nodes/{uuid}/policy", _set_policy)
     app.router.add_post("/v1/nodes/{uuid}/capabilities", _capability)
     app.router.add_post("/v1/nodes/{uuid}/instance-created", _instance_created)
     app.router.add_get("/v1/events", _events)
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)
-    add_policy_routes(app, verifier.policies, policy_max_bytes)
+    add_policy_routes(
+        app, verifier.policies, policy_max_bytes, verifier.checker, verifier.switch
+    )
     add_relay_routes(app, verifier.push)
     for add in routes:
         add(app)

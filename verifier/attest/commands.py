@@ -1,4 +1,5 @@
-"""The verifier API's commands on nodes: enrol, delete, revoke.
+"""The verifier API's commands on nodes: enrol, delete, revoke, set the
+policies in force.
 
 Each checks its input, writes the database, and moves the node in or out
 of this process's quote loop (:mod:`verifier.attest.membership`); the
@@ -12,11 +13,12 @@ import logging
 from collections.abc import Callable
 
 from verifier.attest.clients import RegistrarClient
+from verifier.attest.following import PolicySwitch
 from verifier.attest.membership import Membership
 from verifier.attest.node import LiveNode, NodeState, NodeView, enrolment_row
 from verifier.attest.ownership import Ownership
 from verifier.attest.pending import PendingNodes
-from verifier.attest.policies import PolicyStore
+from verifier.attest.policies import KINDS, MEASURED_BOOT, RUNTIME, PolicyStore, follows
 from verifier.attest.push import PushAttestation
 from verifier.attest.queries import NodeQueries
 from verifier.attest.registry import LiveNodes
@@ -25,6 +27,7 @@ from verifier.attest.transitions import TransitionWriter
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import PcrPolicy, canonical_uuid
 from verifier.protocol.attestation import AttestationMode
+from verifier.protocol.messages.enrolment import PolicyChangeRequest
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = ["NodeCommands"]
@@ -46,6 +49,7 @@ class NodeCommands:
         transitions: revokes nodes.
         registrar: where activated AKs come from.
         ownership: which nodes this process attests.
+        switch: changes the policies in force on nodes.
         min_node_interval: the shortest quote interval a tenant may give.
         clock: wall clock (seconds).
     """
@@ -62,6 +66,7 @@ class NodeCommands:
         transitions: TransitionWriter,
         registrar: RegistrarClient,
         ownership: Ownership,
+        switch: PolicySwitch,
         min_node_interval: float,
         clock: Callable[[], float],
     ) -> None:
@@ -75,6 +80,7 @@ class NodeCommands:
         self._transitions = transitions
         self._registrar = registrar
         self._ownership = ownership
+        self._switch = switch
         self._min_interval = min_node_interval
         self._clock = clock
 
@@ -95,7 +101,9 @@ class NodeCommands:
         (``mode``), every ``interval`` seconds (None: the verifier's); V
         (with the enroller's ``u_commitment``) is released after its first
         valid evidence. ``runtime_policy`` and ``mb_policy`` name stored
-        policies of the project (``name``, ``name@version`` or digest).
+        policies of the project: a bare ``name`` follows that name (its
+        newest version is in force, now and as newer ones are added);
+        ``name@version`` or a digest pins one.
         With ``await_instance`` the node waits for Nova and its agent first
         (:mod:`verifier.attest.pending`).
 
@@ -111,9 +119,21 @@ class NodeCommands:
         refs = await asyncio.to_thread(
             self._policies.resolve_pair, runtime_policy, mb_policy, project
         )
+        names = (
+            None if runtime_policy is None else follows(runtime_policy),
+            None if mb_policy is None else follows(mb_policy),
+        )
         if await_instance:
             return await self._pending.enrol(
-                uuid, v_share, policy, refs, project, mode, u_commitment, interval
+                uuid,
+                v_share,
+                policy,
+                refs,
+                project,
+                mode,
+                u_commitment,
+                interval,
+                names,
             )
         record = await self._activated(uuid)
         now = self._clock()
@@ -128,6 +148,7 @@ class NodeCommands:
             mode,
             u_commitment,
             interval,
+            names,
         )
         node = LiveNode.from_row(row, self._policies.cached)
         await asyncio.to_thread(self._store.insert, row)
@@ -207,4 +228,47 @@ class NodeCommands:
         view = await self._queries.get(uuid)
         if view.state != NodeState.REVOKED:
             self._transitions.revoke_stored(uuid, reason, detail)
+        return await self._queries.get(uuid)
+
+    async def set_policy(
+        self, uuid: str, change: PolicyChangeRequest, scope: str | None = None
+    ) -> NodeView:
+        """Change the runtime and/or measured-boot policy in force on a node
+        of project ``scope`` (None: any), whoever attests it: each kind
+        ``change`` names gets the policy its reference resolves to among the
+        node's project's (a bare name follows it, ``name@version`` or a
+        digest pins; None: no policy of that kind). The node judges with it
+        from its next quote on; its IMA replay goes on. Nothing changes
+        when the request is refused.
+
+        Raises:
+            NotFoundError: ``unknown_node`` (also another project's node);
+                ``unknown_policy`` naming the reference.
+            ConflictError: ``revoked``.
+            RequestError: ``no_policy`` when nothing would be checked.
+        """
+        uuid = canonical_uuid(uuid)
+        view = await self._queries.get(uuid, scope)  # another project's: 404
+        if view.state == NodeState.REVOKED:
+            raise ConflictError("revoked", f"node {uuid} is revoked")
+        refs = {RUNTIME: view.runtime_policy, MEASURED_BOOT: view.mb_policy}
+        wanted: dict[str, tuple[str | None, str | None]] = {}
+        for kind, ref in change.refs().items():
+            if ref is None:
+                wanted[kind] = (None, None)
+                continue
+            digest = await asyncio.to_thread(
+                self._policies.resolve, kind, ref, view.project_id
+            )
+            wanted[kind] = (digest, follows(ref))
+        refs.update({kind: digest for kind, (digest, _) in wanted.items()})
+        pcrs = PcrPolicy.from_dict(view.policy, allow_empty=True).pcrs
+        if not pcrs and all(refs[kind] is None for kind in KINDS):
+            raise RequestError(
+                "no_policy",
+                f"node {uuid} would have no PCR, runtime or measured-boot policy",
+            )
+        if await self._switch.set_policies(uuid, view.project_id, wanted) is None:
+            raise ConflictError("revoked", f"node {uuid} is revoked")
+        LOG.info("Node %s: policies set (%s)", uuid, ", ".join(sorted(wanted)))
         return await self._queries.get(uuid)

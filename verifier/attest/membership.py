@@ -28,6 +28,12 @@ __all__ = ["Membership", "OwnershipSync"]
 LOG = logging.getLogger(__name__)
 
 
+def _in_force(
+    node: LiveNode,
+) -> tuple[tuple[str | None, str | None], tuple[str | None, str | None]]:
+    return (node.runtime_ref, node.mb_ref), node.follows
+
+
 class Membership:
     """Puts nodes into the quote loop and takes them out.
 
@@ -123,6 +129,38 @@ class OwnershipSync:
             LOG.info(
                 "Attesting %d more node(s); %d in all", len(wanted), len(self._nodes)
             )
+        await self._follow_policies()
+
+    async def _follow_policies(self) -> None:
+        """Take the policies in force that another verifier process changed
+        (a tenant set them, or a new version they follow was added there):
+        the live nodes judge with them from their next quote on."""
+        if not len(self._nodes):
+            return
+        # a change made here meanwhile is newer than what is read: it is
+        # committed before the live node takes it, so a node whose policies
+        # are still those seen before the read takes the stored ones
+        before = {node.uuid: _in_force(node) for node in self._nodes}
+        stored = await asyncio.to_thread(self._store.policy_refs)
+        changed = []
+        for node in self._nodes:
+            found = stored.get(node.uuid)
+            now = _in_force(node)
+            if (
+                found is None
+                or node.state == NodeState.REVOKED
+                or before.get(node.uuid) != now
+                or found == now
+            ):
+                continue
+            changed.append((node, *found))
+        if not changed:
+            return
+        digests = [d for _, refs, _ in changed for d in refs if d is not None]
+        await asyncio.to_thread(self._policies.load_many, digests)
+        for node, refs, follows in changed:
+            node.use(refs, follows, self._policies.cached)
+        LOG.info("%d node(s) judge with policies changed elsewhere", len(changed))
 
     async def _let_go(self, states: dict[str, str]) -> None:
         """Release the live nodes that were deleted, revoked by another

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from verifier.db import Node
 from verifier.protocol import AttestationKey, ClockState, PcrPolicy, TpmPublic
 from verifier.protocol.attestation import AttestationMode, NodeAttestation, NodeState
+from verifier.protocol.events import POLICY_KINDS
 from verifier.protocol.ima import ReplayState, RuntimePolicy
 from verifier.protocol.mb import MeasuredBootPolicy
 from verifier.protocol.messages.registration import RegistrationRecord
@@ -45,6 +47,29 @@ class NodeView:
     project_id: str = ""
     mode: AttestationMode = AttestationMode.PULL
     interval: float | None = None
+    #: the names the runtime and measured-boot policies follow (None: pinned)
+    follows: tuple[str | None, str | None] = (None, None)
+    #: the name and version of the policies in force, by digest (filled by
+    #: :meth:`~verifier.attest.queries.NodeQueries.named`)
+    names: Mapping[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+
+    def in_force(self) -> dict[str, dict[str, Any] | None]:
+        """Per policy kind, the policy in force: ``{"name", "version",
+        "digest", "follows"}`` (None: no policy of that kind)."""
+        out: dict[str, dict[str, Any] | None] = {}
+        refs = (self.runtime_policy, self.mb_policy)
+        for kind, digest, follows in zip(POLICY_KINDS, refs, self.follows, strict=True):
+            if digest is None:
+                out[kind] = None
+                continue
+            name, version = self.names.get(digest, (None, None))
+            out[kind] = {
+                "name": name,
+                "version": version,
+                "digest": digest,
+                "follows": follows is not None,
+            }
+        return out
 
     def to_dict(
         self, now: float | None = None, trust_window: float | None = None
@@ -55,6 +80,8 @@ class NodeView:
         ``trust_window`` seconds old (a frozen agent stops being trusted
         before it is found unreachable)."""
         data = dataclasses.asdict(self)
+        del data["follows"], data["names"]
+        data["policies"] = self.in_force()
         last = self.last_attested_at
         data["last_attested_at"] = iso8601(last)
         if now is not None:
@@ -102,13 +129,14 @@ def enrolment_row(
     mode: AttestationMode = AttestationMode.PULL,
     u_commitment: bytes | None = None,
     interval: float | None = None,
+    follows: tuple[str | None, str | None] = (None, None),
 ) -> Node:
     """The row of a new enrolment: the registrar's ``record`` of the node
     (AK, TLS certificate, address; None before the agent registered), the
-    runtime/measured-boot policy digests ``refs``, the owning project and
-    the attestation ``mode``, the enroller's
-    commitment to U and the node's own quote ``interval`` (None: the
-    verifier's)."""
+    runtime/measured-boot policy digests ``refs`` (and the names they
+    ``follows``, None where pinned), the owning project and the
+    attestation ``mode``, the enroller's commitment to U and the node's
+    own quote ``interval`` (None: the verifier's)."""
     values = _UNREGISTERED if record is None else registration_values(record)
     return Node(
         uuid=uuid,
@@ -126,6 +154,8 @@ def enrolment_row(
         mb_policy=refs[1],
         attestation_mode=mode.value,
         quote_interval=interval,
+        runtime_policy_follow=follows[0],
+        mb_policy_follow=follows[1],
     )
 
 
@@ -144,7 +174,23 @@ def view_of_row(row: Node) -> NodeView:
         row.project_id,
         _mode_of(row),
         row.quote_interval,
+        _follows(row),
     )
+
+
+def _follows(row: Node) -> tuple[str | None, str | None]:
+    """The names ``row``'s policies follow; one shared tuple for the common
+    case (nothing followed), not one per node."""
+    runtime, mb = row.runtime_policy_follow, row.mb_policy_follow
+    if runtime is None and mb is None:
+        return _PINNED
+    return (
+        None if runtime is None else sys.intern(runtime),
+        None if mb is None else sys.intern(mb),
+    )
+
+
+_PINNED: tuple[str | None, str | None] = (None, None)
 
 
 def _mode_of(row: Node) -> AttestationMode:
@@ -168,6 +214,17 @@ def shared_policy(text: str) -> PcrPolicy:
     return policy
 
 
+def _parsed(
+    refs: tuple[str | None, str | None], policies: Callable[[str], object]
+) -> tuple[RuntimePolicy | None, MeasuredBootPolicy | None]:
+    """The parsed runtime and measured-boot policies of digests ``refs``."""
+    runtime = None if refs[0] is None else policies(refs[0])
+    mb = None if refs[1] is None else policies(refs[1])
+    assert runtime is None or isinstance(runtime, RuntimePolicy)
+    assert mb is None or isinstance(mb, MeasuredBootPolicy)
+    return runtime, mb
+
+
 def _ima_state(row: Node) -> ReplayState | None:
     pcr = row.ima_pcr
     if row.ima_count is None or pcr is None or len(pcr) != 52:
@@ -186,6 +243,8 @@ class LiveNode(NodeAttestation):
         v_share: the tenant's share V, released after its first good quote.
         runtime_ref: the digest of its stored runtime policy, or None.
         mb_ref: the digest of its stored measured-boot policy, or None.
+        follows: the names of the runtime and measured-boot policies it
+            follows (None: the one in force is pinned).
         project_id: the Keystone project that owns it.
         mode: polled, or its agent posts evidence.
         u_commitment: the enroller's commitment to U, sent with V (None:
@@ -198,6 +257,7 @@ class LiveNode(NodeAttestation):
 
     __slots__ = (
         "base_url",
+        "follows",
         "interval",
         "mb_ref",
         "mode",
@@ -223,6 +283,7 @@ class LiveNode(NodeAttestation):
         mode: AttestationMode = AttestationMode.PULL,
         u_commitment: bytes | None = None,
         interval: float | None = None,
+        follows: tuple[str | None, str | None] = (None, None),
         **judged: Any,
     ) -> None:
         super().__init__(uuid, policy, ak, **judged)
@@ -235,6 +296,7 @@ class LiveNode(NodeAttestation):
         self.v_share = v_share
         self.runtime_ref = runtime_ref
         self.mb_ref = mb_ref
+        self.follows = follows
 
     def view(self) -> NodeView:
         return NodeView(
@@ -250,7 +312,31 @@ class LiveNode(NodeAttestation):
             self.project_id,
             self.mode,
             self.interval,
+            self.follows,
         )
+
+    def use(
+        self,
+        refs: tuple[str | None, str | None],
+        follows: tuple[str | None, str | None],
+        policies: Callable[[str], object],
+    ) -> bool:
+        """Judge from the next quote on with the stored runtime and
+        measured-boot policies of digests ``refs`` (following the names
+        ``follows``), mapped to their (loaded, shared) parsed objects by
+        ``policies``; the IMA replay goes on
+        (:meth:`~NodeAttestation.use_policies`).
+
+        Returns:
+            whether the policies in force changed.
+        """
+        self.follows = follows
+        if refs == (self.runtime_ref, self.mb_ref):
+            return False
+        runtime, mb = _parsed(refs, policies)
+        self.use_policies(runtime, mb)
+        self.runtime_ref, self.mb_ref = refs
+        return True
 
     @classmethod
     def from_row(
@@ -260,14 +346,8 @@ class LiveNode(NodeAttestation):
         digest to its (already loaded, shared) parsed object."""
         runtime: RuntimePolicy | None = None
         mb: MeasuredBootPolicy | None = None
-        if row.runtime_policy is not None and policies is not None:
-            loaded = policies(row.runtime_policy)
-            assert isinstance(loaded, RuntimePolicy)
-            runtime = loaded
-        if row.mb_policy is not None and policies is not None:
-            loaded = policies(row.mb_policy)
-            assert isinstance(loaded, MeasuredBootPolicy)
-            mb = loaded
+        if policies is not None:
+            runtime, mb = _parsed((row.runtime_policy, row.mb_policy), policies)
         clock = None
         if row.clock is not None:
             clock = ClockState(row.reset_count or 0, row.restart_count or 0, row.clock)
@@ -284,6 +364,7 @@ class LiveNode(NodeAttestation):
             mode=_mode_of(row),
             u_commitment=row.u_commitment,
             interval=row.quote_interval,
+            follows=_follows(row),
             state=NodeState(row.state),
             runtime=runtime,
             mb=mb,

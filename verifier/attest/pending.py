@@ -98,9 +98,11 @@ class PendingNodes:
         mode: AttestationMode = AttestationMode.PULL,
         u_commitment: bytes | None = None,
         interval: float | None = None,
+        follows: tuple[str | None, str | None] = (None, None),
     ) -> NodeView:
         """Store V and the policies (``refs``: runtime and measured-boot
-        policy digests) for an instance Nova has not created yet.
+        policy digests; ``follows``: the names they follow) for an instance
+        Nova has not created yet.
 
         Raises:
             ConflictError: already enrolled.
@@ -118,6 +120,7 @@ class PendingNodes:
             mode=mode,
             u_commitment=u_commitment,
             interval=interval,
+            follows=follows,
         )
         row.state = NodeState.PENDING.value
         view = view_of_row(row)  # before the commit expires the row

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.push_store import PushStore
 from verifier.attest.registry import LiveNodes
-from verifier.attest.relay import TenantRelay
+from verifier.attest.relay import TenantRelay, revoked_error
 from verifier.attest.release import ShareRelease
 from verifier.attest.transitions import TransitionWriter
 from verifier.exceptions import ConflictError
@@ -129,7 +129,7 @@ class PushAttestation:
                 "not_push_mode", f"node {node.uuid} is attested by polling"
             )
         if node.state == NodeState.REVOKED:
-            raise ConflictError("revoked", f"node {node.uuid} is revoked")
+            raise revoked_error(node)
         return node
 
     # -- sessions ------------------------------------------------------------

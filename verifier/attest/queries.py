@@ -14,10 +14,13 @@ read on the loop only, where they change.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from verifier.attest.node import NodeState, NodeView, view_of_row
 from verifier.attest.ownership import Ownership
+from verifier.attest.policies import PolicyStore
 from verifier.attest.registry import LiveNodes
 from verifier.attest.scheduler import QuoteScheduler
 from verifier.attest.store import NodeStore
@@ -41,6 +44,7 @@ class NodeQueries:
         nodes: the nodes this process attests.
         ownership: which nodes this process attests (its member id).
         scheduler: the quote loop (its verification classes).
+        policies: the stored policies (the names of those in force).
     """
 
     def __init__(
@@ -49,8 +53,10 @@ class NodeQueries:
         nodes: LiveNodes,
         ownership: Ownership,
         scheduler: QuoteScheduler,
+        policies: PolicyStore | None = None,
     ) -> None:
         self.store = store
+        self._policies = policies
         self._nodes = nodes
         self._ownership = ownership
         self._scheduler = scheduler
@@ -74,7 +80,28 @@ class NodeQueries:
             view = node.view()
         if view is None or not visible(view.project_id, scope):
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
-        return view
+        return (await self.named([view]))[0]
+
+    async def named(self, views: Sequence[NodeView]) -> list[NodeView]:
+        """``views`` with the name and version of the policies in force."""
+        if self._policies is None:
+            return list(views)
+        pairs = {
+            (view.project_id, digest)
+            for view in views
+            for digest in (view.runtime_policy, view.mb_policy)
+            if digest is not None
+        }
+        if not pairs:
+            return list(views)
+        names = await asyncio.to_thread(self._policies.names, pairs)
+        by_project: dict[str, dict[str, tuple[str, int]]] = {}
+        for (project, digest), name in names.items():
+            by_project.setdefault(project, {})[digest] = name
+        return [
+            dataclasses.replace(view, names=by_project.get(view.project_id, {}))
+            for view in views
+        ]
 
     async def stats(self) -> dict[str, Any]:
         """Counts for operators and benchmarks: nodes per state (this
@@ -103,4 +130,4 @@ class NodeQueries:
         for row in await asyncio.to_thread(self.store.load_all, scope):
             node = self._nodes.find(row.uuid)
             views.append(node.view() if node else view_of_row(row))
-        return views
+        return await self.named(views)

@@ -41,6 +41,15 @@ __all__ = ["TenantRelay"]
 LOG = logging.getLogger(__name__)
 
 
+def revoked_error(node: LiveNode) -> ConflictError:
+    """The 409 for a request to a revoked node, naming why it was revoked
+    (its stored failure reason, as its signed revocation event gives it:
+    a check's code and detail, never key material), so a tenant whose
+    enrolment failed at its first quote learns why."""
+    reason = node.failure_reason or "no reason recorded"
+    return ConflictError("revoked", f"node {node.uuid} is revoked: {reason}")
+
+
 class TenantRelay:
     """Relays identity quotes and U between tenants and their agents.
 
@@ -114,7 +123,7 @@ class TenantRelay:
         """
         node = self._nodes.relay_node(uuid)
         if node.state == NodeState.REVOKED:
-            raise ConflictError("revoked", f"node {node.uuid} is revoked")
+            raise revoked_error(node)
         self._refresh(node)
         return node
 

@@ -13,7 +13,9 @@ the database.
 
 The parts, each calling only those below it::
 
-    commands (enrol, delete, revoke)  queries (get, list, stats)
+    commands (enrol, delete, revoke, set policy)  queries (get, list, stats)
+    checker (the dry run of a runtime policy; changes no node)
+    policy switch (new versions followed, policies set)
     scheduler -> rounds -> pull | push -> relay, release
     membership (adopt, release) and its sync; pending promotions
     transitions -> store, outbox pump, CP-ABE authority
@@ -33,12 +35,14 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from verifier.attest.clients import RegistrarClient, VerifierAgentClient
 from verifier.attest.commands import NodeCommands
 from verifier.attest.delivery import OutboxPump
+from verifier.attest.following import PolicySwitch
 from verifier.attest.membership import Membership, OwnershipSync
 from verifier.attest.memtrim import trim_loop
 from verifier.attest.node import NodeState, NodeView
 from verifier.attest.ownership import AllNodes, Ownership
 from verifier.attest.pending import PendingNodes
 from verifier.attest.policies import PolicyStore
+from verifier.attest.policy_check import PolicyChecker
 from verifier.attest.pull import PullAttestation
 from verifier.attest.push import PushAttestation
 from verifier.attest.push_store import PushStore, session_key
@@ -82,6 +86,8 @@ class Verifier:
 
     Attributes:
         commands, queries: the API's writes and reads of nodes.
+        checker: the dry run of a runtime policy on live nodes.
+        switch: changes the policies in force (a new version followed).
         rounds: a node's attestation round (``attest_once``).
         push: the push endpoint's side (and its tenant ``relay``).
         nodes: the nodes this process attests.
@@ -117,6 +123,9 @@ class Verifier:
         self.pump = OutboxPump(outbox, self._ownership.owns, settings.outbox_interval)
         self.transitions = TransitionWriter(
             store, signing_key, clock, settings.rules, self.pump, abe
+        )
+        self.switch = PolicySwitch(
+            store, self.nodes, self.policies, signing_key, clock, self.pump
         )
         self._build_attestation(engine, signing_key, ca, clock)
         self._build_membership(registrar, clock)
@@ -181,7 +190,10 @@ class Verifier:
             self.policies,
             settings.sync_interval,
         )
-        self.queries = NodeQueries(store, nodes, self._ownership, self.scheduler)
+        self.queries = NodeQueries(
+            store, nodes, self._ownership, self.scheduler, self.policies
+        )
+        self.checker = PolicyChecker(store, nodes, self.policies, self._agents)
         self.commands = NodeCommands(
             nodes,
             membership,
@@ -193,6 +205,7 @@ class Verifier:
             self.transitions,
             registrar,
             self._ownership,
+            self.switch,
             settings.min_node_interval,
             clock,
         )

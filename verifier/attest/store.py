@@ -103,6 +103,24 @@ class NodeStore:
             result = conn.execute(sa.select(Node.uuid, Node.state))
             return {uuid: state for uuid, state in result}
 
+    def policy_refs(
+        self,
+    ) -> dict[str, tuple[tuple[str | None, str | None], tuple[str | None, str | None]]]:
+        """uuid -> (runtime and measured-boot policy digests in force, the
+        names they follow) of every enrolled node."""
+        query = sa.select(
+            Node.uuid,
+            Node.runtime_policy,
+            Node.mb_policy,
+            Node.runtime_policy_follow,
+            Node.mb_policy_follow,
+        )
+        with self.engine.connect() as conn:
+            return {
+                uuid: ((runtime, mb), (runtime_follow, mb_follow))
+                for uuid, runtime, mb, runtime_follow, mb_follow in conn.execute(query)
+            }
+
     def _hot(self, node: NodeAttestation) -> dict[str, Any]:
         hot = node.snapshot()
         values: dict[str, Any] = {

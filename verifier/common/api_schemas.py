@@ -43,6 +43,18 @@ def _object(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
     }
 
 
+#: A policy in force on a node (null: none of that kind).
+_IN_FORCE = {
+    **_object(
+        {
+            "name": _NULL_STR,
+            "version": _NULL_INT,
+            "digest": _STR,
+            "follows": {"type": "boolean"},
+        }
+    ),
+    "nullable": True,
+}
 _NODE = _object(
     {
         "uuid": _STR,
@@ -61,6 +73,7 @@ _NODE = _object(
         "mb_policy": _NULL_STR,
         "ima_entries": _NULL_INT,
         "project_id": _STR,
+        "policies": _object({"runtime": _IN_FORCE, "measured-boot": _IN_FORCE}),
     },
     interval=_NULL_NUM,
 )
@@ -80,6 +93,7 @@ _SIGNED_EVENT = _object(
                         "node.failed",
                         "node.unreachable",
                         "node.recovered",
+                        "node.policy_changed",
                     ],
                 },
                 "version": _INT,
@@ -98,16 +112,47 @@ _OUTBOX_ENTRY = _object(
     }
 )
 
+_POLICY_CHECK = _object(
+    {
+        "policy": _object({"name": _STR, "version": _INT, "digest": _STR}),
+        "results": {
+            "type": "array",
+            "items": _object(
+                {
+                    "node": _STR,
+                    "result": {"type": "string", "enum": ["pass", "fail", "error"]},
+                    "entries": _INT,
+                    "failures": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "index": _INT,
+                                "path": _STR,
+                                "reason": _STR,
+                                "detail": _STR,
+                            }
+                        ),
+                    },
+                    "failures_total": _INT,
+                    "error": _NULL_STR,
+                }
+            ),
+        },
+    }
+)
+
 #: The verifier's routes.
 VERIFIER: Responses = {
     ("POST", "/v1/nodes"): _NODE,
     ("GET", "/v1/nodes"): _object({"nodes": {"type": "array", "items": _NODE}}),
     ("GET", "/v1/nodes/{uuid}"): _NODE,
     ("POST", "/v1/nodes/{uuid}/revoke"): _NODE,
+    ("PUT", "/v1/nodes/{uuid}/policy"): _NODE,
     ("POST", "/v1/nodes/{uuid}/instance-created"): _NODE,
     ("GET", "/v1/events"): _object(
         {"events": {"type": "array", "items": _OUTBOX_ENTRY}}
     ),
+    ("POST", "/v1/policies/runtime/{ref}/check"): _POLICY_CHECK,
     ("GET", "/v1/stats"): _object(
         {
             "nodes": _INT,

@@ -149,6 +149,13 @@ class Node(Base):
     # verification classes (0010): its own seconds between quotes, None
     # for the verifier's quote_interval
     quote_interval: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # policies that follow the node (0011): the name of the runtime and
+    # measured-boot policy it follows (the newest version of that name in
+    # its project is in force), None when the one in force is pinned
+    runtime_policy_follow: Mapped[str | None] = mapped_column(
+        String(255), nullable=True
+    )
+    mb_policy_follow: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class OutboxEvent(Base):

@@ -42,16 +42,22 @@ def add_to_outbox(
 ) -> None:
     """Stage ``signed`` (about a node of ``project_id``) in the caller's
     transaction."""
-    session.add(
-        OutboxEvent(
-            id=signed.event.id,
-            node_uuid=signed.event.node_uuid,
-            project_id=project_id,
-            body=signed.to_json(),
-            created_at=now,
-            attempts=0,
-        )
-    )
+    session.add(OutboxEvent(**outbox_values(signed, now, project_id)))
+
+
+def outbox_values(
+    signed: SignedEvent, now: float, project_id: str = ""
+) -> dict[str, object]:
+    """The outbox row of ``signed`` (for many at once: one INSERT of
+    several rows in the caller's transaction)."""
+    return {
+        "id": signed.event.id,
+        "node_uuid": signed.event.node_uuid,
+        "project_id": project_id,
+        "body": signed.to_json(),
+        "created_at": now,
+        "attempts": 0,
+    }
 
 
 class Outbox:

@@ -5,8 +5,12 @@ its ``type`` is ``node.revoked`` (final: evidence of compromise, a check
 that failed, a revocation on request, or silence past the unreachable
 timeout), ``node.failed`` (a round could not be completed: the verifier
 cannot vouch for the node), ``node.unreachable`` (it stopped answering:
-not trusted, and nothing is known against it) or ``node.recovered`` (a
-failed or unreachable node passed a quote again: trusted as before). Its
+not trusted, and nothing is known against it), ``node.recovered`` (a
+failed or unreachable node passed a quote again: trusted as before) or
+``node.policy_changed`` (the runtime or measured-boot policy in force on
+the node changed: its ``reason`` is ``set`` by its tenant or ``follow``
+of a new version of the name the node follows; its ``detail`` is the
+:class:`PolicyChange` as canonical JSON). Its
 canonical form is UTF-8 JSON with sorted keys and no whitespace; the
 verifier signs those bytes with Ed25519. A :class:`SignedEvent` carries the
 event, the signature and the signing key's id (SHA-256 of the raw public
@@ -36,10 +40,12 @@ __all__ = [
     "EVENT_TYPES",
     "EVENT_VERSION",
     "NODE_FAILED",
+    "NODE_POLICY_CHANGED",
     "NODE_RECOVERED",
     "NODE_REVOKED",
     "NODE_UNREACHABLE",
     "REVOKING_TYPES",
+    "PolicyChange",
     "RevocationEvent",
     "SignedEvent",
     "key_id",
@@ -54,12 +60,83 @@ NODE_FAILED = "node.failed"
 NODE_UNREACHABLE = "node.unreachable"
 #: A failed or unreachable node passed a quote again.
 NODE_RECOVERED = "node.recovered"
-EVENT_TYPES = frozenset({NODE_REVOKED, NODE_FAILED, NODE_UNREACHABLE, NODE_RECOVERED})
+#: The policy in force on the node changed (takes nothing away).
+NODE_POLICY_CHANGED = "node.policy_changed"
+EVENT_TYPES = frozenset(
+    {NODE_REVOKED, NODE_FAILED, NODE_UNREACHABLE, NODE_RECOVERED, NODE_POLICY_CHANGED}
+)
 #: The events after which what a node held is no longer vouched for: the
 #: key service bumps the node's epoch (and rekeys its groups) on these,
 #: and a capability's epoch counts them.
 REVOKING_TYPES = frozenset({NODE_REVOKED, NODE_FAILED, NODE_UNREACHABLE})
 _FIELDS = ("version", "id", "node_uuid", "reason", "detail", "created_at", "type")
+
+
+#: The policy kinds a :class:`PolicyChange` names.
+POLICY_KINDS = ("runtime", "measured-boot")
+_REF_FIELDS = ("name", "version", "digest")
+
+
+def _policy_ref(data: object) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    if (
+        not isinstance(data, Mapping)
+        or set(data) != set(_REF_FIELDS)
+        or not isinstance(data["name"], str)
+        or not isinstance(data["digest"], str)
+        or isinstance(data["version"], bool)
+        or not isinstance(data["version"], int)
+    ):
+        raise MalformedError(
+            "policy change", "from/to must be null or {name, version, digest}"
+        )
+    return {f: data[f] for f in _REF_FIELDS}
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyChange:
+    """What a ``node.policy_changed`` event's ``detail`` says: the
+    ``kind`` of policy, the one in force before (``old``) and after
+    (``new``), each ``{"name", "version", "digest"}`` or None (no policy
+    of that kind).
+
+    Raises:
+        MalformedError: an unknown kind or a bad policy reference.
+    """
+
+    kind: str
+    old: Mapping[str, Any] | None
+    new: Mapping[str, Any] | None
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise MalformedError("policy change", f"unknown kind {self.kind[:64]!r}")
+        object.__setattr__(self, "old", _policy_ref(self.old))
+        object.__setattr__(self, "new", _policy_ref(self.new))
+
+    def to_detail(self) -> str:
+        """The canonical JSON the event's ``detail`` carries."""
+        body = {"kind": self.kind, "from": self.old, "to": self.new}
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_detail(cls, detail: str) -> PolicyChange:
+        """Parse an event's ``detail``.
+
+        Raises:
+            MalformedError: not the JSON of a policy change.
+        """
+        try:
+            data = json.loads(detail)
+        except (ValueError, RecursionError):
+            raise MalformedError("policy change", "detail is not JSON") from None
+        if not isinstance(data, dict) or set(data) != {"kind", "from", "to"}:
+            raise MalformedError("policy change", "fields must be kind, from, to")
+        kind = data["kind"]
+        if not isinstance(kind, str):
+            raise MalformedError("policy change", "kind must be a string")
+        return cls(kind, data["from"], data["to"])
 
 
 def key_id(public_key: ed25519.Ed25519PublicKey) -> str:

@@ -136,6 +136,7 @@ def check_ima(
     evidence: ImaEvidence,
     pcr_values: Mapping[int, bytes],
     policy: RuntimePolicy | None,
+    first_entry: ImaEntry | None = None,
 ) -> ReplayState:
     """Replay the new IMA entries up to the quoted PCR 10 and judge them.
 
@@ -149,6 +150,9 @@ def check_ima(
         evidence: the entries the node sent.
         pcr_values: the verified, quoted sha256 PCR values (must hold 10).
         policy: the runtime policy, or None to check the log only.
+        first_entry: entry 0 when an earlier part of this list consumed it
+            (:func:`extend_ima`) before any quote could check it: its
+            ``boot_aggregate`` is checked against this quote's PCRs 0-9.
 
     Returns:
         The new state to keep for the next quote.
@@ -165,8 +169,9 @@ def check_ima(
         raise EvidenceError("pcr_selection", "PCR 10 was not quoted")
     new = replay_to_pcr(state, evidence.entries, quoted)
     covered = evidence.entries[: new.count - state.count]
-    if state.count == 0 and covered and all(i in pcr_values for i in BOOT_PCRS):
-        check_boot_aggregate(covered[0], [pcr_values[i] for i in BOOT_PCRS])
+    entry0 = covered[0] if state.count == 0 and covered else first_entry
+    if entry0 is not None and all(i in pcr_values for i in BOOT_PCRS):
+        check_boot_aggregate(entry0, [pcr_values[i] for i in BOOT_PCRS])
     if policy is not None and covered:
         check_runtime_policy(policy, covered, state.count)
     return new

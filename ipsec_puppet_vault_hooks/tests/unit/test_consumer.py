@@ -23,7 +23,12 @@ from ipsec_puppet_vault_hooks import (
 from ipsec_puppet_vault_hooks.conf import revocation_hooks as hooks_conf
 from trusted_testing import hooks_events as utils
 from verifier.protocol import RevocationEvent, SignedEvent
-from verifier.protocol.events import NODE_FAILED, NODE_RECOVERED, NODE_UNREACHABLE
+from verifier.protocol.events import (
+    NODE_FAILED,
+    NODE_POLICY_CHANGED,
+    NODE_RECOVERED,
+    NODE_UNREACHABLE,
+)
 
 
 class ConsumerTestCase(base.BaseTestCase):
@@ -68,6 +73,16 @@ class ConsumerTestCase(base.BaseTestCase):
         signed = self._failed_event(NODE_UNREACHABLE)
         self.assertTrue(consumer.consume(signed.to_dict()).acked)
         self.assertEqual([signed.event.id], only_log.handled)
+        self.assertEqual([], self.first.handled)
+        self.assertEqual([], self.second.handled)
+
+    def test_policy_changed_event_runs_no_action(self) -> None:
+        # a new policy in force on a node takes nothing away
+        consumer = self._consumer()
+        signed = self._failed_event(NODE_POLICY_CHANGED)
+        result = consumer.consume(signed.to_dict())
+        self.assertTrue(result.acked)
+        self.assertFalse(result.duplicate)
         self.assertEqual([], self.first.handled)
         self.assertEqual([], self.second.handled)
 

@@ -58,6 +58,24 @@ class ImaLogReaderTest(testtools.TestCase):
             answer = reader.read_from(2)  # backwards: from the start again
             self.assertEqual(10, len(ima_evidence(answer).entries))
 
+    def test_a_read_of_the_whole_list_keeps_the_regular_place(self) -> None:
+        # the verifier's dry run of a policy asks for the list from entry 0
+        # between two regular rounds: the next round still starts its read
+        # where the last one did, not at the start of the file
+        for name in ("ascii_runtime_measurements", "binary_runtime_measurements"):
+            path = self.write(name, self.entries[:40])
+            reader = ImaLogReader(path)
+            reader.read_from(30)
+            place = reader._mark
+            self.assertEqual(30, place[0])
+            whole = reader.read_from(0)
+            self.assertEqual(40, len(ima_evidence(whole).entries))
+            self.assertEqual(place, reader._mark)
+            self.write(name, self.entries[40:42], append=True)
+            answer = reader.read_from(40)
+            self.assertEqual(["/bin/f40", "/bin/f41"], self.paths([], answer))
+            self.assertEqual(40, reader._mark[0])
+
     def test_long_list_is_sent_in_whole_entries(self) -> None:
         for name in ("ascii_runtime_measurements", "binary_runtime_measurements"):
             reader = ImaLogReader(self.write(name, self.entries), max_bytes=4096)

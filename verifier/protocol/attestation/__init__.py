@@ -33,11 +33,16 @@ with its signed event, in one transaction). The hot state (clock, IMA
 replay, counters) changes at once and sets :attr:`~NodeAttestation.dirty`
 for the caller to write behind (:meth:`~NodeAttestation.snapshot`).
 
+A candidate runtime policy is tried on a node's whole current IMA list by
+a :class:`PolicyDryRun`, which holds nothing of the node's state and
+changes none of it (the dry run before publishing a version).
+
 Judging fails closed: :meth:`~NodeAttestation.judge` never raises; an
 answer that does not parse, evidence that fails, and any unexpected error
 while judging all end in a revocation naming the reason.
 """
 
+from verifier.protocol.attestation.dryrun import PolicyDryRun
 from verifier.protocol.attestation.machine import NodeAttestation
 from verifier.protocol.attestation.verdict import (
     Action,
@@ -56,6 +61,7 @@ __all__ = [
     "HotState",
     "NodeAttestation",
     "NodeState",
+    "PolicyDryRun",
     "Transition",
     "Verdict",
 ]

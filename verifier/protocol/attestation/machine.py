@@ -22,7 +22,7 @@ from verifier.protocol.evidence import (
     ima_evidence,
 )
 from verifier.protocol.ima import ReplayState, RuntimePolicy
-from verifier.protocol.ima.log import IMA_PCR
+from verifier.protocol.ima.log import IMA_PCR, ImaEntry
 from verifier.protocol.mb import MeasuredBootPolicy
 from verifier.protocol.messages.quote import QuoteAnswer, QuoteRequest
 from verifier.protocol.policy import PcrPolicy
@@ -85,6 +85,7 @@ class NodeAttestation:
         "_clock",
         "_failure_reason",
         "_ima",
+        "_ima_first",
         "_last_attested_at",
         "_mb_boot",
         "_pcrs",
@@ -126,6 +127,8 @@ class NodeAttestation:
         self._state = state
         self._clock = clock
         self._ima = ima if ima is not None else _NOTHING_REPLAYED
+        # entry 0 of a list sent in parts, checked by the quote of the last
+        self._ima_first: ImaEntry | None = None
         self._last_attested_at = last_attested_at
         self._quotes_verified = quotes_verified
         self._failure_reason = failure_reason
@@ -365,6 +368,28 @@ class NodeAttestation:
         if transition.v_released:
             self._v_released = True
 
+    def use_policies(
+        self, runtime: RuntimePolicy | None, mb: MeasuredBootPolicy | None
+    ) -> None:
+        """Judge from now on with ``runtime`` and ``mb`` (a new version the
+        node follows, or one its tenant set). The IMA replay and the
+        measured boot already judged stay: entries replayed so far were
+        judged by the policy in force then, and the entries after them are
+        judged by the new one at the next quote. A runtime policy added
+        where there was none starts the replay from the first entry; a
+        measured-boot policy judges the firmware log at the node's next
+        boot (at once if it had none).
+
+        A quote asked for before the change is judged by the new policies;
+        one that lacks what they need (no IMA entries asked for) asks
+        again instead of failing."""
+        if runtime is None or self.runtime is None:
+            self._ima = _NOTHING_REPLAYED  # nothing judged: replay from the start
+            self._ima_first = None
+        self.runtime = runtime
+        self.mb = mb
+        self._pcrs = _quoted_pcrs(self.policy.pcrs, runtime is not None, mb is not None)
+
     def revoked_elsewhere(self) -> None:
         """The stored node is revoked (by another verifier, or its tenant
         through one): stop judging it."""
@@ -400,7 +425,7 @@ class NodeAttestation:
         self.dirty = True
         reset = quoted.clock.reset_count
         rebooted = previous is not None and previous.reset_count != reset
-        if not self._check_evidence(answer, quoted, rebooted):
+        if not self._check_evidence(request, answer, quoted, rebooted):
             self._rounds += 1
             if self._rounds >= rules.max_rounds:
                 return self._revoked(
@@ -412,7 +437,11 @@ class NodeAttestation:
         return self._passed(request, answer, quoted, now)
 
     def _check_evidence(
-        self, answer: QuoteAnswer, quoted: QuoteVerdict, rebooted: bool
+        self,
+        request: QuoteRequest,
+        answer: QuoteAnswer,
+        quoted: QuoteVerdict,
+        rebooted: bool,
     ) -> bool:
         """Check the runtime evidence of a verified quote, advancing the IMA
         replay and the measured boot.
@@ -430,6 +459,7 @@ class NodeAttestation:
         reset = quoted.clock.reset_count
         if rebooted:
             self._ima = _NOTHING_REPLAYED
+            self._ima_first = None
             self._mb_boot = None
         if self.mb is not None and self._mb_boot != reset:
             _agent_error(answer.mb_error, "mb_log_unavailable")
@@ -439,6 +469,8 @@ class NodeAttestation:
                 check_measured_boot(answer.mb_log, quoted.pcr_values, self.mb)
                 self._mb_boot = reset
         if self.runtime is not None:
+            if request.ima_from is None:
+                return False  # asked before a runtime policy was set
             _agent_error(answer.ima_error, "ima_log_unavailable")
             if answer.ima is None:
                 raise MalformedError("runtime evidence", "'ima' must be an object")
@@ -446,9 +478,14 @@ class NodeAttestation:
             if rebooted and evidence.first != 0:
                 return False
             if evidence.more:
+                if self._ima.count == 0 and evidence.entries:
+                    self._ima_first = evidence.entries[0]
                 self._ima = extend_ima(self._ima, evidence, self.runtime)
                 return False
-            self._ima = check_ima(self._ima, evidence, quoted.pcr_values, self.runtime)
+            self._ima = check_ima(
+                self._ima, evidence, quoted.pcr_values, self.runtime, self._ima_first
+            )
+            self._ima_first = None
         return complete
 
     def _passed(

@@ -5,9 +5,10 @@ Pure and I/O-free like the rest of :mod:`verifier.protocol`.
 """
 
 from verifier.protocol.ima.generate import policy_from_files, policy_from_log
+from verifier.protocol.ima.judge import check, evaluate
 from verifier.protocol.ima.keys import ImaKey, verify_ima_signature
 from verifier.protocol.ima.log import ImaEntry, parse_ascii, parse_binary
-from verifier.protocol.ima.policy import Failure, RuntimePolicy, check, evaluate
+from verifier.protocol.ima.policy import Failure, RuntimePolicy
 from verifier.protocol.ima.replay import (
     ReplayState,
     boot_aggregate,

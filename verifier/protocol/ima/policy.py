@@ -1,4 +1,5 @@
-"""IMA runtime policies and their evaluation against a measurement list.
+"""IMA runtime policies (judged against a measurement list by
+:mod:`verifier.protocol.ima.judge`).
 
 A :class:`RuntimePolicy` is named and versioned, immutable and compared and
 hashed by the SHA-256 of its canonical JSON (:attr:`RuntimePolicy.digest`),
@@ -24,6 +25,16 @@ JSON form::
                "keyid": "<8 hex, optional>"}],
      "ima_buf": {"kexec-cmdline": ["sha256:<hex>"]}}
 
+A *delta* is the same document with one more field, ``"base"``: the
+digest (64 lowercase hex) of the policy it extends, which has the same name
+and a lower version. Its digests, excludes, keys and ima-buf allowances are
+additions: the composed policy allows, per path, the union of the digests
+its chain allows, and any exclude, key or buffer of any link. A delta can
+remove nothing. Its digest and signature cover its own document, ``"base"``
+included, so a signature over a delta also names the base it extends. The
+composed object keeps the delta's own small tables and references its
+base's (never copied): every node of every version shares one base.
+
 Tenants' regular expressions are trusted to be reasonable (Python's engine
 backtracks); the verifier should accept policies only from tenants.
 """
@@ -37,29 +48,34 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.errors import MalformedError
 from verifier.protocol.ima.keys import ImaKey, verify_ima_signature
-from verifier.protocol.ima.log import DIGEST_SIZES, ImaEntry
-from verifier.protocol.ima.replay import BOOT_AGGREGATE
+from verifier.protocol.ima.log import DIGEST_SIZES
 
 __all__ = [
+    "MAX_DELTA_DEPTH",
     "MAX_VERSION",
     "DEFAULT_MAX_ENTRIES",
     "Failure",
     "ImaKey",
     "RuntimePolicy",
-    "check",
-    "evaluate",
+    "base_digest",
+    "canonical_document",
     "verify_ima_signature",
 ]
 
 DEFAULT_MAX_ENTRIES = 5_000_000
 #: The largest policy version (a signed 32-bit value: every database holds it).
 MAX_VERSION = 2**31 - 1
+#: The longest chain of deltas over a full policy.
+MAX_DELTA_DEPTH = 16
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_FIELDS = frozenset(("name", "version", "digests", "excludes", "keys", "ima_buf"))
 _STRUCT = "IMA runtime policy"
 _TAGS = {name: bytes([i + 1]) for i, name in enumerate(sorted(DIGEST_SIZES))}
 _NAMES = {tag[0]: name for name, tag in _TAGS.items()}
 _ZERO20 = bytes(20)
+_Table = dict[str, bytes | tuple[bytes, ...]]
 
 
 def _bad(detail: str) -> MalformedError:
@@ -98,8 +114,55 @@ def _as_tuple(value: bytes | tuple[bytes, ...]) -> tuple[bytes, ...]:
     return value if isinstance(value, tuple) else (value,)
 
 
+def _canonical(document: Mapping[str, Any]) -> bytes:
+    return json.dumps(
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=True
+    ).encode("ascii")
+
+
+def base_digest(data: Any) -> str | None:
+    """The ``"base"`` a policy document names (None: a full policy).
+
+    Raises:
+        MalformedError: not an object, or a ``"base"`` that is not 64
+            lowercase hex digits.
+    """
+    if not isinstance(data, dict):
+        raise _bad("policy must be an object")
+    if "base" not in data:
+        return None
+    ref = data["base"]
+    if not isinstance(ref, str) or not _HEX64.fullmatch(ref):
+        raise _bad("'base' must be the base policy's digest: 64 lowercase hex digits")
+    return ref
+
+
+def canonical_document(data: Any, max_entries: int = DEFAULT_MAX_ENTRIES) -> bytes:
+    """The canonical JSON of a policy document, full or delta: what the
+    verifier stores and digests and what signatures cover. A delta's own
+    content is checked and its ``"base"`` kept as given (the base itself is
+    not needed).
+
+    Raises:
+        MalformedError: as :meth:`RuntimePolicy.from_dict`.
+    """
+    ref = base_digest(data)
+    if ref is None:
+        return RuntimePolicy.from_dict(data, max_entries).canonical_json()
+    own = RuntimePolicy.from_dict(
+        {k: v for k, v in data.items() if k != "base"}, max_entries
+    ).to_dict()
+    own["base"] = ref
+    return _canonical(own)
+
+
+def _count(mapping: Mapping[Any, Any]) -> int:
+    return sum(len(v) if isinstance(v, list | tuple) else 1 for v in mapping.values())
+
+
 class RuntimePolicy:
-    """An immutable IMA runtime policy; see the module doc.
+    """An immutable IMA runtime policy (full, or a delta composed with its
+    base); see the module doc.
 
     Args:
         name: the policy's name.
@@ -117,23 +180,34 @@ class RuntimePolicy:
 
     __slots__ = (
         "_allow",
+        "_allows",
+        "_base",
         "_buf",
+        "_bufs",
         "_digest",
         "_excl",
         "_excl_src",
         "_keys",
+        "_size",
+        "_total",
         "name",
         "version",
     )
 
     name: str
     version: int
+    # this document's own tables; _allows and _bufs: the chain's, own first
     _allow: dict[str, bytes | tuple[bytes, ...]]
     _buf: dict[str, bytes | tuple[bytes, ...]]
-    _keys: tuple[ImaKey, ...]
-    _excl_src: tuple[str, ...]
+    _allows: tuple[_Table, ...]
+    _bufs: tuple[_Table, ...]
+    _base: RuntimePolicy | None
+    _keys: tuple[ImaKey, ...]  # the base's, then this document's
+    _excl_src: tuple[str, ...]  # this document's
     _excl: re.Pattern[str] | tuple[re.Pattern[str], ...] | None
     _digest: bytes | None
+    _size: int  # paths of the composed allowlist
+    _total: int  # entries of the chain (for max_entries)
 
     def __init__(
         self,
@@ -156,7 +230,8 @@ class RuntimePolicy:
 
         allow = {p: tags(v, p) for p, v in (allowlist or {}).items()}
         buf = {p: tags(v, p) for p, v in (ima_buf or {}).items()}
-        self._init(name, version, allow, excludes, tuple(keys), buf)
+        total = _count(allow) + _count(buf) + len(excludes) + len(keys)
+        self._init(name, version, allow, excludes, tuple(keys), buf, total, None)
 
     def _init(
         self,
@@ -166,37 +241,45 @@ class RuntimePolicy:
         excludes: Sequence[str],
         keys: tuple[ImaKey, ...],
         buf: dict[str, bytes | tuple[bytes, ...]],
+        total: int,
+        base: RuntimePolicy | None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise _bad("name must be a non-empty string")
         if type(version) is not int or not 0 <= version <= MAX_VERSION:
             raise _bad(f"version must be an integer from 0 to {MAX_VERSION}")
-        compiled = []
         for pattern in excludes:
             if not isinstance(pattern, str):
                 raise _bad("excludes must be strings")
             try:
-                compiled.append(re.compile(pattern))
+                re.compile(pattern)
             except re.error as exc:
                 raise _bad(f"invalid exclude regex {pattern!r}: {exc}") from None
-        excl: re.Pattern[str] | None = None
-        if compiled:
-            try:
-                excl = re.compile("|".join(f"(?:{p})" for p in excludes))
-            except re.error:  # e.g. the same group name in two patterns
-                excl = None
-        excl_any: re.Pattern[str] | tuple[re.Pattern[str], ...] | None = (
-            excl if excl is not None or not compiled else tuple(compiled)
-        )
+        allows: tuple[_Table, ...] = (allow,)
+        bufs: tuple[_Table, ...] = (buf,)
+        size, all_excl = len(allow), tuple(excludes)
+        if base is not None:
+            _check_base(name, version, base)
+            allows, bufs = (allow, *base._allows), (buf, *base._bufs)
+            size = base._size + sum(
+                1 for p in allow if all(p not in t for t in base._allows)
+            )
+            all_excl, keys = base.excludes + all_excl, base._keys + keys
+            total += base._total
         for attr, value in (
             ("name", name),
             ("version", version),
             ("_allow", allow),
+            ("_allows", allows),
+            ("_base", base),
             ("_buf", buf),
+            ("_bufs", bufs),
             ("_keys", keys),
             ("_excl_src", tuple(excludes)),
-            ("_excl", excl_any),
+            ("_excl", _compile(all_excl)),
             ("_digest", None),
+            ("_size", size),
+            ("_total", total),
         ):
             object.__setattr__(self, attr, value)
 
@@ -205,32 +288,38 @@ class RuntimePolicy:
 
     @classmethod
     def from_dict(
-        cls, data: Any, max_entries: int = DEFAULT_MAX_ENTRIES
+        cls,
+        data: Any,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        base: RuntimePolicy | None = None,
     ) -> RuntimePolicy:
         """Build a policy from its (already parsed) JSON form.
 
         Args:
             data: the JSON object (see the module doc).
             max_entries: refuse a policy with more digests, excludes, keys
-                and ima-buf digests than this in total; the caller should
-                also bound the JSON document's size before parsing it.
+                and ima-buf digests than this in total (a delta: with its
+                base's chain); the caller should also bound the JSON
+                document's size before parsing it.
+            base: the policy a delta's ``"base"`` names (None for a full
+                policy). The result shares its tables.
 
         Raises:
-            MalformedError: on any deviation from the JSON form or a policy
-                over ``max_entries``.
+            MalformedError: on any deviation from the JSON form, a policy
+                over ``max_entries``, a delta without its base or with
+                another, of another name, of a version not above its
+                base's, or deeper than :data:`MAX_DELTA_DEPTH`.
         """
-        if not isinstance(data, dict):
-            raise _bad("policy must be an object")
-        unknown = set(data) - {
-            "name",
-            "version",
-            "digests",
-            "excludes",
-            "keys",
-            "ima_buf",
-        }
+        ref = base_digest(data)
+        unknown = set(data) - _FIELDS - {"base"}
         if unknown:
             raise _bad(f"unknown fields {sorted(unknown)}")
+        if ref is None and base is not None:
+            raise _bad("not a delta: the policy names no base")
+        if ref is not None and base is None:
+            raise _bad(f"a delta needs its base policy {ref}")
+        if base is not None and ref != base.digest.hex():
+            raise _bad(f"base {ref} is not the given base {base.digest.hex()}")
         digests = data.get("digests", {})
         excludes = data.get("excludes", [])
         keys = data.get("keys", [])
@@ -239,12 +328,11 @@ class RuntimePolicy:
             raise _bad("digests and ima_buf must be objects")
         if not (isinstance(excludes, list) and isinstance(keys, list)):
             raise _bad("excludes and keys must be lists")
-        total = len(excludes) + len(keys)
-        for mapping in (digests, buf):
-            for values in mapping.values():
-                total += len(values) if isinstance(values, list) else 1
-        if total > max_entries:
-            raise _bad(f"{total} entries, more than the limit of {max_entries}")
+        total = len(excludes) + len(keys) + _count(digests) + _count(buf)
+        inherited = 0 if base is None else base._total
+        if total + inherited > max_entries:
+            more = f" (and {inherited} in its base)" if inherited else ""
+            raise _bad(f"{total} entries{more}, more than the limit of {max_entries}")
 
         def load(mapping: dict[Any, Any]) -> dict[str, bytes | tuple[bytes, ...]]:
             out: dict[str, bytes | tuple[bytes, ...]] = {}
@@ -256,18 +344,21 @@ class RuntimePolicy:
 
         policy = cls.__new__(cls)
         policy._init(
-            data.get("name"),  # type: ignore[arg-type]
-            data.get("version"),  # type: ignore[arg-type]
+            data.get("name"),
+            data.get("version"),
             load(digests),
             excludes,
             tuple(ImaKey.from_dict(k) for k in keys),
             load(buf),
+            total,
+            base,
         )
         return policy
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (digest lists sorted)."""
-        return {
+        """The JSON form of this document (a delta: its own additions and
+        its ``"base"``; digest lists sorted)."""
+        out = {
             "name": self.name,
             "version": self.version,
             "digests": {
@@ -275,17 +366,21 @@ class RuntimePolicy:
                 for p, v in self._allow.items()
             },
             "excludes": list(self._excl_src),
-            "keys": [k.to_dict() for k in self._keys],
+            "keys": [k.to_dict() for k in self._own_keys()],
             "ima_buf": {
                 p: [_show_digest(t) for t in _as_tuple(v)] for p, v in self._buf.items()
             },
         }
+        if self._base is not None:
+            out["base"] = self._base.digest.hex()
+        return out
+
+    def _own_keys(self) -> tuple[ImaKey, ...]:
+        return self._keys[len(self._base._keys) :] if self._base else self._keys
 
     def canonical_json(self) -> bytes:
         """The signed form: JSON with sorted keys, no spaces, ASCII only."""
-        return json.dumps(
-            self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True
-        ).encode("ascii")
+        return _canonical(self.to_dict())
 
     @property
     def digest(self) -> bytes:
@@ -306,12 +401,25 @@ class RuntimePolicy:
         return hash(self.digest)
 
     def __len__(self) -> int:
-        return len(self._allow)
+        """The paths the policy allows (a delta: with its base's)."""
+        return self._size
 
     def __repr__(self) -> str:
+        over = "" if self._base is None else f", delta over v{self._base.version}"
         return (
-            f"RuntimePolicy({self.name!r}, version={self.version}, {len(self)} paths)"
+            f"RuntimePolicy({self.name!r}, version={self.version}, "
+            f"{len(self)} paths{over})"
         )
+
+    @property
+    def base(self) -> RuntimePolicy | None:
+        """The policy this delta extends (None: a full policy)."""
+        return self._base
+
+    @property
+    def own_paths(self) -> int:
+        """The paths this document lists itself (a delta: its additions)."""
+        return len(self._allow)
 
     @property
     def keys(self) -> tuple[ImaKey, ...]:
@@ -320,15 +428,18 @@ class RuntimePolicy:
 
     @property
     def excludes(self) -> tuple[str, ...]:
-        """The exclude patterns, as given."""
-        return self._excl_src
+        """The exclude patterns, as given (a delta: its base's first)."""
+        if self._base is None:
+            return self._excl_src
+        return self._base.excludes + self._excl_src
 
     def allowed(self, path: str) -> frozenset[tuple[str, bytes]]:
         """The ``(algorithm, digest)`` pairs allowed for ``path``."""
-        value = self._allow.get(path)
-        if value is None:
-            return frozenset()
-        return frozenset((_NAMES[t[0]], t[1:]) for t in _as_tuple(value))
+        return frozenset(
+            (_NAMES[t[0]], t[1:])
+            for allow in self._allows
+            for t in _as_tuple(allow.get(path, ()))
+        )
 
     def is_excluded(self, path: str) -> bool:
         """Whether an exclude pattern matches ``path`` (at its start)."""
@@ -338,6 +449,30 @@ class RuntimePolicy:
         if isinstance(excl, tuple):
             return any(p.match(path) for p in excl)
         return excl.match(path) is not None
+
+
+def _check_base(name: str, version: int, base: RuntimePolicy) -> None:
+    if name != base.name:
+        raise _bad(f"a delta's name {name!r} differs from its base's {base.name!r}")
+    if version <= base.version:
+        raise _bad(
+            f"a delta's version {version} is not greater than its base's {base.version}"
+        )
+    if len(base._allows) > MAX_DELTA_DEPTH:
+        raise _bad(f"more than {MAX_DELTA_DEPTH} deltas over a full policy")
+
+
+def _compile(
+    excludes: tuple[str, ...],
+) -> re.Pattern[str] | tuple[re.Pattern[str], ...] | None:
+    """One pattern of all (or each apart when they cannot be joined, e.g.
+    the same group name in two); each was checked on its own already."""
+    if not excludes:
+        return None
+    try:
+        return re.compile("|".join(f"(?:{p})" for p in excludes))
+    except re.error:
+        return tuple(re.compile(p) for p in excludes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -357,104 +492,3 @@ class Failure:
     path: str
     reason: str
     detail: str
-
-
-def _judge(policy: RuntimePolicy, entry: ImaEntry, index: int) -> Failure | None:
-    path = entry.path
-    if entry.buffer is not None:
-        return _judge_buffer(policy, entry, index)
-    tag = _TAGS.get(entry.digest_algorithm)
-    value = policy._allow.get(path)
-    if value is not None and tag is not None and _contains(value, tag + entry.digest):
-        return None
-    if entry.template_hash == _ZERO20:
-        if index == 0 or policy.is_excluded(path):
-            return None
-        return Failure(index, path, "violation", "measurement violation logged")
-    if index == 0 and path == BOOT_AGGREGATE:
-        return None
-    sig = entry.signature
-    if (
-        sig
-        and policy._keys
-        and verify_ima_signature(
-            sig, entry.digest_algorithm, entry.digest, policy._keys
-        )
-    ):
-        return None
-    if policy.is_excluded(path):
-        return None
-    shown = f"{entry.digest_algorithm}:{entry.digest.hex()}"
-    if sig and policy._keys:
-        return Failure(index, path, "bad_signature", f"{shown} signature not valid")
-    if value is not None:
-        return Failure(index, path, "digest_mismatch", f"{shown} not allowed")
-    return Failure(index, path, "unknown_file", f"{shown} not in the policy")
-
-
-def _judge_buffer(policy: RuntimePolicy, entry: ImaEntry, index: int) -> Failure | None:
-    buffer = entry.buffer
-    assert buffer is not None
-    path = entry.path
-    if hashlib.new(entry.digest_algorithm, buffer).digest() != entry.digest:
-        return Failure(
-            index, path, "buffer_digest_mismatch", "digest is not that of the buffer"
-        )
-    value = policy._buf.get(path)
-    if value is not None:
-        for tag in _as_tuple(value):
-            if hashlib.new(_NAMES[tag[0]], buffer).digest() == tag[1:]:
-                return None
-    if policy.is_excluded(path):
-        return None
-    return Failure(index, path, "buffer_not_allowed", "buffer not in the policy")
-
-
-def evaluate(
-    policy: RuntimePolicy, entries: Iterable[ImaEntry], first_index: int = 0
-) -> list[Failure]:
-    """Every entry of ``entries`` the policy does not allow.
-
-    Args:
-        policy: the runtime policy.
-        entries: consecutive entries of the list.
-        first_index: index of the first of ``entries`` in the list (entry 0,
-            the boot aggregate, is checked by
-            :func:`~verifier.protocol.ima.replay.check_boot_aggregate`).
-
-    Returns:
-        The failures, in list order (empty when all are allowed).
-    """
-    failures = []
-    allow = policy._allow
-    tags = _TAGS
-    index = first_index
-    for entry in entries:
-        value = allow.get(entry.path)
-        if value is not None and entry.buffer is None:
-            tag = tags.get(entry.digest_algorithm, b"")
-            if value == tag + entry.digest:  # the common case, fast
-                index += 1
-                continue
-        failure = _judge(policy, entry, index)
-        if failure is not None:
-            failures.append(failure)
-        index += 1
-    return failures
-
-
-def check(
-    policy: RuntimePolicy, entries: Iterable[ImaEntry], first_index: int = 0
-) -> None:
-    """Like :func:`evaluate` but raise on the first failure.
-
-    Raises:
-        EvidenceError: ``ima_policy`` naming the entry index, path and why.
-    """
-    failures = evaluate(policy, entries, first_index)
-    if failures:
-        f = failures[0]
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise EvidenceError(
-            "ima_policy", f"entry {f.index} {f.path!r}: {f.reason}: {f.detail}{more}"
-        )

@@ -3,6 +3,7 @@
 
 ``POST /v1/nodes``                :class:`EnrolmentRequest`
 ``POST /v1/nodes/{uuid}/revoke``  :class:`RevokeRequest` (body optional)
+``PUT /v1/nodes/{uuid}/policy``   :class:`PolicyChangeRequest`
 
 Both are requests: fields they do not define are refused, so a misspelt
 ``runtime_policy`` is an error, not an enrolment without a runtime policy.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from verifier.protocol.enroller import COMMITMENT_BYTES
@@ -36,6 +38,7 @@ __all__ = [
     "MODES",
     "AttestationMode",
     "EnrolmentRequest",
+    "PolicyChangeRequest",
     "RevokeRequest",
     "check_interval",
 ]
@@ -249,3 +252,60 @@ class RevokeRequest:
         detail = r.get("detail")
         r.finish()
         return cls() if detail is None else cls(detail)
+
+
+#: The fields of a :class:`PolicyChangeRequest` and the policy kind of each.
+_CHANGE_FIELDS = {"runtime_policy": "runtime", "mb_policy": "measured-boot"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyChangeRequest:
+    """The tenant changes the policies in force on an enrolled node.
+
+    Attributes:
+        changes: the fields given, ``runtime_policy`` and/or ``mb_policy``,
+            each a stored-policy reference (a bare ``name`` follows it,
+            ``name@version`` or a digest pins one) or None (no policy of
+            that kind from now on). A field not given is unchanged.
+
+    Raises:
+        FieldError: no field given, or a reference that is neither a
+            string of at most :data:`MAX_POLICY_REF` characters nor null.
+    """
+
+    changes: Mapping[str, str | None]
+
+    _NAME = "policy change request"
+
+    def __post_init__(self) -> None:
+        if not self.changes:
+            raise FieldError(
+                self._NAME, "runtime_policy", "or 'mb_policy' must be given"
+            )
+        for name, ref in self.changes.items():
+            if name not in _CHANGE_FIELDS:
+                raise FieldError(self._NAME, name, "is not a policy field")
+            check_str(self._NAME, name, ref, MAX_POLICY_REF, optional=True)
+        object.__setattr__(self, "changes", dict(self.changes))
+
+    def refs(self) -> dict[str, str | None]:
+        """Policy kind (``runtime``, ``measured-boot``) -> reference or None,
+        for the kinds the request changes."""
+        return {_CHANGE_FIELDS[name]: ref for name, ref in self.changes.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.changes)
+
+    @classmethod
+    def from_dict(cls, data: object) -> PolicyChangeRequest:
+        """Parse a request body (unknown fields are refused; a field given
+        as null drops that kind of policy, an absent one keeps it).
+
+        Raises:
+            MalformedError: naming the field.
+        """
+        r = Reader(data, cls._NAME)
+        assert isinstance(data, Mapping)  # or Reader raised
+        present = {name: r.get(name) for name in _CHANGE_FIELDS if name in data}
+        r.finish()
+        return cls(present)

@@ -152,6 +152,44 @@ class OpenStackCliTest(KeystoneTestBase):
             "registered", (await self.json_of("alice", "node", "show", uuid))["state"]
         )
 
+    async def test_node_set_changes_the_policy_in_force(self) -> None:
+        path = os.path.join(self.tmp, "mb.json")
+        with open(path, "w") as f:
+            json.dump({"secure_boot": True}, f)
+        for _ in range(2):  # golden versions 1 and 2 (other content)
+            await self.json_of(
+                "alice", "policy", "create", "--kind", "measured-boot",
+                "--name", "golden", path,
+            )  # fmt: skip
+            with open(path, "w") as f:
+                json.dump({"secure_boot": False}, f)
+        uuid = (await self.enrol_node("alice")).uuid
+        node = await self.json_of(
+            "alice", "node", "set", uuid, "--mb-policy", "golden@1"
+        )
+        self.assertEqual("golden@1 (pinned)", node["mb_policy_in_force"])
+        node = await self.json_of("alice", "node", "set", uuid, "--mb-policy", "golden")
+        self.assertEqual("golden@2 (follows golden)", node["mb_policy_in_force"])
+        listed = await self.json_of("alice", "node", "list")
+        self.assertEqual(
+            ["golden@2 (follows golden)"], [n["mb_policy_in_force"] for n in listed]
+        )
+        # refused: one line, nothing changed
+        code, _, err = await self.openstack(
+            "bob", "node", "set", uuid, "--mb-policy", "golden"
+        )
+        self.assertEqual((1, True), (code, "unknown_node" in err), err)
+        code, _, err = await self.openstack(
+            "alice", "node", "set", uuid, "--mb-policy", "golden@7"
+        )
+        self.assertEqual((1, True), (code, "golden@7" in err), err)
+        self.assertNotIn("Traceback", err)
+        code, _, err = await self.openstack("alice", "node", "set", uuid)
+        self.assertEqual(1, code)
+        self.assertNotIn("Traceback", err)
+        shown = await self.json_of("alice", "node", "show", uuid)
+        self.assertEqual("golden@2 (follows golden)", shown["mb_policy_in_force"])
+
 
 class TenantLibraryKeystoneTest(KeystoneTestBase):
     """The tenant library (what ``trusted-nova boot`` enrols with) calls the

@@ -119,6 +119,49 @@ class CrossProjectAttackTest(KeystoneTestBase):
         status, _ = await self.call("rita", "GET", f"/v1/nodes/{uuid}")
         self.assertEqual(200, status)
 
+    async def test_other_project_cannot_set_node_policy(self) -> None:
+        uuid = await self.alpha_node()
+        await self.add_policy("bob")  # bob's own policy, by the same name too
+        for body in ({"mb_policy": "golden"}, {"mb_policy": None}):
+            status, answer = await self.call(
+                "bob", "PUT", f"/v1/nodes/{uuid}/policy", body
+            )
+            self.assertEqual(404, status, answer)
+            self.assertEqual("unknown_node", answer["error"]["code"])
+        await self.assert_unchanged(uuid)
+        row = self.row(uuid)
+        assert row is not None
+        self.assertEqual((None, None), (row.mb_policy, row.mb_policy_follow))
+
+    async def test_node_policy_set_to_other_projects_policy_is_404(self) -> None:
+        uuid = await self.alpha_node()
+        meta = await self.add_policy("bob")
+        for ref in ("golden", meta["digest"], "golden@1"):
+            status, answer = await self.call(
+                "alice", "PUT", f"/v1/nodes/{uuid}/policy", {"mb_policy": ref}
+            )
+            self.assertEqual(404, status, answer)
+            self.assertEqual("unknown_policy", answer["error"]["code"])
+            self.assertIn(ref, answer["error"]["message"])
+        await self.assert_unchanged(uuid)
+
+    async def test_reader_cannot_set_node_policy(self) -> None:
+        uuid = await self.alpha_node()
+        await self.add_policy("alice")
+        status, body = await self.call(
+            "rita", "PUT", f"/v1/nodes/{uuid}/policy", {"mb_policy": "golden"}
+        )
+        self.assertEqual(403, status)
+        self.assertEqual("forbidden", body["error"]["code"])
+        await self.assert_unchanged(uuid)
+        status, body = await self.call(
+            "alice", "PUT", f"/v1/nodes/{uuid}/policy", {"mb_policy": "golden"}
+        )
+        self.assertEqual(200, status, body)
+        in_force = body["policies"]["measured-boot"]
+        self.assertEqual(("golden", 1, True), (in_force["name"], in_force["version"],
+                                               in_force["follows"]))  # fmt: skip
+
     async def test_reader_cannot_enrol(self) -> None:
         agent = self.new_agent()
         body = self.enrolment(agent.uuid)

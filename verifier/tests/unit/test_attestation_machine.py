@@ -586,6 +586,20 @@ class AttackTest(MachineTestBase):
 
         self.assert_revoked(self.round(machine, wire), "malformed")
 
+    def test_forged_boot_aggregate_in_a_list_sent_in_parts_is_rejected(
+        self,
+    ) -> None:
+        # entry 0 does not match PCRs 0-9; the list comes in parts, so the
+        # quote that checks PCRs 0-9 sees entry 0 in an earlier part only
+        self.node.ima[0] = boot_aggregate_entry([bytes(32)] * 10)
+        for i in range(5):
+            self.node.measure(f"/opt/app/{i}", b"x")
+        machine = self.machine(runtime=True, mb=True, pcr16=False)
+        self.node.part_size = 3
+        verdict = self.round(machine)
+        self.assertEqual(Verdict(Action.ASK_AGAIN), verdict)
+        self.assert_revoked(self.round(machine), "ima_boot_aggregate")
+
     def test_ima_gap_is_rejected(self) -> None:
         self.node.measure("/usr/bin/python3", b"py")
         machine = self.attested(runtime=True, pcr16=False)

@@ -112,6 +112,27 @@ class ImaEvidenceTest(testtools.TestCase):
         )
         self.assertEqual("ima_boot_aggregate", e.reason)
 
+    def test_attack_boot_aggregate_in_an_earlier_part_of_the_list(self) -> None:
+        # entry 0 came in a part (extend_ima) that no quote checked; the
+        # quote that ends the list still checks it against PCRs 0-9
+        pcrs = _pcrs(self.entries)
+        pcrs[4] = bytes(32)
+        first = ImaEvidence(0, self.entries[:2], True)
+        state = extend_ima(ReplayState(), first, self.policy)
+        last = ImaEvidence(2, self.entries[2:])
+        e = self.assertRaises(
+            EvidenceError,
+            check_ima,
+            state,
+            last,
+            pcrs,
+            self.policy,
+            self.entries[0],
+        )
+        self.assertEqual("ima_boot_aggregate", e.reason)
+        good = check_ima(state, last, _pcrs(self.entries), self.policy, self.entries[0])
+        self.assertEqual(3, good.count)
+
     def test_boot_aggregate_unchecked_without_pcrs_0_to_9(self) -> None:
         ev = parse_ima_evidence(self.wire(self.entries))
         pcrs = _pcrs(self.entries, with_boot=False)

@@ -63,6 +63,11 @@ class KeyServiceTest(testtools.TestCase):
         self.assertEqual(1, self.svc.revoke(_event(self.a, "node.recovered"))["epoch"])
         self.assertEqual(1, self.svc.checker.epoch(self.a))
 
+    def test_policy_changed_does_not_bump_the_epoch(self) -> None:
+        answer = self.svc.revoke(_event(self.a, "node.policy_changed"))
+        self.assertEqual((0, False), (answer["epoch"], answer["duplicate"]))
+        self.assertEqual(0, self.svc.checker.epoch(self.a))
+
     def test_redelivery_after_a_failed_state_write_persists_the_epoch(self) -> None:
         event = _event(self.a)
         real_file, self.svc._state_file = (

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from verifier.protocol import PcrPolicy
 from verifier.protocol.abe import setup
 from verifier.protocol.errors import MalformedError
+from verifier.protocol.ima import Failure
 from verifier.protocol.messages.abe import AbeKeyDelivery, AbeParams, SealedBlobRequest
 from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
 from verifier.protocol.messages.enrolment import EnrolmentRequest, RevokeRequest
@@ -29,6 +30,12 @@ from verifier.protocol.messages.keyservice import (
 )
 from verifier.protocol.messages.monitor import MonitorChallenge, MonitorIdentity
 from verifier.protocol.messages.policies import PolicyUpload
+from verifier.protocol.messages.policy_check import (
+    NodeCheck,
+    PolicyCheckReport,
+    PolicyCheckRequest,
+    PolicyRef,
+)
 from verifier.protocol.messages.provider import (
     ProviderEkRecord,
     ProviderEkRegistration,
@@ -73,6 +80,16 @@ EXAMPLES: list[Any] = [
     RekeyLog(1, (b"m",)),
     FilegroupState("fg", 0, bytes(32), bytes(32)),
     PolicyUpload({"name": "x"}, "x", b"sig"),
+    PolicyCheckRequest((UUID,)),
+    PolicyCheckRequest(all=True),
+    PolicyCheckReport(
+        PolicyRef("web", 5, "ab" * 32),
+        (
+            NodeCheck.judged(UUID, 9, [Failure(7, "/x", "unknown_file", "d")]),
+            NodeCheck.judged(UUID, 9, []),
+            NodeCheck.error_of(UUID, "timeout", "no answer"),
+        ),
+    ),
     ErrorBody("bad_field", "'v' is not base64"),
 ]
 

@@ -46,7 +46,9 @@ class _OwnsNothing(Ownership):
         return False
 
 
-class PullRelayServiceTest(VerifierServiceBase):
+class PullRelayBase(VerifierServiceBase):
+    """A polled node enrolled by ``OWNER``, its real agent, no tests."""
+
     async def asyncSetUp(self) -> None:
         await super().asyncSetUp()
         self.verifier = self.new_verifier()
@@ -106,6 +108,8 @@ class PullRelayServiceTest(VerifierServiceBase):
         cert = body.identity_cert.encode() if body.identity_cert else None
         return await self.agent.receive_v(body.v, cert, body.u_commitment)
 
+
+class PullRelayServiceTest(PullRelayBase):
     async def test_polled_node_bootstraps_through_the_relay(self) -> None:
         nonce = await self._ask()
         # answered while the tenant waited: the quote over its own nonce

@@ -147,3 +147,7 @@ class RelayServiceTest(VerifierServiceBase):
         with self.assertRaises(ConflictError) as caught:
             await self.relay.ask_identity(self.fake.uuid, OWNER, request)
         self.assertEqual("revoked", caught.exception.code)
+        # the 409 says why (the stored reason of the revocation)
+        self.assertEqual(
+            f"node {self.fake.uuid} is revoked: tenant: test", caught.exception.detail
+        )

@@ -297,6 +297,39 @@ class PushServiceTest(VerifierServiceBase):
         agent, _ = await self._enrol()
         self.assertEqual("push", self.row(agent.uuid).attestation_mode)  # type: ignore[union-attr]
 
+    async def test_v_sent_before_a_delete_is_not_taken_as_the_new_enrolments(
+        self,
+    ) -> None:
+        """A node deleted while its V was on the way, then enrolled again:
+        its agent's word that it holds a V (of its earlier bootstrap) does
+        not stand for the new V, which is sent."""
+        agent, _ = await self._enrol()
+        token = await self._token(agent)
+        post = await self._evidence(agent, token, await self._challenge(agent, token))
+        post["v_held"] = False
+        status, result = await self._post(
+            f"/v1/push/{agent.uuid}/evidence", post, token
+        )
+        self.assertEqual((200, "bootstrapping"), (status, result["state"]), result)
+        self.assertIsNotNone(result["v"])  # on its way
+        await self.verifier.commands.delete(agent.uuid)
+        v_share = os.urandom(32)
+        await self.verifier.commands.enrol(
+            agent.uuid, v_share, self.policy, mode="push"
+        )
+        self.quiesce(self.verifier)
+        self.now += 2.0
+        token = await self._token(agent)
+        post = await self._evidence(agent, token, await self._challenge(agent, token))
+        post["v_held"] = True  # bootstrapped by an earlier enrolment
+        status, result = await self._post(
+            f"/v1/push/{agent.uuid}/evidence", post, token
+        )
+        self.assertEqual(200, status, result)
+        self.assertIsNotNone(result["v"], result)
+        self.assertEqual(v_share, agent.open_v(result["v"]))
+        self.assertEqual("bootstrapping", await self._state(agent))
+
 
 class EnrolmentModeTest(VerifierServiceBase):
     def test_enrolment_mode_defaults_to_pull_and_round_trips(self) -> None:

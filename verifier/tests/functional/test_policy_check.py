@@ -1,0 +1,231 @@
+"""The dry run of a runtime policy end to end: real registrar, verifier and
+agent processes on swtpm; each node's soft kernel writes its IMA list while
+extending the swtpm's PCR 10. The tenant stores candidate versions and asks
+the verifier (``trusted-tenant policy check``) what each would refuse of
+the nodes' live lists: exactly the entries a candidate lacks are listed,
+entry by entry, and nothing about the nodes changes -- state, events, IMA
+replay position, quotes counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid as uuid_mod
+from typing import Any
+
+import testtools
+
+from trusted_testing.cluster import LocalCluster, NodeHandle, wait_until
+from trusted_testing.e2e import Http
+from verifier.protocol import PcrPolicy
+from verifier.protocol.ima import parse_ascii, policy_from_log
+
+INTERVAL = 0.5
+#: the nodes' own quote interval: no regular round falls inside a check
+NODE_INTERVAL = 120.0
+PAYLOAD = b"#!/bin/sh\ntrue\n"
+FILES = (
+    ("/usr/bin/python3.11", b"python"),
+    ("/usr/sbin/nginx", b"nginx 1.24"),
+    ("/usr/lib/libssl.so.3", b"openssl 3.0"),
+)
+
+
+def _script(name: str) -> str:
+    return os.path.join(os.path.dirname(sys.executable), name)
+
+
+class PolicyCheckTest(testtools.TestCase):
+    """Two polled nodes under web@1 for the class; a third is enrolled by
+    the test that forges its list, and deleted at its end."""
+
+    cluster: LocalCluster
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.tmp = tempfile.mkdtemp(prefix="policy-check-")
+        cls.cluster = LocalCluster(
+            os.path.join(cls.tmp, "cluster"), nodes=3, interval=INTERVAL, evidence=True
+        )
+        cls.loop = asyncio.new_event_loop()
+        try:
+            cls.cluster.start_services()
+            for node in cls.cluster.nodes:  # before the agents use the TPMs
+                for path, content in FILES:
+                    cls.kernel(node).measure(path, content)
+                cls.cluster.start_agent(node)
+            cls.http = Http(cls.cluster)
+            cls.tenant = cls.cluster.tenant()
+            entries = parse_ascii(cls.list_text(cls.cluster.nodes[0]))
+            cls.web1 = policy_from_log(entries, "web", 1)
+            # web@2 lacks nginx (say, built from a smaller package set)
+            without = [e for e in entries if e.path != "/usr/sbin/nginx"]
+            cls.web2 = policy_from_log(without, "web", 2)
+            for policy in (cls.web1, cls.web2):
+                cls.run_async(cls.tenant.add_policy("runtime", policy.to_dict()))
+            for node in cls.cluster.nodes[:2]:
+                cls.enrol(node)
+        except Exception:
+            cls.loop.close()
+            cls.cluster.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        try:
+            cls.run_async(cls.tenant.close())
+            cls.loop.close()
+        finally:
+            cls.cluster.stop()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            super().tearDownClass()
+
+    @classmethod
+    def run_async(cls, coro):  # type: ignore[no-untyped-def]
+        return cls.loop.run_until_complete(coro)
+
+    @staticmethod
+    def kernel(node: NodeHandle) -> Any:
+        assert node.kernel is not None
+        return node.kernel
+
+    @classmethod
+    def list_text(cls, node: NodeHandle) -> str:
+        with open(cls.kernel(node).ima_path, encoding="utf-8") as f:
+            return f.read()
+
+    @classmethod
+    def _registered(cls, uuid: str) -> bool:
+        r = cls.http.call("GET", f"{cls.cluster.registrar_url}/v1/agents/{uuid}")
+        return r.status_code == 200 and r.json()["activated"] is True
+
+    @classmethod
+    def enrol(cls, node: NodeHandle) -> None:
+        if not wait_until(lambda: cls._registered(node.uuid), 60):
+            raise RuntimeError(f"agent {node.index} never registered")
+        cls.run_async(
+            cls.tenant.enrol(
+                node.uuid,
+                PAYLOAD,
+                PcrPolicy({}),
+                runtime_policy="web@1",  # pinned
+                interval=NODE_INTERVAL,
+            )
+        )
+        if not wait_until(lambda: cls.state(node.uuid) == "attested", 30):
+            raise RuntimeError(f"node {node.uuid} never attested")
+
+    @classmethod
+    def state(cls, uuid: str) -> str | None:
+        status = cls.cluster.node_status(uuid)
+        return None if status is None else status["state"]
+
+    def snapshot(self) -> list[tuple[Any, ...]]:
+        """What a check must not change about the nodes."""
+        out = []
+        for node in self.cluster.nodes[:2]:
+            view = self.cluster.node_status(node.uuid)
+            assert view is not None
+            out.append(
+                (
+                    view["state"],
+                    view["ima_entries"],
+                    view["quotes_verified"],
+                    view["last_attested_at"],
+                    view["runtime_policy"],
+                    view["failure_reason"],
+                )
+            )
+        out.append(tuple(self.run_async(self.tenant.events())))
+        return out
+
+    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, **self.cluster.tenant_env())
+        return subprocess.run(
+            [_script("trusted-tenant"), *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def test_check_lists_exactly_what_the_candidate_lacks_and_changes_nothing(
+        self,
+    ) -> None:
+        before = self.snapshot()
+        report = self.run_async(
+            self.tenant.check_policy(
+                "web@2", tuple(n.uuid for n in self.cluster.nodes[:2])
+            )
+        )
+        self.assertEqual(("web", 2), (report.policy.name, report.policy.version))
+        self.assertEqual(self.web2.digest.hex(), report.policy.digest)
+        pairs = zip(self.cluster.nodes[:2], report.results, strict=True)
+        for node, result in pairs:
+            self.assertEqual(node.uuid, result.node)
+            self.assertEqual("fail", result.result.value, result)
+            self.assertEqual(len(FILES) + 1, result.entries)
+            self.assertEqual(
+                [(2, "/usr/sbin/nginx", "unknown_file")],
+                [(f.index, f.path, f.reason) for f in result.failures],
+            )
+        self.assertEqual(before, self.snapshot())
+        # the version in force passes on every node
+        report = self.run_async(self.tenant.check_policy("web@1", everything=True))
+        self.assertEqual(["pass", "pass"], [r.result.value for r in report.results])
+        self.assertEqual(before, self.snapshot())
+
+    def test_cli_prints_each_failing_entry_and_exits_by_the_result(self) -> None:
+        node = self.cluster.nodes[1]
+        before = self.snapshot()
+        done = self.cli("policy", "check", "web@2", "--node", node.uuid)
+        self.assertEqual(1, done.returncode, done.stderr)
+        self.assertIn(f"{node.uuid}: FAIL (1 of 4 entries would fail)", done.stdout)
+        self.assertIn("entry 2 '/usr/sbin/nginx': unknown_file", done.stdout)
+        done = self.cli("policy", "check", "web@1", "--all")
+        self.assertEqual(0, done.returncode, done.stderr)
+        self.assertIn("2 node(s) checked, 2 pass", done.stdout)
+        done = self.cli("policy", "check", "web@2", "--all", "--json")
+        self.assertEqual(1, done.returncode, done.stderr)
+        data = json.loads(done.stdout)
+        self.assertEqual({"web"}, {data["policy"]["name"]})
+        self.assertEqual(2, len(data["results"]))
+        # bad input: one line, exit 2, nothing changed
+        unknown = str(uuid_mod.uuid4())
+        for argv, words in (
+            (("web@9", "--all"), "web@9"),
+            (("web@2", "--node", unknown), unknown),
+            (("web@2", "--node", "not-a-uuid"), "not-a-uuid"),
+        ):
+            done = self.cli("policy", "check", *argv)
+            self.assertEqual(2, done.returncode, (argv, done.stdout, done.stderr))
+            self.assertEqual(1, done.stderr.count("\n"), done.stderr)
+            self.assertIn(words, done.stderr)
+            self.assertNotIn("Traceback", done.stderr)
+        self.assertEqual(before, self.snapshot())
+
+    def test_a_forged_list_is_an_error_never_a_pass(self) -> None:
+        node = self.cluster.nodes[2]
+        self.enrol(node)
+        kernel = self.kernel(node)
+        kernel.measure("/tmp/.x/miner", b"miner")  # PCR 10 extended
+        lines = self.list_text(node).splitlines(keepends=True)
+        lines[-1] = kernel.entries[1].to_ascii() + "\n"  # shows python instead
+        with open(kernel.ima_path, "w", encoding="utf-8") as f:
+            f.write("".join(lines))
+        try:
+            report = self.run_async(self.tenant.check_policy("web@1", (node.uuid,)))
+            (result,) = report.results
+            self.assertEqual("error", result.result.value, result)
+            self.assertTrue(result.error.startswith("ima_pcr_mismatch: "), result)
+            self.assertEqual("attested", self.state(node.uuid))  # judged, not acted on
+            self.assertEqual([], self.run_async(self.tenant.events(node.uuid)))
+        finally:
+            self.run_async(self.tenant.delete(node.uuid))

@@ -1,0 +1,399 @@
+"""The dry run of a runtime policy in the verifier service and its API
+(``POST /v1/policies/runtime/{ref}/check``): live lists fetched from the
+nodes' agents (fake agents answering with real quotes of a SoftTpm driven
+by a SoftKernel), judged against the candidate; the caller's project only;
+nothing about any node changes; every bad input a named JSON 4xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import types
+import uuid as uuid_mod
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+from keystoneauth1 import session as ks_session
+from osc_lib import exceptions as osc_exceptions
+
+from nova_plugin.attestation import AttestationClient
+from nova_plugin.osc_attestation import CheckPolicy
+from trusted_testing.auth import open_auth
+from verifier.api.verifier_app import make_app, public_pem
+from verifier.attest.service import Verifier
+from verifier.exceptions import NotFoundError
+from verifier.protocol import PcrPolicy
+from verifier.protocol.attestation import AttestationMode
+from verifier.protocol.ima import parse_ascii, policy_from_log
+from verifier.protocol.messages.policy_check import (
+    MAX_CHECK_NODES,
+    CheckResult,
+    PolicyCheckReport,
+    PolicyCheckRequest,
+)
+from verifier.tests.unit.test_attest_runtime import KernelAgent
+from verifier.tests.unit.test_attest_service import VerifierServiceBase
+
+PROJECT = "noauth"  # the open caller's project (trusted_testing.auth)
+OTHER = "someone-else"
+
+
+class PolicyCheckBase(VerifierServiceBase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.dirs = iter(range(1000))
+
+    def new_kernel_agent(self) -> KernelAgent:
+        directory = os.path.join(self.tmp, f"node{next(self.dirs)}")
+        os.makedirs(directory)
+        agent = KernelAgent(str(uuid_mod.uuid4()), next(self._ports), directory)
+        agent.kernel.measure("/usr/bin/python3", b"py")
+        self.agents.add(agent)
+        self.registrar.add(agent)
+        return agent
+
+    @staticmethod
+    def list_policy(agent: KernelAgent, version: int) -> dict[str, Any]:
+        with open(agent.kernel.ima_path, encoding="utf-8") as f:
+            return policy_from_log(parse_ascii(f.read()), "web", version).to_dict()
+
+    async def enrolled(
+        self, verifier: Verifier, agent: KernelAgent, project: str = PROJECT
+    ) -> None:
+        await verifier.commands.enrol(
+            agent.uuid,
+            os.urandom(32),
+            PcrPolicy({}),
+            runtime_policy="web",
+            project=project,
+        )
+        self.quiesce(verifier)
+        view = await verifier.rounds.attest_once(agent.uuid)
+        self.assertEqual("attested", view.state, view)
+
+    def snapshot(self, verifier: Verifier, uuid: str) -> tuple[Any, ...]:
+        """Everything a check must not change about a node."""
+        node = verifier.nodes.find(uuid)
+        row = self.row(uuid)
+        assert node is not None and row is not None
+        return (
+            node.state,
+            node.ima,
+            node.clock,
+            node.quotes_verified,
+            node.last_attested_at,
+            node.unreachable,
+            node.dirty,
+            row.state,
+            row.ima_count,
+            row.ima_pcr,
+            row.clock,
+            row.quotes_verified,
+            row.updated_at,
+            len(self.outbox_rows()),
+        )
+
+
+class PolicyCheckServiceTest(PolicyCheckBase):
+    async def fleet(self) -> tuple[Verifier, KernelAgent, KernelAgent]:
+        """Two attested nodes under web@1; web@2 is a candidate made from
+        the first node's list before it ran one more file."""
+        verifier = self.new_verifier()
+        good, patched = self.new_kernel_agent(), self.new_kernel_agent()
+        verifier.policies.add("runtime", self.list_policy(good, 1), project=PROJECT)
+        await self.enrolled(verifier, good)
+        await self.enrolled(verifier, patched)
+        verifier.policies.add("runtime", self.list_policy(good, 2), project=PROJECT)
+        return verifier, good, patched
+
+    async def test_check_lists_what_the_candidate_lacks_and_changes_nothing(
+        self,
+    ) -> None:
+        verifier, good, patched = await self.fleet()
+        patched.kernel.measure("/usr/bin/new-tool", b"v2")
+        before = {a.uuid: self.snapshot(verifier, a.uuid) for a in (good, patched)}
+        asked = len(patched.quote_requests)
+        report = await verifier.checker.check(
+            "web@2", PROJECT, PolicyCheckRequest((good.uuid, patched.uuid))
+        )
+        self.assertEqual(("web", 2), (report.policy.name, report.policy.version))
+        first, second = report.results
+        self.assertEqual(
+            (good.uuid, CheckResult.PASS, 2), (first.node, first.result, first.entries)
+        )
+        self.assertEqual(CheckResult.FAIL, second.result)
+        self.assertEqual(
+            [(2, "/usr/bin/new-tool", "unknown_file")],
+            [(f.index, f.path, f.reason) for f in second.failures],
+        )
+        request = patched.quote_requests[asked]
+        self.assertEqual("0", request["ima_from"])  # the whole list
+        self.assertEqual("0", request["csr"])
+        for agent in (good, patched):
+            self.assertEqual(before[agent.uuid], self.snapshot(verifier, agent.uuid))
+        # the node's next real round continues where it was
+        view = await verifier.rounds.attest_once(patched.uuid)
+        self.assertEqual("revoked", view.state)  # web@1 lacks new-tool
+        self.assertEqual("2", patched.quote_requests[-1]["ima_from"])
+
+    async def test_all_checks_the_project_s_nodes_but_revoked_ones(self) -> None:
+        verifier, good, patched = await self.fleet()
+        foreign = self.new_kernel_agent()
+        verifier.policies.add("runtime", self.list_policy(foreign, 1), project=OTHER)
+        await self.enrolled(verifier, foreign, project=OTHER)
+        await verifier.commands.revoke(patched.uuid, "tenant_revoked", "test", PROJECT)
+        report = await verifier.checker.check(
+            "web", PROJECT, PolicyCheckRequest(all=True)
+        )
+        self.assertEqual([good.uuid], [r.node for r in report.results])
+        self.assertEqual(2, report.policy.version)  # a bare name: the newest
+        self.assertEqual([], foreign.quote_requests[1:])  # never asked
+
+    async def test_explicit_revoked_node_is_an_error(self) -> None:
+        verifier, good, patched = await self.fleet()
+        await verifier.commands.revoke(patched.uuid, "tenant_revoked", "test", PROJECT)
+        report = await verifier.checker.check(
+            "web@1", PROJECT, PolicyCheckRequest((patched.uuid,))
+        )
+        self.assertEqual("node_revoked", report.results[0].reason)
+
+    async def test_another_project_s_node_is_unknown(self) -> None:
+        verifier, good, _ = await self.fleet()
+        foreign = self.new_kernel_agent()
+        verifier.policies.add("runtime", self.list_policy(foreign, 1), project=OTHER)
+        await self.enrolled(verifier, foreign, project=OTHER)
+        for uuid in (foreign.uuid, str(uuid_mod.uuid4())):
+            with self.assertRaises(NotFoundError) as ctx:
+                await verifier.checker.check(
+                    "web", PROJECT, PolicyCheckRequest((good.uuid, uuid))
+                )
+            self.assertEqual("unknown_node", ctx.exception.code)
+            self.assertIn(uuid, ctx.exception.detail)
+        self.assertEqual(1, len(foreign.quote_requests))  # its enrolment only
+
+    async def test_another_project_s_policy_is_unknown(self) -> None:
+        verifier, good, _ = await self.fleet()
+        verifier.policies.add(
+            "runtime", {"name": "theirs", "version": 1}, project=OTHER
+        )
+        for ref in ("theirs", "web@9", "0" * 64):
+            with self.assertRaises(NotFoundError) as ctx:
+                await verifier.checker.check(
+                    ref, PROJECT, PolicyCheckRequest((good.uuid,))
+                )
+            self.assertEqual("unknown_policy", ctx.exception.code)
+            self.assertIn(ref, ctx.exception.detail)
+
+    async def test_unreachable_agent_is_an_error_and_not_counted(self) -> None:
+        verifier, good, _ = await self.fleet()
+        before = self.snapshot(verifier, good.uuid)
+        good.unreachable = True
+        report = await verifier.checker.check(
+            "web", PROJECT, PolicyCheckRequest((good.uuid,))
+        )
+        self.assertEqual("agent_unreachable", report.results[0].reason)
+        self.assertEqual(before, self.snapshot(verifier, good.uuid))
+
+    async def test_forged_answer_is_an_error_and_does_not_revoke(self) -> None:
+        verifier, good, _ = await self.fleet()
+        good.kernel.log_only("/usr/bin/python3", b"py")  # not extended
+        good.kernel.measure("/tmp/miner", b"m")
+        lines = open(good.kernel.ima_path, encoding="utf-8").read().splitlines(True)
+        with open(good.kernel.ima_path, "w", encoding="utf-8") as f:
+            f.write("".join(lines[:-1]))  # hides the miner: does not replay
+        before = self.snapshot(verifier, good.uuid)
+        report = await verifier.checker.check(
+            "web", PROJECT, PolicyCheckRequest((good.uuid,))
+        )
+        self.assertEqual(CheckResult.ERROR, report.results[0].result)
+        self.assertEqual("ima_pcr_mismatch", report.results[0].reason)
+        self.assertEqual(before, self.snapshot(verifier, good.uuid))
+
+    async def test_push_node_is_not_fetchable(self) -> None:
+        verifier = self.new_verifier()
+        agent = self.new_kernel_agent()
+        verifier.policies.add("runtime", self.list_policy(agent, 1), project=PROJECT)
+        await verifier.commands.enrol(
+            agent.uuid,
+            os.urandom(32),
+            PcrPolicy({}),
+            runtime_policy="web",
+            project=PROJECT,
+            mode=AttestationMode.PUSH,
+        )
+        self.quiesce(verifier)
+        report = await verifier.checker.check(
+            "web", PROJECT, PolicyCheckRequest((agent.uuid,))
+        )
+        self.assertEqual("push_mode_not_fetchable", report.results[0].reason)
+        self.assertEqual([], agent.quote_requests)
+
+    async def test_nodes_are_checked_at_most_n_at_a_time_each_bounded(self) -> None:
+        verifier, good, patched = await self.fleet()
+        agents = [self.new_kernel_agent() for _ in range(4)]
+        for agent in agents:
+            await self.enrolled(verifier, agent)
+        running, peak = 0, 0
+
+        async def slow() -> None:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.02)
+            running -= 1
+
+        for agent in (good, patched, *agents):
+            agent.before_answer = slow
+        checker = type(verifier.checker)(
+            verifier.store, verifier.nodes, verifier.policies, self.agents,  # type: ignore[arg-type]
+            concurrency=2,
+        )  # fmt: skip
+        report = await checker.check("web", PROJECT, PolicyCheckRequest(all=True))
+        self.assertEqual(6, len(report.results))
+        self.assertEqual(2, peak)
+
+        async def stuck() -> None:
+            await asyncio.sleep(5)
+
+        good.before_answer = stuck
+        checker = type(verifier.checker)(
+            verifier.store, verifier.nodes, verifier.policies, self.agents,  # type: ignore[arg-type]
+            node_timeout=0.1,
+        )  # fmt: skip
+        report = await checker.check("web", PROJECT, PolicyCheckRequest((good.uuid,)))
+        self.assertEqual("timeout", report.results[0].reason)
+
+
+class PolicyCheckApiTest(PolicyCheckBase):
+    async def call(self, verifier: Verifier, path: str, body: bytes) -> tuple[int, Any]:
+        app = make_app(verifier, public_pem(self.public_key), open_auth())
+        async with TestClient(TestServer(app)) as client:
+            headers = {"Content-Type": "application/json"}
+            resp = await client.post(path, data=body, headers=headers)
+            return resp.status, await resp.json()
+
+    async def setup_node(self) -> tuple[Verifier, KernelAgent]:
+        verifier = self.new_verifier()
+        agent = self.new_kernel_agent()
+        verifier.policies.add("runtime", self.list_policy(agent, 1), project=PROJECT)
+        await self.enrolled(verifier, agent)
+        return verifier, agent
+
+    async def test_check_answers_the_report(self) -> None:
+        verifier, agent = await self.setup_node()
+        agent.kernel.measure("/usr/bin/unknown", b"u")
+        body = json.dumps({"nodes": [agent.uuid.upper()]}).encode()
+        status, data = await self.call(
+            verifier, "/v1/policies/runtime/web@1/check", body
+        )
+        self.assertEqual(200, status, data)
+        report = PolicyCheckReport.from_dict(data)
+        self.assertEqual(agent.uuid, report.results[0].node)
+        self.assertEqual("fail", data["results"][0]["result"])
+        self.assertEqual(
+            {"index": 2, "path": "/usr/bin/unknown", "reason": "unknown_file"},
+            {
+                k: data["results"][0]["failures"][0][k]
+                for k in ("index", "path", "reason")
+            },
+        )
+        self.assertEqual({"name", "version", "digest"}, set(data["policy"]))
+
+    async def test_bad_input_is_a_named_4xx(self) -> None:
+        verifier, agent = await self.setup_node()
+        path = "/v1/policies/runtime/web/check"
+        many = [str(uuid_mod.uuid4()) for _ in range(MAX_CHECK_NODES + 1)]
+        cases = {
+            "neither nodes nor all": (b"{}", 400, "bad_field", "'nodes'"),
+            "both": (
+                json.dumps({"nodes": [agent.uuid], "all": True}).encode(),
+                400, "bad_field", "not both",
+            ),
+            "all false": (b'{"all": false}', 400, "bad_field", "'nodes'"),
+            "empty list": (b'{"nodes": []}', 400, "bad_field", "'nodes'"),
+            "too many": (json.dumps({"nodes": many}).encode(), 400, "bad_field",
+                         f"at most {MAX_CHECK_NODES}"),
+            "not a uuid": (b'{"nodes": ["web-1"]}', 400, "malformed", "web-1"),
+            "nodes not a list": (b'{"nodes": "x"}', 400, "bad_field", "'nodes'"),
+            "all not a bool": (b'{"all": 1}', 400, "bad_field", "'all'"),
+            "unknown field": (b'{"all": true, "node": 1}', 400, "bad_field", "'node'"),
+            "not json": (b"{", 400, "bad_json", ""),
+            "not an object": (b"[]", 400, "bad_json", ""),
+        }  # fmt: skip
+        for name, (body, status, code, words) in cases.items():
+            with self.subTest(name):
+                got, data = await self.call(verifier, path, body)
+                self.assertEqual(status, got, data)
+                self.assertEqual(code, data["error"]["code"], data)
+                self.assertIn(words, data["error"]["message"])
+        status, data = await self.call(
+            verifier, "/v1/policies/runtime/web@7/check", b'{"all": true}'
+        )
+        self.assertEqual((404, "unknown_policy"), (status, data["error"]["code"]))
+        self.assertIn("web@7", data["error"]["message"])
+        status, data = await self.call(
+            verifier, "/v1/policies/runtime/web@x/check", b'{"all": true}'
+        )
+        self.assertEqual((400, "bad_field"), (status, data["error"]["code"]))
+        unknown = str(uuid_mod.uuid4())
+        status, data = await self.call(
+            verifier, path, json.dumps({"nodes": [unknown]}).encode()
+        )
+        self.assertEqual((404, "unknown_node"), (status, data["error"]["code"]))
+        self.assertIn(unknown, data["error"]["message"])
+        # nothing stored was lost or changed by the refusals
+        self.assertEqual(1, len(verifier.policies.list("runtime", PROJECT)))
+        self.assertEqual("attested", self.row(agent.uuid).state)  # type: ignore[union-attr]
+
+
+class OpenStackPolicyCheckTest(PolicyCheckBase):
+    """``openstack attestation policy check`` (the OSC plugin's command)
+    on an AttestationClient over a keystoneauth session, against the real
+    verifier application: the table and the exit status."""
+
+    async def test_table_and_exit_status(self) -> None:
+        verifier = self.new_verifier()
+        good, patched = self.new_kernel_agent(), self.new_kernel_agent()
+        verifier.policies.add("runtime", self.list_policy(good, 1), project=PROJECT)
+        await self.enrolled(verifier, good)
+        await self.enrolled(verifier, patched)
+        patched.kernel.measure("/usr/bin/new-tool", b"v2")  # allowed by none
+        verifier.policies.add("runtime", self.list_policy(patched, 2), project=PROJECT)
+        app = make_app(verifier, public_pem(self.public_key), open_auth())
+        async with TestServer(app) as server:
+            client = AttestationClient(
+                ks_session.Session(),
+                endpoint_override=str(server.make_url("")).rstrip("/"),
+            )
+            out = io.StringIO()
+            shell = types.SimpleNamespace(
+                stdout=out, client_manager=types.SimpleNamespace(attestation=client)
+            )
+            command = CheckPolicy(shell, None)
+            parser = command.get_parser("openstack attestation policy check")
+
+            def run(*argv: str) -> int:
+                return command.run(parser.parse_args(list(argv)))
+
+            self.assertEqual(1, await asyncio.to_thread(run, "web@1", "--all"))
+            table = out.getvalue()
+            self.assertIn("2 /usr/bin/new-tool: unknown_file", table)
+            self.assertIn(good.uuid, table)
+            self.assertEqual(
+                0,
+                await asyncio.to_thread(
+                    run, "web@2", "--node", good.uuid, "--node", patched.uuid
+                ),
+            )
+            self.assertEqual(
+                0,
+                await asyncio.to_thread(
+                    run, "web@1", "-f", "json", "--node", good.uuid
+                ),
+            )
+            with self.assertRaises(osc_exceptions.CommandError) as ctx:
+                await asyncio.to_thread(run, "web@9", "--all")
+            self.assertIn("unknown_policy", str(ctx.exception))
