@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(command, LocalCommand):
         try:  # offline: no verifier, no credentials
             _print(command, command.run(args), args.json)
+        except UsageError as exc:  # e.g. a package that does not verify
+            return _error(exc, 2)
         except (TenantError, OSError) as exc:
             return _error(exc, 1)
         return 0
