@@ -214,10 +214,14 @@ class TestDebFiles(testtools.TestCase):
             self.assertFalse(any(re.match(e, path) for e in excludes), path)
 
     def test_trigger_interests_get_their_trigger_file_only(self) -> None:
+        triggers = b"interest-noawait trig-update\ninterest /usr/lib/x\n"
         deb = build_deb(
-            self.dir, "trig", "1", {"/usr/bin/trig": b"t"},
-            scripts={"triggers": b"interest-noawait trig-update\ninterest /usr/lib/x\n"},
-        )  # fmt: skip
+            self.dir,
+            "trig",
+            "1",
+            {"/usr/bin/trig": b"t"},
+            scripts={"triggers": triggers},
+        )
         excludes = rule_excludes(["dpkg-db"], [read_deb(deb)])
         self.assertTrue(
             any(re.match(e, "/var/lib/dpkg/triggers/trig-update") for e in excludes)
