@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 import re
 import tempfile
@@ -52,6 +53,7 @@ __all__ = [
     "from_debs",
     "from_repository",
     "package_allowlist",
+    "rule_digests",
     "rule_excludes",
 ]
 
@@ -64,35 +66,63 @@ DPKG_TMP_CI = "/var/lib/dpkg/tmp.ci"
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """A named set of excludes for what apt and dpkg regenerate.
+    """A named set of excludes (and fixed digests) for what apt and dpkg
+    regenerate.
 
     Attributes:
         name: its name on the command line (``--rules``).
         lets_through: what it admits unchecked, for the docs and ``--help``.
         excludes: the excludes, given the packages of the policy.
+        digests: (path, SHA-256) pairs it admits: files of known content.
+        default: whether ``--rules`` takes it by default.
     """
 
     name: str
     lets_through: str
     excludes: Callable[[Sequence[DebPackage]], list[str]]
+    digests: tuple[tuple[str, bytes], ...] = ()
+    default: bool = True
+
+
+_EMPTY = hashlib.sha256(b"").digest()
+#: The random suffix of a temporary file apt makes (mkstemp's XXXXXX).
+_TEMP = r"\.[A-Za-z0-9]{6}"
+
+
+def _alternatives(names: Iterable[str]) -> str:
+    return "|".join(re.escape(n) for n in sorted(set(names)))
 
 
 def _dpkg_db(packages: Sequence[DebPackage]) -> list[str]:
+    out = [r"^/var/lib/dpkg/status$"]
+    if packages:
+        names = _alternatives(p.dpkg_name for p in packages)
+        out.append(rf"^/var/lib/dpkg/info/({names})\.list$")
+    return out
+
+
+def _dpkg_extra(packages: Sequence[DebPackage]) -> list[str]:
     out = [
-        r"^/var/lib/dpkg/(status|available|diversions|statoverride)(-old)?$",
+        r"^/var/lib/dpkg/(available|diversions|statoverride)$",
         r"^/var/lib/dpkg/(arch|cmethopt)$",
         r"^/var/lib/dpkg/updates/[0-9]{4}$",
         r"^/var/lib/dpkg/triggers/(File|Unincorp)$",
     ]
-    names = sorted({p.dpkg_name for p in packages})
-    if names:
-        alternatives = "|".join(re.escape(n) for n in names)
-        out.append(rf"^/var/lib/dpkg/info/({alternatives})\.list$")
-    interests = sorted({i for p in packages for i in p.trigger_interests})
+    interests = [i for p in packages for i in p.trigger_interests]
     if interests:
-        alternatives = "|".join(re.escape(n) for n in interests)
-        out.append(rf"^/var/lib/dpkg/triggers/({alternatives})$")
+        out.append(rf"^/var/lib/dpkg/triggers/({_alternatives(interests)})$")
     return out
+
+
+def _apt_lists(_: Sequence[DebPackage]) -> list[str]:
+    partial = r"/var/(lib/apt/lists|cache/apt/archives)/partial"
+    return [
+        r"^/var/lib/apt/lists/(partial/)?[^/]+_(InRelease|Release|Release\.gpg)$",
+        r"^/var/lib/apt/lists/[^/]+_(Packages|Translation-[A-Za-z_]+)$",
+        rf"^{partial}/\.apt-acquire-privs-test{_TEMP}$",
+        rf"^/var/cache/apt/(pkgcache|srcpkgcache)\.bin({_TEMP})?$",
+        rf"^/var/lib/apt/extended_states({_TEMP})?$",
+    ]
 
 
 RULES: dict[str, Rule] = {
@@ -100,48 +130,72 @@ RULES: dict[str, Rule] = {
     for rule in (
         Rule(
             "ld-cache",
-            "/etc/ld.so.cache, the dynamic linker's cache ldconfig rewrites",
-            lambda _: [r"^/etc/ld\.so\.cache$"],
+            "/etc/ld.so.cache and /var/cache/ldconfig/aux-cache, which "
+            "ldconfig (libc-bin's trigger) rewrites",
+            lambda _: [r"^/etc/ld\.so\.cache$", r"^/var/cache/ldconfig/aux-cache$"],
         ),
         Rule(
             "dpkg-db",
-            "dpkg's database: status, available, diversions, statoverride "
-            "(and their -old), arch, cmethopt, its journal "
-            "updates/NNNN, triggers/File and Unincorp, triggers/NAME for "
-            "each trigger the packages are interested in, and "
-            "info/PKG.list of each package of the policy",
+            "dpkg's /var/lib/dpkg/status, and /var/lib/dpkg/info/PKG.list "
+            "(PKG:ARCH.list) of each package of the policy",
             _dpkg_db,
         ),
         Rule(
             "apt-lists",
-            "apt's downloaded indexes /var/lib/apt/lists/*_InRelease, "
-            "*_Release, *_Release.gpg, *_Packages, *_Translation-LANG; its "
-            "caches /var/cache/apt/pkgcache.bin and srcpkgcache.bin; "
-            "/var/lib/apt/extended_states",
-            lambda _: [
-                r"^/var/lib/apt/lists/[^/]+_(InRelease|Release|Release\.gpg"
-                r"|Packages|Translation-[A-Za-z_]+)$",
-                r"^/var/cache/apt/(pkgcache|srcpkgcache)\.bin$",
-                r"^/var/lib/apt/extended_states$",
-            ],
+            "apt's indexes /var/lib/apt/lists/HOST_..._InRelease, _Release, "
+            "_Release.gpg (also in lists/partial), _Packages and "
+            "_Translation-LANG; its caches /var/cache/apt/pkgcache.bin and "
+            "srcpkgcache.bin and /var/lib/apt/extended_states (each also as "
+            "a temporary NAME.XXXXXX); its probe files "
+            "partial/.apt-acquire-privs-test.XXXXXX in lists and archives; "
+            "/var/lib/apt/lists/lock by digest (empty)",
+            _apt_lists,
+            digests=(("/var/lib/apt/lists/lock", _EMPTY),),
         ),
         Rule(
             "debconf",
-            "debconf's databases /var/cache/debconf/config.dat, "
-            "templates.dat, passwords.dat (and their -old)",
-            lambda _: [
-                r"^/var/cache/debconf/(config|templates|passwords)\.dat(-old)?$"
-            ],
+            "debconf's databases /var/cache/debconf/config.dat and templates.dat",
+            lambda _: [r"^/var/cache/debconf/(config|templates)\.dat$"],
+        ),
+        Rule(
+            "packagekit",
+            "PackageKit's /var/lib/PackageKit/transactions.db and its "
+            "-journal (its apt hook wakes it after each apt run)",
+            lambda _: [r"^/var/lib/PackageKit/transactions\.db(-journal)?$"],
+        ),
+        Rule(
+            "dpkg-extra",
+            "the rest of dpkg's database, for packages that divert files, "
+            "override modes or add architectures: available, diversions, "
+            "statoverride, arch, cmethopt, the journal updates/NNNN, "
+            "triggers/File and Unincorp, and triggers/NAME for each trigger "
+            "the packages are interested in",
+            _dpkg_extra,
+            default=False,
         ),
         Rule(
             "initramfs",
-            "the initramfs images update-initramfs rewrites, /boot/initrd.img-VERSION",
+            "/boot/initrd.img-VERSION, which update-initramfs rewrites",
             lambda _: [r"^/boot/initrd\.img-[^/]+$"],
+            default=False,
         ),
     )
 }
-#: The rules ``--rules`` defaults to.
-DEFAULT_RULES = ("ld-cache", "dpkg-db", "apt-lists", "debconf")
+#: The rules ``--rules`` defaults to: what an ``apt-get install`` and
+#: ``apt-get upgrade`` of ordinary packages made root read in a Debian 12
+#: guest under ``ima_policy=tcb``.
+DEFAULT_RULES = tuple(name for name, rule in RULES.items() if rule.default)
+
+
+def _rules(names: Iterable[str]) -> list[Rule]:
+    rules = []
+    for name in names:
+        rule = RULES.get(name)
+        if rule is None:
+            known = ", ".join(RULES)
+            raise UsageError(f"--rules: unknown rule {name!r} (known: {known})")
+        rules.append(rule)
+    return rules
 
 
 def rule_excludes(names: Iterable[str], packages: Sequence[DebPackage]) -> list[str]:
@@ -151,14 +205,18 @@ def rule_excludes(names: Iterable[str], packages: Sequence[DebPackage]) -> list[
         UsageError: an unknown rule name.
     """
     out: list[str] = []
-    for name in names:
-        rule = RULES.get(name)
-        if rule is None:
-            raise UsageError(
-                f"--rules: unknown rule {name!r} (known: {', '.join(RULES)})"
-            )
+    for rule in _rules(names):
         out += [e for e in rule.excludes(packages) if e not in out]
     return out
+
+
+def rule_digests(names: Iterable[str]) -> list[tuple[str, bytes]]:
+    """The (path, SHA-256) pairs the named rules admit.
+
+    Raises:
+        UsageError: an unknown rule name.
+    """
+    return [pair for rule in _rules(names) for pair in rule.digests]
 
 
 def package_allowlist(

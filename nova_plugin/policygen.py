@@ -39,6 +39,7 @@ from nova_plugin.debpolicy import (
     add_package_arguments,
     package_allowlist,
     packages_from_args,
+    rule_digests,
     rule_excludes,
 )
 from nova_plugin.exceptions import TenantError, UsageError
@@ -357,6 +358,8 @@ def _from_packages(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.boot_excludes:
         excludes += [e for e in DEFAULT_EXCLUDES if e not in excludes]
     allow = package_allowlist(packages)
+    for path, digest in rule_digests(names):
+        allow.setdefault(path, set()).add(("sha256", digest))
     payloads = []
     for path in args.payload:
         with open(path, "rb") as handle:
