@@ -38,7 +38,7 @@ from typing import IO
 from nova_plugin.debs import DEFAULT_LIMITS, Limits
 from nova_plugin.exceptions import PackageError
 
-__all__ = ["Repository", "safe_relative", "verify_signed"]
+__all__ = ["Repository", "read_local", "safe_relative", "verify_signed"]
 
 _CHUNK = 1 << 20
 _TIMEOUT = 60.0
@@ -117,14 +117,19 @@ class Repository:
         stream = self.open(path)
         if stream is None:
             return None
+        chunks, got = [], 0
         with stream:
-            try:
-                data = stream.read(limit + 1)
+            try:  # in chunks: read(n) may allocate n bytes at once
+                while chunk := stream.read(min(_CHUNK, limit + 1 - got)):
+                    chunks.append(chunk)
+                    got += len(chunk)
+                    if got > limit:
+                        raise PackageError(
+                            self.where(path), f"larger than {limit} bytes"
+                        )
             except OSError as exc:
                 raise PackageError(self.where(path), f"cannot read: {exc}") from None
-        if len(data) > limit:
-            raise PackageError(self.where(path), f"larger than {limit} bytes")
-        return data
+        return b"".join(chunks)
 
     def fetch_to(self, path: str, out: IO[bytes], size: int) -> bytes:
         """Copy ``path`` (``size`` bytes expected) into ``out``; its SHA-256.
@@ -152,6 +157,21 @@ class Repository:
         if got != size:
             raise PackageError(where, f"size differs from the index ({size} bytes)")
         return hasher.digest()
+
+
+def read_local(path: str, limit: int) -> bytes:
+    """A local file of at most ``limit`` bytes.
+
+    Raises:
+        PackageError: unreadable or larger.
+    """
+    try:
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size > limit:
+                raise PackageError(path, f"larger than {limit} bytes")
+            return handle.read()
+    except OSError as exc:
+        raise PackageError(path, f"cannot read: {exc}") from None
 
 
 def _dearmor(data: bytes, where: str) -> bytes:
@@ -216,11 +236,7 @@ def verify_signed(
             in the keyring, a weak digest, or an unreadable keyring.
     """
     gpgv = _gpgv()
-    try:
-        with open(keyring, "rb") as handle:
-            keys = handle.read(64 << 20)
-    except OSError as exc:
-        raise PackageError(keyring, f"cannot read the keyring: {exc}") from None
+    keys = read_local(keyring, 64 << 20)
     if b"-----BEGIN PGP PUBLIC KEY BLOCK" in keys[:4096]:
         keys = _dearmor(keys, keyring)
     with tempfile.TemporaryDirectory(prefix="trusted-gpgv-") as home:

@@ -41,7 +41,7 @@ from nova_plugin.aptindex import (
     select,
     select_installed,
 )
-from nova_plugin.aptrepo import Repository
+from nova_plugin.aptrepo import Repository, read_local
 from nova_plugin.debs import DebPackage, Limits, read_deb
 from nova_plugin.exceptions import PackageError, UsageError
 
@@ -320,11 +320,7 @@ def from_repository(
     if not entries:
         raise PackageError(where, f"no Packages index for {arch}")
     if dpkg_status is not None:
-        try:
-            with open(dpkg_status, "rb") as handle:
-                status = handle.read(repo.limits.max_bytes + 1)
-        except OSError as exc:
-            raise PackageError(dpkg_status, f"cannot read: {exc}") from None
+        status = read_local(dpkg_status, repo.limits.max_bytes)
         wanted = installed_set(status, dpkg_status)
         chosen = select_installed(entries, wanted, where)
     else:

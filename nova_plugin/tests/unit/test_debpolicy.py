@@ -20,6 +20,7 @@ import fixtures
 import testtools
 
 from nova_plugin import cmd
+from nova_plugin.aptindex import installed_set, parse_packages, parse_release, select
 from nova_plugin.debpolicy import (
     DEFAULT_RULES,
     RULES,
@@ -452,3 +453,74 @@ class TestDebFiles(testtools.TestCase):
         ).stdout  # fmt: skip
         self.assertIn(f"Version: {package.version}", fields)
         self.assertEqual(0, self._generate("--deb", debs[0]))
+
+
+class TestIndexParsers(testtools.TestCase):
+    """Release, Packages and status files: only PackageError comes out."""
+
+    RELEASE = (
+        "Origin: Test\nSuite: stable\nCodename: bookworm\nComponents: main\n"
+        "Architectures: amd64\nDate: Fri, 27 Nov 2026 17:00:00 UTC\n"
+        "Valid-Until: Sat, 27 Nov 2027 17:00:00 UTC\nSHA256:\n"
+        f" {'ab' * 32} 1234 main/binary-amd64/Packages\n"
+        f" {'cd' * 32} 345 main/binary-amd64/Packages.xz\n"
+    )
+    PACKAGES = (
+        "Package: tool\nVersion: 1:2.0-1\nArchitecture: amd64\n"
+        "Filename: pool/main/t/tool/tool_2.0-1_amd64.deb\n"
+        f"Size: 1000\nSHA256: {'ef' * 32}\n"
+        "\nPackage: data\nVersion: 2\nArchitecture: all\n"
+        f"Filename: pool/main/d/data_2_all.deb\nSize: 10\nSHA256: {'01' * 32}\n"
+    )
+    STATUS = (
+        "Package: tool\nStatus: install ok installed\nVersion: 1:2.0-1\n"
+        "Architecture: amd64\n\nPackage: gone\nStatus: deinstall ok config-files\n"
+        "Version: 1\nArchitecture: all\n"
+    )
+
+    def test_valid_inputs_parse(self) -> None:
+        release = parse_release(self.RELEASE, "bookworm", "Release", 1.7e9)
+        self.assertEqual(("main",), release.components)
+        self.assertEqual((345, bytes.fromhex("cd" * 32)),
+                         release.sha256["main/binary-amd64/Packages.xz"])  # fmt: skip
+        entries = parse_packages(self.PACKAGES.encode(), "Packages")
+        self.assertEqual(["tool", "data"], [e.package for e in entries])
+        self.assertEqual(
+            [("tool", "1:2.0-1", "amd64")], installed_set(self.STATUS.encode(), "s")
+        )
+        self.assertEqual(["tool"], [e.package for e in select(entries, ["tool"], "r")])
+
+    def test_unsafe_filename_in_packages_is_refused(self) -> None:
+        bad = self.PACKAGES.replace("pool/main/d/", "pool/../../etc/")
+        self.assertRaisesRegex(PackageError, "unsafe path", parse_packages,
+                               bad.encode(), "Packages")  # fmt: skip
+
+    def test_fuzzed_indexes_raise_only_package_error(self) -> None:
+        rng = random.Random(2028)
+        alphabet = ":\n \t-=.0123456789abcdefSHA256Package/\xff\x00"
+        for round_ in range(1500):
+            kind = rng.randrange(3)
+            text = (self.RELEASE, self.PACKAGES, self.STATUS)[kind]
+            data = bytearray(text.encode())
+            for _ in range(rng.randint(1, 6)):
+                where = rng.randrange(len(data) + 1)
+                if rng.randrange(2):
+                    data[where : where + rng.randint(0, 20)] = b""
+                else:
+                    piece = "".join(
+                        rng.choice(alphabet) for _ in range(rng.randint(1, 9))
+                    )
+                    data[where:where] = piece.encode("utf-8", "surrogateescape")
+            try:
+                if kind == 0:
+                    parse_release(
+                        data.decode("utf-8", "replace"), "bookworm", "R", 1.7e9
+                    )
+                elif kind == 1:
+                    select(parse_packages(bytes(data), "P"), [], "P")
+                else:
+                    installed_set(bytes(data), "S")
+            except PackageError:
+                pass
+            except Exception as exc:  # noqa: BLE001 - the point of the test
+                self.fail(f"round {round_}: {type(exc).__name__}: {exc}")
