@@ -34,6 +34,9 @@ __all__ = ["DEFAULT_LIMITS", "DEFAULT_MAX_BYTES", "DebPackage", "Limits", "read_
 #: The default bound on the bytes one archive or index decompresses to.
 DEFAULT_MAX_BYTES = 4 << 30
 _CHUNK = 1 << 20
+#: The most memory an xz header may make the decompressor take (xz -9e
+#: needs 65 MiB).
+_XZ_MEMORY = 256 << 20
 _COMPRESSIONS = ("", ".gz", ".xz", ".zst", ".bz2", ".lzma")
 
 
@@ -150,12 +153,39 @@ class _Member:
         return True
 
 
+class _Unxz(io.RawIOBase):
+    """An xz (or lzma) stream decompressed with a bound on the memory its
+    header may ask for (lzma.LZMAFile has none)."""
+
+    def __init__(self, source: _Member, fmt: int) -> None:
+        super().__init__()
+        self._source = source
+        self._lzma = lzma.LZMADecompressor(fmt, memlimit=_XZ_MEMORY)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._lzma.eof:
+            data = b""
+            if self._lzma.needs_input:
+                data = self._source.read(_CHUNK)
+                if not data:
+                    raise EOFError("truncated xz stream")
+            out = self._lzma.decompress(data, len(buffer))
+            if out:
+                buffer[: len(out)] = out
+                return len(out)
+        return 0
+
+
 def _decompressed(raw: _Member, suffix: str) -> IO[bytes]:
     source: Any = raw
     if suffix == ".gz":
         return gzip.GzipFile(fileobj=source, mode="rb")  # type: ignore[return-value]
     if suffix in (".xz", ".lzma"):
-        return lzma.LZMAFile(source, "rb")
+        fmt = lzma.FORMAT_XZ if suffix == ".xz" else lzma.FORMAT_ALONE
+        return io.BufferedReader(_Unxz(raw, fmt), _CHUNK)
     if suffix == ".bz2":
         return bz2.BZ2File(source, "rb")
     if suffix == ".zst":
