@@ -282,6 +282,26 @@ class TestDebFiles(testtools.TestCase):
             any(re.match(e, "/var/lib/dpkg/triggers/other") for e in excludes)
         )
 
+    def test_options_that_do_not_go_together_are_refused(self) -> None:
+        err = self.useFixture(fixtures.StringStream("stderr"))
+        self.useFixture(fixtures.MonkeyPatch("sys.stderr", err.stream))
+        deb = self._tool()
+        for argv, naming in (
+            (["--apt-repo", self.dir], "--apt-repo needs --keyring"),
+            (["--deb", deb, "--packages", "x"], "go with --apt-repo"),
+            (["--deb", deb, "--initrd", deb], "go with --rootfs/--tar"),
+            (["--deb", deb, "--max-bytes", "0"], "--max-bytes"),
+            (["--apt-repo", "/nonexistent", "--keyring", deb], "not a directory"),
+        ):
+            err.stream.seek(0)
+            err.stream.truncate()
+            self.assertEqual(2, self._generate(*argv), argv)
+            err.stream.seek(0)
+            message = err.stream.read()
+            self.assertEqual(1, len(message.strip().splitlines()), message)
+            self.assertIn(naming, message)
+        self.assertFalse(os.path.exists(self.out))
+
     def test_unknown_rule_is_refused(self) -> None:
         err = self.useFixture(fixtures.StringStream("stderr"))
         self.useFixture(fixtures.MonkeyPatch("sys.stderr", err.stream))
