@@ -194,6 +194,22 @@ class TestAptRepository(testtools.TestCase):
                       "Architecture: amd64\n")  # fmt: skip
         self._refused("--dpkg-status", status, naming="has no tool=0.9 (amd64)")
 
+    def test_deb_larger_than_the_bound_is_refused(self) -> None:
+        big = build_deb(
+            os.path.join(self.dir, "debs"),
+            "big",
+            "1",
+            {"/usr/share/big": os.urandom(200_000)},
+        )
+        build_repository(self.repo, [*self.debs, big], self.key, suite="bookworm")
+        self._refused(
+            "--packages",
+            "big",
+            "--max-bytes",
+            "100000",
+            naming="larger than 100000 bytes",
+        )
+
     def test_release_of_another_suite_is_refused(self) -> None:
         os.rename(
             os.path.join(self.repo, "dists", "bookworm"),
