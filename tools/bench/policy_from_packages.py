@@ -18,8 +18,12 @@ not a realistic measure (the cache holds what the host happened to
 download), so this prints the extrapolation, labelled as such, and the cost
 of reading the status file itself.
 
+With ``--index FILE`` (an uncompressed ``Packages`` index, e.g. Debian's
+main: ``lz4 -dc /var/lib/apt/lists/*_bookworm_main_binary-amd64_Packages.lz4``)
+it also times reading a full index (the cost a real mirror adds once).
+
     .venv/bin/python tools/bench/policy_from_packages.py [--rounds 3]
-        [--status /var/lib/dpkg/status]
+        [--status /var/lib/dpkg/status] [--index Packages]
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
-from nova_plugin.aptindex import installed_set  # noqa: E402
+from nova_plugin.aptindex import installed_set, parse_packages  # noqa: E402
 from nova_plugin.aptrepo import Repository  # noqa: E402
 from nova_plugin.debpolicy import (  # noqa: E402
     DEFAULT_RULES,
@@ -83,6 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--status", default="/var/lib/dpkg/status")
+    parser.add_argument("--index", help="an uncompressed Packages index to time")
     args = parser.parse_args()
     debs = fetch_debian_debs(CACHE, PACKAGES)
     if not debs:
@@ -98,6 +103,16 @@ def main() -> None:
         with serve(repo) as url:
             remote = [_once(url, key.keyring) for _ in range(args.rounds)]
         _report("http on 127.0.0.1", remote, size)
+    if args.index:
+        with open(args.index, "rb") as handle:
+            index = handle.read()
+        start = time.perf_counter()
+        entries = parse_packages(index, args.index)
+        took = time.perf_counter() - start
+        print(
+            f"Packages index {args.index}: {len(index) / 1e6:.1f} MB, "
+            f"{len(entries)} stanzas read in {took:.2f} s"
+        )
     try:
         with open(args.status, "rb") as handle:
             data = handle.read()
