@@ -50,6 +50,7 @@ __all__ = [
     "RULES",
     "Rule",
     "add_package_arguments",
+    "extra_files",
     "from_debs",
     "from_repository",
     "package_allowlist",
@@ -328,6 +329,27 @@ def from_repository(
     return list(_fetch_debs(repo, chosen))
 
 
+def extra_files(specs: Sequence[str]) -> list[tuple[str, bytes]]:
+    """``--file GUEST_PATH=FILE``: (guest path, SHA-256 of the local file).
+
+    Raises:
+        UsageError: not an absolute, normalized guest path, or an unreadable
+            file.
+    """
+    out = []
+    for spec in specs:
+        guest, sep, local = spec.partition("=")
+        if not sep or not guest.startswith("/") or os.path.normpath(guest) != guest:
+            raise UsageError(f"--file {spec!r}: want GUEST_PATH=FILE, GUEST_PATH "
+                             "absolute and normalized")  # fmt: skip
+        try:
+            with open(local, "rb") as handle:
+                out.append((guest, hashlib.file_digest(handle, "sha256").digest()))
+        except OSError as exc:
+            raise UsageError(f"--file {spec!r}: {exc}") from None
+    return out
+
+
 def _split(values: Sequence[str]) -> list[str]:
     return [item for value in values for item in re.split(r"[,\s]+", value) if item]
 
@@ -374,6 +396,11 @@ def add_package_arguments(
         "--rules", default=",".join(DEFAULT_RULES), metavar="NAME,...",
         help=f"what apt and dpkg regenerate, admitted unchecked (default: "
         f"{','.join(DEFAULT_RULES)}; '' for none): {rules}",
+    )  # fmt: skip
+    group.add_argument(
+        "--file", action="append", default=[], metavar="GUEST_PATH=FILE",
+        help="also admit FILE's digest at GUEST_PATH: the node's own apt "
+        "configuration, e.g. /etc/apt/sources.list.d/repo.list (repeatable)",
     )  # fmt: skip
     group.add_argument(
         "--boot-excludes", action="store_true",

@@ -37,6 +37,7 @@ from typing import Any
 
 from nova_plugin.debpolicy import (
     add_package_arguments,
+    extra_files,
     package_allowlist,
     packages_from_args,
     rule_digests,
@@ -358,7 +359,7 @@ def _from_packages(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.boot_excludes:
         excludes += [e for e in DEFAULT_EXCLUDES if e not in excludes]
     allow = package_allowlist(packages)
-    for path, digest in rule_digests(names):
+    for path, digest in rule_digests(names) + extra_files(args.file):
         allow.setdefault(path, set()).add(("sha256", digest))
     payloads = []
     for path in args.payload:

@@ -328,6 +328,24 @@ class TestDebFiles(testtools.TestCase):
         bad = evaluate(policy, [_entry("/usr/bin/tool", b"changed")])
         self.assertEqual(["/usr/bin/tool"], [f.path for f in bad])
 
+    def test_extra_file_is_admitted_by_digest_at_its_guest_path(self) -> None:
+        source = os.path.join(self.dir, "repo.list")
+        with open(source, "wb") as out:
+            out.write(b"deb [signed-by=/etc/apt/keyrings/r.gpg] http://r stable main\n")
+        guest = "/etc/apt/sources.list.d/repo.list"
+        argv = ["--deb", self._tool(), "--file", f"{guest}={source}"]
+        self.assertEqual(0, self._generate(*argv))
+        with open(self.out, encoding="utf-8") as handle:
+            digests = json.load(handle)["digests"]
+        with open(source, "rb") as handle:
+            self.assertEqual([f"sha256:{_sha(handle.read()).hex()}"], digests[guest])
+        os.remove(self.out)
+        self.useFixture(fixtures.MonkeyPatch("sys.stderr", io.StringIO()))
+        self.assertEqual(
+            2, self._generate(argv[0], argv[1], "--file", f"etc/x={source}")
+        )
+        self.assertFalse(os.path.exists(self.out))
+
     def test_default_rules(self) -> None:
         deb = self._tool()
         self.assertEqual(0, self._generate("--deb", deb))
