@@ -271,31 +271,42 @@ def verify_signed(
 
 
 def _judge_status(status: str, where: str) -> None:
-    """Accept as apt does: at least one VALIDSIG with a strong hash, no
-    BADSIG; signatures by keys the keyring lacks are tolerated beside it."""
-    lines = [
-        line.split()[1:] for line in status.splitlines() if line.startswith("[GNUPG:] ")
-    ]
-    kinds = {words[0] for words in lines if words}
-    if "BADSIG" in kinds:
+    """Accept as apt does: at least one signature that is good (GOODSIG),
+    valid (VALIDSIG) and made with a strong hash, and no bad one anywhere;
+    signatures by keys the keyring lacks are tolerated beside a good one.
+    gpgv exits 0 for a signature by an expired key (EXPKEYSIG with a
+    VALIDSIG): that one is not good."""
+    groups: list[list[list[str]]] = []
+    for line in status.splitlines():
+        words = line.split()[1:] if line.startswith("[GNUPG:] ") else []
+        if words and (words[0] == "NEWSIG" or not groups):
+            groups.append([])
+        if words:
+            groups[-1].append(words)
+    kinds = [{w[0] for w in group} for group in groups]
+    if any("BADSIG" in k for k in kinds):
         raise PackageError(where, "bad signature")
-    valid = [w for w in lines if w and w[0] == "VALIDSIG" and len(w) > 8]
-    strong = [w for w in valid if w[8] not in _WEAK_HASHES]
-    if strong and "GOODSIG" in kinds:
-        return
-    if valid:
-        raise PackageError(where, "signed with a weak digest (MD5/SHA-1/RIPEMD-160)")
-    for expired in ("EXPKEYSIG", "REVKEYSIG", "EXPSIG"):
-        if expired in kinds:
-            raise PackageError(where, f"signature not valid ({expired})")
-    missing = [
-        w[1] for w in lines if w and w[0] in ("NO_PUBKEY", "ERRSIG") and len(w) > 1
-    ]
+    problems = set()
+    for group, seen in zip(groups, kinds, strict=True):
+        valid = [w for w in group if w[0] == "VALIDSIG" and len(w) > 8]
+        if "GOODSIG" in seen and valid:
+            if all(w[8] not in _WEAK_HASHES for w in valid):
+                return
+            problems.add("signed with a weak digest (MD5/SHA-1/RIPEMD-160)")
+        for bad in ("EXPKEYSIG", "REVKEYSIG", "EXPSIG"):
+            if bad in seen:
+                problems.add(f"signature not valid ({bad})")
+    if problems:
+        raise PackageError(where, "; ".join(sorted(problems)))
+    missing = {
+        w[1]
+        for g in groups
+        for w in g
+        if w[0] in ("NO_PUBKEY", "ERRSIG") and len(w) > 1
+    }
     if missing:
-        raise PackageError(
-            where,
-            f"signed by a key not in the keyring ({', '.join(sorted(set(missing)))})",
-        )
-    if "NODATA" in kinds or not kinds & {"NEWSIG", "GOODSIG", "ERRSIG"}:
+        keys = ", ".join(sorted(missing))
+        raise PackageError(where, f"signed by a key not in the keyring ({keys})")
+    if not any("NEWSIG" in k for k in kinds):
         raise PackageError(where, "not signed")
     raise PackageError(where, "signature not valid")

@@ -95,13 +95,27 @@ class Key:
     fingerprint: str
 
 
-def signing_key(home: str, uid: str = "Test Repository <repo@example.org>") -> Key:
-    """A new ed25519 key in GNUPGHOME ``home``, its public key exported."""
+def signing_key(
+    home: str,
+    uid: str = "Test Repository <repo@example.org>",
+    *,
+    expire: str = "never",
+    faked_time: str | None = None,
+) -> Key:
+    """A new ed25519 key in GNUPGHOME ``home``, its public key exported.
+
+    ``faked_time`` (gpg's ``--faked-system-time``, e.g. ``20200101T000000``)
+    makes it, and the signatures :func:`sign_release` makes with it, in the
+    past: with ``expire="1d"``, a key long expired.
+    """
     os.makedirs(home, mode=0o700, exist_ok=True)
     env = {**os.environ, "GNUPGHOME": home}
+    if faked_time:
+        with open(os.path.join(home, "gpg.conf"), "w", encoding="utf-8") as out:
+            out.write(f"faked-system-time {faked_time}\n")
     subprocess.run(
         ["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "",
-         "--quick-gen-key", uid, "ed25519", "sign", "never"],
+         "--quick-gen-key", uid, "ed25519", "sign", expire],
         check=True, capture_output=True, env=env,
     )  # fmt: skip
     listing = subprocess.run(

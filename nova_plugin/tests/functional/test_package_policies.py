@@ -13,6 +13,7 @@ import json
 import lzma
 import os
 import shutil
+import subprocess
 
 import fixtures
 import testtools
@@ -148,6 +149,35 @@ class TestAptRepository(testtools.TestCase):
         message = self._refused(naming="InRelease: signed by a key not in the keyring")
         self.assertIn(other.fingerprint[-16:], message)
 
+    def test_release_signed_by_an_expired_key_is_refused(self) -> None:
+        old = signing_key(
+            os.path.join(self.dir, "old"), "Old <old@example.org>",
+            expire="1d", faked_time="20200101T000000",
+        )  # fmt: skip
+        sign_release(old, self._release())
+        self._refused(
+            "--keyring", old.keyring, naming="signature not valid (EXPKEYSIG)"
+        )
+
+    def test_release_signed_with_sha1_is_refused(self) -> None:
+        sign_release(self.key, self._release(), digest="SHA1")
+        self._refused(naming="signed with a weak digest")
+
+    def test_good_signature_beside_one_by_an_unknown_key_is_accepted(self) -> None:
+        home = os.path.join(self.dir, "two")
+        known = signing_key(home, "Known <k@example.org>")
+        keyring = os.path.join(self.dir, "known.gpg")
+        shutil.copy(known.keyring, keyring)
+        unknown = signing_key(home, "Unknown <u@example.org>")
+        release = self._release()
+        subprocess.run(
+            ["gpg", "--batch", "--yes", "-u", known.fingerprint, "-u",
+             unknown.fingerprint, "--clearsign", "-o",
+             release.replace("Release", "InRelease"), release],
+            check=True, capture_output=True, env={**os.environ, "GNUPGHOME": home},
+        )  # fmt: skip
+        self.assertEqual(0, self._generate("--packages", "data", "--keyring", keyring))
+
     def test_tampered_release_is_refused(self) -> None:
         inrelease = self._release().replace("Release", "InRelease")
         with open(inrelease, encoding="utf-8") as handle:
@@ -224,8 +254,6 @@ class TestAptRepository(testtools.TestCase):
         self._refused(naming="gpgv: not found")
 
     def test_armored_keyring_is_accepted(self) -> None:
-        import subprocess
-
         armored = os.path.join(self.dir, "key.asc")
         with open(armored, "wb") as out:
             subprocess.run(
