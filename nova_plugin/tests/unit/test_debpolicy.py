@@ -528,6 +528,23 @@ class TestIndexParsers(testtools.TestCase):
         )
         self.assertEqual(["tool"], [e.package for e in select(entries, ["tool"], "r")])
 
+    def test_newest_version_by_debian_ordering(self) -> None:
+        def entry(version: str) -> str:
+            return (
+                f"Package: p\nVersion: {version}\nArchitecture: amd64\n"
+                f"Filename: pool/p_{version}.deb\nSize: 1\nSHA256: {'00' * 32}\n"
+            )
+
+        for versions, newest in (
+            (["1.9-1", "1.10-1"], "1.10-1"),
+            (["2.0", "1:0.5"], "1:0.5"),
+            (["2.0~rc1", "2.0"], "2.0"),
+            (["2.0+deb12u3", "2.0+deb12u2"], "2.0+deb12u3"),
+        ):
+            index = "\n".join(entry(v) for v in versions).encode()
+            chosen = select(parse_packages(index, "P"), ["p"], "r")
+            self.assertEqual([newest], [e.version for e in chosen])
+
     def test_unsafe_filename_in_packages_is_refused(self) -> None:
         bad = self.PACKAGES.replace("pool/main/d/", "pool/../../etc/")
         self.assertRaisesRegex(PackageError, "unsafe path", parse_packages,
