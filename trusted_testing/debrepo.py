@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import http.server
+import lzma
 import os
 import shutil
 import subprocess
@@ -174,7 +175,8 @@ def build_repository(
     ).stdout  # fmt: skip
     with open(os.path.join(binary, "Packages"), "wb") as out:
         out.write(packages)
-    subprocess.run(["xz", "-k", "-f", os.path.join(binary, "Packages")], check=True)
+    with open(os.path.join(binary, "Packages.xz"), "wb") as out:
+        out.write(lzma.compress(packages))
     dists = os.path.join(root, "dists", suite)
     release = subprocess.run(
         ["apt-ftparchive",
