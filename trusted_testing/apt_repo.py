@@ -10,12 +10,11 @@ guest from a repository the test makes, as a tenant's own mirror would be:
 * :func:`versions` asks ``apt-cache madison`` which versions the host's
   sources offer (a package with two, e.g. one in ``bookworm`` and a newer
   one in ``bookworm-security``, is an upgrade);
-* :class:`AptRepo` lays the ``.deb`` files out as a ``dists/`` repository
-  (``pool/``, ``Packages``, ``Packages.gz``, ``Release``), signs
-  ``Release`` into ``InRelease`` and ``Release.gpg`` with a throw-away
-  OpenPGP key made in a temporary ``GNUPGHOME`` (the public key is
-  :attr:`AptRepo.keyring`, a binary keyring for ``signed-by=`` and
-  ``gpgv --keyring``), and serves the tree over HTTP on 127.0.0.1 (a guest
+* :class:`AptRepo` lays the ``.deb`` files out as a signed ``dists/``
+  repository with :mod:`trusted_testing.debrepo` (``apt-ftparchive``, a
+  throwaway OpenPGP key in a temporary ``GNUPGHOME`` whose public key,
+  :attr:`AptRepo.keyring`, is a binary keyring for ``signed-by=`` and
+  ``gpgv --keyring``) and serves the tree over HTTP on 127.0.0.1 (a guest
   on qemu's user network reaches it at ``http://10.0.2.2:PORT``).
 
 Nothing here is a fake of apt: the packages, their control data and the
@@ -24,24 +23,20 @@ signature are what apt and dpkg in the guest check.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import email.utils
 import functools
 import glob
-import gzip
 import hashlib
-import http.server
 import io
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
-import threading
-import urllib.parse
 from collections.abc import Iterable, Sequence
-from typing import Any
 
+from trusted_testing import debrepo
 from trusted_testing.guest_image import cache_lock
 
 __all__ = [
@@ -79,10 +74,6 @@ class Deb:
     version: str
     architecture: str
     path: str
-
-    def control(self) -> str:
-        """The package's control paragraph (``dpkg-deb -f``)."""
-        return _run(["dpkg-deb", "-f", self.path]).rstrip("\n") + "\n"
 
     def files(self) -> dict[str, str]:
         """Path -> SHA-256 (hex) of each regular file its data archive
@@ -211,66 +202,24 @@ def fetch(package: str, version: str, root: str | None = None) -> Deb:
     return Deb(package, version, arch, path)
 
 
-def _sums(data: bytes) -> tuple[str, str]:
-    return hashlib.md5(data).hexdigest(), hashlib.sha256(data).hexdigest()  # noqa: S324
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    """Serves the repository; records each path asked instead of logging."""
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        requests: list[str] = self.server.requests  # type: ignore[attr-defined]
-        requests.append(urllib.parse.unquote(self.path))
-
-
 class AptRepo:
     """A signed ``dists/`` repository in ``directory`` (see the module doc).
 
     Attributes:
         directory: The repository's root (``dists/``, ``pool/``).
         keyring: The signing key's public part, a binary OpenPGP keyring.
-        fingerprint: The signing key's fingerprint.
         port: The HTTP port on 127.0.0.1 once :meth:`serve` ran, else None.
-        requests: The paths the server was asked for.
     """
 
-    def __init__(self, directory: str, architecture: str = "amd64") -> None:
+    def __init__(self, directory: str) -> None:
         self.directory = os.path.abspath(directory)
-        self.architecture = architecture
-        self.debs: list[Deb] = []
-        self.keyring = os.path.join(self.directory, "story-archive-keyring.gpg")
-        self.fingerprint = ""
-        self.port: int | None = None
-        self.requests: list[str] = []
         self._gnupg = tempfile.mkdtemp(prefix="gpg-")  # short: agent socket
-        self._server: http.server.ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        os.makedirs(self.directory, exist_ok=True)
-        self._make_key()
-
-    # -- the key ------------------------------------------------------------
-
-    def _gpg(self, *args: str) -> str:
-        env = dict(os.environ, GNUPGHOME=self._gnupg)
-        return _run(["gpg", "--batch", "--no-tty", *args], env=env)
-
-    def _make_key(self) -> None:
-        os.chmod(self._gnupg, 0o700)
-        self._gpg(
-            "--passphrase", "", "--quick-gen-key",
-            "Tenant archive <archive@example.invalid>", "ed25519", "sign", "never",
-        )  # fmt: skip
-        for line in self._gpg("--with-colons", "--list-secret-keys").splitlines():
-            if line.startswith("fpr:"):
-                self.fingerprint = line.split(":")[9]
-                break
-        with open(self.keyring, "wb") as out:
-            env = dict(os.environ, GNUPGHOME=self._gnupg)
-            out.write(
-                _run_bytes(["gpg", "--batch", "--export", self.fingerprint], env=env)
-            )
-
-    # -- the repository -----------------------------------------------------
+        self._key = debrepo.signing_key(
+            self._gnupg, "Tenant archive <archive@example.invalid>"
+        )
+        self.keyring = self._key.keyring
+        self.port: int | None = None
+        self._served = contextlib.ExitStack()
 
     @property
     def url(self) -> str:
@@ -281,93 +230,30 @@ class AptRepo:
 
     def guest_url(self, host: str = "10.0.2.2") -> str:
         """The repository as a guest on qemu's user network reaches it."""
-        if self.port is None:
-            raise AptRepoError("the repository is not served")
-        return f"http://{host}:{self.port}"
+        return self.url.replace("127.0.0.1", host, 1)
 
     def source_line(self, url: str, keyring_path: str) -> str:
         """A one-line-style apt source of this repository."""
         return f"deb [signed-by={keyring_path}] {url} {SUITE} {COMPONENT}\n"
 
     def publish(self, debs: Iterable[Deb]) -> None:
-        """Set the repository's packages to ``debs`` (replacing any) and
-        sign its new ``Release``."""
-        self.debs = list(debs)
-        pool = os.path.join(self.directory, "pool", COMPONENT)
-        shutil.rmtree(pool, ignore_errors=True)
-        os.makedirs(pool)
-        stanzas = []
-        for deb in self.debs:
-            name = os.path.basename(deb.path)
-            shutil.copyfile(deb.path, os.path.join(pool, name))
-            with open(deb.path, "rb") as handle:
-                data = handle.read()
-            md5, sha256 = _sums(data)
-            stanzas.append(
-                deb.control()
-                + f"Filename: pool/{COMPONENT}/{name}\nSize: {len(data)}\n"
-                + f"MD5sum: {md5}\nSHA256: {sha256}\n"
-            )
-        packages = "\n".join(stanzas).encode()
-        dist = os.path.join(self.directory, "dists", SUITE)
-        shutil.rmtree(dist, ignore_errors=True)
-        index = os.path.join(COMPONENT, f"binary-{self.architecture}")
-        os.makedirs(os.path.join(dist, index))
-        files = {
-            f"{index}/Packages": packages,
-            f"{index}/Packages.gz": gzip.compress(packages, mtime=0),
-        }
-        for rel, data in files.items():
-            with open(os.path.join(dist, rel), "wb") as out:
-                out.write(data)
-        self._write_release(dist, files)
-
-    def _write_release(self, dist: str, files: dict[str, bytes]) -> None:
-        lines = [
-            "Origin: tenant",
-            "Label: tenant",
-            f"Suite: {SUITE}",
-            f"Codename: {SUITE}",
-            f"Date: {email.utils.formatdate(usegmt=True)}",
-            f"Architectures: {self.architecture}",
-            f"Components: {COMPONENT}",
-            "Description: the tenant's packages",
-        ]
-        for field, which in (("MD5Sum", 0), ("SHA256", 1)):
-            lines.append(f"{field}:")
-            for rel, data in files.items():
-                lines.append(f" {_sums(data)[which]} {len(data):>8} {rel}")
-        release = os.path.join(dist, "Release")
-        with open(release, "w", encoding="utf-8") as out:
-            out.write("\n".join(lines) + "\n")
-        key = ("--local-user", self.fingerprint)
-        self._gpg(*key, "--clearsign", "-o", os.path.join(dist, "InRelease"), release)
-        self._gpg(*key, "--detach-sign", "-o", release + ".gpg", release)
-
-    # -- serving ------------------------------------------------------------
+        """Lay out the repository of ``debs`` and sign its ``Release``."""
+        paths = [deb.path for deb in debs]
+        debrepo.build_repository(
+            self.directory, paths, self._key, suite=SUITE, component=COMPONENT
+        )
 
     def serve(self) -> int:
         """Serve the repository on 127.0.0.1 (a free port) in a thread."""
-        if self._server is None:
-            handler = functools.partial(_Quiet, directory=self.directory)
-            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            server.requests = self.requests  # type: ignore[attr-defined]
-            server.daemon_threads = True
-            self._server = server
-            self.port = int(server.server_address[1])
-            self._thread = threading.Thread(
-                target=server.serve_forever, name="apt-repo", daemon=True
-            )
-            self._thread.start()
-        assert self.port is not None
+        if self.port is None:
+            url = self._served.enter_context(debrepo.serve(self.directory))
+            self.port = int(url.rsplit(":", 1)[1])
         return self.port
 
     def close(self) -> None:
         """Stop serving, end the key's gpg-agent and remove the key."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        self._served.close()
+        self.port = None
         env = dict(os.environ, GNUPGHOME=self._gnupg)
         subprocess.run(
             ["gpgconf", "--kill", "gpg-agent"],
