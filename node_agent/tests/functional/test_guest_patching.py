@@ -71,7 +71,8 @@ from trusted_testing.guest_vm_story import (
 )
 from trusted_testing.qga import GuestAgentError
 from verifier.protocol.ima import parse_ascii
-from verifier.protocol.ima.policy import RuntimePolicy, evaluate
+from verifier.protocol.ima.judge import evaluate
+from verifier.protocol.ima.policy import RuntimePolicy
 
 INTERVAL = 3.0
 BOOT_TIMEOUT = 600.0
