@@ -87,7 +87,7 @@ UPGRADED = ("jq", "libjq1")
 #: Where the guest keeps the tenant's repository key and its apt source.
 KEYRING = "/etc/apt/keyrings/tenant-archive.gpg"
 SOURCE = "/etc/apt/sources.list.d/tenant.list"
-#: apt in the guest reads only the tenant's source (the image's name
+#: apt in the guest reads only the tenant's source (the image's sources name
 #: Debian's mirrors, which a guest on qemu's user network may not reach).
 APT = f"apt-get -q -o Dir::Etc::SourceParts=- -o Dir::Etc::SourceList={SOURCE}"
 POLICY_CHANGED = "node.policy_changed"
