@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         try:  # offline: no verifier, no credentials
             result = command.run(args)
             _print(command, result, args.json)
+        except UsageError as exc:  # e.g. a package that does not verify
+            return _error(exc, 2)
         except (TenantError, OSError) as exc:
             return _error(exc, 1)
         return command.exit_status(result)

@@ -35,3 +35,19 @@ class ServiceError(TenantError):
 class AgentError(ServiceError):
     """A node's agent could not be reached (or presented another
     certificate than the registered one), or refused the request."""
+
+
+class PackageError(UsageError):
+    """A package, a repository's index or signature, or a package source
+    that does not verify or cannot be read (exit status 2); the message
+    names the file.
+
+    Attributes:
+        where: the file or URL at fault.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where
+        self.reason = reason

@@ -30,11 +30,20 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from nova_plugin.exceptions import TenantError
+from nova_plugin.debpolicy import (
+    add_package_arguments,
+    extra_files,
+    package_allowlist,
+    packages_from_args,
+    rule_digests,
+    rule_excludes,
+)
+from nova_plugin.exceptions import TenantError, UsageError
 from verifier.common.imagefiles import (
     Digests,
     ImageFilesError,
@@ -227,10 +236,14 @@ def add_generate_parser(policy_sub: Any) -> argparse.ArgumentParser:
         "generate", help="build a policy from a guest image (offline)"
     )
     kinds = gen.add_subparsers(dest="generate_kind", required=True)
-    run = kinds.add_parser("runtime", help="IMA allowlist of an image's files")
+    run = kinds.add_parser(
+        "runtime",
+        help="IMA allowlist of an image's files or of Debian packages",
+    )
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--rootfs", help="the image's root directory")
     source.add_argument("--tar", help="a tar archive of the image's root")
+    add_package_arguments(run, source)
     run.add_argument(
         "--initrd",
         help="the image's initramfs (its files are measured before the root "
@@ -290,6 +303,8 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _runtime(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    if args.deb or args.apt_repo:
+        return _from_packages(args)
     files = list(tar_files(args.tar) if args.tar else tree_files(args.rootfs))
     if args.initrd:
         files += cpio_files(args.initrd)
@@ -332,3 +347,33 @@ def _measured_boot(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     policy = measured_boot_policy(kernel, firmware, secure_boot)
     app = next(iter(policy.boot_applications or ()))
     return policy.to_dict(), f"measured-boot policy, kernel {app.hex()[:16]}..."
+
+
+def _from_packages(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """``--deb``/``--apt-repo``: the packages' files and the named rules."""
+    if args.initrd or args.no_default_excludes:
+        raise UsageError("--initrd and --no-default-excludes go with --rootfs/--tar")
+    packages = packages_from_args(args)
+    names = [n for n in re.split(r"[,\s]+", args.rules) if n]
+    excludes = rule_excludes(names, packages)
+    if args.boot_excludes:
+        excludes += [e for e in DEFAULT_EXCLUDES if e not in excludes]
+    allow = package_allowlist(packages)
+    for path, digest in rule_digests(names) + extra_files(args.file):
+        allow.setdefault(path, set()).add(("sha256", digest))
+    payloads = []
+    for path in args.payload:
+        with open(path, "rb") as handle:
+            payloads.append(handle.read())
+    for payload in payloads:
+        allow.setdefault(PAYLOAD_PATH, set()).add(
+            ("sha256", hashlib.sha256(payload).digest())
+        )
+    excludes += [e for e in args.exclude if e not in excludes]
+    document = RuntimePolicy(args.name, args.version, allow, excludes).to_dict()
+    files = sum(len(p.files) for p in packages)
+    return document, (
+        f"runtime policy {args.name!r} v{args.version}: {len(packages)} packages, "
+        f"{files} files, {len(document['digests'])} paths, {len(excludes)} "
+        f"excludes (rules: {', '.join(names) or 'none'})"
+    )

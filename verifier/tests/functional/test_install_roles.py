@@ -64,6 +64,8 @@ DIST_OF = {
     "vici": "vici",
     "keystonemiddleware": "keystonemiddleware",
     "oslo_policy": "oslo.policy",
+    "debian": "python-debian",
+    "zstandard": "zstandard",
     "nova": "nova",
 }
 
@@ -263,9 +265,31 @@ class ClientRoleTest(_RoleChecks, testtools.TestCase):
 
     def test_own_packages_are_installed(self) -> None:
         self.assertLessEqual(
-            {"python-novaclient", "osc-lib", "python-openstackclient"},
+            {
+                "python-novaclient",
+                "osc-lib",
+                "python-openstackclient",
+                "python-debian",
+                "zstandard",
+            },
             self.venv.installed(),
         )
+
+    def test_policy_generate_from_debs(self) -> None:
+        from trusted_testing.debrepo import build_deb
+
+        with tempfile.TemporaryDirectory() as work:
+            debs = [
+                build_deb(work, name, "1", {"/usr/bin/" + name: b"x"}, compression=z)
+                for name, z in (("a", "xz"), ("b", "zstd"))
+            ]
+            out = os.path.join(work, "policy.json")
+            self.run_ok(
+                self.venv.bin("trusted-tenant"), "policy", "generate", "runtime",
+                "--deb", *debs, "--name", "p", "-o", out,
+            )  # fmt: skip
+            with open(out, encoding="utf-8") as handle:
+                self.assertIn("/usr/bin/b", json.load(handle)["digests"])
 
     def test_trusted_tenant_and_trusted_nova_help(self) -> None:
         self.assertIn(

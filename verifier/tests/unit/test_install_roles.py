@@ -57,6 +57,8 @@ MODULE_OF = {
     "keystonemiddleware": "keystonemiddleware",
     "oslo.policy": "oslo_policy",
     "oslo.limit": "oslo_limit",
+    "python-debian": "debian",
+    "zstandard": "zstandard",
 }
 #: Installed by a test requirement only: no role may import it.
 TEST_ONLY = ("nova",)
