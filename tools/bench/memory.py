@@ -21,40 +21,13 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519  # noqa: E402
 
+from trusted_testing.bench_nodes import attested_row, ecc_ak, silent_verifier  # noqa: E402
 from trusted_testing.procstat import rss_kib  # noqa: E402
-from trusted_testing.softtpm import AK_ATTRIBUTES  # noqa: E402
 from verifier import db  # noqa: E402
-from verifier.attest.service import Verifier  # noqa: E402
-from verifier.attest.settings import VerifierSettings  # noqa: E402
-from verifier.notify import Outbox  # noqa: E402
-from verifier.protocol import tpm as t  # noqa: E402
-
-_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-
-
-class _Silent:
-    """An agent client whose requests never finish (no traffic at all)."""
-
-    async def call(self, *args: Any, **kwargs: Any) -> Any:
-        await asyncio.Event().wait()
-
-    def forget(self, base: str, agent_cert: str) -> None:
-        pass
-
-    def rest(self, base: str, delay: float) -> None:
-        pass
-
-    async def get_agent(self, uuid: str) -> Any:
-        raise AssertionError("not used")
-
-    async def close(self) -> None:
-        pass
 
 
 def fill(url: str, n: int) -> None:
@@ -62,29 +35,7 @@ def fill(url: str, n: int) -> None:
     db.upgrade(engine)
     policy = json.dumps({"hash": "sha256", "pcrs": {"16": ["00" * 32]}})
     now = time.time()
-    rows = []
-    for i in range(n):
-        key = ec.generate_private_key(ec.SECP256R1()).public_key()
-        ak = t.make_public(key, AK_ATTRIBUTES, (t.ALG_ECDSA, t.ALG_SHA256))
-        rows.append(
-            {
-                "uuid": f"00000000-0000-4000-8000-{i:012d}",
-                "state": "attested",
-                "policy": policy,
-                "v_share": os.urandom(32),
-                "ak_public": ak.to_bytes(),
-                "tls_cert": _CERT,
-                "host": f"127.2.{i // 250}.{i % 250 + 1}",
-                "port": 9,
-                "reset_count": 0,
-                "restart_count": 0,
-                "clock": 1000,
-                "quotes_verified": 1,
-                "v_released": True,
-                "created_at": now,
-                "updated_at": now,
-            }
-        )
+    rows = [attested_row(i, policy, ecc_ak(), now) for i in range(n)]
     with engine.begin() as conn:
         conn.execute(db.Node.__table__.insert(), rows)
     engine.dispose()
@@ -94,15 +45,7 @@ async def measure(url: str, n: int) -> float:
     engine = db.make_engine(url)
     gc.collect()
     before = rss_kib()
-    verifier = Verifier(
-        engine,
-        ed25519.Ed25519PrivateKey.generate(),
-        _Silent(),  # type: ignore[arg-type]
-        _Silent(),
-        Outbox(engine, []),
-        None,
-        VerifierSettings(interval=2.0),
-    )  # type: ignore[arg-type]
+    verifier = silent_verifier(engine, 2.0)
     await verifier.start()
     await asyncio.sleep(1)
     for node in verifier.nodes:

@@ -37,37 +37,12 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519  # noqa: E402
 
-from trusted_testing.softtpm import AK_ATTRIBUTES  # noqa: E402
+from trusted_testing.bench_nodes import attested_row, ecc_ak, silent_verifier  # noqa: E402
 from verifier import db  # noqa: E402
 from verifier.attest.policies import PolicyStore  # noqa: E402
-from verifier.attest.service import Verifier  # noqa: E402
-from verifier.attest.settings import VerifierSettings  # noqa: E402
-from verifier.notify import Outbox  # noqa: E402
-from verifier.protocol import tpm as t  # noqa: E402
 
-_CERT = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 PROJECT = "bench"
-
-
-class _Silent:
-    """An agent and registrar client whose requests never finish."""
-
-    async def call(self, *args: Any, **kwargs: Any) -> Any:
-        await asyncio.Event().wait()
-
-    def forget(self, base: str, agent_cert: str) -> None:
-        pass
-
-    def rest(self, base: str, delay: float) -> None:
-        pass
-
-    async def get_agent(self, uuid: str) -> Any:
-        raise AssertionError("not used")
-
-    async def close(self) -> None:
-        pass
 
 
 def policy(version: int, paths: int) -> dict[str, Any]:
@@ -98,32 +73,20 @@ def fill(url: str, n: int, paths: int) -> None:
     db.upgrade(engine)
     meta, _ = PolicyStore(engine).add("runtime", policy(1, paths), project=PROJECT)
     pcr_policy = json.dumps({"hash": "sha256", "pcrs": {}})
-    key = ec.generate_private_key(ec.SECP256R1()).public_key()
-    ak = t.make_public(key, AK_ATTRIBUTES, (t.ALG_ECDSA, t.ALG_SHA256)).to_bytes()
+    ak = ecc_ak()
     now = time.time()
     rows = [
-        {
-            "uuid": f"00000000-0000-4000-8000-{i:012d}",
-            "project_id": PROJECT,
-            "state": "attested",
-            "policy": pcr_policy,
-            "v_share": os.urandom(32),
-            "ak_public": ak,
-            "tls_cert": _CERT,
-            "host": f"127.2.{i // 250}.{i % 250 + 1}",
-            "port": 9,
-            "reset_count": 0,
-            "restart_count": 0,
-            "clock": 1000,
-            "quotes_verified": 1,
-            "v_released": True,
-            "created_at": now,
-            "updated_at": now,
-            "runtime_policy": meta["digest"],
-            "runtime_policy_follow": "web",
-            "ima_count": 100 + i % 50,
-            "ima_pcr": os.urandom(52),
-        }
+        attested_row(
+            i,
+            pcr_policy,
+            ak,
+            now,
+            project_id=PROJECT,
+            runtime_policy=meta["digest"],
+            runtime_policy_follow="web",
+            ima_count=100 + i % 50,
+            ima_pcr=os.urandom(52),
+        )
         for i in range(n)
     ]
     with engine.begin() as conn:
@@ -133,15 +96,7 @@ def fill(url: str, n: int, paths: int) -> None:
 
 async def measure(url: str, n: int, paths: int, runs: int) -> list[dict[str, float]]:
     engine = db.make_engine(url)
-    verifier = Verifier(
-        engine,
-        ed25519.Ed25519PrivateKey.generate(),
-        _Silent(),  # type: ignore[arg-type]
-        _Silent(),  # type: ignore[arg-type]
-        Outbox(engine, []),
-        None,
-        VerifierSettings(interval=60.0),
-    )
+    verifier = silent_verifier(engine, 60.0)
     await verifier.start()
     verifier.pause_attestation()
     assert len(verifier.nodes) == n, len(verifier.nodes)

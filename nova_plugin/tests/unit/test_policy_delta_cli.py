@@ -12,7 +12,6 @@ import json
 import os
 from typing import Any
 
-import fixtures
 import testtools
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
@@ -21,8 +20,7 @@ from nova_plugin.cliargs import with_base
 from nova_plugin.commands.policies import PolicyAdd
 from nova_plugin.exceptions import UsageError
 from nova_plugin.tenant import Tenant, TenantConfig
-from nova_plugin.tests.unit.test_tenant import write_certificate
-from nova_plugin.tests.unit.test_tenant_cli import run_tenant
+from nova_plugin.tests.unit.test_tenant_cli import TenantCliCase, run_tenant
 from verifier.protocol.ima.policy import canonical_document
 
 BASE = hashlib.sha256(b"web@4").hexdigest()
@@ -70,20 +68,13 @@ class WithBaseTest(testtools.TestCase):
         self.assertIn(f"web@4 ({BASE})", str(exc))
 
 
-class PolicyAddBaseTest(testtools.TestCase):
+class PolicyAddBaseTest(TenantCliCase):
     def setUp(self) -> None:
         super().setUp()
-        self.dir = self.useFixture(fixtures.TempDir()).path
+        self.dir = self.directory
         self.file = os.path.join(self.dir, "delta.json")
         with open(self.file, "w") as f:
             json.dump(DELTA, f)
-        cert, key = write_certificate(self.dir)
-        self.settings = [
-            "--verifier=https://127.0.0.1:1",
-            f"--cert={cert}",
-            f"--key={key}",
-            f"--ca={cert}",
-        ]
 
     def add(self, **options: Any) -> tuple[RecordingVerifier, Any]:
         verifier = RecordingVerifier()

@@ -33,20 +33,31 @@ def run_tenant(argv: list[str]) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-class MonitorAttestInputTest(testtools.TestCase):
+class TenantCliCase(testtools.TestCase):
+    """``self.settings``: a verifier that answers nothing and a tenant
+    certificate (in ``self.directory``), for tests of bad input refused
+    before anything is sent."""
+
+    NODE = "0f1e2d3c-4b5a-4968-8776-655443322110"
+
     def setUp(self) -> None:
         super().setUp()
-        directory = self.useFixture(fixtures.TempDir()).path
-        cert, key = write_certificate(directory)
-        self.ak = os.path.join(directory, "ak")
-        with open(self.ak, "w") as f:
-            f.write(base64.b64encode(SoftTpm().ak.to_bytes()).decode())
+        self.directory = self.useFixture(fixtures.TempDir()).path
+        cert, key = write_certificate(self.directory)
         self.settings = [
             "--verifier=https://127.0.0.1:1",
             f"--cert={cert}",
             f"--key={key}",
             f"--ca={cert}",
         ]
+
+
+class MonitorAttestInputTest(TenantCliCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.ak = os.path.join(self.directory, "ak")
+        with open(self.ak, "w") as f:
+            f.write(base64.b64encode(SoftTpm().ak.to_bytes()).decode())
 
     def test_no_pcr_policy_is_one_line_and_exit_2(self) -> None:
         code, err = run_tenant([*self.settings, "monitor-attest", "--ak", self.ak])
@@ -89,23 +100,10 @@ class ModeOptionTest(testtools.TestCase):
         self.assertRaises(argparse.ArgumentTypeError, attestation_mode, "sideways")
 
 
-class PolicyCheckCliTest(testtools.TestCase):
+class PolicyCheckCliTest(TenantCliCase):
     """``trusted-tenant policy check``: bad input exits 2 before anything is
     sent; the report's lines and exit status (0 only if every node passes;
     the end to end run is verifier/tests/functional/test_policy_check)."""
-
-    NODE = "0f1e2d3c-4b5a-4968-8776-655443322110"
-
-    def setUp(self) -> None:
-        super().setUp()
-        directory = self.useFixture(fixtures.TempDir()).path
-        cert, key = write_certificate(directory)
-        self.settings = [
-            "--verifier=https://127.0.0.1:1",
-            f"--cert={cert}",
-            f"--key={key}",
-            f"--ca={cert}",
-        ]
 
     def test_a_node_that_is_not_a_uuid_is_one_line_and_exit_2(self) -> None:
         code, err = run_tenant(
@@ -182,22 +180,9 @@ class PolicyCheckCliTest(testtools.TestCase):
         self.assertTrue(lines[5].endswith("ERROR agent_unreachable: refused"))
 
 
-class SetPolicyInputTest(testtools.TestCase):
+class SetPolicyInputTest(TenantCliCase):
     """``trusted-tenant node set-policy``: bad input is one line, exit 2,
     before anything is sent (the verifier's URL here answers nothing)."""
-
-    NODE = "0f1e2d3c-4b5a-4968-8776-655443322110"
-
-    def setUp(self) -> None:
-        super().setUp()
-        directory = self.useFixture(fixtures.TempDir()).path
-        cert, key = write_certificate(directory)
-        self.settings = [
-            "--verifier=https://127.0.0.1:1",
-            f"--cert={cert}",
-            f"--key={key}",
-            f"--ca={cert}",
-        ]
 
     def test_no_change_is_one_line_and_exit_2(self) -> None:
         code, err = run_tenant([*self.settings, "node", "set-policy", self.NODE])

@@ -9,20 +9,12 @@ replay position, quotes counted.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import uuid as uuid_mod
 from typing import Any
 
-import testtools
-
-from trusted_testing.cluster import LocalCluster, NodeHandle, wait_until
-from trusted_testing.e2e import Http
+from trusted_testing.cluster import NodeHandle, wait_until
+from trusted_testing.cluster_case import ClusterTestCase
 from verifier.protocol import PcrPolicy
 from verifier.protocol.ima import parse_ascii, policy_from_log
 
@@ -37,64 +29,27 @@ FILES = (
 )
 
 
-def _script(name: str) -> str:
-    return os.path.join(os.path.dirname(sys.executable), name)
-
-
-class PolicyCheckTest(testtools.TestCase):
+class PolicyCheckTest(ClusterTestCase):
     """Two polled nodes under web@1 for the class; a third is enrolled by
     the test that forges its list, and deleted at its end."""
 
-    cluster: LocalCluster
+    prefix = "policy-check-"
+    node_count = 3
+    interval = INTERVAL
+    evidence = True
+    measured = FILES
 
     @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="policy-check-")
-        cls.cluster = LocalCluster(
-            os.path.join(cls.tmp, "cluster"), nodes=3, interval=INTERVAL, evidence=True
-        )
-        cls.loop = asyncio.new_event_loop()
-        try:
-            cls.cluster.start_services()
-            for node in cls.cluster.nodes:  # before the agents use the TPMs
-                for path, content in FILES:
-                    cls.kernel(node).measure(path, content)
-                cls.cluster.start_agent(node)
-            cls.http = Http(cls.cluster)
-            cls.tenant = cls.cluster.tenant()
-            entries = parse_ascii(cls.list_text(cls.cluster.nodes[0]))
-            cls.web1 = policy_from_log(entries, "web", 1)
-            # web@2 lacks nginx (say, built from a smaller package set)
-            without = [e for e in entries if e.path != "/usr/sbin/nginx"]
-            cls.web2 = policy_from_log(without, "web", 2)
-            for policy in (cls.web1, cls.web2):
-                cls.run_async(cls.tenant.add_policy("runtime", policy.to_dict()))
-            for node in cls.cluster.nodes[:2]:
-                cls.enrol(node)
-        except Exception:
-            cls.loop.close()
-            cls.cluster.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        try:
-            cls.run_async(cls.tenant.close())
-            cls.loop.close()
-        finally:
-            cls.cluster.stop()
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-            super().tearDownClass()
-
-    @classmethod
-    def run_async(cls, coro):  # type: ignore[no-untyped-def]
-        return cls.loop.run_until_complete(coro)
-
-    @staticmethod
-    def kernel(node: NodeHandle) -> Any:
-        assert node.kernel is not None
-        return node.kernel
+    def set_up_cluster(cls) -> None:
+        entries = parse_ascii(cls.list_text(cls.cluster.nodes[0]))
+        cls.web1 = policy_from_log(entries, "web", 1)
+        # web@2 lacks nginx (say, built from a smaller package set)
+        without = [e for e in entries if e.path != "/usr/sbin/nginx"]
+        cls.web2 = policy_from_log(without, "web", 2)
+        for policy in (cls.web1, cls.web2):
+            cls.run_async(cls.tenant.add_policy("runtime", policy.to_dict()))
+        for node in cls.cluster.nodes[:2]:
+            cls.enrol(node)
 
     @classmethod
     def list_text(cls, node: NodeHandle) -> str:
@@ -102,13 +57,8 @@ class PolicyCheckTest(testtools.TestCase):
             return f.read()
 
     @classmethod
-    def _registered(cls, uuid: str) -> bool:
-        r = cls.http.call("GET", f"{cls.cluster.registrar_url}/v1/agents/{uuid}")
-        return r.status_code == 200 and r.json()["activated"] is True
-
-    @classmethod
     def enrol(cls, node: NodeHandle) -> None:
-        if not wait_until(lambda: cls._registered(node.uuid), 60):
+        if not wait_until(lambda: cls.registered(node.uuid), 60):
             raise RuntimeError(f"agent {node.index} never registered")
         cls.run_async(
             cls.tenant.enrol(
@@ -145,16 +95,6 @@ class PolicyCheckTest(testtools.TestCase):
             )
         out.append(tuple(self.run_async(self.tenant.events())))
         return out
-
-    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, **self.cluster.tenant_env())
-        return subprocess.run(
-            [_script("trusted-tenant"), *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
 
     def test_check_lists_exactly_what_the_candidate_lacks_and_changes_nothing(
         self,

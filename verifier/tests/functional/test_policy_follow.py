@@ -16,20 +16,11 @@ revocation.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from typing import Any
 
-import testtools
-
-from trusted_testing.cluster import LocalCluster, NodeHandle, wait_until
-from trusted_testing.e2e import Http
-from trusted_testing.softkernel import SoftKernel
+from trusted_testing.cluster import wait_until
+from trusted_testing.cluster_case import ClusterTestCase
 from verifier.protocol import PcrPolicy
 from verifier.protocol.events import PolicyChange
 from verifier.protocol.ima import parse_ascii, policy_from_log
@@ -41,64 +32,14 @@ PATCHED = ("/usr/sbin/nginx-1.24.1", b"nginx, patched")
 ROGUE = ("/tmp/.cache/miner", b"cryptominer")
 
 
-class PolicyFollowTest(testtools.TestCase):
+class PolicyFollowTest(ClusterTestCase):
     """One deployment of two nodes for the class."""
 
-    cluster: LocalCluster
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="policy-follow-")
-        cls.cluster = LocalCluster(
-            os.path.join(cls.tmp, "cluster"), nodes=2, interval=INTERVAL, evidence=True
-        )
-        try:
-            cls.cluster.start_services()
-            for node in cls.cluster.nodes:  # before the agents use the TPMs
-                for path, content in GOOD_FILES:
-                    cls.kernel(node).measure(path, content)
-                cls.cluster.start_agent(node)
-            cls.http = Http(cls.cluster)
-            for node in cls.cluster.nodes:
-                if not wait_until(lambda n=node: cls._registered(n.uuid), 60):
-                    raise RuntimeError(f"agent {node.index} never registered")
-        except Exception:
-            cls.cluster.stop()
-            raise
-        cls.loop = asyncio.new_event_loop()
-        cls.tenant = cls.cluster.tenant()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        try:
-            cls.run_async(cls.tenant.close())
-            cls.loop.close()
-        finally:
-            cls.cluster.stop()
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-            super().tearDownClass()
-
-    @classmethod
-    def run_async(cls, coro):  # type: ignore[no-untyped-def]
-        return cls.loop.run_until_complete(coro)
-
-    @staticmethod
-    def kernel(node: NodeHandle) -> SoftKernel:
-        assert node.kernel is not None
-        return node.kernel
-
-    @classmethod
-    def _registered(cls, uuid: str) -> bool:
-        r = cls.http.call("GET", f"{cls.cluster.registrar_url}/v1/agents/{uuid}")
-        return r.status_code == 200 and r.json()["activated"] is True
-
-    def status(self, uuid: str) -> dict[str, Any]:
-        return dict(self.run_async(self.tenant.status(uuid)))
-
-    def wait_for(self, uuid: str, predicate, timeout: float = 20) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-        wait_until(lambda: predicate(self.status(uuid)), timeout)
-        return self.status(uuid)
+    prefix = "policy-follow-"
+    node_count = 2
+    interval = INTERVAL
+    evidence = True
+    measured = GOOD_FILES
 
     def runtime(self, uuid: str) -> dict[str, Any]:
         return dict(self.status(uuid)["policies"]["runtime"])
@@ -110,16 +51,6 @@ class PolicyFollowTest(testtools.TestCase):
             for e in (item["signed_event"]["event"] for item in events)
             if e["type"] == "node.policy_changed"
         ]
-
-    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, **self.cluster.tenant_env())
-        return subprocess.run(
-            [_script("trusted-tenant"), *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
 
     def test_following_node_attests_across_a_new_version(self) -> None:
         follower, pinned = self.cluster.nodes
@@ -216,7 +147,3 @@ def _sha256(content: bytes) -> str:
     import hashlib
 
     return hashlib.sha256(content).hexdigest()
-
-
-def _script(name: str) -> str:
-    return os.path.join(os.path.dirname(sys.executable), name)

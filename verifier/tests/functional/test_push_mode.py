@@ -11,22 +11,17 @@ stops posting is unreachable by its deadline with one.
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
-import tempfile
 import uuid as uuid_mod
 from typing import Any
 
-import testtools
-
-from trusted_testing.cluster import LocalCluster, free_port, wait_until
-from trusted_testing.e2e import Http
+from trusted_testing.cluster import wait_until
+from trusted_testing.cluster_case import ClusterTestCase
 from verifier.protocol import PcrPolicy
 from verifier.protocol.userdata import BootstrapConfig
 
@@ -34,86 +29,42 @@ INTERVAL = 0.5
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'
 
 
-class PushModeTest(testtools.TestCase):
+class PushModeTest(ClusterTestCase):
     """One deployment for the module: a pull node and two push nodes."""
 
-    cluster: LocalCluster
-    tmp: str
+    prefix = "trusted-push-"
+    node_count = 3
+    interval = INTERVAL
+    push = True
+    verifier_options = {"max_unreachable": 2}
 
     @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="trusted-push-")
-        cls.push_port = free_port()
-        cls.cluster = LocalCluster(
-            os.path.join(cls.tmp, "cluster"),
-            nodes=3,
-            interval=INTERVAL,
-            verifier_options={"max_unreachable": 2},
-            verifier_sections={
-                "push": {
-                    "port": cls.push_port,
-                    "min_interval": 0.1,
-                    "challenge_ttl": 5.0,
-                }
-            },
+    def prepare(cls) -> None:
+        # no tenant certificate reaches the pull agent: only the relay
+        cls.cluster.nodes[0].agent_options = {"tenant_clients": "nobody"}
+        for node in cls.cluster.nodes[1:]:
+            node.agent_options = {
+                "attestation_mode": "push",
+                "push_url": cls.push_url,
+                "verifier_clients": "nobody",  # never reachable by the verifier
+                "cert_file": None,  # identity by the TPM alone
+                "key_file": None,
+            }
+        # the last one is told to push only by its bootstrap file, as
+        # trusted-nova boot --mode push writes it into the user-data
+        last = cls.cluster.nodes[2]
+        bootstrap = os.path.join(last.dir, "bootstrap.json")
+        config = BootstrapConfig(
+            str(uuid_mod.uuid4()), cls.cluster.registrar_url, None, cls.push_url
         )
-        try:
-            cls.cluster.start_services()
-            # no tenant certificate reaches the pull agent: only the relay
-            cls.cluster.nodes[0].agent_options = {"tenant_clients": "nobody"}
-            push_url = f"https://127.0.0.1:{cls.push_port}"
-            for node in cls.cluster.nodes[1:]:
-                node.agent_options = {
-                    "attestation_mode": "push",
-                    "push_url": push_url,
-                    "verifier_clients": "nobody",  # never reachable by the verifier
-                    "cert_file": None,  # identity by the TPM alone
-                    "key_file": None,
-                }
-            # the last one is told to push only by its bootstrap file, as
-            # trusted-nova boot --mode push writes it into the user-data
-            last = cls.cluster.nodes[2]
-            bootstrap = os.path.join(last.dir, "bootstrap.json")
-            config = BootstrapConfig(
-                str(uuid_mod.uuid4()), cls.cluster.registrar_url, None, push_url
-            )
-            with open(bootstrap, "w", encoding="utf-8") as f:
-                json.dump(config.to_dict(), f)
-            del last.agent_options["attestation_mode"], last.agent_options["push_url"]
-            last.agent_options["bootstrap_file"] = bootstrap
-            for node in cls.cluster.nodes:
-                cls.cluster.start_agent(node)
-        except Exception:
-            cls.cluster.stop()
-            raise
-        cls.loop = asyncio.new_event_loop()
-        cls.tenant = cls.cluster.tenant()
-        cls.http = Http(cls.cluster)
+        with open(bootstrap, "w", encoding="utf-8") as f:
+            json.dump(config.to_dict(), f)
+        del last.agent_options["attestation_mode"], last.agent_options["push_url"]
+        last.agent_options["bootstrap_file"] = bootstrap
+
+    @classmethod
+    def set_up_cluster(cls) -> None:
         cls.policy = PcrPolicy.from_dict({"pcrs": {"16": [cls.cluster.good_pcr_hex()]}})
-        for node in cls.cluster.nodes:
-            if not wait_until(lambda n=node: cls._registered(n.uuid), 60):
-                raise RuntimeError(f"agent {node.index} never registered")
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        try:
-            cls.loop.run_until_complete(cls.tenant.close())
-            cls.loop.close()
-        finally:
-            cls.cluster.stop()
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-            super().tearDownClass()
-
-    @classmethod
-    def _registered(cls, uuid: str) -> bool:
-        r = Http(cls.cluster).call(
-            "GET", f"{cls.cluster.registrar_url}/v1/agents/{uuid}"
-        )
-        return r.status_code == 200 and r.json()["activated"] is True
-
-    def arun(self, coro: Any) -> Any:
-        return self.loop.run_until_complete(coro)
 
     def node_state(self, uuid: str) -> dict[str, Any]:
         r = self.http.call("GET", f"{self.cluster.verifier_url}/v1/nodes/{uuid}")
@@ -125,12 +76,12 @@ class PushModeTest(testtools.TestCase):
         return self.node_state(uuid)
 
     def events(self, uuid: str) -> list[dict[str, Any]]:
-        return list(self.arun(self.tenant.events(uuid)))
+        return list(self.run_async(self.tenant.events(uuid)))
 
     def test_pull_and_push_nodes_bootstrap_then_tampering_revokes(self) -> None:
         pull, push = self.cluster.nodes[0], self.cluster.nodes[1]
-        self.arun(self.tenant.enrol(pull.uuid, PAYLOAD, self.policy))
-        self.arun(self.tenant.enrol(push.uuid, PAYLOAD, self.policy, mode="push"))
+        self.run_async(self.tenant.enrol(pull.uuid, PAYLOAD, self.policy))
+        self.run_async(self.tenant.enrol(push.uuid, PAYLOAD, self.policy, mode="push"))
         # nothing listens on the push agent's port: every inbound
         # connection is refused, so the tenant went through the relay
         self.assertFalse(_accepts(push.port))
@@ -182,7 +133,7 @@ class PushModeTest(testtools.TestCase):
     ) -> None:
         node = self.cluster.nodes[2]  # push mode from its bootstrap file
         self.assertFalse(_accepts(node.port))
-        self.arun(self.tenant.enrol(node.uuid, PAYLOAD, self.policy, mode="push"))
+        self.run_async(self.tenant.enrol(node.uuid, PAYLOAD, self.policy, mode="push"))
         self.wait_state(node.uuid, "attested", 30)
         with open(node.log, encoding="utf-8") as f:
             self.assertIn("the bootstrap file names a push endpoint", f.read())

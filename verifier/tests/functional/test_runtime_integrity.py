@@ -10,20 +10,12 @@ trusted.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 
-import testtools
-
 from nova_plugin.exceptions import AttestationFailedError, ServiceError
-from trusted_testing.cluster import LocalCluster, NodeHandle, wait_until
-from trusted_testing.e2e import Http
+from trusted_testing.cluster import NodeHandle, wait_until
+from trusted_testing.cluster_case import ClusterTestCase
 from trusted_testing.eventlog import sample_log
 from trusted_testing.softkernel import BOOTLOADER, KERNEL, SoftKernel
 from verifier.common.tpm import Tpm
@@ -35,33 +27,18 @@ PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'
 GOOD_FILES = (("/usr/bin/python3.11", b"python"), ("/usr/sbin/nginx", b"nginx"))
 
 
-class RuntimeIntegrityTest(testtools.TestCase):
+class RuntimeIntegrityTest(ClusterTestCase):
     """One deployment of three nodes for the class."""
 
-    cluster: LocalCluster
+    prefix = "runtime-integrity-"
+    node_count = 3
+    interval = INTERVAL
+    evidence = True
+    measured = GOOD_FILES
+    wait_timeout = 15
 
     @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="runtime-integrity-")
-        cls.cluster = LocalCluster(
-            os.path.join(cls.tmp, "cluster"), nodes=3, interval=INTERVAL, evidence=True
-        )
-        try:
-            cls.cluster.start_services()
-            for node in cls.cluster.nodes:  # before the agents use the TPMs
-                for path, content in GOOD_FILES:
-                    cls.kernel(node).measure(path, content)
-                cls.cluster.start_agent(node)
-            cls.http = Http(cls.cluster)
-            for node in cls.cluster.nodes:
-                if not wait_until(lambda n=node: cls._registered(n.uuid), 60):
-                    raise RuntimeError(f"agent {node.index} never registered")
-        except Exception:
-            cls.cluster.stop()
-            raise
-        cls.loop = asyncio.new_event_loop()
-        cls.tenant = cls.cluster.tenant()
+    def set_up_cluster(cls) -> None:
         # the tenant's golden node: its list becomes the runtime policy
         with open(cls.kernel(cls.cluster.nodes[0]).ima_path, encoding="utf-8") as f:
             golden = policy_from_log(parse_ascii(f.read()), "web-tier", 1)
@@ -71,37 +48,6 @@ class RuntimeIntegrityTest(testtools.TestCase):
                 "measured-boot", SoftKernel.golden_mb_policy(), name="golden-fw"
             )
         )
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        try:
-            cls.run_async(cls.tenant.close())
-            cls.loop.close()
-        finally:
-            cls.cluster.stop()
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-            super().tearDownClass()
-
-    @classmethod
-    def run_async(cls, coro):  # type: ignore[no-untyped-def]
-        return cls.loop.run_until_complete(coro)
-
-    @staticmethod
-    def kernel(node: NodeHandle) -> SoftKernel:
-        assert node.kernel is not None
-        return node.kernel
-
-    @classmethod
-    def _registered(cls, uuid: str) -> bool:
-        r = cls.http.call("GET", f"{cls.cluster.registrar_url}/v1/agents/{uuid}")
-        return r.status_code == 200 and r.json()["activated"] is True
-
-    def status(self, uuid: str) -> dict:  # type: ignore[type-arg]
-        return dict(self.run_async(self.tenant.status(uuid)))
-
-    def wait_for(self, uuid: str, predicate, timeout: float = 15) -> dict:  # type: ignore[no-untyped-def,type-arg]
-        wait_until(lambda: predicate(self.status(uuid)), timeout)
-        return self.status(uuid)
 
     def enrol(self, node: NodeHandle) -> None:
         self.run_async(
@@ -153,14 +99,9 @@ class RuntimeIntegrityTest(testtools.TestCase):
         view = self.wait_for(good.uuid, lambda s: s["ima_entries"] == 5)
         self.assertEqual("attested", view["state"])
         # what the tenant CLI shows
-        env = dict(os.environ, **self.cluster.tenant_env())
-        out = subprocess.run(
-            [_script("trusted-tenant"), "status", victim.uuid],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        done = self.cli("status", victim.uuid)
+        done.check_returncode()
+        out = done.stdout
         self.assertIn("REVOKED", out)
         self.assertIn("/tmp/.cache/miner", out)
 
@@ -209,7 +150,3 @@ class RuntimeIntegrityTest(testtools.TestCase):
         self.assertEqual("policy_too_large", r.json()["error"]["code"])
         names = [p["name"] for p in self.run_async(self.tenant.policies("runtime"))]
         self.assertEqual(["web-tier"], names)
-
-
-def _script(name: str) -> str:
-    return os.path.join(os.path.dirname(sys.executable), name)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trusted_testing.softkernel import SoftKernel
+from verifier.attest.service import Verifier
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import PcrPolicy
 from verifier.protocol.ima import parse_ascii, policy_from_log
@@ -70,7 +71,10 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-class RuntimeEvidenceTest(VerifierServiceBase):
+class KernelAgentCase(VerifierServiceBase):
+    """Helpers for tests on :class:`KernelAgent` nodes, no tests (other
+    modules build on it)."""
+
     def setUp(self) -> None:
         super().setUp()
         self.dirs = iter(range(1000))
@@ -84,12 +88,34 @@ class RuntimeEvidenceTest(VerifierServiceBase):
         return agent
 
     def good_policy(self, agent: KernelAgent) -> dict[str, Any]:
+        """The runtime policy ``golden`` 1: what ``agent`` ran, after it
+        ran python3 and sshd."""
         for path, content in (("/usr/bin/python3", b"py"), ("/usr/sbin/sshd", b"ssh")):
             agent.kernel.measure(path, content)
         with open(agent.kernel.ima_path, encoding="utf-8") as f:
             policy = policy_from_log(parse_ascii(f.read()), "golden", 1)
         return policy.to_dict()
 
+    async def enrol_under(
+        self,
+        verifier: Verifier,
+        agent: KernelAgent,
+        runtime_policy: str,
+        **options: Any,
+    ) -> None:
+        """Enrol ``agent`` judged by ``runtime_policy`` alone (no PCR
+        values), then quiesce ``verifier``: the test drives the rounds."""
+        await verifier.commands.enrol(
+            agent.uuid,
+            os.urandom(32),
+            PcrPolicy({}),
+            runtime_policy=runtime_policy,
+            **options,
+        )
+        self.quiesce(verifier)
+
+
+class RuntimeEvidenceTest(KernelAgentCase):
     async def enrol_runtime(
         self, agent: KernelAgent, mb: bool = True, ima: bool = True
     ) -> Any:
@@ -138,10 +164,7 @@ class RuntimeEvidenceTest(VerifierServiceBase):
         with open(agent.kernel.ima_path, encoding="utf-8") as f:
             doc = policy_from_log(parse_ascii(f.read()), "app", 1).to_dict()
         verifier.policies.add("runtime", doc)
-        await verifier.commands.enrol(
-            agent.uuid, os.urandom(32), PcrPolicy({}), runtime_policy="app"
-        )
-        self.quiesce(verifier)
+        await self.enrol_under(verifier, agent, "app")
         view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state)
         self.assertEqual(8, view.ima_entries)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
 import types
 import uuid as uuid_mod
 from typing import Any
@@ -25,7 +24,6 @@ from trusted_testing.auth import open_auth
 from verifier.api.verifier_app import make_app, public_pem
 from verifier.attest.service import Verifier
 from verifier.exceptions import NotFoundError
-from verifier.protocol import PcrPolicy
 from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.ima import parse_ascii, policy_from_log
 from verifier.protocol.messages.policy_check import (
@@ -34,25 +32,17 @@ from verifier.protocol.messages.policy_check import (
     PolicyCheckReport,
     PolicyCheckRequest,
 )
-from verifier.tests.unit.test_attest_runtime import KernelAgent
-from verifier.tests.unit.test_attest_service import VerifierServiceBase
+from verifier.tests.unit.test_attest_runtime import KernelAgent, KernelAgentCase
 
 PROJECT = "noauth"  # the open caller's project (trusted_testing.auth)
 OTHER = "someone-else"
 
 
-class PolicyCheckBase(VerifierServiceBase):
-    def setUp(self) -> None:
-        super().setUp()
-        self.dirs = iter(range(1000))
-
+class PolicyCheckBase(KernelAgentCase):
     def new_kernel_agent(self) -> KernelAgent:
-        directory = os.path.join(self.tmp, f"node{next(self.dirs)}")
-        os.makedirs(directory)
-        agent = KernelAgent(str(uuid_mod.uuid4()), next(self._ports), directory)
+        """A node that ran python3."""
+        agent = super().new_kernel_agent()
         agent.kernel.measure("/usr/bin/python3", b"py")
-        self.agents.add(agent)
-        self.registrar.add(agent)
         return agent
 
     @staticmethod
@@ -63,14 +53,7 @@ class PolicyCheckBase(VerifierServiceBase):
     async def enrolled(
         self, verifier: Verifier, agent: KernelAgent, project: str = PROJECT
     ) -> None:
-        await verifier.commands.enrol(
-            agent.uuid,
-            os.urandom(32),
-            PcrPolicy({}),
-            runtime_policy="web",
-            project=project,
-        )
-        self.quiesce(verifier)
+        await self.enrol_under(verifier, agent, "web", project=project)
         view = await verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", view.state, view)
 
@@ -216,15 +199,9 @@ class PolicyCheckServiceTest(PolicyCheckBase):
         verifier = self.new_verifier()
         agent = self.new_kernel_agent()
         verifier.policies.add("runtime", self.list_policy(agent, 1), project=PROJECT)
-        await verifier.commands.enrol(
-            agent.uuid,
-            os.urandom(32),
-            PcrPolicy({}),
-            runtime_policy="web",
-            project=PROJECT,
-            mode=AttestationMode.PUSH,
+        await self.enrol_under(
+            verifier, agent, "web", project=PROJECT, mode=AttestationMode.PUSH
         )
-        self.quiesce(verifier)
         report = await verifier.checker.check(
             "web", PROJECT, PolicyCheckRequest((agent.uuid,))
         )

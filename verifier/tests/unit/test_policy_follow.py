@@ -35,10 +35,8 @@ from verifier.protocol.events import (
     PolicyChange,
     SignedEvent,
 )
-from verifier.protocol.ima import parse_ascii, policy_from_log
 from verifier.protocol.messages.enrolment import PolicyChangeRequest
-from verifier.tests.unit.test_attest_runtime import KernelAgent
-from verifier.tests.unit.test_attest_service import VerifierServiceBase
+from verifier.tests.unit.test_attest_runtime import KernelAgent, KernelAgentCase
 
 PROJECT = "noauth"  # the project of open_auth's caller
 NEW_FILE = ("/usr/bin/new-tool", b"new tool")
@@ -58,27 +56,8 @@ class NoNodes(Ownership):
         return False
 
 
-class PolicyFollowTest(VerifierServiceBase):
+class PolicyFollowTest(KernelAgentCase):
     """Follow, pin, new versions and the set-policy command."""
-
-    def setUp(self) -> None:
-        super().setUp()
-        self.dirs = iter(range(1000))
-
-    def new_kernel_agent(self) -> KernelAgent:
-        directory = os.path.join(self.tmp, f"node{next(self.dirs)}")
-        os.makedirs(directory)
-        agent = KernelAgent(str(uuid_mod.uuid4()), next(self._ports), directory)
-        self.agents.add(agent)
-        self.registrar.add(agent)
-        return agent
-
-    def good_policy(self, agent: KernelAgent) -> dict[str, Any]:
-        for path, content in (("/usr/bin/python3", b"py"), ("/usr/sbin/sshd", b"ssh")):
-            agent.kernel.measure(path, content)
-        with open(agent.kernel.ima_path, encoding="utf-8") as f:
-            policy = policy_from_log(parse_ascii(f.read()), "golden", 1)
-        return policy.to_dict()
 
     def golden(self, agent: KernelAgent, version: int, *extra: tuple[str, bytes]):
         """The runtime policy ``golden`` at ``version``: what the agent ran
@@ -97,14 +76,7 @@ class PolicyFollowTest(VerifierServiceBase):
     ) -> Any:
         verifier = self.new_verifier()
         verifier.policies.add("runtime", self.golden(agent, 1), project=project)
-        await verifier.commands.enrol(
-            agent.uuid,
-            os.urandom(32),
-            PcrPolicy({}),
-            runtime_policy=ref,
-            project=project,
-        )
-        self.quiesce(verifier)
+        await self.enrol_under(verifier, agent, ref, project=project)
         return verifier
 
     async def add_version(
@@ -259,15 +231,9 @@ class PolicyFollowTest(VerifierServiceBase):
         agent = self.new_kernel_agent()
         verifier = self.new_verifier()
         verifier.policies.add("runtime", self.golden(agent, 1), project=PROJECT)
-        await verifier.commands.enrol(
-            agent.uuid,
-            os.urandom(32),
-            PcrPolicy({}),
-            runtime_policy="golden",
-            project=PROJECT,
-            mode=AttestationMode.PUSH,
+        await self.enrol_under(
+            verifier, agent, "golden", project=PROJECT, mode=AttestationMode.PUSH
         )
-        self.quiesce(verifier)
         v2 = await self.add_version(verifier, agent, 2, NEW_FILE)
         node = verifier.nodes.live(agent.uuid)
         self.assertEqual(v2, node.runtime_ref)
