@@ -535,12 +535,40 @@ class Tenant:
             ServiceError: refused (404 ``unknown_policy`` or
                 ``unknown_node``, 400) or unreachable.
         """
+        url = f"{self._policies_url('runtime', ref)}/check"
+        return await self._check(url, {}, nodes, everything)
+
+    async def check_candidate(
+        self,
+        document: Mapping[str, Any],
+        nodes: tuple[str, ...] = (),
+        everything: bool = False,
+    ) -> PolicyCheckReport:
+        """The dry run of the runtime policy ``document``, which is not
+        stored (nor signed: nothing is stored); a delta names its stored
+        base in ``"base"``. As :meth:`check_policy` otherwise.
+
+        Raises:
+            MalformedError: as :meth:`check_policy`.
+            ServiceError: refused (400 ``bad_policy``, 404
+                ``unknown_policy`` naming a delta's missing base,
+                ``unknown_node``, 413 ``policy_too_large``) or unreachable.
+        """
+        url = f"{self._policies_url('runtime')}/check"
+        return await self._check(url, {"policy": document}, nodes, everything)
+
+    async def _check(
+        self,
+        url: str,
+        extra: Mapping[str, Any],
+        nodes: tuple[str, ...],
+        everything: bool,
+    ) -> PolicyCheckReport:
         body = PolicyCheckRequest(
             tuple(dict.fromkeys(canonical_uuid(n) for n in nodes)), everything
         )
         if self._slow is None:
             timeout = max(self._config.timeout, CHECK_TIMEOUT)
             self._slow = ServiceClient(self._context, timeout, self._sessions)
-        url = f"{self._policies_url('runtime', ref)}/check"
-        answer = await self._slow.call("POST", url, body.to_dict())
+        answer = await self._slow.call("POST", url, {**extra, **body.to_dict()})
         return PolicyCheckReport.from_dict(answer)

@@ -54,6 +54,22 @@ def _add_ref(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("ref", help="NAME, NAME@VERSION or digest")
 
 
+def _read_policy(path: str) -> dict[str, Any]:
+    """A policy file as a JSON object.
+
+    Raises:
+        UsageError: unreadable, or not a JSON object (one line naming it).
+    """
+    try:
+        with open(path, "rb") as f:
+            document = jsonlimits.loads(f.read(), path, object_only=True)
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror or exc}") from None
+    except MalformedError as exc:
+        raise UsageError(f"{path}: {exc.detail}") from None
+    return dict(document)
+
+
 class PolicyAdd(TenantCommand):
     name = "add"
     help = "store a policy file at the verifier"
@@ -90,13 +106,7 @@ class PolicyAdd(TenantCommand):
                     )
 
     async def run(self, tenant: Tenant, args: argparse.Namespace) -> Any:
-        try:
-            with open(args.file, "rb") as f:
-                document = jsonlimits.loads(f.read(), args.file, object_only=True)
-        except OSError as exc:
-            raise UsageError(f"{args.file}: {exc.strerror or exc}") from None
-        except MalformedError as exc:
-            raise UsageError(f"{args.file}: {exc.detail}") from None
+        document = _read_policy(args.file)
         signature = None
         if args.signature:
             with open(args.signature, "rb") as f:
@@ -208,7 +218,24 @@ class PolicyCheck(TenantCommand):
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        _add_ref(parser)
+        parser.add_argument(
+            "ref",
+            nargs="?",
+            help="the stored policy to check: NAME, NAME@VERSION or digest (or --file)",
+        )
+        parser.add_argument(
+            "--file",
+            metavar="FILE",
+            help="check this runtime policy document instead, before it is "
+            "stored (not signed: nothing is stored); a node that follows the "
+            "policy's name can be checked before `policy add` moves it",
+        )
+        parser.add_argument(
+            "--base",
+            metavar="REF",
+            help="with --file: the document is a delta over the stored policy "
+            "REF (NAME, NAME@VERSION or digest), as `policy add --base`",
+        )
         which = parser.add_mutually_exclusive_group(required=True)
         which.add_argument(
             "--node",
@@ -230,6 +257,12 @@ class PolicyCheck(TenantCommand):
     def check(self, args: argparse.Namespace) -> None:
         if args.kind != "runtime":
             raise UsageError("policy check: only runtime policies (--kind runtime)")
+        if (args.ref is None) == (args.file is None):
+            raise UsageError(
+                "policy check: give exactly one of REF (a stored policy) or --file"
+            )
+        if args.base and args.file is None:
+            raise UsageError("--base: only with --file (a document to check)")
         for node in args.node:
             try:
                 canonical_uuid(node)
@@ -239,10 +272,20 @@ class PolicyCheck(TenantCommand):
             raise UsageError(f"--node: at most {MAX_CHECK_NODES} nodes (or --all)")
 
     async def run(self, tenant: Tenant, args: argparse.Namespace) -> Any:
+        nodes = tuple(args.node)
         try:
-            report = await tenant.check_policy(args.ref, tuple(args.node), args.all)
+            if args.file is None:
+                report = await tenant.check_policy(args.ref, nodes, args.all)
+            else:
+                document = _read_policy(args.file)
+                if args.base:
+                    base = await tenant.policy("runtime", args.base)
+                    document = with_base(
+                        document, str(base["digest"]), args.base, args.file
+                    )
+                report = await tenant.check_candidate(document, nodes, args.all)
         except ServiceError as exc:
-            if exc.status in (400, 404):  # the policy or a node named wrong
+            if exc.status in (400, 404, 413):  # the policy or a node named wrong
                 raise UsageError(str(exc)) from None
             raise
         return report.to_dict()

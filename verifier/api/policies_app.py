@@ -9,6 +9,12 @@ stored once and referenced by name from enrolments.
 ``POST /v1/policies/runtime/{ref}/check``  the dry run of a runtime policy
                                         on live nodes: ``PolicyCheckRequest``
                                         (:mod:`verifier.protocol.messages.policy_check`)
+``POST /v1/policies/runtime/check``     the dry run of a runtime policy
+                                        document not stored: the same body
+                                        with ``"policy"`` (a delta's
+                                        ``"base"`` among the caller's
+                                        project's policies); size bounded
+                                        as an upload
 
 ``kind`` is ``runtime`` or ``measured-boot``. A new version of a name
 switches the project's nodes that follow that name to it
@@ -120,6 +126,35 @@ async def _check(request: web.Request) -> web.Response:
     return json_response(report.to_dict())
 
 
+def _parse_candidate(body: bytes) -> tuple[object, PolicyCheckRequest]:
+    """The candidate document and the nodes of a
+    ``POST /v1/policies/runtime/check`` body.
+
+    Raises:
+        RequestError: ``bad_json``, ``bad_field`` (no ``policy``).
+        MalformedError: the nodes part, naming the field.
+    """
+    data = dict(parse_json_body(body))
+    if "policy" not in data:
+        raise RequestError(
+            "bad_field", "'policy' is missing: the runtime policy document to check"
+        )
+    document = data.pop("policy")
+    return document, PolicyCheckRequest.from_dict(data)
+
+
+@rule("attestation:policy:check")
+async def _check_candidate(request: web.Request) -> web.Response:
+    # a document nothing stores, judged on the caller's project's nodes
+    # (a delta's base among the caller's project's policies)
+    project = caller(request).owner()
+    body = await _read_limited(request, request.app[_LIMIT])
+    document, nodes = await asyncio.to_thread(_parse_candidate, body)
+    checker = request.app[_CHECKER]
+    report = await checker.check_candidate(document, project, nodes)
+    return json_response(report.to_dict())
+
+
 def add_routes(
     app: web.Application,
     store: PolicyStore,
@@ -134,6 +169,8 @@ def add_routes(
     app[_LIMIT] = max_bytes
     if checker is not None:
         app[_CHECKER] = checker
+        # before the generic routes: "check" is no policy kind or name here
+        app.router.add_post("/v1/policies/runtime/check", _check_candidate)
         app.router.add_post("/v1/policies/runtime/{ref}/check", _check)
     if switch is not None:
         app[_SWITCH] = switch

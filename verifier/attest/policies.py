@@ -254,6 +254,24 @@ class PolicyStore:
             self._cache.setdefault(digest, parsed)
         return meta, True
 
+    def candidate(self, document: object, project: str = "") -> RuntimePolicy:
+        """The runtime policy ``document`` would be once stored by
+        :meth:`add` for ``project`` -- parsed, and a delta composed with its
+        base among ``project``'s runtime policies -- without storing it (no
+        signature asked: nothing is stored). Its ``digest`` is the one
+        :meth:`add` would give it.
+
+        Raises:
+            RequestError: ``bad_policy`` (naming the problem).
+            NotFoundError: ``unknown_policy``: a delta over a base
+                ``project`` does not store (naming the base's digest).
+        """
+        ref = _base_ref(RUNTIME, document)
+        base = None if ref is None else self._delta_base(ref, project)
+        parsed, _ = _parse(RUNTIME, document, self._max_entries, base)
+        assert isinstance(parsed, RuntimePolicy)
+        return parsed
+
     @staticmethod
     def _base_row(session: Session, ref: str, project: str, lock: bool = False) -> None:
         """Raises: NotFoundError unless ``project`` stores runtime policy

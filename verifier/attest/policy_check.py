@@ -1,5 +1,6 @@
 """The dry run of a candidate runtime policy in the verifier service
-(``POST /v1/policies/runtime/{ref}/check``): each node's whole current IMA
+(``POST /v1/policies/runtime/{ref}/check``, or of a document not stored:
+``POST /v1/policies/runtime/check``): each node's whole current IMA
 list, fetched live with a fresh quote, judged against the candidate by the
 pure :class:`~verifier.protocol.attestation.PolicyDryRun`.
 
@@ -102,6 +103,28 @@ class PolicyChecker:
         digest = await asyncio.to_thread(self._policies.resolve, RUNTIME, ref, project)
         policy = await asyncio.to_thread(self._policies.load, digest)
         assert isinstance(policy, RuntimePolicy)
+        return await self._judge(policy, project, request)
+
+    async def check_candidate(
+        self, document: object, project: str, request: PolicyCheckRequest
+    ) -> PolicyCheckReport:
+        """Judge ``request``'s nodes of ``project`` against the runtime
+        policy ``document`` that is not stored (a delta composed with its
+        base among ``project``'s policies, as
+        :meth:`~verifier.attest.policies.PolicyStore.add` would); nothing
+        is stored.
+
+        Raises:
+            RequestError: ``bad_policy`` naming the problem.
+            NotFoundError: ``unknown_policy`` naming a delta's missing
+                base; ``unknown_node`` as :meth:`check`.
+        """
+        policy = await asyncio.to_thread(self._policies.candidate, document, project)
+        return await self._judge(policy, project, request)
+
+    async def _judge(
+        self, policy: RuntimePolicy, project: str, request: PolicyCheckRequest
+    ) -> PolicyCheckReport:
         rows = await asyncio.to_thread(self._rows, request, project)
         gate = asyncio.Semaphore(self._concurrency)
 
@@ -110,7 +133,7 @@ class PolicyChecker:
                 return await self._check_node(row, policy)
 
         results = await asyncio.gather(*(one(row) for row in rows))
-        ref_of = PolicyRef(policy.name, policy.version, digest)
+        ref_of = PolicyRef(policy.name, policy.version, policy.digest.hex())
         return PolicyCheckReport(ref_of, tuple(results))
 
     def _rows(self, request: PolicyCheckRequest, project: str) -> Sequence[Node]:

@@ -153,6 +153,7 @@ VERIFIER: Responses = {
         {"events": {"type": "array", "items": _OUTBOX_ENTRY}}
     ),
     ("POST", "/v1/policies/runtime/{ref}/check"): _POLICY_CHECK,
+    ("POST", "/v1/policies/runtime/check"): _POLICY_CHECK,
     ("GET", "/v1/stats"): _object(
         {
             "nodes": _INT,

@@ -31,11 +31,21 @@ _RULES = [
     _rule("policy:get", _READ, "Show a policy.", "GET", "/v1/policies/{kind}/{ref}"),
     _rule("policy:delete", _WRITE, "Delete a policy.",
           "DELETE", "/v1/policies/{kind}/{ref}"),
-    _rule("policy:check", _WRITE,
-          "Dry-run a runtime policy on the caller's project's nodes: each "
-          "node's agent is asked for a fresh quote and its whole IMA list "
-          "(a cost to every node checked, so members only); nothing changes.",
-          "POST", "/v1/policies/runtime/{ref}/check"),
+    policy.DocumentedRuleDefault(
+        name="attestation:policy:check",
+        check_str=_WRITE,
+        description=(
+            "Dry-run a runtime policy (stored, or a document sent with the "
+            "request and not stored) on the caller's project's nodes: each "
+            "node's agent is asked for a fresh quote and its whole IMA list "
+            "(a cost to every node checked, so members only); nothing changes."
+        ),
+        operations=[
+            {"path": "/v1/policies/runtime/{ref}/check", "method": "POST"},
+            {"path": "/v1/policies/runtime/check", "method": "POST"},
+        ],
+        scope_types=["project"],
+    ),
     _rule("registration:get", _READ,
           "Show a node's registration at the registrar (a project sees "
           "only its own instances, as Nova shows them).",

@@ -136,6 +136,42 @@ class PolicyCheckCliTest(TenantCliCase):
                 )
             self.assertEqual(2, exc.code)
 
+    def test_exactly_one_of_ref_and_file_is_one_line_and_exit_2(self) -> None:
+        path = os.path.join(self.directory, "web-2.json")
+        with open(path, "w") as f:
+            f.write('{"name": "web", "version": 2, "digests": {}}')
+        for what in (["web", "--file", path], []):
+            with self.subTest(what):
+                argv = [*self.settings, "policy", "check", *what, "--all"]
+                code, err = run_tenant(argv)
+                self.assertEqual(2, code)
+                self.assertEqual(
+                    "trusted-tenant: error: policy check: give exactly one of "
+                    "REF (a stored policy) or --file\n",
+                    err,
+                )
+
+    def test_base_without_file_is_one_line_and_exit_2(self) -> None:
+        argv = [*self.settings, "policy", "check", "web", "--base", "web@1", "--all"]
+        code, err = run_tenant(argv)
+        self.assertEqual(2, code)
+        self.assertEqual("trusted-tenant: error: --base: only with --file (a "
+                         "document to check)\n", err)  # fmt: skip
+
+    def test_unreadable_or_bad_file_is_one_line_and_exit_2(self) -> None:
+        missing = os.path.join(self.directory, "missing.json")
+        bad = os.path.join(self.directory, "bad.json")
+        with open(bad, "w") as f:
+            f.write("[1, 2")
+        for path in (missing, bad, self.directory):
+            with self.subTest(path):
+                argv = [*self.settings, "policy", "check", "--file", path,
+                        "--node", self.NODE]  # fmt: skip
+                code, err = run_tenant(argv)
+                self.assertEqual(2, code, err)
+                self.assertTrue(err.startswith(f"trusted-tenant: error: {path}: "))
+                self.assertEqual(1, err.count("\n"), err)
+
     def test_unreachable_verifier_is_exit_1(self) -> None:
         argv = [*self.settings, "policy", "check", "web", "--node", self.NODE]
         code, err = run_tenant(argv)

@@ -1,5 +1,6 @@
 """The dry run of a runtime policy in the verifier service and its API
-(``POST /v1/policies/runtime/{ref}/check``): live lists fetched from the
+(``POST /v1/policies/runtime/{ref}/check``, and of a document not stored:
+``POST /v1/policies/runtime/check``): live lists fetched from the
 nodes' agents (fake agents answering with real quotes of a SoftTpm driven
 by a SoftKernel), judged against the candidate; the caller's project only;
 nothing about any node changes; every bad input a named JSON 4xx.
@@ -8,10 +9,12 @@ nothing about any node changes; every bad input a named JSON 4xx.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import json
 import types
 import uuid as uuid_mod
+from dataclasses import astuple
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -22,6 +25,7 @@ from nova_plugin.attestation import AttestationClient
 from nova_plugin.osc_attestation import CheckPolicy
 from trusted_testing.auth import open_auth
 from verifier.api.verifier_app import make_app, public_pem
+from verifier.attest.policies import canonical
 from verifier.attest.service import Verifier
 from verifier.exceptions import NotFoundError
 from verifier.protocol.attestation import AttestationMode
@@ -374,3 +378,167 @@ class OpenStackPolicyCheckTest(PolicyCheckBase):
             with self.assertRaises(osc_exceptions.CommandError) as ctx:
                 await asyncio.to_thread(run, "web@9", "--all")
             self.assertIn("unknown_policy", str(ctx.exception))
+
+
+class CandidateCheckApiTest(PolicyCheckApiTest):
+    """``POST /v1/policies/runtime/check``: a document that is not stored,
+    judged as :meth:`PolicyStore.add` would store it; nothing is stored."""
+
+    PATH = "/v1/policies/runtime/check"
+
+    async def two_nodes(self) -> tuple[Verifier, KernelAgent, KernelAgent, str]:
+        """Two nodes attested under web@1 (its digest returned); the
+        second then ran a file web@1 does not allow."""
+        verifier = self.new_verifier()
+        good, patched = self.new_kernel_agent(), self.new_kernel_agent()
+        meta, _ = verifier.policies.add(
+            "runtime", self.list_policy(good, 1), project=PROJECT
+        )
+        await self.enrolled(verifier, good)
+        await self.enrolled(verifier, patched)
+        patched.kernel.measure("/usr/bin/new-tool", b"v2")
+        return verifier, good, patched, str(meta["digest"])
+
+    def body(self, document: object, **nodes: Any) -> bytes:
+        return json.dumps({"policy": document, **nodes}).encode()
+
+    async def test_candidate_passes_and_fails_listing_entries(self) -> None:
+        verifier, good, patched, _ = await self.two_nodes()
+        stored = verifier.policies.list("runtime", PROJECT)
+        before = {a.uuid: self.snapshot(verifier, a.uuid) for a in (good, patched)}
+        document = self.list_policy(good, 2)  # lacks new-tool
+        status, data = await self.call(
+            verifier, self.PATH, self.body(document, nodes=[good.uuid, patched.uuid])
+        )
+        self.assertEqual(200, status, data)
+        report = PolicyCheckReport.from_dict(data)
+        digest = hashlib.sha256(canonical(document)).hexdigest()
+        self.assertEqual(("web", 2, digest), astuple(report.policy))
+        first, second = report.results
+        self.assertEqual((good.uuid, CheckResult.PASS), (first.node, first.result))
+        self.assertEqual(CheckResult.FAIL, second.result)
+        self.assertEqual(
+            [(2, "/usr/bin/new-tool", "unknown_file")],
+            [(f.index, f.path, f.reason) for f in second.failures],
+        )
+        # nothing stored, nothing about the nodes changed
+        self.assertEqual(stored, verifier.policies.list("runtime", PROJECT))
+        for agent in (good, patched):
+            self.assertEqual(before[agent.uuid], self.snapshot(verifier, agent.uuid))
+        # the same document with the new file passes both
+        status, data = await self.call(
+            verifier, self.PATH, self.body(self.list_policy(patched, 2), all=True)
+        )
+        self.assertEqual(200, status, data)
+        self.assertEqual(["pass", "pass"], [r["result"] for r in data["results"]], data)
+
+    async def test_delta_candidate_is_composed_with_its_base(self) -> None:
+        verifier, good, patched, base = await self.two_nodes()
+        full = self.list_policy(patched, 2)
+        additions = {"/usr/bin/new-tool": full["digests"]["/usr/bin/new-tool"]}
+        delta = {"name": "web", "version": 2, "base": base, "digests": additions}
+        stored = verifier.policies.list("runtime", PROJECT)
+        status, data = await self.call(
+            verifier, self.PATH, self.body(delta, nodes=[good.uuid, patched.uuid])
+        )
+        self.assertEqual(200, status, data)
+        self.assertEqual(["pass", "pass"], [r["result"] for r in data["results"]])
+        self.assertEqual(stored, verifier.policies.list("runtime", PROJECT))
+        # the digest is the one the stored delta gets
+        meta, created = verifier.policies.add("runtime", delta, project=PROJECT)
+        self.assertTrue(created)
+        self.assertEqual(
+            {"name": "web", "version": 2, "digest": meta["digest"]}, data["policy"]
+        )
+        # without its base the additions alone refuse the rest of the list
+        alone = {k: v for k, v in delta.items() if k != "base"}
+        status, data = await self.call(
+            verifier, self.PATH, self.body(alone, nodes=[good.uuid])
+        )
+        self.assertEqual(200, status, data)
+        self.assertEqual("fail", data["results"][0]["result"])
+        self.assertIn(
+            "/usr/bin/python3", [f["path"] for f in data["results"][0]["failures"]]
+        )
+
+    async def test_bad_candidate_is_a_named_4xx_and_stores_nothing(self) -> None:
+        verifier, good, _, base = await self.two_nodes()
+        foreign = self.new_kernel_agent()
+        foreign.kernel.measure("/usr/bin/theirs", b"t")  # not web@1's content
+        other, _ = verifier.policies.add(
+            "runtime", self.list_policy(foreign, 1), project=OTHER
+        )
+        self.assertNotEqual(base, other["digest"])
+        missing = "ab" * 32
+        stored = verifier.policies.list("runtime", PROJECT)
+        nodes = {"nodes": [good.uuid]}
+        cases = {
+            "not an object": (self.body([], **nodes), 400, "bad_policy", "'policy'"),
+            "no name": (self.body({"version": 2}, **nodes), 400, "bad_policy",
+                        "name"),
+            "bad digest": (
+                self.body({"name": "web", "version": 2,
+                           "digests": {"/x": ["sha256:zz"]}}, **nodes),
+                400, "bad_policy", "/x"),
+            "bad base": (
+                self.body({"name": "web", "version": 2, "base": "x"}, **nodes),
+                400, "bad_policy", "base"),
+            "older than its base": (
+                self.body({"name": "web", "version": 1, "base": base}, **nodes),
+                400, "bad_policy", "version"),
+            "no policy": (json.dumps(nodes).encode(), 400, "bad_field",
+                          "'policy'"),
+            "no nodes": (self.body(self.list_policy(good, 2)), 400, "bad_field",
+                         "'nodes'"),
+            "not json": (b"{", 400, "bad_json", ""),
+            "missing base": (
+                self.body({"name": "web", "version": 2, "base": missing}, **nodes),
+                404, "unknown_policy", missing),
+            "another project's base": (
+                self.body({"name": "web", "version": 2,
+                           "base": other["digest"]}, **nodes),
+                404, "unknown_policy", str(other["digest"])),
+        }  # fmt: skip
+        for name, (body, status, code, words) in cases.items():
+            with self.subTest(name):
+                got, data = await self.call(verifier, self.PATH, body)
+                self.assertEqual(status, got, data)
+                self.assertEqual(code, data["error"]["code"], data)
+                self.assertIn(words, data["error"]["message"])
+        self.assertEqual(stored, verifier.policies.list("runtime", PROJECT))
+        self.assertEqual("attested", self.row(good.uuid).state)  # type: ignore[union-attr]
+
+    async def test_too_large_is_413(self) -> None:
+        verifier, good, _, _ = await self.two_nodes()
+        document = self.list_policy(good, 2)
+        body = self.body(document, all=True)
+        app = make_app(
+            verifier, public_pem(self.public_key), open_auth(), len(body) - 1
+        )
+        async with TestClient(TestServer(app)) as client:
+            resp = await client.post(self.PATH, data=body)
+            data = await resp.json()
+        self.assertEqual(
+            (413, "policy_too_large"), (resp.status, data["error"]["code"])
+        )
+        self.assertIn(str(len(body) - 1), data["error"]["message"])
+
+    async def test_the_route_is_not_a_stored_policy_named_check(self) -> None:
+        verifier, good, _, _ = await self.two_nodes()
+        # a policy named "check" is still reached by its own routes
+        named = {**self.list_policy(good, 1), "name": "check"}
+        verifier.policies.add("runtime", named, project=PROJECT)
+        app = make_app(verifier, public_pem(self.public_key), open_auth())
+        async with TestClient(TestServer(app)) as client:
+            resp = await client.get(self.PATH)
+            self.assertEqual(200, resp.status)
+            self.assertEqual("check", (await resp.json())["name"])
+            resp = await client.post(
+                "/v1/policies/runtime/check/check", json={"nodes": [good.uuid]}
+            )
+            data = await resp.json()
+            self.assertEqual(200, resp.status, data)
+            self.assertEqual("check", data["policy"]["name"])
+            resp = await client.post(self.PATH, json={"nodes": [good.uuid]})
+            data = await resp.json()
+            self.assertEqual((400, "bad_field"), (resp.status, data["error"]["code"]))
