@@ -8,6 +8,9 @@ policy on the nodes' live IMA lists before it is published.
 ``policy add FILE --base REF`` stores a runtime policy as a delta over the
 stored policy ``REF`` names: the base's digest is written into the
 document's ``"base"`` before it is signed (``--sign-key``) and uploaded.
+``policy check --file FILE [--base REF]`` dry-runs a document that is not
+stored (the same ``--base``), so a node that follows the name can be
+checked before ``policy add`` moves it.
 """
 
 from __future__ import annotations

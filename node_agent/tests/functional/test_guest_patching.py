@@ -20,7 +20,9 @@ and node replaced by the story's):
    --packages ... --file SOURCE=tenant.list`` writes the digests of
    everything the packages install and of the tenant's own apt source;
    ``policy add --base web@1`` stores it as version 2, a delta over 1;
-2. ``trusted-tenant policy check web@2 --node UUID`` passes;
+2. ``trusted-tenant policy check --file web-2.json --base web@1 --node
+   UUID`` (the page checks the file before storing it; the story runs it
+   after, on the same content) passes;
 3. ``trusted-tenant node set-policy UUID --runtime-policy web`` publishes
    it: the node follows ``web``, its status shows version 2;
 4. the guest installs the packages, upgrades ``jq`` and runs the new

@@ -1,17 +1,21 @@
 """The dry run of a runtime policy end to end: real registrar, verifier and
 agent processes on swtpm; each node's soft kernel writes its IMA list while
-extending the swtpm's PCR 10. The tenant stores candidate versions and asks
-the verifier (``trusted-tenant policy check``) what each would refuse of
-the nodes' live lists: exactly the entries a candidate lacks are listed,
-entry by entry, and nothing about the nodes changes -- state, events, IMA
-replay position, quotes counted.
+extending the swtpm's PCR 10. The tenant stores candidate versions (or
+keeps one in a file, ``--file``) and asks the verifier (``trusted-tenant
+policy check``) what each would refuse of the nodes' live lists: exactly
+the entries a candidate lacks are listed, entry by entry, and nothing
+about the nodes changes -- state, events, IMA replay position, quotes
+counted.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid as uuid_mod
 from typing import Any
+
+import fixtures
 
 from trusted_testing.cluster import NodeHandle, wait_until
 from trusted_testing.cluster_case import ClusterTestCase
@@ -149,6 +153,47 @@ class PolicyCheckTest(ClusterTestCase):
             self.assertEqual(1, done.stderr.count("\n"), done.stderr)
             self.assertIn(words, done.stderr)
             self.assertNotIn("Traceback", done.stderr)
+        self.assertEqual(before, self.snapshot())
+
+    def test_cli_checks_a_file_before_it_is_stored(self) -> None:
+        """``policy check --file web-3.json --base web@2``: the delta that
+        adds nginx back, composed with web@2 by the verifier, judged on the
+        live lists; nothing stored, nothing about the nodes changed."""
+        directory = self.useFixture(fixtures.TempDir()).path
+        nginx = self.web1.to_dict()["digests"]["/usr/sbin/nginx"]
+        path = os.path.join(directory, "web-3.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"name": "web", "version": 3,
+                       "digests": {"/usr/sbin/nginx": nginx}}, f)  # fmt: skip
+        stored = self.run_async(self.tenant.policies("runtime"))
+        before = self.snapshot()
+        node = self.cluster.nodes[0]
+        done = self.cli(
+            "policy", "check", "--file", path, "--base", "web@2", "--node", node.uuid
+        )
+        self.assertEqual(0, done.returncode, (done.stdout, done.stderr))
+        self.assertIn("runtime policy web@3", done.stdout)
+        self.assertIn("1 node(s) checked, 1 pass", done.stdout)
+        self.assertIn(f"{node.uuid}: PASS (4 entries)", done.stdout)
+        # without its base the additions alone refuse the rest of the list
+        done = self.cli("policy", "check", "--file", path, "--all", "--json")
+        self.assertEqual(1, done.returncode, (done.stdout, done.stderr))
+        data = json.loads(done.stdout)
+        self.assertEqual(["fail", "fail"], [r["result"] for r in data["results"]])
+        refused = {f["path"] for f in data["results"][0]["failures"]}
+        self.assertIn("/usr/bin/python3.11", refused)
+        self.assertNotIn("/usr/sbin/nginx", refused)
+        # bad input: one line, exit 2
+        for argv, words in (
+            (("--file", path, "--base", "web@9", "--all"), "web@9"),
+            (("--file", os.path.join(directory, "none.json"), "--all"), "none.json"),
+            (("web@2", "--file", path, "--all"), "exactly one of"),
+        ):
+            done = self.cli("policy", "check", *argv)
+            self.assertEqual(2, done.returncode, (argv, done.stdout, done.stderr))
+            self.assertEqual(1, done.stderr.count("\n"), done.stderr)
+            self.assertIn(words, done.stderr)
+        self.assertEqual(stored, self.run_async(self.tenant.policies("runtime")))
         self.assertEqual(before, self.snapshot())
 
     def test_a_forged_list_is_an_error_never_a_pass(self) -> None:
