@@ -370,9 +370,12 @@ class TestNovaGuestStory(testtools.TestCase):
         resp = self.story.nova.request("DELETE", f"/servers/{self.uuid}")
         self.assertEqual(204, resp.status_code, resp.text)
         deadline = time.monotonic() + 300
+        # the listener forgets the node in the verifier, then in the
+        # registrar: wait for both (once seen only half done, CI 2026-11-27)
         while time.monotonic() < deadline and (
             self.story.nova.server(self.uuid) is not None
             or cluster.node_status(self.uuid) is not None
+            or run_async(lambda t: t.activated_record(self.uuid), cluster) is not None
         ):
             time.sleep(1)
         self.assertIsNone(self.story.nova.server(self.uuid))
