@@ -29,7 +29,7 @@ from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
 
 from nova_plugin.cliargs import SETTINGS_ENV, certificate_tenant, missing_settings
-from nova_plugin.commands import events, integrity, nodes, policies, sealing
+from nova_plugin.commands import events, history, integrity, nodes, policies, sealing
 from nova_plugin.commands.base import (
     HANDLER,
     Command,
@@ -60,6 +60,8 @@ COMMANDS: tuple[Command | CommandGroup, ...] = (
     integrity.MonitorTrust(),
     integrity.MonitorAttest(),
     events.Events(),
+    history.History(),
+    history.Checkpoint(),
 )
 
 
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     would fail)."""
     version.exit_if_asked(argv, "trusted-tenant")
     args = parser(argv).parse_args(argv)
-    command = getattr(args, HANDLER)
+    command = getattr(args, HANDLER).resolve(args)
     if isinstance(command, LocalCommand):
         try:  # offline: no verifier, no credentials
             result = command.run(args)

@@ -21,7 +21,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any, NoReturn
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from nova_plugin.attestation import AttestationClient
 from nova_plugin.direct import DirectAgents
@@ -492,6 +492,31 @@ class Tenant:
             url += f"?node={canonical_uuid(uuid)}"
         data = await self._call("GET", url)
         return list(data["events"])
+
+    # -- the attestation log ------------------------------------------------
+
+    async def history(
+        self, uuid: str, since: str | None = None, until: str | None = None
+    ) -> dict[str, Any]:
+        """A node's attestation log entries with their proofs (``since``,
+        ``until``: ISO 8601), as the verifier answers them (unverified)."""
+        query = {k: v for k, v in (("since", since), ("until", until)) if v}
+        path = f"/v1/nodes/{canonical_uuid(uuid)}/history"
+        if query:
+            path += "?" + urlencode(query)
+        return await self._call("GET", f"{self._config.verifier_url}{path}")
+
+    async def log_checkpoint(self) -> dict[str, Any]:
+        """The log's latest signed checkpoint note and the verifier's
+        event key (PEM) that signs it: ``{"checkpoint", "key"}``."""
+        url = f"{self._config.verifier_url}/v1/log/checkpoint?format=json"
+        return await self._call("GET", url)
+
+    async def log_consistency(self, old: int, new: int) -> dict[str, Any]:
+        """The consistency proof of the log from size ``old`` to ``new``."""
+        query = urlencode({"from": old, "to": new})
+        url = f"{self._config.verifier_url}/v1/log/consistency?{query}"
+        return await self._call("GET", url)
 
     # -- stored policies (kind: "runtime" or "measured-boot") -----------------
 

@@ -73,6 +73,11 @@ class Command(abc.ABC):
         default 0; e.g. 1 for a check whose result is a failure)."""
         return 0
 
+    def resolve(self, args: argparse.Namespace) -> Command:
+        """The command that runs with ``args`` (by default this one; e.g.
+        an offline variant chosen by an option)."""
+        return self
+
 
 class LocalCommand(Command):
     """A command that needs no service and no credentials (a failure is

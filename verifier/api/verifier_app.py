@@ -15,6 +15,8 @@
 ``/v1/policies/...``               runtime and measured-boot policies, and
                                    the dry run of a runtime policy
                                    (:mod:`verifier.api.policies_app`)
+``GET /v1/nodes/{uuid}/history``, ``/v1/log/...``  the attestation log
+                                   (:mod:`verifier.api.log_app`)
 ``POST /v1/nodes/{uuid}/capabilities``  a capability for an attested node
                                    (:mod:`verifier.protocol.messages.capabilities`,
                                    verifier.attest.grants)
@@ -34,6 +36,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 
 from verifier.api.authz import Auth, auth_middleware, caller, rule
+from verifier.api.log_app import add_routes as add_log_routes
 from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.api.relay_app import add_routes as add_relay_routes
 from verifier.attest import NodeView, Verifier
@@ -219,6 +222,7 @@ def make_app(
         app, verifier.policies, policy_max_bytes, verifier.checker, verifier.switch
     )
     add_relay_routes(app, verifier.push)
+    add_log_routes(app, verifier.log, signing_public_pem)
     for add in routes:
         add(app)
     openapi.add_route(app, "trusted-cloud verifier", api_schemas.VERIFIER)

@@ -8,7 +8,8 @@ later (``PUT /v1/nodes/{uuid}/policy``).
 
 :class:`PolicySwitch` makes both kinds of change: in the database (the
 node's digest in force, and one signed ``node.policy_changed`` event per
-node and kind in the same transaction, reason ``follow`` or ``set``), then
+node and kind in the same transaction, reason ``follow`` or ``set``, with
+its attestation log entry), then
 in the live nodes this process attests, which judge with the new policy
 from their next quote on without resetting their IMA replay
 (:meth:`~verifier.attest.node.LiveNode.use`). Nodes another verifier
@@ -35,9 +36,10 @@ from verifier.attest.node import NodeState
 from verifier.attest.policies import MEASURED_BOOT, RUNTIME, PolicyStore
 from verifier.attest.registry import LiveNodes
 from verifier.attest.store import NodeStore
-from verifier.db import Node, OutboxEvent
+from verifier.db import LogEntryRow, Node, OutboxEvent
 from verifier.notify.outbox import add_to_outbox, make_event, outbox_values
 from verifier.protocol.events import NODE_POLICY_CHANGED, PolicyChange
+from verifier.tlog import POLICY_CHANGED, Staged, log_values, stage_note
 
 __all__ = ["FOLLOW", "SET", "PolicySwitch", "Switched"]
 
@@ -196,7 +198,7 @@ class PolicySwitch:
         index = 0 if kind == RUNTIME else 1
         olds = {(row[1], row[2])[index] for row in rows}
         names = self._names(project, {digest, *olds})
-        events, out = [], []
+        events, entries, out = [], [], []
         for uuid, runtime, mb, runtime_follow, mb_follow in rows:
             refs: list[str | None] = [runtime, mb]
             old, refs[index] = refs[index], digest
@@ -207,6 +209,11 @@ class PolicySwitch:
                 self._key, uuid, FOLLOW, change, now, NODE_POLICY_CHANGED
             )
             events.append(outbox_values(event, now, project))
+            entries.append(
+                log_values(
+                    POLICY_CHANGED, uuid, project, FOLLOW, change, now, event.event.id
+                )
+            )
             follows = (runtime_follow, mb_follow)
             out.append(Switched(uuid, (refs[0], refs[1]), follows, (runtime, mb)))
         # a few statements of many rows each, not one per node
@@ -219,6 +226,7 @@ class PolicySwitch:
                 .execution_options(synchronize_session=False)
             )
         session.execute(sa.insert(OutboxEvent), events)
+        session.execute(sa.insert(LogEntryRow), entries)
         return out
 
     def _set(
@@ -252,6 +260,10 @@ class PolicySwitch:
                         NODE_POLICY_CHANGED,
                     )
                     add_to_outbox(session, event, now, project)
+                    note = Staged(
+                        POLICY_CHANGED, SET, event.event.detail, event.event.id
+                    )
+                    stage_note(session, note, uuid, project, now)
             row.updated_at = now
             return Switched(
                 uuid,

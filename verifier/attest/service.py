@@ -18,7 +18,9 @@ The parts, each calling only those below it::
     policy switch (new versions followed, policies set)
     scheduler -> rounds -> pull | push -> relay, release
     membership (adopt, release) and its sync; pending promotions
-    transitions -> store, outbox pump, CP-ABE authority
+    transitions -> store (and the log's staging), outbox pump, log pump,
+                   CP-ABE authority
+    log pump -> log sequencer; log reader (history, checkpoints, proofs)
     registry (the live map), write-behind
 """
 
@@ -36,6 +38,7 @@ from verifier.attest.clients import RegistrarClient, VerifierAgentClient
 from verifier.attest.commands import NodeCommands
 from verifier.attest.delivery import OutboxPump
 from verifier.attest.following import PolicySwitch
+from verifier.attest.log_pump import LogPump
 from verifier.attest.membership import Membership, OwnershipSync
 from verifier.attest.memtrim import trim_loop
 from verifier.attest.node import NodeState, NodeView
@@ -58,6 +61,8 @@ from verifier.attest.store import NodeStore
 from verifier.attest.transitions import TransitionWriter
 from verifier.ca import CertificateAuthority
 from verifier.notify import Outbox
+from verifier.tlog.reads import LogReader
+from verifier.tlog.sequencer import LogSequencer
 
 __all__ = ["NodeState", "NodeView", "Verifier"]
 
@@ -86,6 +91,8 @@ class Verifier:
 
     Attributes:
         commands, queries: the API's writes and reads of nodes.
+        log: the attestation log's reads (checkpoint, history, proofs).
+        log_pump: runs the log's sequencer.
         checker: the dry run of a runtime policy on live nodes.
         switch: changes the policies in force (a new version followed).
         rounds: a node's attestation round (``attest_once``).
@@ -121,8 +128,21 @@ class Verifier:
         self.nodes = LiveNodes(store)
         self.write_behind = WriteBehind(store, self.nodes)
         self.pump = OutboxPump(outbox, self._ownership.owns, settings.outbox_interval)
+        self.log = LogReader(engine)
+        self.log_pump = LogPump(
+            LogSequencer(engine, signing_key, clock),
+            settings.log_interval,
+            settings.log_retention_days,
+            clock,
+        )
         self.transitions = TransitionWriter(
-            store, signing_key, clock, settings.rules, self.pump, abe
+            store,
+            signing_key,
+            clock,
+            settings.rules,
+            self.pump,
+            abe,
+            log_written=self.log_pump.wake,
         )
         self.switch = PolicySwitch(
             store, self.nodes, self.policies, signing_key, clock, self.pump
@@ -217,6 +237,7 @@ class Verifier:
         self.push.relay.follow_handovers()
         self._background = [  # each in a context of its own, not a request's
             background_task(self.pump.run()),
+            background_task(self.log_pump.run()),
             background_task(self.write_behind.run()),
             background_task(self.pending.run()),
             background_task(trim_loop()),  # see verifier.attest.memtrim

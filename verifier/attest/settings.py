@@ -50,6 +50,10 @@ class VerifierSettings:
         trust_window: the oldest a node's last good quote may be for the
             API to call it ``trusted`` (None: three of its intervals, at
             least 10 s).
+        log_interval: seconds between the attestation log's sequencing
+            passes (a committed change wakes it at once).
+        log_retention_days: the log's entries older than this lose their
+            bodies (0: kept for ever).
 
     Raises:
         ValueError: an unknown ``unreachable_action``.
@@ -65,6 +69,8 @@ class VerifierSettings:
     sync_interval: float = 1.0
     push_rules: PushRules = dataclasses.field(default_factory=PushRules)
     trust_window: float | None = None
+    log_interval: float = 1.0
+    log_retention_days: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -114,6 +120,8 @@ class VerifierSettings:
             outbox_interval=group.outbox_interval,
             sync_interval=group.sync_interval,
             trust_window=group.trust_window or None,
+            log_interval=group.log_interval,
+            log_retention_days=group.log_retention_days,
             push_rules=PushRules(
                 challenge_ttl=push.challenge_ttl,
                 min_gap=push.min_interval,

@@ -19,6 +19,7 @@ from verifier.exceptions import ConflictError
 from verifier.notify.outbox import add_to_outbox
 from verifier.protocol import SignedEvent
 from verifier.protocol.attestation import NodeAttestation, NodeState, Transition
+from verifier.tlog import REVOKED, Staged, stage_note
 
 _REVOKED = NodeState.REVOKED.value
 _WAITING = (NodeState.PENDING.value, NodeState.CREATED.value)
@@ -142,13 +143,15 @@ class NodeStore:
         node: NodeAttestation,
         change: Transition,
         event: SignedEvent | None = None,
+        log: Staged | None = None,
         **extra: Any,
     ) -> bool:
         """Write ``change`` (and ``extra`` columns) and the hot state unless
-        the node was revoked; with ``event`` (of a change to ``failed``),
-        stage it in the same transaction if this write is the one that
-        takes the node into ``change.state`` (once, whichever of several
-        verifiers writes first).
+        the node was revoked; with ``event`` (of a change to ``failed``)
+        or ``log`` (the attestation log's entry), stage them in the same
+        transaction if this write is the one that takes the node into
+        ``change.state`` (once, whichever of several verifiers writes
+        first).
 
         Returns:
             False if the row is revoked (or gone): the caller must stop.
@@ -162,7 +165,7 @@ class NodeStore:
         values.update(extra)
         with Session(self.engine) as session, session.begin():
             update = sa.update(Node).where(Node.uuid == node.uuid).values(**values)
-            if event is not None:
+            if event is not None or log is not None:
                 entered = session.execute(
                     update.where(Node.state.not_in((_REVOKED, change.state.value)))
                 )
@@ -171,7 +174,11 @@ class NodeStore:
                     project = session.scalar(
                         sa.select(Node.project_id).where(Node.uuid == node.uuid)
                     )
-                    add_to_outbox(session, event, self._clock(), project or "")
+                    now = self._clock()
+                    if event is not None:
+                        add_to_outbox(session, event, now, project or "")
+                    if log is not None:
+                        stage_note(session, log, node.uuid, project or "", now)
                     node.dirty = False
                     return True
             result = session.execute(update.where(Node.state != _REVOKED))
@@ -185,7 +192,8 @@ class NodeStore:
         signed: SignedEvent,
         hot: NodeAttestation | None,
     ) -> bool:
-        """Revoke ``uuid`` and stage ``signed`` in one transaction, once.
+        """Revoke ``uuid`` and stage ``signed`` (and its log entry) in one
+        transaction, once.
 
         Returns:
             True if this call revoked it (and the event was written); False if
@@ -208,6 +216,9 @@ class NodeStore:
                 sa.select(Node.project_id).where(Node.uuid == uuid)
             )
             add_to_outbox(session, signed, now, project or "")
+            event = signed.event
+            note = Staged(REVOKED, event.reason, event.detail, event.id)
+            stage_note(session, note, uuid, project or "", now)
         return True
 
     def flush(self, nodes: Iterable[NodeAttestation]) -> None:

@@ -17,6 +17,10 @@ Polling (:mod:`verifier.attest.pull`), push (:mod:`verifier.attest.push`),
 the release of V (:mod:`verifier.attest.release`) and the API's commands
 all go through :class:`TransitionWriter`; it calls only down, into the
 store, the outbox pump and the CP-ABE authority.
+
+Each of these changes, and a node's first ``attested``, also stages its
+entry of the attestation log in the same transaction (:mod:`verifier.tlog`);
+the log's sequencer appends it to the tree later.
 """
 
 from __future__ import annotations
@@ -33,14 +37,27 @@ from verifier.attest.store import NodeStore
 from verifier.notify.outbox import make_event
 from verifier.protocol.attestation import AttestationRules, Transition, Verdict
 from verifier.protocol.events import NODE_FAILED, NODE_RECOVERED, NODE_UNREACHABLE
+from verifier.tlog import ATTESTED, Staged
 
 if TYPE_CHECKING:  # CP-ABE is the abe extra
     from verifier.attest.abe_keys import AbeAuthority
 
-__all__ = ["TransitionWriter", "event_kind"]
+__all__ = ["TransitionWriter", "event_kind", "log_kind"]
 
 LOG = logging.getLogger(__name__)
 _OUT = {NodeState.FAILED: NODE_FAILED, NodeState.UNREACHABLE: NODE_UNREACHABLE}
+
+
+def log_kind(old: NodeState, new: NodeState) -> str | None:
+    """The attestation log's entry a change from ``old`` to ``new`` (not
+    revoked) writes: those of its event, and ``attested`` when a node
+    becomes trusted for the first time (V released: ``attested``)."""
+    kind = event_kind(old, new)
+    if kind is not None:
+        return kind.removeprefix("node.")
+    if new == NodeState.ATTESTED and old != NodeState.ATTESTED:
+        return ATTESTED
+    return None
 
 
 def event_kind(old: NodeState, new: NodeState) -> str | None:
@@ -63,6 +80,8 @@ class TransitionWriter:
         rules: the operator's rules (for rounds without an answer).
         pump: woken when an event was committed, to deliver it at once.
         abe: told of revocations (the node's CP-ABE keys; None: off).
+        log_written: called when an attestation log entry was committed
+            (wakes the log's sequencer).
     """
 
     def __init__(
@@ -73,6 +92,7 @@ class TransitionWriter:
         rules: AttestationRules,
         pump: OutboxPump,
         abe: AbeAuthority | None = None,
+        log_written: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._signing_key = signing_key
@@ -80,10 +100,12 @@ class TransitionWriter:
         self.rules = rules
         self._pump = pump
         self._abe = abe
+        self._log_written = log_written or (lambda: None)
 
     def _committed(self, uuid: str, revoked: bool) -> None:
         """An event of ``uuid`` was committed (a revocation: ``revoked``)."""
         self._pump.wake()
+        self._log_written()
         if revoked and self._abe is not None:
             self._abe.revoked(uuid)
 
@@ -107,7 +129,7 @@ class TransitionWriter:
         if change.state == NodeState.REVOKED:
             self.revoke_live(node, change)
             return
-        event = None
+        event, log = None, None
         kind = event_kind(node.state, change.state)
         if kind is not None:  # consumers learn that our word changed
             reason = change.reason or kind.removeprefix("node.")
@@ -115,8 +137,13 @@ class TransitionWriter:
             event = make_event(
                 self._signing_key, node.uuid, reason, detail, self._clock(), kind
             )
-        if self._store.update_state(node, change, event, **extra):
+            log = Staged(kind.removeprefix("node."), reason, detail, event.event.id)
+        elif log_kind(node.state, change.state) == ATTESTED:
+            log = Staged(ATTESTED, change.reason or ATTESTED, change.detail)
+        if self._store.update_state(node, change, event, log, **extra):
             node.apply(change)
+            if event is None and log is not None:
+                self._log_written()
             if event is not None:
                 LOG.warning(
                     "Node %s %s (%s); event %s",

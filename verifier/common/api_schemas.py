@@ -141,8 +141,42 @@ _POLICY_CHECK = _object(
     }
 )
 
+_B64_LIST = {"type": "array", "items": _STR}
+#: One entry of a node's attestation log history, and its inclusion proof.
+_HISTORY_ITEM = _object(
+    {
+        "entry": _object(
+            {
+                "index": _INT,
+                "prev": _NULL_INT,
+                "node_uuid": _STR,
+                "project_id": _STR,
+                "kind": _STR,
+                "reason": _STR,
+                "detail": _STR,
+                "created_at": {"type": "number"},
+                "event_id": _NULL_STR,
+            }
+        ),
+        "proof": _B64_LIST,
+    }
+)
+
 #: The verifier's routes.
 VERIFIER: Responses = {
+    ("GET", "/v1/nodes/{uuid}/history"): _object(
+        {
+            "node_uuid": _STR,
+            "checkpoint": _STR,
+            "tree_size": _INT,
+            "last": _NULL_INT,
+            "complete_from": _INT,
+            "entries": {"type": "array", "items": _HISTORY_ITEM},
+        }
+    ),
+    ("GET", "/v1/log/consistency"): _object(
+        {"from": _INT, "to": _INT, "proof": _B64_LIST}
+    ),
     ("POST", "/v1/nodes"): _NODE,
     ("GET", "/v1/nodes"): _object({"nodes": {"type": "array", "items": _NODE}}),
     ("GET", "/v1/nodes/{uuid}"): _NODE,

@@ -226,6 +226,24 @@ _OPTS = [
         "signature over its canonical JSON by one of them "
         "(trusted-ima-policy --sign-key makes one).",
     ),
+    cfg.IntOpt(
+        "log_retention_days",
+        default=0,
+        min=0,
+        help="Days the attestation log keeps an entry's body (what "
+        "happened to a node); older entries keep only their hashes, so "
+        "the proofs of younger ones still verify, and a node's history "
+        "starts after them (its complete_from says where). 0 keeps every "
+        "entry for ever.",
+    ),
+    cfg.FloatOpt(
+        "log_interval",
+        default=1.0,
+        min=0.05,
+        help="Seconds between the attestation log's sequencing passes "
+        "(entries staged by other verifier processes); a change committed "
+        "by this process is sequenced at once.",
+    ),
     cfg.FloatOpt(
         "outbox_retry_delay",
         default=1.0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Float,
     Integer,
@@ -217,4 +218,66 @@ class RelayState(Base):
 
     node_uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
     body: Mapped[bytes] = mapped_column(BIG_BINARY)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class LogEntryRow(Base):
+    """An entry of the attestation log (issue 30): staged in the
+    transaction of the state change it records (``leaf_index`` None, the
+    fields in their columns), then sequenced: given the next leaf index,
+    the same node's previous one (``prev_index``) and its canonical bytes
+    (``body``, :class:`verifier.protocol.translog.LogEntry`). Retention
+    clears ``body`` (``pruned``); the tree's hashes stay."""
+
+    __tablename__ = "verifier_log_entries"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    )
+    leaf_index: Mapped[int | None] = mapped_column(
+        BigInteger, nullable=True, unique=True
+    )
+    prev_index: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    node_uuid: Mapped[str] = mapped_column(String(36), index=True)
+    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    # the staged fields; cleared once ``body`` holds them
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    event_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    body: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    pruned: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=text("false")
+    )
+
+
+class LogNode(Base):
+    """A complete perfect subtree of the log's Merkle tree: level 0 the
+    leaf hashes; (level, idx) covers leaves [idx*2^level, (idx+1)*2^level)."""
+
+    __tablename__ = "verifier_log_nodes"
+
+    level: Mapped[int] = mapped_column(Integer, primary_key=True)
+    idx: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    hash: Mapped[bytes] = mapped_column(DIGEST)
+
+
+class LogHead(Base):
+    """The log's head (one row, ``id`` 1): its size, right edge (the
+    Frontier as JSON), root and latest signed checkpoint note; locked by
+    the sequencer (``FOR UPDATE``) so one process appends at a time."""
+
+    __tablename__ = "verifier_log_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    frontier: Mapped[str] = mapped_column(Text)
+    root: Mapped[bytes] = mapped_column(DIGEST)
+    checkpoint: Mapped[str] = mapped_column(Text)
+    pruned_below: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default=text("0")
+    )
     updated_at: Mapped[float] = mapped_column(Float)

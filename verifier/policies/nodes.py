@@ -40,6 +40,10 @@ _RULES = [
     _rule("capability", f"{_WRITE} or role:capability",
           "Issue a capability for an attested node.",
           "POST", "/v1/nodes/{uuid}/capabilities"),
+    _rule("history", _READ,
+          "Read a node's entries in the attestation log, with their proofs "
+          "(by the entries' project: a deleted node's history stays).",
+          "GET", "/v1/nodes/{uuid}/history"),
     _rule("stats", f"{ADMIN} or {SERVICE}",
           "Read the verifier's counters (of every project).", "GET", "/v1/stats"),
 ]  # fmt: skip

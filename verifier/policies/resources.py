@@ -69,6 +69,13 @@ _RULES = [
           "GET", "/v1/filegroups/{fg}"),
     _rule("event:list", _READ, "Read the revocation events of the project's nodes.",
           "GET", "/v1/events"),
+    _rule("log:checkpoint", "@",
+          "Read the attestation log's latest signed checkpoint (any "
+          "authenticated caller: it names no node).",
+          "GET", "/v1/log/checkpoint"),
+    _rule("log:consistency", "@",
+          "Read a consistency proof between two sizes of the attestation "
+          "log (hashes only).", "GET", "/v1/log/consistency"),
     _rule("abe:params", _READ, "Read the CP-ABE public parameters.",
           "GET", "/v1/abe/params"),
     _rule("node:relay", _WRITE,
