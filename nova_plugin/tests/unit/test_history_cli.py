@@ -1,0 +1,153 @@
+"""``trusted-tenant history --verify``: the tenant's offline check of a
+node's history against a checkpoint it kept (no network), its table and
+summary, and its refusals: exit 1 naming why for a proof that does not
+verify, exit 2 for bad input."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import tempfile
+import unittest
+import uuid as uuid_mod
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from sqlalchemy.orm import Session
+
+from nova_plugin import cmd
+from verifier.db import make_engine, upgrade
+from verifier.tlog import ATTESTED, REVOKED, UNREACHABLE, stage
+from verifier.tlog.reads import LogReader
+from verifier.tlog.sequencer import LogSequencer
+
+NODE = str(uuid_mod.UUID(int=7))
+OTHER = str(uuid_mod.UUID(int=8))
+
+
+def _pem(key: ed25519.Ed25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+class HistoryCliTest(unittest.TestCase):
+    def setUp(self) -> None:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.dir = tmp.name
+        self.engine = make_engine("sqlite:///" + os.path.join(self.dir, "v.db"))
+        self.addCleanup(self.engine.dispose)
+        upgrade(self.engine)
+        self.key = ed25519.Ed25519PrivateKey.generate()
+        self.sequencer = LogSequencer(self.engine, self.key, lambda: 1_700_000_000.0)
+        self.reader = LogReader(self.engine)
+        self.stage(NODE, ATTESTED)
+        self.stage(OTHER, ATTESTED)
+        self.sequencer.sequence_all()
+        self.kept = self.write("kept.note", self.reader.checkpoint())
+        self.stage(NODE, UNREACHABLE, "unreachable", "missed 5 rounds")
+        self.stage(NODE, REVOKED, "pcr_policy", "PCR 16 changed")
+        self.sequencer.sequence_all()
+        self.key_file = self.write("event.pem", _pem(self.key).decode())
+
+    def stage(self, node: str, kind: str, reason: str = "", detail: str = "") -> None:
+        with Session(self.engine) as session, session.begin():
+            stage(session, kind, node, "p1", reason or kind, detail, 1_700_000_000.0)
+
+    def write(self, name: str, text: str) -> str:
+        path = os.path.join(self.dir, name)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return path
+
+    def saved(self) -> dict[str, Any]:
+        history = self.reader.history(NODE, None).to_dict()
+        proof = self.reader.consistency(2, history["tree_size"])
+        return {
+            "history": history,
+            "consistency": {
+                "from": 2,
+                "to": history["tree_size"],
+                "proof": [base64.b64encode(p).decode() for p in proof],
+            },
+            "until": False,
+        }
+
+    def run_cli(self, saved: Any, *extra: str) -> tuple[int, str, str]:
+        path = self.write("history.json", json.dumps(saved))
+        argv = ["history", "--verify", path, *extra]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = cmd.main(argv)
+        return status, out.getvalue(), err.getvalue()
+
+    def verify(self, saved: Any) -> tuple[int, str, str]:
+        return self.run_cli(saved, "--checkpoint", self.kept, "--key", self.key_file)
+
+    def test_history_verifies_offline_against_the_kept_checkpoint(self) -> None:
+        status, out, err = self.verify(self.saved())
+        self.assertEqual(0, status, err)
+        lines = out.splitlines()
+        self.assertIn("attested", lines[1])
+        self.assertIn("PCR 16 changed", lines[3])
+        self.assertEqual(
+            "verified: 3 entries included in tree of size 4, consistent with "
+            "your checkpoint of size 2",
+            lines[-1],
+        )
+
+    def test_rewritten_entry_is_refused(self) -> None:
+        saved = self.saved()
+        saved["history"]["entries"][2]["entry"]["reason"] = "tenant_revoked"
+        status, _, err = self.verify(saved)
+        self.assertEqual(1, status)
+        self.assertIn("root_mismatch", err)
+
+    def test_removed_entry_is_refused(self) -> None:
+        saved = self.saved()
+        del saved["history"]["entries"][1]
+        status, _, err = self.verify(saved)
+        self.assertEqual(1, status)
+        self.assertIn("missing_entry", err)
+
+    def test_dropped_last_entry_is_refused(self) -> None:
+        saved = self.saved()
+        del saved["history"]["entries"][2]
+        status, _, err = self.verify(saved)
+        self.assertEqual(1, status)
+        self.assertIn("missing_entry", err)
+
+    def test_checkpoint_signed_by_another_key_is_refused(self) -> None:
+        other = self.write(
+            "other.pem", _pem(ed25519.Ed25519PrivateKey.generate()).decode()
+        )
+        status, _, err = self.run_cli(
+            self.saved(), "--checkpoint", self.kept, "--key", other
+        )
+        self.assertEqual(1, status)
+        self.assertIn("unknown_key", err)
+
+    def test_forged_consistency_proof_is_refused(self) -> None:
+        saved = self.saved()
+        saved["consistency"]["proof"] = [base64.b64encode(bytes(32)).decode()]
+        status, _, err = self.verify(saved)
+        self.assertEqual(1, status)
+        self.assertIn("forked", err)
+
+    def test_bad_input_is_exit_2(self) -> None:
+        for saved, extra in (
+            ({"nothing": 1}, ("--checkpoint", self.kept, "--key", self.key_file)),
+            ([1, 2], ("--checkpoint", self.kept, "--key", self.key_file)),
+            (self.saved(), ("--key", self.key_file)),
+            (self.saved(), ("--checkpoint", self.kept, "--key", self.kept)),
+            (self.saved(), ("--checkpoint", "/nonexistent", "--key", self.key_file)),
+        ):
+            with self.subTest(extra=extra):
+                status, _, err = self.run_cli(saved, *extra)
+                self.assertEqual(2, status, err)
+                self.assertEqual(1, len(err.splitlines()), err)
