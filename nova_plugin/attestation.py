@@ -11,7 +11,7 @@ error code.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from keystoneauth1 import adapter
 from keystoneauth1 import exceptions as ks_exceptions
@@ -105,6 +105,22 @@ class AttestationClient:
     def events(self, uuid: str | None = None) -> list[dict[str, Any]]:
         path = "/v1/events" + (f"?node={quote(uuid)}" if uuid else "")
         return list(self.call("GET", path)["events"])
+
+    def history(
+        self, uuid: str, since: str | None = None, until: str | None = None
+    ) -> dict[str, Any]:
+        """A node's attestation log entries with their proofs (unverified)."""
+        query = {k: v for k, v in (("since", since), ("until", until)) if v}
+        path = f"/v1/nodes/{quote(uuid)}/history"
+        return dict(self.call("GET", path + ("?" + urlencode(query) if query else "")))
+
+    def log_checkpoint(self) -> dict[str, Any]:
+        """The log's latest signed checkpoint and the key that signs it."""
+        return dict(self.call("GET", "/v1/log/checkpoint?format=json"))
+
+    def log_consistency(self, old: int, new: int) -> dict[str, Any]:
+        query = urlencode({"from": old, "to": new})
+        return dict(self.call("GET", f"/v1/log/consistency?{query}"))
 
     def enrol(self, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.call("POST", "/v1/nodes", body))

@@ -14,6 +14,7 @@ import tempfile
 import unittest
 import uuid as uuid_mod
 from typing import Any
+from unittest import mock
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -35,7 +36,10 @@ def _pem(key: ed25519.Ed25519PrivateKey) -> bytes:
     )
 
 
-class HistoryCliTest(unittest.TestCase):
+class HistoryCase(unittest.TestCase):
+    """A log with node NODE's history and a checkpoint kept before its
+    last two entries (no tests)."""
+
     def setUp(self) -> None:
         tmp = tempfile.TemporaryDirectory()
         self.addCleanup(tmp.cleanup)
@@ -78,6 +82,8 @@ class HistoryCliTest(unittest.TestCase):
             "until": False,
         }
 
+
+class HistoryCliTest(HistoryCase):
     def run_cli(self, saved: Any, *extra: str) -> tuple[int, str, str]:
         path = self.write("history.json", json.dumps(saved))
         argv = ["history", "--verify", path, *extra]
@@ -151,3 +157,64 @@ class HistoryCliTest(unittest.TestCase):
                 status, _, err = self.run_cli(saved, *extra)
                 self.assertEqual(2, status, err)
                 self.assertEqual(1, len(err.splitlines()), err)
+
+
+class _FakeAttestation:
+    """The verifier's log API as :class:`AttestationClient` answers it."""
+
+    def __init__(self, reader: LogReader, pem: str) -> None:
+        self._reader, self._pem = reader, pem
+
+    def history(self, uuid: str, since: Any = None, until: Any = None) -> Any:
+        return json.loads(json.dumps(self._reader.history(uuid, None).to_dict()))
+
+    def log_checkpoint(self) -> dict[str, str]:
+        return {"checkpoint": self._reader.checkpoint(), "key": self._pem}
+
+    def log_consistency(self, old: int, new: int) -> dict[str, Any]:
+        proof = self._reader.consistency(old, new)
+        return {
+            "from": old,
+            "to": new,
+            "proof": [base64.b64encode(p).decode() for p in proof],
+        }
+
+
+class OscHistoryTest(HistoryCase):
+    """``openstack attestation node history``, online then offline."""
+
+    def osc(self, *argv: str) -> tuple[Any, str]:
+        from osc_lib import exceptions as osc_exceptions
+
+        from nova_plugin.osc_history import NodeHistory
+
+        app = mock.Mock()
+        app.stderr = io.StringIO()
+        app.client_manager.attestation = _FakeAttestation(
+            self.reader, _pem(self.key).decode()
+        )
+        command = NodeHistory(app, None)
+        args = command.get_parser("history").parse_args(list(argv))
+        try:
+            return command.take_action(args), app.stderr.getvalue()
+        except osc_exceptions.CommandError as exc:
+            return None, str(exc)
+
+    def test_osc_history_online_then_offline(self) -> None:
+        out = os.path.join(self.dir, "saved.json")
+        result, said = self.osc(NODE, "--checkpoint", self.kept, "--output", out)
+        columns, rows = result
+        self.assertEqual(("time", "kind", "reason", "detail"), columns)
+        self.assertEqual(["attested", "unreachable", "revoked"], [r[1] for r in rows])
+        self.assertIn("consistent with your checkpoint of size 2", said)
+        args = ("--verify", out, "--checkpoint", self.kept, "--key", self.key_file)
+        result, said = self.osc(*args)
+        self.assertEqual(3, len(result[1]))
+        with open(out, encoding="utf-8") as handle:
+            saved = json.load(handle)
+        saved["history"]["entries"][0]["entry"]["detail"] = "forged"
+        with open(out, "w", encoding="utf-8") as handle:
+            json.dump(saved, handle)
+        result, said = self.osc(*args)
+        self.assertIsNone(result)
+        self.assertIn("root_mismatch", said)
