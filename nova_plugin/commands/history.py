@@ -66,7 +66,7 @@ class VerifyHistory(LocalCommand):
     help = "verify a saved history offline"
 
     def run(self, args: argparse.Namespace) -> dict[str, Any]:
-        if not args.checkpoint or not args.key:
+        if not args.checkpoint or not args.event_key:
             raise UsageError("--verify needs --checkpoint KEPT.note and --key PEM")
         try:
             saved = json.loads(_read("--verify", args.verify))
@@ -74,7 +74,7 @@ class VerifyHistory(LocalCommand):
             raise UsageError(f"--verify {args.verify}: not JSON") from None
         if not isinstance(saved, dict):
             raise UsageError(f"--verify {args.verify}: not a saved history")
-        key = read_key(_read("--key", args.key), f"--key {args.key}")
+        key = read_key(_read("--key", args.event_key), f"--key {args.event_key}")
         kept = _read("--checkpoint", args.checkpoint).decode("utf-8", "replace")
         verified = verify_saved(saved, key, kept)
         _same_node(args, verified)
@@ -114,8 +114,10 @@ class History(TenantCommand):
             help="a checkpoint you kept (trusted-tenant checkpoint --output): "
             "the log must extend it",
         )
-        parser.add_argument(
+        parser.add_argument(  # not the global --key (the TLS key)
             "--key",
+            dest="event_key",
+            metavar="EVENT_KEY.pem",
             help="the verifier's event key (PEM); online, default: the one the "
             "verifier serves",
         )
@@ -135,16 +137,16 @@ class History(TenantCommand):
             canonical_uuid(args.uuid)
         except MalformedError:
             raise UsageError(f"history: {args.uuid!r} is not a UUID") from None
-        for option in ("checkpoint", "key"):
-            if getattr(args, option):
-                readable(f"--{option}", getattr(args, option))
+        for option, dest in (("checkpoint", "checkpoint"), ("key", "event_key")):
+            if getattr(args, dest):
+                readable(f"--{option}", getattr(args, dest))
 
     async def run(self, tenant: Tenant, args: argparse.Namespace) -> Any:
         since = since_time(args.since, time.time()) if args.since else None
         until = since_time(args.until, time.time()) if args.until else None
         answer = await tenant.history(args.uuid, since, until)
-        if args.key:
-            key = read_key(_read("--key", args.key), f"--key {args.key}")
+        if args.event_key:
+            key = read_key(_read("--key", args.event_key), f"--key {args.event_key}")
         else:
             served = await tenant.log_checkpoint()
             key = read_key(str(served.get("key", "")).encode(), "the served key")

@@ -1,0 +1,221 @@
+"""The attestation log shared by two verifier processes on PostgreSQL.
+
+Both verifiers attest an emulated fleet and append to one log; a tenant
+keeps a checkpoint, a node is tampered with and revoked, and the tenant
+CLI verifies the node's history online through the other verifier, then
+offline against the kept checkpoint. Someone who rewrites the revocation's
+entry in the database is refused (named test).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import requests
+import sqlalchemy as sa
+import testtools
+
+from nova_plugin import cmd
+from trusted_testing import services
+from trusted_testing.cluster import LocalCluster, wait_until
+from trusted_testing.fleet import FleetProcess
+from verifier.db import LogEntryRow, make_engine
+from verifier.protocol import translog
+
+INTERVAL = 2.0
+NODES = 6
+
+
+class AttestationLogTest(testtools.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        missing = services.missing_services()
+        if missing:
+            raise cls.skipException(
+                "the shared log needs " + "; ".join(missing) + " -- not running here"
+            )
+        cls.tmp = tempfile.mkdtemp(prefix="tlog-")
+        cls.db_url, cls.db_name = services.scratch_postgres()
+        cls.cluster = LocalCluster(
+            os.path.join(cls.tmp, "cluster"),
+            nodes=0,
+            interval=INTERVAL,
+            verifiers=2,
+            database_url=cls.db_url,
+            verifier_options={
+                "coordination_url": services.redis_coordination_url(2.0),
+                "coordination_group": f"tlog-{os.getpid()}-{time.time_ns()}",
+                "sync_interval": 0.2,
+                "log_interval": 0.2,
+            },
+        )
+        cls.fleet = FleetProcess(NODES, "", cls.cluster.pki, cls.tmp)
+        try:
+            cls.cluster.start()
+            cls.fleet.registrar_url = cls.cluster.registrar_url
+            cls.fleet.start()
+            cls._enrol_all()
+        except Exception:
+            cls._cleanup()
+            raise
+
+    @classmethod
+    def _cleanup(cls) -> None:
+        try:
+            cls.fleet.stop()
+            cls.cluster.stop()
+        finally:
+            services.drop_postgres(cls.db_name)
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls._cleanup()
+        super().tearDownClass()
+
+    @classmethod
+    def _session(cls) -> requests.Session:
+        session = requests.Session()
+        session.trust_env = False
+        session.cert = (
+            cls.cluster.pki_file("tenant.pem"),
+            cls.cluster.pki_file("tenant-key.pem"),
+        )
+        session.verify = cls.cluster.pki_file("ca.pem")
+        return session
+
+    @classmethod
+    def _enrol_all(cls) -> None:
+        session = cls._session()
+        policy = {"pcrs": {"16": [cls.fleet.pcr16]}}
+        for i, uuid in enumerate(cls.fleet.uuids):
+            body = {
+                "uuid": uuid,
+                "v": base64.b64encode(os.urandom(32)).decode(),
+                "u_commitment": base64.b64encode(bytes(32)).decode(),
+                "policy": policy,
+            }
+            url = cls.cluster.verifier_urls[i % 2]
+            resp = session.post(f"{url}/v1/nodes", json=body, timeout=10)
+            assert resp.status_code == 201, resp.text
+
+    def size(self, index: int) -> int:
+        url = self.cluster.verifier_urls[index]
+        note = self._session().get(f"{url}/v1/log/checkpoint", timeout=10).text
+        return int(note.splitlines()[1]) if note.count("\n") > 2 else -1
+
+    def tenant(self, index: int, *argv: str) -> tuple[int, str, str]:
+        env = self.cluster.tenant_env()
+        settings = [
+            "--verifier", self.cluster.verifier_urls[index],
+            "--cert", env["TRUSTED_CERT"],
+            "--key", env["TRUSTED_KEY"],
+            "--ca", env["TRUSTED_CA"],
+        ]  # fmt: skip
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = cmd.main([*settings, *argv])
+        return status, out.getvalue(), err.getvalue()
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.tmp, name)
+
+    def entries(self) -> list[Any]:
+        engine = make_engine(self.db_url)
+        try:
+            with engine.connect() as conn:
+                return list(
+                    conn.execute(
+                        sa.select(
+                            LogEntryRow.leaf_index,
+                            LogEntryRow.node_uuid,
+                            LogEntryRow.kind,
+                            LogEntryRow.body,
+                        ).order_by(LogEntryRow.id)
+                    )
+                )
+        finally:
+            engine.dispose()
+
+    def test_1_revoked_node_history_verifies_offline_against_a_kept_checkpoint(
+        self,
+    ) -> None:
+        logged = wait_until(lambda: self.size(0) >= NODES, 60, step=0.5)
+        self.assertTrue(logged, self.size(0))
+        status, out, err = self.tenant(
+            0, "checkpoint", "--output", self.path("kept.note"),
+            "--key-output", self.path("event.pem"),
+        )  # fmt: skip
+        self.assertEqual(0, status, err)
+        kept = self.size(0)
+        victim = self.fleet.uuids[0]
+        self.fleet.tamper(victim)
+        grew = wait_until(
+            lambda: any(
+                (row.node_uuid, row.kind, row.leaf_index is not None)
+                == (victim, "revoked", True)
+                for row in self.entries()
+            ),
+            6 * INTERVAL,
+            step=0.2,
+        )
+        self.assertTrue(grew, self.entries())
+        time.sleep(INTERVAL)  # each verifier had its chance to log it again
+        rows = self.entries()
+        self.assertEqual(list(range(len(rows))), sorted(r.leaf_index for r in rows))
+        revoked = [r for r in rows if (r.node_uuid, r.kind) == (victim, "revoked")]
+        self.assertEqual(1, len(revoked))
+        # online, through the other verifier, against the kept checkpoint
+        status, out, err = self.tenant(
+            1, "history", victim, "--checkpoint", self.path("kept.note"),
+            "--key", self.path("event.pem"), "--output", self.path("saved.json"),
+        )  # fmt: skip
+        self.assertEqual(0, status, err)
+        self.assertIn("pcr_policy", out)
+        self.assertIn(f"consistent with your checkpoint of size {kept}", out)
+        # offline: no verifier named at all
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = cmd.main(
+                [
+                    "history", "--verify", self.path("saved.json"),
+                    "--checkpoint", self.path("kept.note"),
+                    "--key", self.path("event.pem"),
+                ]
+            )  # fmt: skip
+        self.assertEqual(0, status, err.getvalue())
+        lines = out.getvalue().splitlines()
+        self.assertEqual(["attested", "revoked"], [ln.split()[1] for ln in lines[1:-1]])
+        self.assertTrue(lines[-1].startswith("verified: 2 entries"), lines[-1])
+
+    def test_2_entry_rewritten_in_the_database_is_refused(self) -> None:
+        victim = self.fleet.uuids[0]
+        wait_until(lambda: any(r.kind == "revoked" for r in self.entries()), 30)
+        (row,) = [
+            r for r in self.entries() if (r.node_uuid, r.kind) == (victim, "revoked")
+        ]
+        forged = json.loads(row.body)
+        forged["reason"], forged["detail"] = "tenant_revoked", "decommissioned"
+        body = translog.LogEntry.from_dict(forged).to_bytes()
+        engine = make_engine(self.db_url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(
+                    sa.update(LogEntryRow)
+                    .where(LogEntryRow.leaf_index == row.leaf_index)
+                    .values(body=body)
+                )
+        finally:
+            engine.dispose()
+        status, out, err = self.tenant(0, "history", victim)
+        self.assertEqual(1, status, out)
+        self.assertIn("root_mismatch", err)
