@@ -152,11 +152,12 @@ def _fill(engine: sa.Engine, entries: int, nodes: int) -> tuple[str, int]:
         rows.clear()
         subtrees.clear()
 
+    kinds = (translog.EntryKind.RECOVERED, translog.EntryKind.UNREACHABLE)
     for index in range(entries):
         uuid = uuids[index % nodes]
         entry = translog.LogEntry(
             index, last.get(uuid), uuid, "bench-project",
-            translog.EntryKind.UNREACHABLE if index % 2 else translog.EntryKind.RECOVERED,
+            kinds[index % 2],
             "unreachable", "missed 5 rounds", base + index, str(uuid_mod.uuid4()),
         )  # fmt: skip
         last[uuid] = index
