@@ -109,15 +109,28 @@ class LogSequencer:
             frontier = translog.Frontier.from_dict(json.loads(head.frontier))
             last = _last_indices(session, {row.node_uuid for row in rows})
             nodes: list[tuple[int, int, bytes]] = []
+            sequenced: list[dict[str, object]] = []
             for row in rows:
                 entry = _entry(row, frontier.size, last.get(row.node_uuid))
-                row.leaf_index, row.prev_index = entry.index, entry.prev
-                row.body = body = entry.to_bytes()
-                row.reason = row.detail = row.event_id = None
+                body = entry.to_bytes()
+                sequenced.append(
+                    {
+                        "id": row.id,
+                        "leaf_index": entry.index,
+                        "prev_index": entry.prev,
+                        "body": body,
+                        "reason": None,
+                        "detail": None,
+                        "event_id": None,
+                    }
+                )
                 last[row.node_uuid] = entry.index
                 nodes.extend(frontier.append(translog.leaf_hash(body)))
-            session.flush()  # the entries first: their unique index guards
+            session.expunge_all()  # written below, by primary key in bulk
+            # the entries first: their unique leaf index guards the tree
+            session.execute(sa.update(LogEntryRow), sequenced)
             _insert_nodes(session, nodes)
+            head = session.get_one(LogHead, HEAD_ID)
             head.size, head.root = frontier.size, frontier.root()
             head.frontier = json.dumps(frontier.to_dict())
             head.checkpoint = self._sign(head.size, head.root)
