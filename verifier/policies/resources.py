@@ -8,6 +8,8 @@ from verifier.policies.base import ADMIN, PROJECT_MEMBER, PROJECT_READER, SERVIC
 
 _READ = f"{ADMIN} or {SERVICE} or {PROJECT_READER}"
 _WRITE = f"{ADMIN} or {PROJECT_MEMBER}"
+#: Any reader of any project (the log's hashes and checkpoints name no node).
+_ANY = f"{ADMIN} or {SERVICE} or role:reader"
 
 
 def _rule(
@@ -69,11 +71,11 @@ _RULES = [
           "GET", "/v1/filegroups/{fg}"),
     _rule("event:list", _READ, "Read the revocation events of the project's nodes.",
           "GET", "/v1/events"),
-    _rule("log:checkpoint", "@",
+    _rule("log:checkpoint", _ANY,
           "Read the attestation log's latest signed checkpoint (any "
-          "authenticated caller: it names no node).",
+          "caller with a role: it names no node).",
           "GET", "/v1/log/checkpoint"),
-    _rule("log:consistency", "@",
+    _rule("log:consistency", _ANY,
           "Read a consistency proof between two sizes of the attestation "
           "log (hashes only).", "GET", "/v1/log/consistency"),
     _rule("abe:params", _READ, "Read the CP-ABE public parameters.",
