@@ -94,6 +94,8 @@ class LogSequencer:
             How many were appended (0: none was staged).
         """
         self.ensure_head()
+        if not self._staged():  # idle: no lock taken, nothing written
+            return 0
         with Session(self._engine) as session, session.begin():
             head = _lock_head(session)
             rows = list(
@@ -136,6 +138,12 @@ class LogSequencer:
             head.checkpoint = self._sign(head.size, head.root)
             head.updated_at = self._clock()
             return len(rows)
+
+    def _staged(self) -> bool:
+        """Whether an entry waits to be sequenced (no lock)."""
+        query = sa.select(LogEntryRow.id).where(LogEntryRow.leaf_index.is_(None))
+        with self._engine.connect() as conn:
+            return conn.execute(query.limit(1)).first() is not None
 
     def sequence_all(self) -> int:
         """Append every staged entry; returns how many."""
