@@ -113,6 +113,8 @@ class NodeHistory(command.Lister):
             size, old = answer.get("tree_size"), open_note(kept, key).size
             if isinstance(size, int) and size >= old:
                 consistency = client.log_consistency(old, size)
+            else:  # a smaller tree than the kept one: refused as forked
+                consistency = {"from": old, "to": size, "proof": []}
         saved = {"history": answer, "consistency": consistency, "until": bool(until)}
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:

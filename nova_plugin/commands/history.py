@@ -159,6 +159,8 @@ class History(TenantCommand):
             size = answer.get("tree_size")
             if isinstance(size, int) and size >= kept.size:
                 consistency = await tenant.log_consistency(kept.size, size)
+            else:  # a smaller tree than the kept one: refused as forked
+                consistency = {"from": kept.size, "to": size, "proof": []}
         saved = {"history": answer, "consistency": consistency, "until": bool(until)}
         if args.output:
             _write(args.output, json.dumps(saved, indent=1, sort_keys=True))

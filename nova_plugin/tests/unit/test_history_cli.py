@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from sqlalchemy.orm import Session
 
 from nova_plugin import cmd
+from nova_plugin.loghistory import HistoryRefusedError, verify_saved
 from verifier.db import make_engine, upgrade
 from verifier.tlog import ATTESTED, REVOKED, UNREACHABLE, stage
 from verifier.tlog.reads import LogReader
@@ -218,3 +219,20 @@ class OscHistoryTest(HistoryCase):
         result, said = self.osc(*args)
         self.assertIsNone(result)
         self.assertIn("root_mismatch", said)
+
+
+class ShrunkLogTest(HistoryCase):
+    def test_tree_smaller_than_the_kept_checkpoint_is_refused_as_forked(self) -> None:
+        served = self.reader.history(NODE, None).to_dict()  # size 4
+        self.stage(NODE, ATTESTED)
+        self.sequencer.sequence_all()
+        bigger = self.reader.checkpoint()  # size 5, kept by the tenant
+        # what the CLIs save when the tree served is smaller than the kept one
+        saved = {
+            "history": served,
+            "consistency": {"from": 5, "to": 4, "proof": []},
+            "until": False,
+        }
+        with self.assertRaises(HistoryRefusedError) as ctx:
+            verify_saved(saved, self.key.public_key(), bigger)
+        self.assertEqual("forked", ctx.exception.reason)
