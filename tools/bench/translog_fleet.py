@@ -30,6 +30,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -190,12 +191,21 @@ def _fill(engine: sa.Engine, entries: int, nodes: int) -> tuple[str, int]:
 
 
 def _history(args: argparse.Namespace) -> dict[str, float]:
-    workdir = tempfile.mkdtemp(prefix="bench-tlog-history-")
-    engine = make_engine(f"sqlite:///{workdir}/verifier.sqlite")
-    upgrade(engine)
-    t0 = time.perf_counter()
-    uuid, per_node = _fill(engine, args.entries, args.nodes)
-    filled = time.perf_counter() - t0
+    if args.history_db:  # filled by an earlier run (kept with --keep)
+        path = args.history_db
+        engine = make_engine(f"sqlite:///{path}")
+        uuid, per_node = (
+            str(uuid_mod.UUID(int=args.nodes // 2 + 1)),
+            args.entries // args.nodes,
+        )
+        filled = 0.0
+    else:
+        path = os.path.join(tempfile.mkdtemp(prefix="bench-tlog-history-"), "v.sqlite")
+        engine = make_engine(f"sqlite:///{path}")
+        upgrade(engine)
+        t0 = time.perf_counter()
+        uuid, per_node = _fill(engine, args.entries, args.nodes)
+        filled = time.perf_counter() - t0
     reader = LogReader(engine)
     times = []
     for _ in range(args.queries):
@@ -207,7 +217,11 @@ def _history(args: argparse.Namespace) -> dict[str, float]:
     since = reader.history(uuid, None, since=1_700_000_000.0 + args.entries * 0.9)
     since_ms = (time.perf_counter() - t0) * 1e3
     engine.dispose()
-    db_bytes = os.path.getsize(f"{workdir}/verifier.sqlite")
+    db_bytes = os.path.getsize(path)
+    if not args.history_db and not args.keep:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    elif not args.history_db:
+        print(f"(database kept: --history-db {path})")
     return {
         "fill_s": filled,
         "per_node": float(per_node),
@@ -228,11 +242,20 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=1_000_000)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=20)
+    parser.add_argument("--history-db", help="reuse a database filled before")
+    parser.add_argument("--keep", action="store_true", help="keep the filled one")
+    parser.add_argument("--skip-service", action="store_true",
+                        help="only the history query")  # fmt: skip
     parser.add_argument("--churn", type=float, default=0.01,
                         help="changes per check for the estimate")  # fmt: skip
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # one line per change otherwise
-    svc = asyncio.run(_service(args))
+    if not args.skip_service:
+        _print_service(args, asyncio.run(_service(args)))
+    _print_history(args, _history(args))
+
+
+def _print_service(args: argparse.Namespace, svc: dict[str, float]) -> None:
     on, off = svc["check_on"], svc["check_off"]
     print(
         f"polled check in process: {on:.1f} us with the log, {off:.1f} us "
@@ -254,7 +277,9 @@ def main() -> None:
         f"checks per second ({staging:.0f} us staging + "
         f"{svc['sequence_per_entry']:.0f} us sequencing per change)"
     )
-    hist = _history(args)
+
+
+def _print_history(args: argparse.Namespace, hist: dict[str, float]) -> None:
     print(
         f"history of one node ({hist['per_node']:.0f} entries with proofs) among "
         f"{args.entries:,} entries of {args.nodes:,} nodes: median "

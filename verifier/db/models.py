@@ -6,6 +6,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Float,
+    Index,
     Integer,
     LargeBinary,
     String,
@@ -230,6 +231,9 @@ class LogEntryRow(Base):
     clears ``body`` (``pruned``); the tree's hashes stay."""
 
     __tablename__ = "verifier_log_entries"
+    # a node's entries in log order; not the project's (a project holds
+    # many nodes: the planner must start from the node)
+    __table_args__ = (Index("ix_verifier_log_entries_node", "node_uuid", "leaf_index"),)
 
     id: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer, "sqlite"),
@@ -240,8 +244,8 @@ class LogEntryRow(Base):
         BigInteger, nullable=True, unique=True
     )
     prev_index: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    node_uuid: Mapped[str] = mapped_column(String(36), index=True)
-    project_id: Mapped[str] = mapped_column(String(64), index=True)
+    node_uuid: Mapped[str] = mapped_column(String(36))
+    project_id: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[float] = mapped_column(Float, index=True)
     kind: Mapped[str] = mapped_column(String(32))
     # the staged fields; cleared once ``body`` holds them

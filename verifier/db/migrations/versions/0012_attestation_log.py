@@ -38,8 +38,10 @@ def upgrade() -> None:
         ),
         sa.UniqueConstraint("leaf_index"),
     )
-    for column in ("node_uuid", "project_id", "created_at"):
-        op.create_index(f"ix_{_ENTRIES}_{column}", _ENTRIES, [column])
+    # a node's entries in log order; not the project's (a project holds
+    # many nodes: the planner must start from the node)
+    op.create_index(f"ix_{_ENTRIES}_node", _ENTRIES, ["node_uuid", "leaf_index"])
+    op.create_index(f"ix_{_ENTRIES}_created_at", _ENTRIES, ["created_at"])
     op.create_table(
         "verifier_log_nodes",
         sa.Column("level", sa.Integer(), primary_key=True),
@@ -61,6 +63,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("verifier_log_head")
     op.drop_table("verifier_log_nodes")
-    for column in ("created_at", "project_id", "node_uuid"):
-        op.drop_index(f"ix_{_ENTRIES}_{column}", _ENTRIES)
+    op.drop_index(f"ix_{_ENTRIES}_created_at", _ENTRIES)
+    op.drop_index(f"ix_{_ENTRIES}_node", _ENTRIES)
     op.drop_table(_ENTRIES)
