@@ -68,11 +68,11 @@ class _LogOff:
     """Switches the log's staging off in the store (the "without" runs)."""
 
     def __enter__(self) -> None:
-        self._saved = store_module.stage_note
-        store_module.stage_note = lambda *a, **k: None  # type: ignore[assignment]
+        self._saved = getattr(store_module, "stage_note")  # noqa: B009
+        setattr(store_module, "stage_note", lambda *a, **k: None)  # noqa: B010
 
     def __exit__(self, *exc: object) -> None:
-        store_module.stage_note = self._saved  # type: ignore[assignment]
+        setattr(store_module, "stage_note", self._saved)  # noqa: B010
 
 
 async def _changes(verifier: Any, uuid: str, count: int) -> float:
