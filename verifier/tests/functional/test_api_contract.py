@@ -56,12 +56,16 @@ from verifier.notify.outbox import add_to_outbox, make_event
 from verifier.protocol import PcrPolicy
 from verifier.registrar import Registrar
 from verifier.registrar import make_app as registrar_app
+from verifier.tlog import REVOKED, stage
+from verifier.tlog.sequencer import LogSequencer
 
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
 ST = os.path.join(os.path.dirname(sys.executable), "st")
 NODE = "3f2a6c1e-5b1d-4c1e-9a7e-0c6d2b8e4f10"
+#: The query a GET needs to answer with a body.
+_QUERY = {"/v1/log/consistency": "?from=0&to=1"}
 #: loopback only: never through a proxy from the environment
 _get = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
 
@@ -165,7 +169,11 @@ class ApiContractTest(testtools.TestCase):
                     NODE, os.urandom(32), PcrPolicy({}), None, (None, None), now
                 )
             )
-            add_to_outbox(session, make_event(key, NODE, "pcr_policy", "x", now), now)
+            event = make_event(key, NODE, "pcr_policy", "x", now)
+            add_to_outbox(session, event, now)
+            # and its entry in the attestation log, for the history's body
+            stage(session, REVOKED, NODE, "", "pcr_policy", "x", now, event.event.id)
+        LogSequencer(engine, key).sequence_all()
         verifier = Verifier(
             engine,
             key,
@@ -268,7 +276,7 @@ class ApiContractTest(testtools.TestCase):
         for (method, path), schema in api_schemas.VERIFIER.items():
             if method != "GET":
                 continue
-            url = served.url + path.replace("{uuid}", NODE)
+            url = served.url + path.replace("{uuid}", NODE) + _QUERY.get(path, "")
             with _get(url) as resp:
                 body = json.load(resp)
             jsonschema.validate(body, _json_schema(schema))
