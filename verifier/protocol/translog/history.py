@@ -35,6 +35,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,7 @@ MAX_DETAIL = 8192
 MAX_ENTRY_BYTES = 64 * 1024
 #: Most hashes in one inclusion proof (a tree of 2**63 leaves needs 63).
 _MAX_PROOF = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELDS = frozenset(
     {
         "index",
@@ -109,6 +111,14 @@ def _index(value: object, name: str) -> int:
 def _text(value: object, name: str, limit: int) -> str:
     if not isinstance(value, str) or len(value) > limit:
         raise _bad(f"{name} must be a string of at most {limit} characters")
+    if _SURROGATE.search(value):
+        raise _bad(f"{name} is not Unicode text (a lone surrogate)")
+    return value
+
+
+def _bound(value: object, name: str) -> int | None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise MalformedError("history", f"{name} must be None or an index")
     return value
 
 
@@ -239,6 +249,18 @@ class HistoryProof:
     entry: LogEntry
     proof: tuple[bytes, ...]
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.entry, LogEntry):
+            raise MalformedError("history proof", "entry must be a LogEntry")
+        if isinstance(self.proof, (bytes, str)) or not isinstance(self.proof, Sequence):
+            raise MalformedError("history proof", "proof must be a sequence")
+        proof = tuple(self.proof)
+        if len(proof) > _MAX_PROOF or not all(
+            isinstance(h, bytes) and len(h) == HASH_SIZE for h in proof
+        ):
+            raise MalformedError("history proof", "proof must be 32-byte hashes")
+        object.__setattr__(self, "proof", proof)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "entry": self.entry.to_dict(),
@@ -328,8 +350,12 @@ def verify_history(
     node = canonical_uuid(node_uuid)
     if not isinstance(checkpoint, Checkpoint):
         raise MalformedError("history", "checkpoint must be a Checkpoint")
+    if isinstance(items, (bytes, str)) or not isinstance(items, Sequence):
+        raise MalformedError("history", "items must be a sequence")
     if not all(isinstance(item, HistoryProof) for item in items):
         raise MalformedError("history", "items must be HistoryProofs")
+    complete_from = _bound(complete_from, "complete_from")
+    last = _bound(last, "last")
     for item in items:
         if item.entry.node_uuid != node:
             raise LogProofError(

@@ -347,3 +347,28 @@ class EntryParsingTest(testtools.TestCase):
             [],
             None,
         )
+
+    def test_bounds_and_proofs_of_the_wrong_type_are_refused(self) -> None:
+        log = _log()
+        cp = log.checkpoint()
+        items = log.history(NODE)
+        for bad in ("5", -1, 1.0, True):
+            self.assertRaises(
+                MalformedError, verify_history, NODE, items, cp, complete_from=bad
+            )
+            self.assertRaises(MalformedError, verify_history, NODE, items, cp, last=bad)
+        self.assertRaises(MalformedError, verify_history, NODE, iter(items), cp)
+        entry = items[0].entry
+        for proof in ((b"short",), b"\x00" * 32, (None,), (b"\x00" * 32,) * 65):
+            self.assertRaises(MalformedError, HistoryProof, entry, proof)
+        self.assertRaises(MalformedError, HistoryProof, None, ())
+        listed = HistoryProof(entry, [b"\x00" * 32])  # type: ignore[arg-type]
+        self.assertEqual((b"\x00" * 32,), listed.proof)
+
+    def test_text_that_is_not_unicode_is_refused(self) -> None:
+        data = _entry_dict()
+        data["detail"] = "bad \ud800 surrogate"
+        self.assertRaises(MalformedError, LogEntry.from_dict, data)
+        data["detail"] = "caf\u00e9 \U0001f600"
+        entry = LogEntry.from_dict(data)
+        self.assertEqual(entry, LogEntry.from_bytes(entry.to_bytes()))
