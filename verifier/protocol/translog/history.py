@@ -70,6 +70,7 @@ MAX_DETAIL = 8192
 MAX_ENTRY_BYTES = 64 * 1024
 #: Most hashes in one inclusion proof (a tree of 2**63 leaves needs 63).
 _MAX_PROOF = 64
+_UUID = re.compile("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELDS = frozenset(
     {
@@ -155,9 +156,7 @@ class LogEntry:
         _index(self.index, "index")
         if self.prev is not None and _index(self.prev, "prev") >= self.index:
             raise _bad("prev must be below index")
-        if not isinstance(self.node_uuid, str) or (
-            canonical_uuid(self.node_uuid) != self.node_uuid
-        ):
+        if not isinstance(self.node_uuid, str) or not _UUID.fullmatch(self.node_uuid):
             raise _bad("node_uuid must be a canonical lower-case UUID")
         _text(self.project_id, "project_id", MAX_TEXT)
         if not isinstance(self.kind, EntryKind):
@@ -171,16 +170,23 @@ class LogEntry:
             raise _bad("created_at must be finite and not negative")
         object.__setattr__(self, "created_at", float(at))
         if self.event_id is not None and (
-            not isinstance(self.event_id, str)
-            or canonical_uuid(self.event_id) != self.event_id
+            not isinstance(self.event_id, str) or not _UUID.fullmatch(self.event_id)
         ):
             raise _bad("event_id must be null or a canonical lower-case UUID")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the entry (what :meth:`to_bytes` encodes)."""
-        data = dataclasses.asdict(self)
-        data["kind"] = self.kind.value
-        return data
+        return {
+            "index": self.index,
+            "prev": self.prev,
+            "node_uuid": self.node_uuid,
+            "project_id": self.project_id,
+            "kind": self.kind.value,
+            "reason": self.reason,
+            "detail": self.detail,
+            "created_at": self.created_at,
+            "event_id": self.event_id,
+        }
 
     def to_bytes(self) -> bytes:
         """Canonical JSON: sorted keys, no whitespace, ASCII (so UTF-8)."""
