@@ -13,8 +13,10 @@ entry, an inclusion proof in that checkpoint's tree, a tenant checks with
 * the entries are in log order without repeats (``out_of_order``);
 * none is missing between the first and the last: each ``prev`` is the
   index of the entry before it (``missing_entry``), and the first has no
-  ``prev`` (or, for a history asked from leaf ``complete_from`` on, a
-  ``prev`` below ``complete_from``).
+  ``prev`` -- or, for a history kept or asked from leaf ``complete_from``
+  on, a ``prev`` below ``complete_from``; or, for a history asked from a
+  time ``since`` on, the first is stamped before ``since`` (the anchor:
+  the node's last entry before the window).
 
 What the tree cannot prove is absence: nothing in the entries says which is
 the node's *last*. ``last`` (the index the log says is the node's last at
@@ -297,10 +299,13 @@ class HistoryProof:
         return cls(LogEntry.from_dict(data["entry"]), tuple(proof))
 
 
-def _check_chain(items: Sequence[HistoryProof], complete_from: int | None) -> None:
+def _check_chain(
+    items: Sequence[HistoryProof], complete_from: int | None, since: float | None
+) -> None:
     first = items[0].entry
     bound = -1 if complete_from is None else complete_from
-    if first.prev is not None and first.prev >= bound:
+    anchored = since is not None and first.created_at < since
+    if first.prev is not None and first.prev >= bound and not anchored:
         raise LogProofError(
             "missing_entry",
             f"entry {first.index} follows entry {first.prev}, which is not given",
@@ -328,6 +333,7 @@ def verify_history(
     *,
     complete_from: int | None = None,
     last: int | None = None,
+    since: float | None = None,
 ) -> list[LogEntry]:
     """Check a node's history against a checkpoint (module docstring).
 
@@ -343,6 +349,11 @@ def verify_history(
         last: the node's last leaf index at the checkpoint's size, as the
             log states it; the last item must be that entry (None: not
             checked).
+        since: for a history asked from a time on (seconds since the
+            epoch): the first item may also be any entry stamped before
+            ``since`` (the node's last entry before the window, which the
+            log sends as the anchor); the chain from it then covers the
+            window. Sound as far as the node's stamps grow along its chain.
 
     Returns:
         The entries, in log order.
@@ -362,6 +373,12 @@ def verify_history(
         raise MalformedError("history", "items must be HistoryProofs")
     complete_from = _bound(complete_from, "complete_from")
     last = _bound(last, "last")
+    if since is not None and (
+        isinstance(since, bool)
+        or not isinstance(since, (int, float))
+        or not math.isfinite(since)
+    ):
+        raise MalformedError("history", "since must be None or a number")
     for item in items:
         if item.entry.node_uuid != node:
             raise LogProofError(
@@ -373,7 +390,7 @@ def verify_history(
                 f"entry {item.entry.index} is not in the tree of {checkpoint.size}",
             )
     if items:
-        _check_chain(items, complete_from)
+        _check_chain(items, complete_from, since)
     if last is not None and (not items or items[-1].entry.index != last):
         raise LogProofError(
             "missing_entry", f"the node's last entry {last} is not given"

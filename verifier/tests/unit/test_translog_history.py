@@ -372,3 +372,26 @@ class EntryParsingTest(testtools.TestCase):
         data["detail"] = "caf\u00e9 \U0001f600"
         entry = LogEntry.from_dict(data)
         self.assertEqual(entry, LogEntry.from_bytes(entry.to_bytes()))
+
+
+class WindowTest(testtools.TestCase):
+    def test_history_from_a_time_on_needs_its_anchor(self) -> None:
+        log = _log()
+        cp = log.checkpoint()
+        items = log.history(NODE)
+        since = items[5].entry.created_at  # the window starts at entry 15
+        verify_history(NODE, items[4:], cp, since=since)
+        verify_history(NODE, items[3:], cp, since=since)
+        # without the anchor, a dropped first entry of the window is missed
+        error = self.assertRaises(
+            LogProofError, verify_history, NODE, items[5:], cp, since=since
+        )
+        self.assertEqual("missing_entry", error.reason)
+        error = self.assertRaises(
+            LogProofError, verify_history, NODE, items[6:], cp, since=since
+        )
+        self.assertEqual("missing_entry", error.reason)
+        for bad in ("1", float("nan"), True):
+            self.assertRaises(
+                MalformedError, verify_history, NODE, items, cp, since=bad
+            )
