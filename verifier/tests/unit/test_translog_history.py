@@ -217,6 +217,26 @@ class HistoryTest(testtools.TestCase):
         error = self.assertRaises(LogProofError, verify_extension, self.cp, kept, [])
         self.assertEqual("forked", error.reason)
 
+    def test_rolled_back_checkpoint_is_refused(self) -> None:
+        # the log shows an older (or truncated) tree than one already seen
+        older = Checkpoint(ORIGIN, 20, Frontier.at(20, self.log.get).root())
+        error = self.assertRaises(
+            LogProofError,
+            verify_extension,
+            self.cp,
+            older,
+            consistency_proof(20, 30, self.log.get),
+        )
+        self.assertEqual("forked", error.reason)
+
+    def test_entry_moved_to_another_index_fails_inclusion(self) -> None:
+        # the entry of leaf 27 claimed at leaf 28 (another node's), with the
+        # genuine proof of leaf 28: the index is part of the hashed entry
+        item = self.items[-1]
+        moved = dataclasses.replace(item.entry, index=28)
+        proof = tuple(inclusion_proof(28, 30, self.log.get))
+        self._refused("root_mismatch", [*self.items[:-1], HistoryProof(moved, proof)])
+
     def test_checkpoint_of_another_log_does_not_extend(self) -> None:
         kept = Checkpoint(ORIGIN, 20, Frontier.at(20, self.log.get).root())
         other = Checkpoint("another/log", 30, self.cp.root)
