@@ -81,6 +81,8 @@ def key_hash(name: str, public_key: ed25519.Ed25519PublicKey) -> bytes:
     """
     if not _valid_name(name):
         raise MalformedError("signed note", "a signer name is non-empty, no space or +")
+    if not isinstance(public_key, ed25519.Ed25519PublicKey):
+        raise MalformedError("signed note", "the key must be an Ed25519 public key")
     return hashlib.sha256(name.encode() + b"\n" + _ED25519 + _raw(public_key)).digest()[
         :4
     ]
@@ -100,7 +102,13 @@ def verifier_key(name: str, public_key: ed25519.Ed25519PublicKey) -> str:
 def log_origin(public_key: ed25519.Ed25519PublicKey) -> str:
     """This deployment's log origin and signer name for the verifier's event
     key: :data:`ORIGIN_PREFIX` and the first 16 hex digits of SHA-256 of the
-    raw public key."""
+    raw public key.
+
+    Raises:
+        MalformedError: ``public_key`` is not an Ed25519 public key.
+    """
+    if not isinstance(public_key, ed25519.Ed25519PublicKey):
+        raise MalformedError("log origin", "the key must be an Ed25519 public key")
     return ORIGIN_PREFIX + hashlib.sha256(_raw(public_key)).hexdigest()[:16]
 
 

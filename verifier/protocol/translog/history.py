@@ -13,8 +13,10 @@ entry, an inclusion proof in that checkpoint's tree, a tenant checks with
 * the entries are in log order without repeats (``out_of_order``);
 * none is missing between the first and the last: each ``prev`` is the
   index of the entry before it (``missing_entry``), and the first has no
-  ``prev`` (or, for a history asked from leaf ``complete_from`` on, a
-  ``prev`` below ``complete_from``).
+  ``prev`` -- or, for a history kept or asked from leaf ``complete_from``
+  on, a ``prev`` below ``complete_from``; or, for a history asked from a
+  time ``since`` on, the first is stamped before ``since`` (the anchor:
+  the node's last entry before the window).
 
 What the tree cannot prove is absence: nothing in the entries says which is
 the node's *last*. ``last`` (the index the log says is the node's last at
@@ -35,6 +37,7 @@ import dataclasses
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,6 +72,8 @@ MAX_DETAIL = 8192
 MAX_ENTRY_BYTES = 64 * 1024
 #: Most hashes in one inclusion proof (a tree of 2**63 leaves needs 63).
 _MAX_PROOF = 64
+_UUID = re.compile("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _FIELDS = frozenset(
     {
         "index",
@@ -109,6 +114,14 @@ def _index(value: object, name: str) -> int:
 def _text(value: object, name: str, limit: int) -> str:
     if not isinstance(value, str) or len(value) > limit:
         raise _bad(f"{name} must be a string of at most {limit} characters")
+    if _SURROGATE.search(value):
+        raise _bad(f"{name} is not Unicode text (a lone surrogate)")
+    return value
+
+
+def _bound(value: object, name: str) -> int | None:
+    if value is not None and (type(value) is not int or value < 0):
+        raise MalformedError("history", f"{name} must be None or an index")
     return value
 
 
@@ -145,9 +158,7 @@ class LogEntry:
         _index(self.index, "index")
         if self.prev is not None and _index(self.prev, "prev") >= self.index:
             raise _bad("prev must be below index")
-        if not isinstance(self.node_uuid, str) or (
-            canonical_uuid(self.node_uuid) != self.node_uuid
-        ):
+        if not isinstance(self.node_uuid, str) or not _UUID.fullmatch(self.node_uuid):
             raise _bad("node_uuid must be a canonical lower-case UUID")
         _text(self.project_id, "project_id", MAX_TEXT)
         if not isinstance(self.kind, EntryKind):
@@ -161,16 +172,23 @@ class LogEntry:
             raise _bad("created_at must be finite and not negative")
         object.__setattr__(self, "created_at", float(at))
         if self.event_id is not None and (
-            not isinstance(self.event_id, str)
-            or canonical_uuid(self.event_id) != self.event_id
+            not isinstance(self.event_id, str) or not _UUID.fullmatch(self.event_id)
         ):
             raise _bad("event_id must be null or a canonical lower-case UUID")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the entry (what :meth:`to_bytes` encodes)."""
-        data = dataclasses.asdict(self)
-        data["kind"] = self.kind.value
-        return data
+        return {
+            "index": self.index,
+            "prev": self.prev,
+            "node_uuid": self.node_uuid,
+            "project_id": self.project_id,
+            "kind": self.kind.value,
+            "reason": self.reason,
+            "detail": self.detail,
+            "created_at": self.created_at,
+            "event_id": self.event_id,
+        }
 
     def to_bytes(self) -> bytes:
         """Canonical JSON: sorted keys, no whitespace, ASCII (so UTF-8)."""
@@ -239,6 +257,18 @@ class HistoryProof:
     entry: LogEntry
     proof: tuple[bytes, ...]
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.entry, LogEntry):
+            raise MalformedError("history proof", "entry must be a LogEntry")
+        if isinstance(self.proof, (bytes, str)) or not isinstance(self.proof, Sequence):
+            raise MalformedError("history proof", "proof must be a sequence")
+        proof = tuple(self.proof)
+        if len(proof) > _MAX_PROOF or not all(
+            isinstance(h, bytes) and len(h) == HASH_SIZE for h in proof
+        ):
+            raise MalformedError("history proof", "proof must be 32-byte hashes")
+        object.__setattr__(self, "proof", proof)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "entry": self.entry.to_dict(),
@@ -269,10 +299,13 @@ class HistoryProof:
         return cls(LogEntry.from_dict(data["entry"]), tuple(proof))
 
 
-def _check_chain(items: Sequence[HistoryProof], complete_from: int | None) -> None:
+def _check_chain(
+    items: Sequence[HistoryProof], complete_from: int | None, since: float | None
+) -> None:
     first = items[0].entry
     bound = -1 if complete_from is None else complete_from
-    if first.prev is not None and first.prev >= bound:
+    anchored = since is not None and first.created_at < since
+    if first.prev is not None and first.prev >= bound and not anchored:
         raise LogProofError(
             "missing_entry",
             f"entry {first.index} follows entry {first.prev}, which is not given",
@@ -300,6 +333,7 @@ def verify_history(
     *,
     complete_from: int | None = None,
     last: int | None = None,
+    since: float | None = None,
 ) -> list[LogEntry]:
     """Check a node's history against a checkpoint (module docstring).
 
@@ -315,6 +349,11 @@ def verify_history(
         last: the node's last leaf index at the checkpoint's size, as the
             log states it; the last item must be that entry (None: not
             checked).
+        since: for a history asked from a time on (seconds since the
+            epoch): the first item may also be any entry stamped before
+            ``since`` (the node's last entry before the window, which the
+            log sends as the anchor); the chain from it then covers the
+            window. Sound as far as the node's stamps grow along its chain.
 
     Returns:
         The entries, in log order.
@@ -328,8 +367,18 @@ def verify_history(
     node = canonical_uuid(node_uuid)
     if not isinstance(checkpoint, Checkpoint):
         raise MalformedError("history", "checkpoint must be a Checkpoint")
+    if isinstance(items, (bytes, str)) or not isinstance(items, Sequence):
+        raise MalformedError("history", "items must be a sequence")
     if not all(isinstance(item, HistoryProof) for item in items):
         raise MalformedError("history", "items must be HistoryProofs")
+    complete_from = _bound(complete_from, "complete_from")
+    last = _bound(last, "last")
+    if since is not None and (
+        isinstance(since, bool)
+        or not isinstance(since, (int, float))
+        or not math.isfinite(since)
+    ):
+        raise MalformedError("history", "since must be None or a number")
     for item in items:
         if item.entry.node_uuid != node:
             raise LogProofError(
@@ -341,7 +390,7 @@ def verify_history(
                 f"entry {item.entry.index} is not in the tree of {checkpoint.size}",
             )
     if items:
-        _check_chain(items, complete_from)
+        _check_chain(items, complete_from, since)
     if last is not None and (not items or items[-1].entry.index != last):
         raise LogProofError(
             "missing_entry", f"the node's last entry {last} is not given"

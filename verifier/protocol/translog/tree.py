@@ -49,7 +49,8 @@ MAX_SIZE = 2**63 - 1
 _MAX_PROOF = 64
 
 #: ``get(level, index)``: the hash of the complete perfect subtree
-#: ``(level, index)``; may raise :class:`KeyError` when it has none.
+#: ``(level, index)``; may raise :class:`KeyError` (or another
+#: :class:`LookupError`) when it has none.
 NodeGetter = Callable[[int, int], bytes]
 
 
@@ -237,7 +238,7 @@ def _check_count(value: object, what: str) -> None:
 def _get(get: NodeGetter, level: int, index: int) -> bytes:
     try:
         value = get(level, index)
-    except KeyError:
+    except LookupError:
         raise LogProofError(
             "missing_node", f"the store has no node ({level}, {index})"
         ) from None

@@ -217,6 +217,26 @@ class HistoryTest(testtools.TestCase):
         error = self.assertRaises(LogProofError, verify_extension, self.cp, kept, [])
         self.assertEqual("forked", error.reason)
 
+    def test_rolled_back_checkpoint_is_refused(self) -> None:
+        # the log shows an older (or truncated) tree than one already seen
+        older = Checkpoint(ORIGIN, 20, Frontier.at(20, self.log.get).root())
+        error = self.assertRaises(
+            LogProofError,
+            verify_extension,
+            self.cp,
+            older,
+            consistency_proof(20, 30, self.log.get),
+        )
+        self.assertEqual("forked", error.reason)
+
+    def test_entry_moved_to_another_index_fails_inclusion(self) -> None:
+        # the entry of leaf 27 claimed at leaf 28 (another node's), with the
+        # genuine proof of leaf 28: the index is part of the hashed entry
+        item = self.items[-1]
+        moved = dataclasses.replace(item.entry, index=28)
+        proof = tuple(inclusion_proof(28, 30, self.log.get))
+        self._refused("root_mismatch", [*self.items[:-1], HistoryProof(moved, proof)])
+
     def test_checkpoint_of_another_log_does_not_extend(self) -> None:
         kept = Checkpoint(ORIGIN, 20, Frontier.at(20, self.log.get).root())
         other = Checkpoint("another/log", 30, self.cp.root)
@@ -347,3 +367,51 @@ class EntryParsingTest(testtools.TestCase):
             [],
             None,
         )
+
+    def test_bounds_and_proofs_of_the_wrong_type_are_refused(self) -> None:
+        log = _log()
+        cp = log.checkpoint()
+        items = log.history(NODE)
+        for bad in ("5", -1, 1.0, True):
+            self.assertRaises(
+                MalformedError, verify_history, NODE, items, cp, complete_from=bad
+            )
+            self.assertRaises(MalformedError, verify_history, NODE, items, cp, last=bad)
+        self.assertRaises(MalformedError, verify_history, NODE, iter(items), cp)
+        entry = items[0].entry
+        for proof in ((b"short",), b"\x00" * 32, (None,), (b"\x00" * 32,) * 65):
+            self.assertRaises(MalformedError, HistoryProof, entry, proof)
+        self.assertRaises(MalformedError, HistoryProof, None, ())
+        listed = HistoryProof(entry, [b"\x00" * 32])  # type: ignore[arg-type]
+        self.assertEqual((b"\x00" * 32,), listed.proof)
+
+    def test_text_that_is_not_unicode_is_refused(self) -> None:
+        data = _entry_dict()
+        data["detail"] = "bad \ud800 surrogate"
+        self.assertRaises(MalformedError, LogEntry.from_dict, data)
+        data["detail"] = "caf\u00e9 \U0001f600"
+        entry = LogEntry.from_dict(data)
+        self.assertEqual(entry, LogEntry.from_bytes(entry.to_bytes()))
+
+
+class WindowTest(testtools.TestCase):
+    def test_history_from_a_time_on_needs_its_anchor(self) -> None:
+        log = _log()
+        cp = log.checkpoint()
+        items = log.history(NODE)
+        since = items[5].entry.created_at  # the window starts at entry 15
+        verify_history(NODE, items[4:], cp, since=since)
+        verify_history(NODE, items[3:], cp, since=since)
+        # without the anchor, a dropped first entry of the window is missed
+        error = self.assertRaises(
+            LogProofError, verify_history, NODE, items[5:], cp, since=since
+        )
+        self.assertEqual("missing_entry", error.reason)
+        error = self.assertRaises(
+            LogProofError, verify_history, NODE, items[6:], cp, since=since
+        )
+        self.assertEqual("missing_entry", error.reason)
+        for bad in ("1", float("nan"), True):
+            self.assertRaises(
+                MalformedError, verify_history, NODE, items, cp, since=bad
+            )
