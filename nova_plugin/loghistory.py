@@ -34,6 +34,7 @@ __all__ = [
     "HistoryRefusedError",
     "VerifiedHistory",
     "read_key",
+    "seconds",
     "since_time",
     "verify_saved",
 ]
@@ -81,6 +82,11 @@ class VerifiedHistory:
             "kept_size": self.kept_size,
             "complete_from": self.complete_from,
         }
+
+
+def seconds(iso: str) -> float:
+    """An ISO 8601 UTC time of :func:`since_time` as seconds."""
+    return datetime.datetime.fromisoformat(iso).timestamp()
 
 
 def since_time(text: str, now: float) -> str:
@@ -145,8 +151,9 @@ def verify_saved(
 
     Args:
         saved: {"history": the API's answer, "consistency": the proof
-            from the kept checkpoint's size or None, "until": whether the
-            history was cut at a time}.
+            from the kept checkpoint's size or None, "since": the time it
+            was asked from (seconds) or None, "until": whether it was cut
+            at a time}.
         key: the verifier's event key.
         kept_note: the checkpoint the tenant kept earlier, if any.
 
@@ -177,7 +184,8 @@ def verify_saved(
             items,
             checkpoint,
             complete_from=complete_from or None,
-            last=None if saved.get("until") or _nothing_since(history) else last,
+            last=None if saved.get("until") else last,
+            since=_since(saved),
         )
     except translog.LogProofError as exc:
         raise HistoryRefusedError(exc.reason, str(exc)) from None
@@ -189,11 +197,14 @@ def verify_saved(
     return VerifiedHistory(uuid, tuple(entries), size, kept_size, complete_from)
 
 
-def _nothing_since(history: Mapping[str, Any]) -> bool:
-    """A history asked from a time after the node's last entry: nothing
-    to show, and nothing whose place ``last`` could check."""
-    last, start = history["last"], history["complete_from"]
-    return not history["entries"] and isinstance(last, int) and start > last
+def _since(saved: Mapping[str, Any]) -> float | None:
+    """The time the history was asked from (seconds), if it was."""
+    since = saved.get("since")
+    if since is None:
+        return None
+    if isinstance(since, bool) or not isinstance(since, (int, float)):
+        raise UsageError("not a saved history: since must be a number")
+    return float(since)
 
 
 def _check_extension(

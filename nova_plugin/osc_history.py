@@ -19,6 +19,7 @@ from nova_plugin.loghistory import (
     VerifiedHistory,
     open_note,
     read_key,
+    seconds,
     since_time,
     verify_saved,
 )
@@ -115,7 +116,12 @@ class NodeHistory(command.Lister):
                 consistency = client.log_consistency(old, size)
             else:  # a smaller tree than the kept one: refused as forked
                 consistency = {"from": old, "to": size, "proof": []}
-        saved = {"history": answer, "consistency": consistency, "until": bool(until)}
+        saved = {
+            "history": answer,
+            "consistency": consistency,
+            "since": seconds(since) if since else None,
+            "until": bool(until),
+        }
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
                 json.dump(saved, handle, indent=1, sort_keys=True)

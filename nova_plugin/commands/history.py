@@ -19,6 +19,7 @@ from nova_plugin.loghistory import (
     VerifiedHistory,
     open_note,
     read_key,
+    seconds,
     since_time,
     verify_saved,
 )
@@ -161,7 +162,12 @@ class History(TenantCommand):
                 consistency = await tenant.log_consistency(kept.size, size)
             else:  # a smaller tree than the kept one: refused as forked
                 consistency = {"from": kept.size, "to": size, "proof": []}
-        saved = {"history": answer, "consistency": consistency, "until": bool(until)}
+        saved = {
+            "history": answer,
+            "consistency": consistency,
+            "since": seconds(since) if since else None,
+            "until": bool(until),
+        }
         if args.output:
             _write(args.output, json.dumps(saved, indent=1, sort_keys=True))
         return verify_saved(saved, key, kept_note).to_dict()

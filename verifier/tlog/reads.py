@@ -41,8 +41,11 @@ class History:
         tree_size: that tree's size.
         last: the leaf index of the node's last entry at that size.
         complete_from: every entry of the node from this leaf index on
-            is in ``entries`` (the log's pruned prefix, or where ``since``
-            starts); 0: its whole history.
+            is in ``entries``: 0 for its whole history, else where the
+            log's pruned prefix ends or, asked ``since`` a time, the
+            node's last entry before it (the anchor, which
+            :func:`~verifier.protocol.translog.verify_history` accepts
+            with its ``since``).
         entries: the entries and their proofs, by leaf index.
     """
 
@@ -91,7 +94,8 @@ class LogReader:
         until: float | None = None,
     ) -> History:
         """The entries of node ``uuid`` (created from ``since`` to
-        ``until``, seconds) in the latest checkpoint's tree.
+        ``until``, seconds; with ``since``, from the node's last entry
+        before it) in the latest checkpoint's tree.
 
         Args:
             uuid: canonical node UUID.
@@ -114,13 +118,13 @@ class LogReader:
             if last is None:
                 raise NotFoundError("unknown_node", f"node {uuid} has no history")
             start = head.pruned_below
-            if since is not None:
-                first = session.scalar(
-                    sa.select(sa.func.min(LogEntryRow.leaf_index)).where(
-                        *mine, LogEntryRow.created_at >= since
+            if since is not None:  # from the anchor: its last entry before
+                anchor = session.scalar(
+                    sa.select(sa.func.max(LogEntryRow.leaf_index)).where(
+                        *mine, LogEntryRow.created_at < since
                     )
                 )
-                start = max(start, last + 1 if first is None else first)
+                start = max(start, 0 if anchor is None else anchor)
             query = sa.select(LogEntryRow.body).where(
                 *mine, LogEntryRow.leaf_index >= start, LogEntryRow.body.is_not(None)
             )

@@ -22,7 +22,7 @@ from nova_plugin.loghistory import HistoryRefusedError, verify_saved
 from verifier.db import LogEntryRow, LogHead, LogNode, make_engine, upgrade
 from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol import translog
-from verifier.tlog import ATTESTED, REVOKED, UNREACHABLE, stage
+from verifier.tlog import ATTESTED, FAILED, REVOKED, UNREACHABLE, stage
 from verifier.tlog.reads import LogReader
 from verifier.tlog.sequencer import LogSequencer
 
@@ -168,16 +168,35 @@ class HistoryTest(LogStoreCase):
             self.reader.history(str(uuid_mod.uuid4()), None)
         self.assertEqual(1, len(self.reader.history(NODE_B, "p2").entries))
 
-    def test_since_starts_the_history_there(self) -> None:
-        self.stage(NODE_A, ATTESTED, at=self.now - 100)
+    def test_since_starts_at_the_anchor_before_it(self) -> None:
+        self.stage(NODE_A, ATTESTED, at=self.now - 200)
+        self.stage(NODE_A, FAILED, at=self.now - 100)
         self.stage(NODE_A, UNREACHABLE, at=self.now)
         self.sequencer.sequence_all()
-        saved = self.saved(NODE_A, since=self.now - 10)
-        self.assertEqual(1, saved["history"]["complete_from"])
+        since = self.now - 10
+        saved = self.saved(NODE_A, since=since) | {"since": since}
+        self.assertEqual(1, saved["history"]["complete_from"])  # the anchor's
         verified = verify_saved(saved, self.key.public_key())
+        # the node's last entry before the window, then the window
+        self.assertEqual(
+            ["failed", "unreachable"], [e.kind.value for e in verified.entries]
+        )
+        later = self.now + 10
+        quiet = self.saved(NODE_A, since=later) | {"since": later}
+        verified = verify_saved(quiet, self.key.public_key())
         self.assertEqual(["unreachable"], [e.kind.value for e in verified.entries])
-        nothing = self.saved(NODE_A, since=self.now + 10)
-        self.assertEqual((), verify_saved(nothing, self.key.public_key()).entries)
+
+    def test_history_since_cut_after_the_anchor_is_refused(self) -> None:
+        self.stage(NODE_A, ATTESTED, at=self.now - 200)
+        self.stage(NODE_A, FAILED, at=self.now - 100)
+        self.stage(NODE_A, UNREACHABLE, at=self.now)
+        self.sequencer.sequence_all()
+        since = self.now - 150
+        saved = self.saved(NODE_A, since=since) | {"since": since}
+        del saved["history"]["entries"][:2]  # hides the failure in the window
+        with self.assertRaises(HistoryRefusedError) as ctx:
+            verify_saved(saved, self.key.public_key())
+        self.assertEqual("missing_entry", ctx.exception.reason)
 
     def test_retention_prunes_a_prefix_and_younger_proofs_still_verify(self) -> None:
         self.stage(NODE_A, ATTESTED, at=self.now - 5 * 86400)
