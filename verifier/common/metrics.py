@@ -188,6 +188,12 @@ HOOK_DEAD_LETTERS = Counter(
     registry=REGISTRY,
 )
 
+# A revocation's series exist from the start (at 0), so that the first
+# revocation of a reason is an increase Prometheus sees (``increase()`` of a
+# series that appears at 1 is 0): bounded, len(REASONS) + 1 series.
+for _reason in sorted(REASONS | {"other"}):
+    NODE_TRANSITIONS.labels("revoked", _reason)
+
 _ATTESTED: dict[tuple[str, str, str], Counter] = {}
 _ROUNDS: dict[str, Histogram] = {}
 
