@@ -146,6 +146,31 @@ async def scrape(url: str, n: int, scrapes: int) -> dict[str, float]:
     return out
 
 
+def hot_path_us(calls: int = 200_000) -> tuple[float, float]:
+    """Microseconds of the counting one check costs (a pass, a failure):
+    ``metrics.judged`` as the pull round calls it, median of 5 runs."""
+    from verifier.protocol.attestation import (  # noqa: PLC0415
+        Action,
+        NodeState,
+        Transition,
+        Verdict,
+    )
+
+    good = Verdict(Action.WAIT)
+    bad = Verdict(Action.REVOKE, Transition(NodeState.REVOKED, "pcr_policy", "x"))
+    out = []
+    for verdict in (good, bad):
+        runs = []
+        for _ in range(5):
+            started = time.perf_counter()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                metrics.judged("pull", verdict, started)
+            runs.append((time.perf_counter() - t0) / calls * 1e6)
+        out.append(statistics.median(runs))
+    return out[0], out[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[10000])
@@ -162,6 +187,11 @@ def main() -> None:
     print(
         f"  {'nodes':>7}  {'scrape ms':>9}  {'gauges ms':>9}  {'series':>6}  "
         f"{'text KB':>7}  {'OpenMetrics KB':>14}"
+    )
+    good, bad = hot_path_us()
+    print(
+        f"  counting one check (metrics.judged: counter + histogram): "
+        f"{good:.2f} us passed, {bad:.2f} us failed"
     )
     for n in args.n:
         workdir = tempfile.mkdtemp(prefix="bench-metrics-")

@@ -7,19 +7,29 @@ Counters are process-wide: every test compares the value before and after.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
 import pathlib
 import re
+import uuid as uuid_mod
 
+import fixtures
 import testtools
 from aiohttp.test_utils import TestClient, TestServer
 from oslo_config import cfg
 from oslo_context import context
 
 from trusted_testing.auth import open_auth
+from trusted_testing.softtpm import SoftTpm
 from verifier.api.verifier_app import make_app as verifier_app
 from verifier.common import metrics
+from verifier.common.tls import self_signed_certificate
+from verifier.db import make_engine, upgrade
 from verifier.policies import make_enforcer
+from verifier.protocol.messages.registration import RegistrationRequest
+from verifier.registrar import Registrar
+from verifier.registrar import make_app as registrar_app
 from verifier.tests.unit.test_attest_service import VerifierServiceBase
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -201,3 +211,36 @@ class VerifierMetricsTest(VerifierServiceBase):
         async with TestClient(TestServer(app)) as client:
             resp = await client.get("/metrics")
             self.assertEqual(401, resp.status)
+
+
+class RegistrarMetricsTest(testtools.TestCase):
+    def test_registrations_and_activations_are_counted_by_result(self) -> None:
+        tmp = self.useFixture(fixtures.TempDir()).path
+        engine = make_engine("sqlite:///" + os.path.join(tmp, "r.db"))
+        self.addCleanup(engine.dispose)
+        upgrade(engine)
+        tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
+        cert = self_signed_certificate("agent", ["192.0.2.7"])[1].decode()
+        body = RegistrationRequest(tpm.ek, None, tpm.ak, cert, "192.0.2.7", 8892)
+        path = f"/v1/agents/{uuid_mod.uuid4()}"
+        accepted = _value("trusted_cloud_registrations_total", result="accepted")
+        refused = _value("trusted_cloud_activations_total", result="refused")
+
+        async def go() -> tuple[int, str]:
+            app = registrar_app(Registrar(engine))
+            async with TestClient(TestServer(app)) as client:
+                await client.post(path, json=body.to_dict())
+                await client.post(path + "/activate", json={"credential": "AAAA"})
+                resp = await client.get("/metrics")
+                return resp.status, await resp.text()
+
+        status, text = asyncio.run(go())
+        self.assertEqual(200, status)
+        self.assertIn("trusted_cloud_registrations_total", text)
+        self.assertEqual(
+            accepted + 1,
+            _value("trusted_cloud_registrations_total", result="accepted"),
+        )
+        self.assertEqual(
+            refused + 1, _value("trusted_cloud_activations_total", result="refused")
+        )
