@@ -276,7 +276,7 @@ def counted(counter: Counter, ok: str, refused: str, *labels: str) -> Iterator[N
     """
     try:
         yield
-    except BaseException:
+    except Exception:  # counted, then propagated (a cancellation is not)
         counter.labels(*labels, refused).inc()
         raise
     counter.labels(*labels, ok).inc()
