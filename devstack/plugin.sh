@@ -163,6 +163,11 @@ function configure_trusted_cloud {
     "$TRUSTED_BIN_DIR/oslo-config-generator" \
         --config-file "$TRUSTED_CLOUD_DIR/etc/trusted-cloud-config-generator.conf" \
         --output-file "$TRUSTED_CLOUD_CONF_DIR/trusted-cloud.conf.sample"
+    # the alerting rules for the operator's Prometheus
+    # (doc/source/admin/monitoring.rst)
+    install -d -m 755 "$TRUSTED_CLOUD_CONF_DIR/prometheus"
+    cp "$TRUSTED_CLOUD_DIR/etc/prometheus/trusted-cloud.rules.yml" \
+        "$TRUSTED_CLOUD_CONF_DIR/prometheus/"
     if [[ "$TRUSTED_CONFIGURE_NOVA" == "True" ]] && is_service_enabled nova; then
         _configure_nova_notifications
     fi

@@ -41,7 +41,7 @@ from ipsec_puppet_vault_hooks.exceptions import (
 )
 from ipsec_puppet_vault_hooks.keys import load_public_key
 from ipsec_puppet_vault_hooks.stores import DeadLetter, DeadLetterStore, DedupStore
-from verifier.common import extras
+from verifier.common import extras, metrics
 from verifier.protocol import (
     EvidenceError,
     MalformedError,
@@ -337,7 +337,9 @@ class Consumer:
         actions = self.by_type.get(event.type, self.actions)
         for action in actions:
             error = self._run(action, event)
+            metrics.hook_action(action.name, error is None)
             if error is not None:
+                metrics.dead_letter(action.name)
                 self.dead_letters.add(
                     DeadLetter(event_dict, action.name, error, self.max_attempts)
                 )

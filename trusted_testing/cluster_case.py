@@ -51,6 +51,8 @@ class ClusterTestCase(testtools.TestCase):
     push: ClassVar[bool] = False
     #: extra ``[verifier]`` options
     verifier_options: ClassVar[Mapping[str, Any]] = {}
+    #: extra ``[registrar]`` options
+    registrar_options: ClassVar[Mapping[str, Any]] = {}
     #: how long :meth:`wait_for` waits by default (seconds)
     wait_timeout: ClassVar[float] = 20.0
 
@@ -77,6 +79,7 @@ class ClusterTestCase(testtools.TestCase):
             evidence=cls.evidence,
             verifier_options=dict(cls.verifier_options),
             verifier_sections=sections,
+            registrar_options=dict(cls.registrar_options),
         )
         cls.loop = asyncio.new_event_loop()
         try:

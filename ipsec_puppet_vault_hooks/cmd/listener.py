@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 import uvloop
 from aiohttp import web
@@ -25,7 +26,7 @@ from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks.consumer import Consumer
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from ipsec_puppet_vault_hooks.listener import EventHandler, make_app
-from verifier.common import config, extras, loop_errors, version
+from verifier.common import config, extras, loop_errors, metrics, version
 from verifier.common import tls as tlsutil
 
 LOG = logging.getLogger(__name__)
@@ -57,6 +58,20 @@ def setup(argv: list[str] | None) -> cfg.ConfigOpts:
     return conf
 
 
+def serve_metrics(group: cfg.ConfigOpts.GroupAttr) -> Any:
+    """Start the metrics listener of ``[revocation_listener]`` on its own
+    thread (None: ``metrics_port`` is 0). Returns its server."""
+    if not group.metrics_port:
+        return None
+    from prometheus_client import start_http_server
+
+    served = start_http_server(
+        group.metrics_port, group.metrics_host, registry=metrics.REGISTRY
+    )
+    LOG.info("Metrics on http://%s:%d/metrics", group.metrics_host, group.metrics_port)
+    return served[0] if isinstance(served, tuple) else served
+
+
 async def serve(conf: cfg.ConfigOpts) -> None:
     """Run the configured transports until SIGTERM or SIGINT."""
     group = conf.revocation_listener
@@ -67,6 +82,7 @@ async def serve(conf: cfg.ConfigOpts) -> None:
     )
     server = None
     runner = None
+    serve_metrics(group)
     if "messaging" in group.transports:
         try:
             extras.require("messaging", "[revocation_listener] transports = messaging")

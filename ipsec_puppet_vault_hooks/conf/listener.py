@@ -49,6 +49,19 @@ _OPTS: list[cfg.Opt] = [
         "action whose target was down longer than its retries); each is "
         "tried until it succeeds. 0: never (an operator replays them).",
     ),
+    cfg.PortOpt(
+        "metrics_port",
+        default=0,
+        help="Serve the listener's Prometheus metrics (hook action results "
+        "and dead letters; no node or project is named in them) over plain "
+        "HTTP on metrics_host:metrics_port, path /metrics. 0: off.",
+    ),
+    cfg.HostAddressOpt(
+        "metrics_host",
+        default="127.0.0.1",
+        help="Address of the metrics listener: keep it on loopback (or a "
+        "management network); it has no authentication.",
+    ),
     cfg.StrOpt(
         "topic",
         default="trusted_revocation",

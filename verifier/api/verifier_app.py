@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives import serialization
 
 from verifier.api.authz import Auth, auth_middleware, caller, rule
 from verifier.api.log_app import add_routes as add_log_routes
+from verifier.api.metrics_app import add_metrics_route
 from verifier.api.policies_app import add_routes as add_policy_routes
 from verifier.api.relay_app import add_routes as add_relay_routes
 from verifier.attest import NodeView, Verifier
@@ -218,6 +219,7 @@ def make_app(
     app.router.add_get("/v1/events", _events)
     app.router.add_get("/v1/stats", _stats)
     app.router.add_get("/v1/signing-key", _signing_key)
+    add_metrics_route(app, verifier.gauges.refresh)
     add_policy_routes(
         app, verifier.policies, policy_max_bytes, verifier.checker, verifier.switch
     )

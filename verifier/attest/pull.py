@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from verifier.attest.node import LiveNode
 from verifier.attest.registry import LiveNodes
 from verifier.attest.release import ShareRelease
 from verifier.attest.transitions import TransitionWriter
+from verifier.common import metrics
 from verifier.exceptions import AgentUnreachableError
 from verifier.protocol import MalformedError
 from verifier.protocol.attestation import Action, Verdict
@@ -67,6 +69,7 @@ class PullAttestation:
         Errors other than the transport's and a malformed answer propagate
         to the round dispatch, which fails the node closed."""
         transitions = self._transitions
+        started = time.perf_counter()
         request = node.request(os.urandom(20))
         answer: object
         try:
@@ -86,6 +89,7 @@ class PullAttestation:
         if not self._attesting(node):  # revoked or deleted meanwhile
             return False
         verdict = node.judge(request, answer, self._clock(), transitions.rules)
+        metrics.judged("pull", verdict, started)
         if not verdict and verdict.transition is not None:
             failed = verdict.transition.failure_reason
             LOG.warning("Node %s failed attestation: %s", node.uuid, failed)

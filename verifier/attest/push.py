@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ from verifier.attest.registry import LiveNodes
 from verifier.attest.relay import TenantRelay, revoked_error
 from verifier.attest.release import ShareRelease
 from verifier.attest.transitions import TransitionWriter
+from verifier.common import metrics
 from verifier.exceptions import ConflictError
 from verifier.protocol.attestation import Action, AttestationMode, Verdict
 from verifier.protocol.messages.abe import AbeKeyDelivery
@@ -138,6 +140,7 @@ class PushAttestation:
         """A fresh nonce for ``uuid``'s agent to quote with its AK."""
         node = self._node(uuid)
         nonce, expires = self.ledger.session_nonce(node.uuid, self._clock())
+        metrics.push_session("opened")
         return SessionNonce(nonce, node.quoted_pcrs, expires)
 
     def prove_session(self, uuid: str, proof: SessionProof) -> SessionGrant:
@@ -155,6 +158,7 @@ class PushAttestation:
         if self._store is not None:  # any process, and a restart, honour it
             self._store.save_session(session_digest(token), node.uuid, expires)
         LOG.info("Node %s opened a push session", node.uuid)
+        metrics.push_session("granted")
         return SessionGrant(token, expires, self.interval)
 
     # -- challenges and evidence -------------------------------------------------
@@ -210,12 +214,14 @@ class PushAttestation:
         Raises:
             PushError: refused before judging (the node is unchanged).
         """
+        started = time.perf_counter()
         node = self._node(uuid)
         now = self._clock()
         self._session(token, node.uuid, now)
         challenge = self.ledger.take(node.uuid, post.challenge, size, now)
         transitions = self._transitions
         verdict = node.judge(challenge.request, post.evidence, now, transitions.rules)
+        metrics.judged("push", verdict, started)
         if not verdict and verdict.transition is not None:
             LOG.warning(
                 "Node %s failed attestation (push): %s",

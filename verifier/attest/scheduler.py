@@ -123,6 +123,10 @@ class Deadlines(Generic[_T]):
         """Seconds until the earliest deadline (None: nothing scheduled)."""
         return max(0.0, self._heap[0][0] - now) if self._heap else None
 
+    def overdue(self, now: float) -> float:
+        """Seconds the earliest deadline is past ``now`` (0: none is)."""
+        return max(0.0, now - self._heap[0][0]) if self._heap else 0.0
+
 
 @dataclasses.dataclass
 class ClassLag:
@@ -201,6 +205,13 @@ class QuoteScheduler:
     def classes(self) -> list[dict[str, float]]:
         """Per verification class: rounds started and their lateness."""
         return [self._lag[k].to_dict() for k in sorted(self._lag)]
+
+    def lag(self) -> float:
+        """Seconds the most overdue round has been waiting to start (0 when
+        none is late, or the scheduler is stopped)."""
+        if not self._tasks:
+            return 0.0
+        return self._deadlines.overdue(asyncio.get_running_loop().time())
 
     def start(self) -> None:
         self._ready = asyncio.Queue()

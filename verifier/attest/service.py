@@ -38,6 +38,7 @@ from verifier.attest.clients import RegistrarClient, VerifierAgentClient
 from verifier.attest.commands import NodeCommands
 from verifier.attest.delivery import OutboxPump
 from verifier.attest.following import PolicySwitch
+from verifier.attest.gauges import VerifierGauges
 from verifier.attest.log_pump import LogPump
 from verifier.attest.membership import Membership, OwnershipSync
 from verifier.attest.memtrim import trim_loop
@@ -93,6 +94,7 @@ class Verifier:
         commands, queries: the API's writes and reads of nodes.
         log: the attestation log's reads (checkpoint, history, proofs).
         log_pump: runs the log's sequencer.
+        gauges: sets the Prometheus gauges when ``/metrics`` is scraped.
         checker: the dry run of a runtime policy on live nodes.
         switch: changes the policies in force (a new version followed).
         rounds: a node's attestation round (``attest_once``).
@@ -213,6 +215,7 @@ class Verifier:
         self.queries = NodeQueries(
             store, nodes, self._ownership, self.scheduler, self.policies
         )
+        self.gauges = VerifierGauges(nodes, self.scheduler, self.outbox, clock)
         self.checker = PolicyChecker(store, nodes, self.policies, self._agents)
         self.commands = NodeCommands(
             nodes,

@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from verifier.attest.delivery import OutboxPump
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.store import NodeStore
+from verifier.common import metrics
 from verifier.notify.outbox import make_event
 from verifier.protocol.attestation import AttestationRules, Transition, Verdict
 from verifier.protocol.events import NODE_FAILED, NODE_RECOVERED, NODE_UNREACHABLE
@@ -153,6 +154,7 @@ class TransitionWriter:
                     event.event.id,
                 )
                 self._committed(node.uuid, False)
+                metrics.transition(event.event.type, change.reason)
         else:  # revoked (or deleted) by another verifier meanwhile
             node.revoked_elsewhere()
 
@@ -167,6 +169,7 @@ class TransitionWriter:
                 "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
             )
             self._committed(node.uuid, True)
+            metrics.transition("revoked", change.reason)
 
     def revoke_stored(self, uuid: str, reason: str, detail: str) -> None:
         """Revoke a node another process attests (or none): in the
@@ -174,3 +177,4 @@ class TransitionWriter:
         signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
         if self._store.revoke(uuid, f"{reason}: {detail}", signed, None):
             self._committed(uuid, True)
+            metrics.transition("revoked", reason)

@@ -40,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
             degree=group.lkh_degree,
         )
         ctx = _service.server_tls(group)
-        roles = {"tenant": group.tenant_clients, "verifier": group.verifier_clients}
+        roles = {
+            "tenant": group.tenant_clients,
+            "verifier": group.verifier_clients,
+            "metrics": group.metrics_clients,
+        }
         auth = None
         if group.auth_strategy == "keystone":
             from verifier.api.keystone import KeystoneAuthenticator

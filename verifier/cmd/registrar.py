@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             "reader": group.reader_clients,
             "admin": group.admin_clients,
             "provider": group.provider_clients,
+            "metrics": group.metrics_clients,
         }
         auth, instances = _build_auth(conf)
         app = make_app(registrar, roles, auth, instances)

@@ -67,6 +67,12 @@ _OPTS = [
         default=["verifier"],
         help="Client certificate CNs allowed to post revocation events.",
     ),
+    cfg.ListOpt(
+        "metrics_clients",
+        default=[],
+        help="Client certificate CNs allowed to scrape GET /metrics "
+        "(Prometheus; doc/source/admin/monitoring.rst).",
+    ),
 ]
 
 _CAP_OPTS = [

@@ -45,6 +45,12 @@ _OPTS = [
         help="Client certificate common names allowed to read registrations.",
     ),
     cfg.ListOpt(
+        "metrics_clients",
+        default=[],
+        help="Client certificate common names allowed to scrape GET /metrics "
+        "(Prometheus; doc/source/admin/monitoring.rst); admin_clients may too.",
+    ),
+    cfg.ListOpt(
         "admin_clients",
         default=["admin"],
         help="Client certificate common names allowed to delete registrations.",

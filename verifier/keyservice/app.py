@@ -35,7 +35,8 @@ from verifier.api.authz import (
     rule,
     tokens_or_certificates,
 )
-from verifier.common import openapi
+from verifier.api.metrics_app import add_metrics_route
+from verifier.common import metrics, openapi
 from verifier.common.web import (
     allow,
     authz_middleware,
@@ -97,14 +98,16 @@ async def _put_secret(request: web.Request) -> web.Response:
 @allow("node")
 async def _get_secret(request: web.Request) -> web.Response:
     svc = request.app[_KEY]
-    secret = svc.get_secret(_name(request, "name"), _token(request), _peer(request))
+    with metrics.counted(metrics.KEY_RELEASES, "released", "refused", "secret"):
+        secret = svc.get_secret(_name(request, "name"), _token(request), _peer(request))
     return json_response(SecretRelease(secret).to_dict())
 
 
 @allow("node")
 async def _join(request: web.Request) -> web.Response:
     svc = request.app[_KEY]
-    welcome = svc.join(_name(request, "gid"), _token(request), _peer(request))
+    with metrics.counted(metrics.KEY_RELEASES, "released", "refused", "group"):
+        welcome = svc.join(_name(request, "gid"), _token(request), _peer(request))
     return json_response(welcome.to_dict())
 
 
@@ -187,7 +190,7 @@ def make_app(
     Args:
         service: the state and rules.
         signing_public_pem: the rekey-message signing key (served as is).
-        roles: ``tenant`` / ``verifier`` -> certificate CNs; None disables
+        roles: ``tenant`` / ``verifier`` / ``metrics`` -> certificate CNs; None disables
             role checks and peer binding (tests without TLS). Node routes
             are open to any authenticated client: the capability, bound to
             the client certificate's CN, decides.
@@ -216,6 +219,7 @@ def make_app(
     app.router.add_post("/v1/revocations", _revocation)
     app.router.add_get("/v1/signing-key", _signing_key)
     app.router.add_get("/v1/stats", _stats)
+    add_metrics_route(app, roles=("metrics",))
     openapi.add_route(app, "trusted-cloud key service")
     return app
 

@@ -169,6 +169,16 @@ class Outbox:
             return "; ".join(errors)
         return None
 
+    def backlog(self) -> tuple[int, float | None]:
+        """How many events are undelivered, and when the oldest of them was
+        created (None: none is)."""
+        query = sa.select(sa.func.count(), sa.func.min(OutboxEvent.created_at))
+        with Session(self._engine) as session:
+            count, oldest = session.execute(
+                query.where(OutboxEvent.delivered_at.is_(None))
+            ).one()
+        return int(count), (None if oldest is None else float(oldest))
+
     def close(self) -> None:
         """Close every notifier's connections."""
         for notifier in self._notifiers:

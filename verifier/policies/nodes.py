@@ -22,6 +22,18 @@ def _rule(
     )
 
 
+def _rule_named(
+    name: str, check: str, description: str, method: str, path: str
+) -> policy.DocumentedRuleDefault:
+    return policy.DocumentedRuleDefault(
+        name=name,
+        check_str=check,
+        description=description,
+        operations=[{"path": path, "method": method}],
+        scope_types=["project"],
+    )
+
+
 _RULES = [
     _rule("create", _WRITE, "Enrol a node (the caller's project owns it).",
           "POST", "/v1/nodes"),
@@ -46,6 +58,9 @@ _RULES = [
           "GET", "/v1/nodes/{uuid}/history"),
     _rule("stats", f"{ADMIN} or {SERVICE}",
           "Read the verifier's counters (of every project).", "GET", "/v1/stats"),
+    _rule_named("attestation:metrics:get", f"{ADMIN} or {SERVICE}",
+                "Scrape a service's Prometheus metrics (no project or node "
+                "is named in them).", "GET", "/metrics"),
 ]  # fmt: skip
 
 

@@ -31,8 +31,9 @@ from collections.abc import Collection, Mapping
 from aiohttp import web
 
 from verifier.api.authz import Auth, keystone_caller, rule, tokens_or_certificates
+from verifier.api.metrics_app import add_metrics_route
 from verifier.attest.instances import NovaInstanceOwners
-from verifier.common import api_schemas, openapi
+from verifier.common import api_schemas, metrics, openapi
 from verifier.common.web import (
     allow,
     authz_middleware,
@@ -105,7 +106,10 @@ async def _register(request: web.Request) -> web.Response:
         port=body.port,
     )
     registrar = request.app[_KEY]
-    challenge = await asyncio.to_thread(registrar.register, reg, is_anonymous(request))
+    with metrics.counted(metrics.REGISTRATIONS, "accepted", "refused"):
+        challenge = await asyncio.to_thread(
+            registrar.register, reg, is_anonymous(request)
+        )
     answer = ActivationChallenge(challenge.credential_blob, challenge.encrypted_secret)
     return json_response(answer.to_dict())
 
@@ -114,7 +118,8 @@ async def _register(request: web.Request) -> web.Response:
 async def _activate(request: web.Request) -> web.Response:
     proof = ActivationProof.from_dict(await read_json(request))
     uuid = request.match_info["uuid"]
-    await asyncio.to_thread(request.app[_KEY].activate, uuid, proof.credential)
+    with metrics.counted(metrics.ACTIVATIONS, "activated", "refused"):
+        await asyncio.to_thread(request.app[_KEY].activate, uuid, proof.credential)
     return json_response(ActivationResult(uuid, True).to_dict())
 
 
@@ -275,7 +280,8 @@ def make_app(
 
     Args:
         registrar: the service.
-        roles: role (``agent``, ``reader``, ``admin``, ``provider``) ->
+        roles: role (``agent``, ``reader``, ``admin``, ``provider``,
+            ``metrics``) ->
             client certificate common names;
             None disables the check (tests without TLS).
         auth: Keystone tokens for the read side (None: certificates only).
@@ -304,5 +310,6 @@ def make_app(
     app.router.add_put(placements, _put_placement)
     app.router.add_get(placements, _get_placement)
     app.router.add_delete(placements, _delete_placement)
+    add_metrics_route(app, roles=("metrics", "admin"))
     openapi.add_route(app, "trusted-cloud registrar", api_schemas.REGISTRAR)
     return app

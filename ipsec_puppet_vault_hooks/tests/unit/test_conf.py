@@ -56,6 +56,8 @@ class OptsTestCase(base.BaseTestCase):
                     "webhook_clients",
                     "transport_url",
                     "redrive_interval",
+                    "metrics_port",
+                    "metrics_host",
                     "topic",
                 },
                 "action_vault": {

@@ -59,6 +59,7 @@ MODULE_OF = {
     "oslo.limit": "oslo_limit",
     "python-debian": "debian",
     "zstandard": "zstandard",
+    "prometheus-client": "prometheus_client",
 }
 #: Installed by a test requirement only: no role may import it.
 TEST_ONLY = ("nova",)

@@ -11,6 +11,7 @@ import testtools
 from aiohttp.test_utils import TestClient, TestServer
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from verifier.common import metrics
 from verifier.exceptions import NotFoundError, RequestError
 from verifier.keyservice import KeyService, make_app
 from verifier.protocol import MalformedError, RevocationEvent
@@ -225,6 +226,31 @@ class KeyServiceApiTest(testtools.TestCase):
         self.assertEqual((403, "capability_malformed"), (status, data["error"]["code"]))
         status, data = self.call("GET", "/v1/secrets/bad%20name", "x")
         self.assertEqual((400, "bad_name"), (status, data["error"]["code"]))
+
+    def test_key_releases_are_counted_and_served_on_metrics(self) -> None:
+        def count(result: str) -> float:
+            labels = {"kind": "secret", "result": result}
+            name = "trusted_cloud_key_releases_total"
+            return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+        released, refused = count("released"), count("refused")
+        body = {"secret": base64.b64encode(b"luks").decode()}
+        self.call("PUT", "/v1/secrets/v1", json=body)
+        self.call("GET", "/v1/secrets/v1", _token(self.node, "secret:v1"))
+        self.call("GET", "/v1/secrets/v1", "garbage")
+        self.assertEqual(
+            (released + 1, refused + 1), (count("released"), count("refused"))
+        )
+
+        async def scrape() -> tuple[int, str]:
+            r = await self.client.get("/metrics")
+            return r.status, await r.text()
+
+        status, text = self.loop.run_until_complete(scrape())
+        self.assertEqual(200, status)
+        self.assertIn(
+            'trusted_cloud_key_releases_total{kind="secret",result="released"}', text
+        )
 
     def test_rekey_for_unknown_group_and_bad_since(self) -> None:
         status, data = self.call("GET", "/v1/groups/none/rekey")

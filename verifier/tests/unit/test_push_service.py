@@ -16,6 +16,7 @@ from trusted_testing.softtpm import SoftTpm
 from verifier.api.push_app import make_push_app
 from verifier.attest.service import Verifier
 from verifier.attest.settings import VerifierSettings
+from verifier.common import metrics
 from verifier.notify import Outbox
 from verifier.protocol import MalformedError, PcrPolicy, bind_nonce
 from verifier.protocol.events import NODE_UNREACHABLE
@@ -136,6 +137,28 @@ class PushServiceTest(VerifierServiceBase):
         self.assertEqual(
             2, (await self.verifier.queries.get(agent.uuid)).quotes_verified
         )
+
+    async def test_push_sessions_and_pushed_quotes_are_counted(self) -> None:
+        def value(name: str, **labels: str) -> float:
+            return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+        sessions = "trusted_cloud_push_sessions_total"
+        passed = {"mode": "push", "result": "pass", "reason": "none"}
+        before = (
+            value(sessions, step="opened"),
+            value(sessions, step="granted"),
+            value("trusted_cloud_attestations_total", **passed),
+            value("trusted_cloud_quote_round_seconds_count", mode="push"),
+        )
+        agent, _ = await self._enrol()
+        await self._attest(agent)
+        after = (
+            value(sessions, step="opened"),
+            value(sessions, step="granted"),
+            value("trusted_cloud_attestations_total", **passed),
+            value("trusted_cloud_quote_round_seconds_count", mode="push"),
+        )
+        self.assertEqual(tuple(b + 1 for b in before), after)
 
     async def test_push_node_is_never_polled(self) -> None:
         agent, _ = await self._enrol()

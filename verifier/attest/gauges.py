@@ -1,0 +1,72 @@
+"""The verifier's gauges, computed when Prometheus scrapes ``/metrics``
+(doc/source/admin/monitoring.rst): nodes by state and mode, the policy
+versions in force, how late the most overdue quote round is, and the
+outbox's depth and oldest undelivered event. Counters are counted where
+things happen (:mod:`verifier.common.metrics`); these are read from the
+live table, the scheduler and the outbox instead, so a scrape costs one
+pass over this process's nodes and one query of the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+
+from verifier.attest.registry import LiveNodes
+from verifier.attest.scheduler import QuoteScheduler
+from verifier.common import metrics
+from verifier.notify import Outbox
+from verifier.protocol.attestation import AttestationMode, NodeState
+
+__all__ = ["VerifierGauges"]
+
+
+class VerifierGauges:
+    """Sets the verifier's gauges from its live state.
+
+    Args:
+        nodes: the nodes this process attests.
+        scheduler: their quote rounds.
+        outbox: the signed events (shared by every verifier process).
+        clock: wall clock (seconds), the outbox's time base.
+    """
+
+    def __init__(
+        self,
+        nodes: LiveNodes,
+        scheduler: QuoteScheduler,
+        outbox: Outbox,
+        clock: Callable[[], float],
+    ) -> None:
+        self._nodes = nodes
+        self._scheduler = scheduler
+        self._outbox = outbox
+        self._clock = clock
+
+    def count_nodes(self) -> None:
+        """Nodes by state and mode, and the distinct policies in force
+        (every state and mode is set, absent ones to 0)."""
+        counts: collections.Counter[tuple[NodeState, AttestationMode]] = (
+            collections.Counter()
+        )
+        refs: set[str] = set()
+        for node in self._nodes:
+            counts[node.state, node.mode] += 1
+            if node.runtime_ref is not None:
+                refs.add(node.runtime_ref)
+            if node.mb_ref is not None:
+                refs.add(node.mb_ref)
+        for state in NodeState:
+            for mode in AttestationMode:
+                metrics.NODES.labels(state.value, mode.value).set(counts[state, mode])
+        metrics.POLICIES_IN_FORCE.set(len(refs))
+        metrics.QUOTE_LAG.set(self._scheduler.lag())
+
+    async def refresh(self) -> None:
+        """Set every gauge (the outbox read on a worker thread)."""
+        self.count_nodes()
+        depth, oldest = await asyncio.to_thread(self._outbox.backlog)
+        metrics.OUTBOX_DEPTH.set(depth)
+        age = 0.0 if oldest is None else max(0.0, self._clock() - oldest)
+        metrics.OUTBOX_OLDEST_AGE.set(age)
