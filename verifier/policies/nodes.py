@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from verifier.policies.base import ADMIN, PROJECT_MEMBER, PROJECT_READER, SERVICE
+from verifier.policies.base import (
+    ADMIN,
+    MONITORING,
+    PROJECT_MEMBER,
+    PROJECT_READER,
+    SERVICE,
+)
 
 _READ = f"{ADMIN} or {SERVICE} or {PROJECT_READER}"
 _WRITE = f"{ADMIN} or {PROJECT_MEMBER}"
@@ -40,8 +46,16 @@ _RULES = [
     _rule("capability", f"{_WRITE} or role:capability",
           "Issue a capability for an attested node.",
           "POST", "/v1/nodes/{uuid}/capabilities"),
-    _rule("stats", f"{ADMIN} or {SERVICE}",
+    _rule("stats", MONITORING,
           "Read the verifier's counters (of every project).", "GET", "/v1/stats"),
+    policy.DocumentedRuleDefault(
+        name="attestation:metrics:get",
+        check_str=MONITORING,
+        description="Read a service's Prometheus metrics (no project or node "
+        "is named in them).",
+        operations=[{"path": "/metrics", "method": "GET"}],
+        scope_types=["project"],
+    ),
 ]  # fmt: skip
 
 
