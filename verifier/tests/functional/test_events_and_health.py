@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import requests
 import testtools
@@ -37,6 +37,10 @@ _TENANT = os.path.join(os.path.dirname(sys.executable), "trusted-tenant")
 
 
 class EventsAndHealthTest(testtools.TestCase):
+    tmp: ClassVar[str]
+    cluster: ClassVar[LocalCluster]
+    ids: ClassVar[dict[str, str]]
+
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
