@@ -62,16 +62,16 @@ class PolicyDefaultsTest(testtools.TestCase):
         self.assertFalse(self.allowed("attestation:node:create", _ctx(None, "service")))
 
     def test_monitoring_reads_stats_and_metrics_only(self) -> None:
-        rules = ("attestation:node:stats", "attestation:metrics:get")
+        names = ("attestation:node:stats", "attestation:metrics:get")
         for who in (_ctx("ops", "attestation_observer"), _ctx(None, "service"),
                     _ctx("p1", "admin")):  # fmt: skip
-            for rule in rules:
-                self.assertTrue(self.allowed(rule, who), (rule, who.roles))
+            for name in names:
+                self.assertTrue(self.allowed(name, who), (name, who.roles))
         observer = _ctx("ops", "attestation_observer")
         self.assertFalse(self.allowed(ALL_PROJECTS, observer))
-        for rule in list_rules():
-            if rule.name.startswith("attestation:") and rule.name not in rules:
-                self.assertFalse(self.allowed(rule.name, observer), rule.name)
+        for default in list_rules():
+            if default.name.startswith("attestation:") and default.name not in names:
+                self.assertFalse(self.allowed(default.name, observer), default.name)
 
     def test_member_and_reader_do_not_read_stats_or_metrics(self) -> None:
         for who in (_ctx("p1", "member", "reader"), _ctx("p1", "reader")):
