@@ -202,7 +202,13 @@ def tokens_or_certificates(auth: Auth | None, certificates: Any) -> Any:
         if tokens is not None and ruled and "X-Auth-Token" in request.headers:
             return await tokens(request, handler)  # type: ignore[no-any-return]
         roles = getattr(request.match_info.handler, "roles", None)
-        if ruled and roles is None and peer_common_name(request) is None:
+        anonymous = peer_common_name(request) is None
+        if tokens is not None and roles and not ruled and anonymous:
+            if "X-Auth-Token" in request.headers:  # a token, where none counts
+                raise RequestError(
+                    "forbidden", "this operation takes a client certificate", 403
+                )
+        if ruled and roles is None and anonymous:
             # a rule and no certificate role: only a token gets through
             detail = "authenticate with a Keystone token"
             if auth is not None:
