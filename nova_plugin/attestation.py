@@ -10,12 +10,14 @@ error code.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from keystoneauth1 import adapter
 from keystoneauth1 import exceptions as ks_exceptions
 
+from nova_plugin.event_filters import next_params
 from nova_plugin.exceptions import ServiceError
 
 __all__ = ["SERVICE_TYPE", "AttestationClient"]
@@ -103,8 +105,26 @@ class AttestationClient:
         self.call("DELETE", f"/v1/nodes/{quote(uuid)}")
 
     def events(self, uuid: str | None = None) -> list[dict[str, Any]]:
-        path = "/v1/events" + (f"?node={quote(uuid)}" if uuid else "")
-        return list(self.call("GET", path)["events"])
+        """Every event of node ``uuid`` (or of every node the caller
+        sees), oldest first, following every page."""
+        query = {"limit": "1000", **({"node": uuid} if uuid else {})}
+        return list(reversed(self.list_events(query, True)["events"]))
+
+    def list_events(
+        self, params: Mapping[str, str], all_pages: bool = False
+    ) -> dict[str, Any]:
+        """``GET /v1/events`` with the query ``params`` (newest first);
+        with ``all_pages``, the pages after it too (following the ``next``
+        links). Returns ``{"events": [...], "links": [...]}``."""
+        query: Mapping[str, str] | None = params
+        events: list[dict[str, Any]] = []
+        links: list[dict[str, Any]] = []
+        while query is not None:
+            data = self.call("GET", f"/v1/events?{urlencode(query)}")
+            events += data["events"]
+            links = list(data.get("links", []))
+            query = next_params(links) if all_pages else None
+        return {"events": events, "links": links}
 
     def history(
         self, uuid: str, since: str | None = None, until: str | None = None

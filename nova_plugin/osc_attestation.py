@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,13 @@ from osc_lib.command import command
 from nova_plugin.attestation import POLICY_KINDS, AttestationClient
 from nova_plugin.cliargs import with_base
 from nova_plugin.commands.nodes import in_force
-from nova_plugin.exceptions import TenantError
+from nova_plugin.event_filters import (
+    COLUMNS,
+    add_event_options,
+    event_query,
+    event_row,
+)
+from nova_plugin.exceptions import TenantError, UsageError
 from verifier.protocol import MalformedError
 from verifier.protocol.messages.enrolment import PolicyChangeRequest
 from verifier.protocol.messages.policy_check import PolicyCheckReport
@@ -41,7 +48,7 @@ _NODE_COLUMNS = (
 )
 _SHOW = (*_NODE_COLUMNS, "quotes_verified", "runtime_policy", "mb_policy", "policy")
 _POLICY_COLUMNS = ("kind", "name", "version", "digest", "entries", "signed")
-_EVENT_COLUMNS = ("id", "node_uuid", "reason", "detail", "created_at", "delivered")
+_EVENT_COLUMNS = (*COLUMNS, "id")
 Rows = tuple[Sequence[str], list[tuple[Any, ...]]]
 One = tuple[Sequence[str], tuple[Any, ...]]
 
@@ -167,21 +174,29 @@ class DeleteNode(_NodeCommand):
 
 
 class NodeEvents(command.Lister):
-    """List the signed revocation events of your project's nodes."""
+    """List the signed events of your project's nodes, newest first
+    (revoked, failed, unreachable, recovered, policy changed)."""
 
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
-        parser.add_argument("uuid", metavar="<uuid>", nargs="?", help="one node only")
+        parser.add_argument(
+            "uuid", metavar="<uuid>", nargs="?", help="one node only (as --node)"
+        )
+        add_event_options(parser)
+        self._parser = parser
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> Rows:
-        entries = _call(self, lambda c: c.events(parsed_args.uuid))
-        rows = []
-        for entry in entries:
-            event = dict(entry.get("signed_event", {}).get("event", {}))
-            event["delivered"] = entry.get("delivered")
-            rows.append(_row(event, _EVENT_COLUMNS))
-        return _EVENT_COLUMNS, rows
+        if parsed_args.uuid:
+            parsed_args.node = parsed_args.node or parsed_args.uuid
+        try:
+            query = event_query(parsed_args, time.time())
+        except UsageError as exc:  # a usage error: exit status 2
+            self._parser.error(str(exc))
+        params, every = query.to_query(), parsed_args.all
+        page = _call(self, lambda c: c.list_events(params, every))
+        rows = [event_row(entry) for entry in page["events"]]
+        return _EVENT_COLUMNS, [tuple(r[c] for c in _EVENT_COLUMNS) for r in rows]
 
 
 def _kind(parser: argparse.ArgumentParser) -> None:

@@ -25,6 +25,7 @@ from urllib.parse import quote, urlencode
 
 from nova_plugin.attestation import AttestationClient
 from nova_plugin.direct import DirectAgents
+from nova_plugin.event_filters import next_params
 from nova_plugin.exceptions import (
     AgentError,
     AttestationFailedError,
@@ -54,6 +55,7 @@ from verifier.protocol.messages.enrolment import (
     PolicyChangeRequest,
     RevokeRequest,
 )
+from verifier.protocol.messages.event_query import MAX_LIMIT, EventQuery
 from verifier.protocol.messages.policies import PolicyUpload
 from verifier.protocol.messages.policy_check import (
     PolicyCheckReport,
@@ -487,11 +489,32 @@ class Tenant:
         )
 
     async def events(self, uuid: str | None = None) -> list[Mapping[str, Any]]:
-        url = f"{self._config.verifier_url}/v1/events"
-        if uuid:
-            url += f"?node={canonical_uuid(uuid)}"
-        data = await self._call("GET", url)
-        return list(data["events"])
+        """Every event of node ``uuid`` (or of every node the caller
+        sees), oldest first, following every page."""
+        node = canonical_uuid(uuid) if uuid else None
+        page = await self.list_events(EventQuery(node=node, limit=MAX_LIMIT), True)
+        return list(reversed(page["events"]))
+
+    async def list_events(
+        self, query: EventQuery, all_pages: bool = False
+    ) -> dict[str, Any]:
+        """``GET /v1/events``: the page ``query`` asks for (newest first),
+        or with ``all_pages`` every page after it too.
+
+        Returns:
+            ``{"events": [...], "links": [...]}`` (links: of the last page
+            read; empty when there is no more).
+        """
+        params: dict[str, str] | None = query.to_query()
+        events: list[Mapping[str, Any]] = []
+        links: list[Any] = []
+        while params is not None:
+            url = f"{self._config.verifier_url}/v1/events?{urlencode(params)}"
+            data = await self._call("GET", url)
+            events += data["events"]
+            links = list(data.get("links", []))
+            params = next_params(links) if all_pages else None
+        return {"events": events, "links": links}
 
     # -- the attestation log ------------------------------------------------
 

@@ -190,7 +190,10 @@ def tokens_or_certificates(auth: Auth | None, certificates: Any) -> Any:
     """For a service whose machine identities keep their certificates (the
     registrar): a request with a Keystone token to a handler with a
     :func:`rule` goes through :func:`auth_middleware`; every other one
-    through ``certificates`` (the certificate-role middleware, or None)."""
+    through ``certificates`` (the certificate-role middleware, or None).
+    A caller with neither a token nor a certificate is refused (401) by
+    every handler with a rule or a role, unless the handler takes
+    anonymous callers (:func:`verifier.common.web.allow`)."""
     tokens = auth_middleware(auth) if auth is not None else None
 
     @web.middleware
@@ -198,6 +201,19 @@ def tokens_or_certificates(auth: Auth | None, certificates: Any) -> Any:
         ruled = getattr(request.match_info.handler, "policy_rule", None)
         if tokens is not None and ruled and "X-Auth-Token" in request.headers:
             return await tokens(request, handler)  # type: ignore[no-any-return]
+        roles = getattr(request.match_info.handler, "roles", None)
+        anonymous = peer_common_name(request) is None
+        if tokens is not None and roles and not ruled and anonymous:
+            if "X-Auth-Token" in request.headers:  # a token, where none counts
+                raise RequestError(
+                    "forbidden", "this operation takes a client certificate", 403
+                )
+        if ruled and roles is None and anonymous:
+            # a rule and no certificate role: only a token gets through
+            detail = "authenticate with a Keystone token"
+            if auth is not None:
+                return _unauthorized(auth, detail)
+            raise RequestError("unauthorized", detail, 401)
         if certificates is not None:
             return await certificates(request, handler)  # type: ignore[no-any-return]
         return await handler(request)

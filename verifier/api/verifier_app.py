@@ -8,7 +8,9 @@
 ``POST /v1/nodes/{uuid}/revoke``   revoke on the tenant's request
 ``PUT /v1/nodes/{uuid}/policy``    change the policies in force
                                    (``PolicyChangeRequest``)
-``GET /v1/events``                 the revocation outbox
+``GET /v1/events``                 the signed events, newest first: filters
+                                   and pages (``EventQuery``,
+                                   :mod:`verifier.protocol.messages.event_query`)
 ``GET /v1/signing-key``            the event-signing public key (PEM)
 ``/v1/nodes/{uuid}/relay/...``     identity quote and U for push nodes
                                    (:mod:`verifier.api.relay_app`)
@@ -31,6 +33,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
@@ -53,6 +56,7 @@ from verifier.protocol.messages.enrolment import (
     PolicyChangeRequest,
     RevokeRequest,
 )
+from verifier.protocol.messages.event_query import EventQuery
 
 _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
@@ -153,10 +157,13 @@ async def _stats(request: web.Request) -> web.Response:
 @rule("attestation:event:list")
 async def _events(request: web.Request) -> web.Response:
     scope = caller(request).scope
-    node = request.query.get("node")
-    node = canonical_uuid(node) if node else None
-    events = await asyncio.to_thread(request.app[_KEY].outbox.list, node, scope)
-    return json_response({"events": events})
+    query = EventQuery.from_query(request.query)
+    page = await asyncio.to_thread(request.app[_KEY].outbox.page, query, scope)
+    links = []
+    if page.next_marker is not None:
+        params = urlencode(query.after(page.next_marker).to_query())
+        links.append({"rel": "next", "href": f"/v1/events?{params}"})
+    return json_response({"events": page.events, "links": links})
 
 
 @rule("attestation:node:capability")

@@ -4,8 +4,6 @@ events."""
 
 from __future__ import annotations
 
-import ssl
-
 from verifier.api.authz import Auth
 from verifier.api.verifier_app import public_pem
 from verifier.cmd import _service
@@ -39,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
             state_file=group.state_file,
             degree=group.lkh_degree,
         )
-        ctx = _service.server_tls(group)
+        # no certificate needed to connect (tokens, load balancers'
+        # /healthcheck); every guarded route still needs an identity (401)
+        ctx = _service.server_tls(group, client_cert_optional=True)
         roles = {
             "tenant": group.tenant_clients,
             "verifier": group.verifier_clients,
@@ -50,7 +50,6 @@ def main(argv: list[str] | None = None) -> int:
             from verifier.api.keystone import KeystoneAuthenticator
 
             auth = Auth(make_enforcer(conf), KeystoneAuthenticator(conf))
-            ctx.verify_mode = ssl.CERT_OPTIONAL  # tenants come with tokens
         pem = public_pem(signing_key.public_key())
         app = make_app(service, pem, roles, auth)
         await _service.serve(app, group.host, group.port, ctx)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -44,6 +43,7 @@ from verifier.exceptions import ConfigError
 from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
 from verifier.policies import make_enforcer
+from verifier.policies.base import OBSERVER_ROLE
 from verifier.protocol.ima.signing import VerifyingKey
 from verifier.protocol.push import PushRules
 
@@ -247,6 +247,7 @@ def build_auth(conf: cfg.ConfigOpts) -> Auth:
         )
     machines = {
         "service": group.operator_clients,
+        OBSERVER_ROLE: group.observer_clients,
         "capability": conf.capabilities.clients,
         "monitor": conf.monitor.clients,
     }
@@ -334,11 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     async def _main() -> None:
         verifier, pem = build(conf)
         monitor = build_monitor(conf)
-        ctx = _service.server_tls(group)
+        # no certificate needed to connect (tenants with tokens, load
+        # balancers' /healthcheck); every route with a rule still needs
+        # an identity (401, verifier.api.authz)
+        ctx = _service.server_tls(group, client_cert_optional=True)
         issuer = _issuer(conf, verifier)
         auth = build_auth(conf)
-        if auth.keystone is not None:  # tenants come without certificates
-            ctx.verify_mode = ssl.CERT_OPTIONAL
         process = _Process(conf, verifier, monitor)
         app = make_app(
             verifier,

@@ -105,6 +105,12 @@ _SIGNED_EVENT = _object(
 )
 _OUTBOX_ENTRY = _object(
     {
+        "id": _STR,
+        "node_uuid": _STR,
+        "type": _STR,
+        "reason": _STR,
+        "detail": _STR,
+        "created_at": _STR,
         "signed_event": _SIGNED_EVENT,
         "delivered": {"type": "boolean"},
         "attempts": _INT,
@@ -184,7 +190,13 @@ VERIFIER: Responses = {
     ("PUT", "/v1/nodes/{uuid}/policy"): _NODE,
     ("POST", "/v1/nodes/{uuid}/instance-created"): _NODE,
     ("GET", "/v1/events"): _object(
-        {"events": {"type": "array", "items": _OUTBOX_ENTRY}}
+        {
+            "events": {"type": "array", "items": _OUTBOX_ENTRY},
+            "links": {
+                "type": "array",
+                "items": _object({"rel": _STR, "href": _STR}),
+            },
+        }
     ),
     ("POST", "/v1/policies/runtime/{ref}/check"): _POLICY_CHECK,
     ("POST", "/v1/policies/runtime/check"): _POLICY_CHECK,

@@ -160,8 +160,9 @@ def is_anonymous(request: web.Request) -> bool:
 
 
 def authz_middleware(members: Mapping[str, Collection[str]]) -> Any:
-    """Refuse (403) clients whose certificate CN is in none of the roles a
-    handler was marked with by :func:`allow`.
+    """Refuse clients whose certificate CN is in none of the roles a
+    handler was marked with by :func:`allow`: 401 without a certificate
+    (unless the handler takes anonymous callers), 403 with another one.
 
     Args:
         members: role name -> certificate common names in that role.
@@ -174,7 +175,14 @@ def authz_middleware(members: Mapping[str, Collection[str]]) -> Any:
             name = peer_common_name(request)
             if name is None and getattr(request.match_info.handler, "anonymous", False):
                 request[_ANONYMOUS] = True
-            elif name is None or not any(name in members.get(r, ()) for r in roles):
+            elif name is None:
+                raise RequestError(
+                    "unauthorized",
+                    f"{request.method} {request.path} needs a client certificate "
+                    f"(role {' or '.join(sorted(roles))})",
+                    401,
+                )
+            elif not any(name in members.get(r, ()) for r in roles):
                 raise RequestError(
                     "forbidden",
                     f"client {name!r} may not {request.method} {request.path} "

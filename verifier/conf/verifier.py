@@ -74,6 +74,14 @@ _OPTS = [
         "Nova notification listener): they hold the 'service' role of the "
         "policy (mark a node's instance created, read and delete nodes).",
     ),
+    cfg.ListOpt(
+        "observer_clients",
+        default=[],
+        help="Client certificate common names of monitoring clients (a "
+        "Prometheus scraper, an operator's dashboard): they hold the "
+        "'attestation_observer' role of the policy (read /v1/stats and "
+        "/metrics, nothing else).",
+    ),
     cfg.URIOpt(
         "registrar_url",
         default="https://127.0.0.1:8891",

@@ -1,12 +1,16 @@
-"""The transactional outbox of revocation events."""
+"""The transactional outbox of revocation events, and its listing
+(``GET /v1/events``: filters and pages of
+:mod:`verifier.protocol.messages.event_query`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 import uuid as uuid_mod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -15,9 +19,50 @@ from sqlalchemy.orm import Session
 from verifier.db import OutboxEvent
 from verifier.notify.base import Notifier, NotifierError
 from verifier.protocol import RevocationEvent, SignedEvent
+from verifier.protocol.errors import FieldError
 from verifier.protocol.events import NODE_REVOKED
+from verifier.protocol.messages.event_query import EventQuery, format_time
 
 LOG = logging.getLogger(__name__)
+#: Rows read per listing at least, when kind or reason filter in Python.
+MIN_SCAN = 500
+#: Rows read per listing at most, as a multiple of the page's limit.
+SCAN_FACTOR = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class EventPage:
+    """A page of the listing.
+
+    Attributes:
+        events: the entries (newest first), as the API answers them.
+        next_marker: the marker of the next page, or None when there is
+            no more (the id of the last row read, which may be one the
+            kind or reason filter skipped).
+    """
+
+    events: list[dict[str, Any]]
+    next_marker: str | None
+
+
+def _entry(row: OutboxEvent) -> dict[str, Any]:
+    """An outbox row as the listing shows it: the signed event and its
+    delivery state, and the event's fields at top level for readers that
+    do not verify (``created_at``: when the row was stored, ISO 8601)."""
+    signed = json.loads(row.body)
+    event = signed.get("event", {})
+    return {
+        "id": row.id,
+        "node_uuid": row.node_uuid,
+        "type": event.get("type", NODE_REVOKED),
+        "reason": event.get("reason", ""),
+        "detail": event.get("detail", ""),
+        "created_at": format_time(row.created_at),
+        "signed_event": signed,
+        "delivered": row.delivered_at is not None,
+        "attempts": row.attempts,
+        "last_error": row.last_error,
+    }
 
 
 def make_event(
@@ -186,21 +231,80 @@ class Outbox:
 
     def list(
         self, node_uuid: str | None = None, project: str | None = None
-    ) -> list[dict[str, object]]:
-        """Outbox entries (newest last) with their delivery state: of one
-        node or all, of one project or all."""
+    ) -> list[dict[str, Any]]:
+        """Every outbox entry (oldest first) with its delivery state: of
+        one node or all, of one project or all."""
         with Session(self._engine) as session:
-            query = sa.select(OutboxEvent).order_by(OutboxEvent.created_at)
+            query = sa.select(OutboxEvent).order_by(
+                OutboxEvent.created_at, OutboxEvent.id
+            )
             if node_uuid is not None:
                 query = query.where(OutboxEvent.node_uuid == node_uuid)
             if project is not None:
                 query = query.where(OutboxEvent.project_id == project)
-            return [
-                {
-                    "signed_event": json.loads(row.body),
-                    "delivered": row.delivered_at is not None,
-                    "attempts": row.attempts,
-                    "last_error": row.last_error,
-                }
-                for row in session.scalars(query)
-            ]
+            return [_entry(row) for row in session.scalars(query)]
+
+    def page(self, query: EventQuery, project: str | None = None) -> EventPage:
+        """One page of the listing, newest first (ties on the time broken
+        by the id, so that pages never skip nor repeat an event).
+
+        Node, project, time and marker filter in SQL; kind and reason in
+        Python (the row keeps them only in its body), reading at most
+        ``max(MIN_SCAN, SCAN_FACTOR * limit)`` rows: a page may then be
+        short, with a next marker.
+
+        Args:
+            query: the filters and the page.
+            project: only this project's events (None: every project's).
+
+        Raises:
+            FieldError: ``marker`` names no event the caller may see.
+        """
+        with Session(self._engine) as session:
+            select = self._select(session, query, project)
+            python_filter = query.kind is not None or query.reason is not None
+            budget = max(MIN_SCAN, SCAN_FACTOR * query.limit)
+            budget = budget if python_filter else query.limit
+            rows = iter(session.scalars(select.limit(budget + 1)))
+            return _fill(rows, query, budget)
+
+    def _select(
+        self, session: Session, query: EventQuery, project: str | None
+    ) -> sa.Select[Any]:
+        table = OutboxEvent
+        select = sa.select(table).order_by(table.created_at.desc(), table.id.desc())
+        if project is not None:
+            select = select.where(table.project_id == project)
+        if query.node is not None:
+            select = select.where(table.node_uuid == query.node)
+        if query.since is not None:
+            select = select.where(table.created_at >= query.since)
+        if query.until is not None:
+            select = select.where(table.created_at < query.until)
+        if query.marker is not None:
+            mark = session.get(table, query.marker)
+            if mark is None or (project is not None and mark.project_id != project):
+                raise FieldError("event query", "marker", "names no event")
+            select = select.where(
+                sa.or_(
+                    table.created_at < mark.created_at,
+                    sa.and_(table.created_at == mark.created_at, table.id < mark.id),
+                )
+            )
+        return select
+
+
+def _fill(rows: Iterator[OutboxEvent], query: EventQuery, budget: int) -> EventPage:
+    """Up to ``query.limit`` matching entries of ``rows`` (read at most
+    ``budget`` of them), and the next marker if a row is left."""
+    found: list[dict[str, Any]] = []
+    last: str | None = None
+    for scanned, row in enumerate(rows, 1):
+        last = row.id
+        entry = _entry(row)
+        if query.matches(entry["type"], entry["reason"]):
+            found.append(entry)
+        if len(found) == query.limit or scanned == budget:
+            more = next(rows, None) is not None
+            return EventPage(found, last if more else None)
+    return EventPage(found, None)

@@ -6,7 +6,10 @@ owns the resource (``project_id``), so ``project_member`` means "a member
 of the project that owns it". ``admin`` is the cloud administrator
 (Keystone's ``admin`` role is global in OpenStack); ``service`` is a
 service user (Keystone's ``service`` role) or a provider-side machine
-identity (the Nova listener's certificate).
+identity (the Nova listener's certificate). ``observer`` is a monitoring
+operator (Keystone role ``attestation_observer``, or a certificate named in
+``[verifier] observer_clients``): it reads the counters and metrics of
+every project (:data:`MONITORING`) and nothing else.
 """
 
 from __future__ import annotations
@@ -21,11 +24,22 @@ SERVICE = "rule:service"
 PROJECT_READER = "rule:project_reader"
 PROJECT_MEMBER = "rule:project_member"
 PROJECT_ADMIN = "rule:project_admin"
+OBSERVER = "rule:observer"
+#: The Keystone role of a monitoring operator.
+OBSERVER_ROLE = "attestation_observer"
+#: Who reads counters and metrics (``/v1/stats``, ``/metrics``): the cloud
+#: administrator, services, and monitoring operators.
+MONITORING = f"{ADMIN} or {SERVICE} or {OBSERVER}"
 
 _RULES = [
     policy.RuleDefault("admin", "role:admin", "The cloud administrator."),
     policy.RuleDefault(
         "service", "role:service", "A service user or provider-side service."
+    ),
+    policy.RuleDefault(
+        "observer",
+        f"role:{OBSERVER_ROLE}",
+        "A monitoring operator: reads counters and metrics, nothing else.",
     ),
     policy.RuleDefault(
         "project_reader",

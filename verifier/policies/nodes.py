@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from oslo_policy import policy
 
-from verifier.policies.base import ADMIN, PROJECT_MEMBER, PROJECT_READER, SERVICE
+from verifier.policies.base import (
+    ADMIN,
+    MONITORING,
+    PROJECT_MEMBER,
+    PROJECT_READER,
+    SERVICE,
+)
 
 _READ = f"{ADMIN} or {SERVICE} or {PROJECT_READER}"
 _WRITE = f"{ADMIN} or {PROJECT_MEMBER}"
@@ -56,9 +62,9 @@ _RULES = [
           "Read a node's entries in the attestation log, with their proofs "
           "(by the entries' project: a deleted node's history stays).",
           "GET", "/v1/nodes/{uuid}/history"),
-    _rule("stats", f"{ADMIN} or {SERVICE}",
+    _rule("stats", MONITORING,
           "Read the verifier's counters (of every project).", "GET", "/v1/stats"),
-    _rule_named("attestation:metrics:get", f"{ADMIN} or {SERVICE}",
+    _rule_named("attestation:metrics:get", MONITORING,
                 "Scrape a service's Prometheus metrics (no project or node "
                 "is named in them).", "GET", "/metrics"),
 ]  # fmt: skip

@@ -125,7 +125,7 @@ class AgentBootstrapTest(testtools.TestCase):
         text = wait_until(node.payload_output, 30, 0.2)
         self.assertEqual(f"payload ran on {node.uuid}\n", text)
 
-    def test_anonymous_callers_get_403_except_registration(self) -> None:
+    def test_anonymous_callers_get_401_except_registration(self) -> None:
         session = requests.Session()
         session.trust_env = False
         session.verify = self.cluster.pki_file("ca.pem")  # no client cert
@@ -140,8 +140,8 @@ class AgentBootstrapTest(testtools.TestCase):
             ("DELETE", f"{base}/{uuid}/ek"),
         ):
             r = session.request(method, url, json={}, timeout=10)
-            self.assertEqual(403, r.status_code, (method, url, r.text))
-            self.assertEqual("forbidden", r.json()["error"]["code"])
+            self.assertEqual(401, r.status_code, (method, url, r.text))
+            self.assertEqual("unauthorized", r.json()["error"]["code"])
         # registration is open to anonymous callers, who must bring an EK
         # certificate (this body has none: refused before anything else)
         r = session.post(f"{base}/{uuid}", json={}, timeout=10)

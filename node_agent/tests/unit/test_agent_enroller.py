@@ -154,7 +154,7 @@ class TestAnonymousShareU(AgentTestBase):
         )
         self.assertTrue(self.agent.status()["has_u"])
 
-    def test_v_without_certificate_is_forbidden(self):
+    def test_v_without_certificate_is_unauthorized(self):
         import base64
 
         _, v_env, _, commitment = self.enrolment()
@@ -163,5 +163,5 @@ class TestAnonymousShareU(AgentTestBase):
             "u_commitment": base64.b64encode(commitment).decode(),
         }
         status, data = self.call("/v1/keys/v", body)
-        self.assertEqual((403, "forbidden"), (status, data["error"]["code"]))
+        self.assertEqual((401, "unauthorized"), (status, data["error"]["code"]))
         self.assertFalse(self.agent.status()["has_v"])

@@ -309,7 +309,7 @@ class InForceTest(testtools.TestCase):
             {"events": [{"signed_event": {"event": event}, "delivered": True}]}
         )
         self.assertEqual(
-            ["T node n policy_changed: follow, runtime web@4 -> web@5 "
+            ["T  n  policy_changed  follow: runtime web@4 -> web@5 "
              "(delivered: True)"],
             lines,
         )  # fmt: skip

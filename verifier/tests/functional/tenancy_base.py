@@ -1,8 +1,9 @@
 """A real Keystone with two projects in front of the verifier's API.
 
 One Keystone (PyPI ``keystone``, SQLite, fernet) per test process holds
-projects ``alpha`` and ``beta``: ``alice`` (member) and ``rita`` (reader)
-in alpha, ``bob`` (member) in beta, the bootstrap ``admin``, and the
+projects ``alpha`` and ``beta``: ``alice`` (member), ``rita`` (reader)
+and ``olga`` (``attestation_observer``, monitoring) in alpha, ``bob``
+(member) in beta, the bootstrap ``admin``, and the
 ``attestation`` service user that keystonemiddleware authenticates as.
 Nova's compute API is a stand-in in Keystone's catalog that validates
 tokens with that Keystone and knows which project each server is in
@@ -76,6 +77,8 @@ class KeystoneTestBase(VerifierServiceBase):
                 "alice": ks.add_user("alice", "alpha", alpha, ["member"]),
                 "rita": ks.add_user("rita", "alpha", alpha, ["reader"]),
                 "bob": ks.add_user("bob", "beta", beta, ["member"]),
+                # a monitoring operator (reads counters and metrics only)
+                "olga": ks.add_user("olga", "alpha", alpha, ["attestation_observer"]),
                 "attestation": ks.add_user(
                     "attestation", "service", service, ["service"]
                 ),

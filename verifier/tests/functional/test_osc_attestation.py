@@ -109,6 +109,21 @@ class OpenStackCliTest(KeystoneTestBase):
             [(uuid, "tenant_revoked")], [(e["node_uuid"], e["reason"]) for e in events]
         )
         self.assertEqual([], await self.json_of("bob", "node", "events"))
+        # the same, filtered, under its new name
+        events = await self.json_of(
+            "alice", "event", "list", "--node", uuid, "--since", "1h",
+            "--kind", "revoked", "--all",
+        )  # fmt: skip
+        self.assertEqual(
+            [(uuid, "revoked", "tenant_revoked", "decommissioned")],
+            [(e["node_uuid"], e["kind"], e["reason"], e["detail"]) for e in events],
+        )
+        none = await self.json_of("alice", "event", "list", "--kind", "unreachable")
+        self.assertEqual([], none)
+        code, _, err = await self.openstack("alice", "event", "list", "--since", "soon")
+        self.assertEqual(2, code, err)
+        self.assertIn("--since", err)
+        self.assertNotIn("Traceback", err)
 
         code, _, err = await self.openstack("alice", "node", "delete", uuid)
         self.assertEqual(0, code, err)

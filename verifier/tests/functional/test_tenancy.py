@@ -172,6 +172,32 @@ class CrossProjectAttackTest(KeystoneTestBase):
     async def test_member_cannot_read_counters(self) -> None:
         status, _ = await self.call("alice", "GET", "/v1/stats")
         self.assertEqual(403, status)
+        status, _ = await self.call("rita", "GET", "/v1/stats")
+        self.assertEqual(403, status)
+
+    async def test_observer_reads_counters_and_nothing_else(self) -> None:
+        uuid = await self.alpha_node()
+        status, body = await self.call("olga", "GET", "/v1/stats")
+        self.assertEqual((200, 1), (status, body.get("nodes")), body)
+        for path in ("/v1/nodes", f"/v1/nodes/{uuid}", "/v1/events"):
+            status, _ = await self.call("olga", "GET", path)
+            self.assertEqual(403, status, path)
+        status, _ = await self.call("olga", "POST", f"/v1/nodes/{uuid}/revoke", {})
+        self.assertEqual(403, status)
+
+    async def test_event_marker_of_another_project_is_a_400(self) -> None:
+        uuid = await self.alpha_node()
+        status, _ = await self.call("alice", "POST", f"/v1/nodes/{uuid}/revoke", {})
+        self.assertEqual(200, status)
+        status, body = await self.call("alice", "GET", "/v1/events")
+        (event,) = body["events"]
+        status, body = await self.call("bob", "GET", f"/v1/events?marker={event['id']}")
+        self.assertEqual((400, "bad_field"), (status, body["error"]["code"]))
+        self.assertIn("'marker'", body["error"]["message"])
+        status, body = await self.call(
+            "alice", "GET", f"/v1/events?marker={event['id']}"
+        )
+        self.assertEqual((200, [], []), (status, body["events"], body["links"]))
 
     async def test_admin_sees_every_project(self) -> None:
         a = await self.alpha_node()

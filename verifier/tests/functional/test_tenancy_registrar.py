@@ -106,14 +106,15 @@ class RegistrarTenancyTest(KeystoneTestBase):
             self.assertEqual((403, "forbidden"), (status, data["error"]["code"]))
         self.assertTrue(self.registrar.get(self.alices).activated)
 
-    async def test_bad_token_is_401_and_no_token_is_403(self) -> None:
+    async def test_bad_token_and_no_token_are_401(self) -> None:
         headers = {"X-Auth-Token": "not-a-token"}
         url = str(self.reg_server.make_url(f"/v1/agents/{self.alices}"))
         async with aiohttp.ClientSession() as http:
             async with http.get(url, headers=headers) as resp:
                 self.assertEqual(401, resp.status)
+        # neither a token nor a certificate: no identity
         status, data = await self.reg(None, "GET", f"/v1/agents/{self.alices}")
-        self.assertEqual((403, "forbidden"), (status, data["error"]["code"]))
+        self.assertEqual((401, "unauthorized"), (status, data["error"]["code"]))
 
     async def test_list_follows_novas_pages(self) -> None:
         self.addCleanup(setattr, self.nova, "max_limit", self.nova.max_limit)

@@ -325,11 +325,12 @@ class TrustedBootTest(testtools.TestCase):
                 session.trust_env = False
                 session.verify = self.cluster.pki_file("ca.pem")
                 session.cert = cert
-                if cert is None and url.startswith(self.cluster.registrar_url):
-                    # the registrar lets anonymous callers connect (agents
-                    # identified by their TPM) but serves them nothing else
+                if cert is None:
+                    # both let callers without a certificate connect (agents
+                    # identified by their TPM, load balancers' healthcheck)
+                    # but serve them nothing else
                     r = session.get(url, timeout=10)
-                    self.assertEqual(403, r.status_code, r.text)
+                    self.assertEqual(401, r.status_code, r.text)
                     continue
                 self.assertRaises(
                     requests.exceptions.ConnectionError, session.get, url, timeout=10

@@ -126,7 +126,7 @@ class DatabaseOffLoopTest(VerifierServiceBase):
         self.assertEqual("attested", view["state"])
 
     async def test_event_list_query_does_not_block_the_loop(self) -> None:
-        held = HeldCall(self.verifier.outbox, "list")
+        held = HeldCall(self.verifier.outbox, "page")
         events = await self._served_while_held(
             held, lambda: self._get_json("/v1/events")
         )

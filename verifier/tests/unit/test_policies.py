@@ -61,6 +61,23 @@ class PolicyDefaultsTest(testtools.TestCase):
         self.assertTrue(self.allowed(ALL_PROJECTS, _ctx(None, "service")))
         self.assertFalse(self.allowed("attestation:node:create", _ctx(None, "service")))
 
+    def test_monitoring_reads_stats_and_metrics_only(self) -> None:
+        names = ("attestation:node:stats", "attestation:metrics:get")
+        for who in (_ctx("ops", "attestation_observer"), _ctx(None, "service"),
+                    _ctx("p1", "admin")):  # fmt: skip
+            for name in names:
+                self.assertTrue(self.allowed(name, who), (name, who.roles))
+        observer = _ctx("ops", "attestation_observer")
+        self.assertFalse(self.allowed(ALL_PROJECTS, observer))
+        for default in list_rules():
+            if default.name.startswith("attestation:") and default.name not in names:
+                self.assertFalse(self.allowed(default.name, observer), default.name)
+
+    def test_member_and_reader_do_not_read_stats_or_metrics(self) -> None:
+        for who in (_ctx("p1", "member", "reader"), _ctx("p1", "reader")):
+            for rule in ("attestation:node:stats", "attestation:metrics:get"):
+                self.assertFalse(self.allowed(rule, who), (rule, who.roles))
+
     def test_no_role_no_access(self) -> None:
         nobody = _ctx("p1")
         for rule in list_rules():

@@ -158,7 +158,7 @@ class AnonymousCallerApiTest(testtools.TestCase):
 
         return asyncio.run(go())
 
-    def test_anonymous_callers_get_403_on_read_delete_and_provider_endpoints(
+    def test_anonymous_callers_get_401_on_read_delete_and_provider_endpoints(
         self,
     ) -> None:
         path = f"/v1/agents/{self.uuid}"
@@ -172,7 +172,7 @@ class AnonymousCallerApiTest(testtools.TestCase):
             ("DELETE", path + "/ek", None),
         )
         for status, data in answers:
-            self.assertEqual((403, "forbidden"), (status, data["error"]["code"]))
+            self.assertEqual((401, "unauthorized"), (status, data["error"]["code"]))
 
     def test_anonymous_registration_without_ek_cert_is_refused(self) -> None:
         [(status, data)] = self.call(("POST", f"/v1/agents/{self.uuid}", self.body))

@@ -309,5 +309,5 @@ class HostCaApiTest(testtools.TestCase):
             ("DELETE", f"/v1/provider/instances/{uuid}", None),
             roles=ROLES,
         )
-        for status, data in answers:
-            self.assertEqual((403, "forbidden"), (status, data["error"]["code"]))
+        for status, data in answers:  # no certificate: no identity
+            self.assertEqual((401, "unauthorized"), (status, data["error"]["code"]))
