@@ -164,6 +164,12 @@ class OutboxEvent(Base):
     """A signed revocation event waiting for (or past) delivery."""
 
     __tablename__ = "verifier_outbox"
+    # the listing's keyset pages, newest first (0013)
+    __table_args__ = (
+        Index("ix_verifier_outbox_project_time", "project_id", "created_at", "id"),
+        Index("ix_verifier_outbox_time", "created_at", "id"),
+        Index("ix_verifier_outbox_project_type", "project_id", "type", "created_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     node_uuid: Mapped[str] = mapped_column(String(36), index=True)
@@ -175,6 +181,10 @@ class OutboxEvent(Base):
     delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # the event's type and reason, for the listing's filters (0013); the
+    # reason only when a query may name it (at most 64 characters)
+    type: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class StoredPolicy(Base):

@@ -24,10 +24,9 @@ from verifier.protocol.events import NODE_REVOKED
 from verifier.protocol.messages.event_query import EventQuery, format_time
 
 LOG = logging.getLogger(__name__)
-#: Rows read per listing at least, when kind or reason filter in Python.
-MIN_SCAN = 500
-#: Rows read per listing at most, as a multiple of the page's limit.
-SCAN_FACTOR = 5
+#: The longest reason the outbox row keeps in its column (the longest a
+#: query may name); a longer one stays only in the signed body.
+REASON_MAX = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +101,8 @@ def outbox_values(
         "body": signed.to_json(),
         "created_at": now,
         "attempts": 0,
+        "type": signed.event.type,
+        "reason": reason if len(reason := signed.event.reason) <= REASON_MAX else None,
     }
 
 
@@ -248,10 +249,9 @@ class Outbox:
         """One page of the listing, newest first (ties on the time broken
         by the id, so that pages never skip nor repeat an event).
 
-        Node, project, time and marker filter in SQL; kind and reason in
-        Python (the row keeps them only in its body), reading at most
-        ``max(MIN_SCAN, SCAN_FACTOR * limit)`` rows: a page may then be
-        short, with a next marker.
+        Every filter is applied in SQL (the row keeps its event's type and
+        reason in columns since alembic 0013); the page is read in one
+        query of ``limit + 1`` rows.
 
         Args:
             query: the filters and the page.
@@ -262,11 +262,8 @@ class Outbox:
         """
         with Session(self._engine) as session:
             select = self._select(session, query, project)
-            python_filter = query.kind is not None or query.reason is not None
-            budget = max(MIN_SCAN, SCAN_FACTOR * query.limit)
-            budget = budget if python_filter else query.limit
-            rows = iter(session.scalars(select.limit(budget + 1)))
-            return _fill(rows, query, budget)
+            rows = iter(session.scalars(select.limit(query.limit + 1)))
+            return _fill(rows, query, query.limit)
 
     def _select(
         self, session: Session, query: EventQuery, project: str | None
@@ -277,6 +274,10 @@ class Outbox:
             select = select.where(table.project_id == project)
         if query.node is not None:
             select = select.where(table.node_uuid == query.node)
+        if query.kind is not None:
+            select = select.where(table.type == query.kind)
+        if query.reason is not None:
+            select = select.where(table.reason == query.reason)
         if query.since is not None:
             select = select.where(table.created_at >= query.since)
         if query.until is not None:

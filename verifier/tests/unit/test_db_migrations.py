@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -224,6 +225,41 @@ class MigrationTest(testtools.TestCase):
         self.assertNotIn("registrar_host_cas", tables)
         self.assertNotIn("registrar_instance_hosts", tables)
         self.assertIn("registrar_provider_eks", tables)
+
+    def test_upgrade_to_0013_fills_type_and_reason_from_the_body(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", _MIGRATIONS)
+        bodies = {
+            "a": {"event": {"type": "node.unreachable", "reason": "timeout"}},
+            "b": {"event": {"type": "node.revoked", "reason": "r" * 65}},
+            "c": "not an event",
+        }
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "0012")
+            for row_id, body in bodies.items():
+                connection.execute(
+                    sa.text(
+                        "INSERT INTO verifier_outbox (id, node_uuid, project_id,"
+                        " body, created_at, attempts) VALUES (:i, 'n', 'p', :b,"
+                        " 1.0, 0)"
+                    ),
+                    {"i": row_id, "b": json.dumps(body)},
+                )
+        upgrade(self.engine)
+        self.assert_schema_matches_models()
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT id, type, reason FROM verifier_outbox ORDER BY id")
+            )
+            self.assertEqual(
+                [
+                    ("a", "node.unreachable", "timeout"),
+                    ("b", "node.revoked", None),  # too long to query: body only
+                    ("c", None, None),
+                ],
+                [tuple(r) for r in rows],
+            )
 
     def test_upgrade_twice_is_harmless(self) -> None:
         upgrade(self.engine)

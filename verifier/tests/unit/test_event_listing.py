@@ -9,7 +9,6 @@ import tempfile
 import unittest
 import uuid as uuid_mod
 from typing import Any
-from unittest import mock
 from urllib.parse import parse_qs, urlsplit
 
 import sqlalchemy as sa
@@ -236,19 +235,24 @@ class OutboxPageTest(testtools.TestCase):
                 (exc.field, str(exc)),
             )
 
-    def test_kind_filter_reads_a_bounded_number_of_rows(self) -> None:
+    def test_kind_and_reason_filter_in_sql_past_other_rows(self) -> None:
         wanted = self.rows.add(NODE_A, T0, NODE_UNREACHABLE, "unreachable")
         others = [self.rows.add(NODE_A, T0 + 1 + i) for i in range(5)]
-        with (
-            mock.patch.object(outbox_mod, "MIN_SCAN", 2),
-            mock.patch.object(outbox_mod, "SCAN_FACTOR", 1),
-        ):
-            query = EventQuery(kind="unreachable", limit=1)
-            first = self.outbox.page(query, "alpha")
-            # two rows read, none matching: a short page that goes on
-            self.assertEqual(([], others[-2]), (first.events, first.next_marker))
-            seen = self._all_pages(query, "alpha")
-        self.assertEqual([wanted], seen)
+        first = self.outbox.page(EventQuery(kind="unreachable", limit=1), "alpha")
+        # one query: the match, past the five newer others, and no next page
+        self.assertEqual(
+            ([wanted], None), ([e["id"] for e in first.events], first.next_marker)
+        )
+        page = self.outbox.page(EventQuery(reason="pcr_policy", limit=5), "alpha")
+        self.assertEqual(others[::-1], [e["id"] for e in page.events])
+
+    def test_long_reason_is_kept_in_the_body_only(self) -> None:
+        long = "x" * (outbox_mod.REASON_MAX + 1)
+        self.rows.add(NODE_A, T0, reason=long)
+        with Session(self.engine) as session:
+            row = session.scalars(sa.select(OutboxEvent)).one()
+        self.assertEqual((None, "node.revoked"), (row.reason, row.type))
+        self.assertIn(long, row.body)
 
 
 class EventListApiTest(VerifierServiceBase):
