@@ -263,9 +263,7 @@ class LogEntryRow(Base):
     detail: Mapped[str | None] = mapped_column(Text, nullable=True)
     event_id: Mapped[str | None] = mapped_column(String(36), nullable=True)
     body: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
-    pruned: Mapped[bool] = mapped_column(
-        Boolean, default=False, server_default=text("false")
-    )
+    pruned: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class LogNode(Base):

@@ -33,9 +33,7 @@ def upgrade() -> None:
         sa.Column("detail", sa.Text(), nullable=True),
         sa.Column("event_id", sa.String(36), nullable=True),
         sa.Column("body", sa.LargeBinary(), nullable=True),
-        sa.Column(
-            "pruned", sa.Boolean(), nullable=False, server_default=sa.text("false")
-        ),
+        sa.Column("pruned", sa.Boolean(), nullable=False),
         sa.UniqueConstraint("leaf_index"),
     )
     # a node's entries in log order; not the project's (a project holds
