@@ -9,24 +9,18 @@ entry in the database is refused (named test).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import io
 import json
 import os
-import shutil
-import tempfile
 import time
 from typing import Any
 
-import requests
 import sqlalchemy as sa
-import testtools
 
 from nova_plugin import cmd
-from trusted_testing import services
-from trusted_testing.cluster import LocalCluster, wait_until
-from trusted_testing.fleet import FleetProcess
+from trusted_testing.cluster import wait_until
+from trusted_testing.shared_fleet import SharedDbFleetCase
 from verifier.db import LogEntryRow, make_engine
 from verifier.protocol import translog
 
@@ -34,79 +28,12 @@ INTERVAL = 2.0
 NODES = 6
 
 
-class AttestationLogTest(testtools.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        missing = services.missing_services()
-        if missing:
-            raise cls.skipException(
-                "the shared log needs " + "; ".join(missing) + " -- not running here"
-            )
-        cls.tmp = tempfile.mkdtemp(prefix="tlog-")
-        cls.db_url, cls.db_name = services.scratch_postgres()
-        cls.cluster = LocalCluster(
-            os.path.join(cls.tmp, "cluster"),
-            nodes=0,
-            interval=INTERVAL,
-            verifiers=2,
-            database_url=cls.db_url,
-            verifier_options={
-                "coordination_url": services.redis_coordination_url(2.0),
-                "coordination_group": f"tlog-{os.getpid()}-{time.time_ns()}",
-                "sync_interval": 0.2,
-                "log_interval": 0.2,
-            },
-        )
-        cls.fleet = FleetProcess(NODES, "", cls.cluster.pki, cls.tmp)
-        try:
-            cls.cluster.start()
-            cls.fleet.registrar_url = cls.cluster.registrar_url
-            cls.fleet.start()
-            cls._enrol_all()
-        except Exception:
-            cls._cleanup()
-            raise
-
-    @classmethod
-    def _cleanup(cls) -> None:
-        try:
-            cls.fleet.stop()
-            cls.cluster.stop()
-        finally:
-            services.drop_postgres(cls.db_name)
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls._cleanup()
-        super().tearDownClass()
-
-    @classmethod
-    def _session(cls) -> requests.Session:
-        session = requests.Session()
-        session.trust_env = False
-        session.cert = (
-            cls.cluster.pki_file("tenant.pem"),
-            cls.cluster.pki_file("tenant-key.pem"),
-        )
-        session.verify = cls.cluster.pki_file("ca.pem")
-        return session
-
-    @classmethod
-    def _enrol_all(cls) -> None:
-        session = cls._session()
-        policy = {"pcrs": {"16": [cls.fleet.pcr16]}}
-        for i, uuid in enumerate(cls.fleet.uuids):
-            body = {
-                "uuid": uuid,
-                "v": base64.b64encode(os.urandom(32)).decode(),
-                "u_commitment": base64.b64encode(bytes(32)).decode(),
-                "policy": policy,
-            }
-            url = cls.cluster.verifier_urls[i % 2]
-            resp = session.post(f"{url}/v1/nodes", json=body, timeout=10)
-            assert resp.status_code == 201, resp.text
+class AttestationLogTest(SharedDbFleetCase):
+    NAME = "tlog"
+    VERIFIERS = 2
+    NODES = NODES
+    INTERVAL = INTERVAL
+    VERIFIER_OPTIONS = {"log_interval": 0.2}
 
     def size(self, index: int) -> int:
         url = self.cluster.verifier_urls[index]

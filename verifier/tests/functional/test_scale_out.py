@@ -5,97 +5,22 @@ others within two quote intervals; a revocation is never duplicated.
 
 from __future__ import annotations
 
-import base64
-import os
-import shutil
-import tempfile
 import time
 
-import requests
-import testtools
-
-from trusted_testing import services
-from trusted_testing.cluster import LocalCluster, wait_until
-from trusted_testing.fleet import FleetProcess
+from trusted_testing.cluster import wait_until
+from trusted_testing.shared_fleet import SharedDbFleetCase
 
 INTERVAL = 3.0
 MEMBERSHIP_TIMEOUT = 2.0  # heartbeats slip on a loaded 2-core machine
 NODES = 30
 
 
-class ScaleOutTest(testtools.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        missing = services.missing_services()
-        if missing:
-            raise cls.skipException(
-                "scale-out needs " + "; ".join(missing) + " -- not running here"
-            )
-        cls.tmp = tempfile.mkdtemp(prefix="scale-out-")
-        cls.db_url, cls.db_name = services.scratch_postgres()
-        cls.cluster = LocalCluster(
-            os.path.join(cls.tmp, "cluster"),
-            nodes=0,
-            interval=INTERVAL,
-            verifiers=3,
-            database_url=cls.db_url,
-            verifier_options={
-                "coordination_url": services.redis_coordination_url(MEMBERSHIP_TIMEOUT),
-                # Other checkouts may run this test on the same Redis at once.
-                "coordination_group": f"scale-out-{os.getpid()}-{time.time_ns()}",
-                "sync_interval": 0.2,
-            },
-        )
-        cls.fleet = FleetProcess(NODES, "", cls.cluster.pki, cls.tmp)
-        try:
-            cls.cluster.start()
-            cls.fleet.registrar_url = cls.cluster.registrar_url
-            cls.fleet.start()
-            cls._enrol_all()
-        except Exception:
-            cls._cleanup()
-            raise
-
-    @classmethod
-    def _cleanup(cls) -> None:
-        try:
-            cls.fleet.stop()
-            cls.cluster.stop()
-        finally:
-            services.drop_postgres(cls.db_name)
-            shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls._cleanup()
-        super().tearDownClass()
-
-    @classmethod
-    def _session(cls, who: str = "tenant") -> requests.Session:
-        session = requests.Session()
-        session.trust_env = False
-        session.cert = (
-            cls.cluster.pki_file(f"{who}.pem"),
-            cls.cluster.pki_file(f"{who}-key.pem"),
-        )
-        session.verify = cls.cluster.pki_file("ca.pem")
-        return session
-
-    @classmethod
-    def _enrol_all(cls) -> None:
-        session = cls._session()
-        policy = {"pcrs": {"16": [cls.fleet.pcr16]}}
-        for i, uuid in enumerate(cls.fleet.uuids):
-            url = cls.cluster.verifier_urls[i % 3]  # any verifier may enrol
-            body = {
-                "uuid": uuid,
-                "v": base64.b64encode(os.urandom(32)).decode(),
-                "u_commitment": base64.b64encode(bytes(32)).decode(),
-                "policy": policy,
-            }
-            resp = session.post(f"{url}/v1/nodes", json=body, timeout=10)
-            assert resp.status_code == 201, resp.text
+class ScaleOutTest(SharedDbFleetCase):
+    NAME = "scale-out"
+    VERIFIERS = 3
+    NODES = NODES
+    INTERVAL = INTERVAL
+    MEMBERSHIP_TIMEOUT = MEMBERSHIP_TIMEOUT
 
     def stats(self, index: int) -> dict:  # type: ignore[type-arg]
         url = self.cluster.verifier_urls[index]
