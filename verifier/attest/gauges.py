@@ -3,8 +3,9 @@
 versions in force, how late the most overdue quote round is, and the
 outbox's depth and oldest undelivered event. Counters are counted where
 things happen (:mod:`verifier.common.metrics`); these are read from the
-live table, the scheduler and the outbox instead, so a scrape costs one
-pass over this process's nodes and one query of the outbox.
+live table, the scheduler, the outbox and the attestation log instead, so
+a scrape costs one pass over this process's nodes, one query of the outbox
+and one of the log.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from verifier.attest.scheduler import QuoteScheduler
 from verifier.common import metrics
 from verifier.notify import Outbox
 from verifier.protocol.attestation import AttestationMode, NodeState
+from verifier.tlog.reads import LogReader
 
 __all__ = ["VerifierGauges"]
 
@@ -29,7 +31,8 @@ class VerifierGauges:
         nodes: the nodes this process attests.
         scheduler: their quote rounds.
         outbox: the signed events (shared by every verifier process).
-        clock: wall clock (seconds), the outbox's time base.
+        clock: wall clock (seconds), the outbox's and the log's time base.
+        log: the attestation log (shared by every verifier process).
     """
 
     def __init__(
@@ -38,8 +41,10 @@ class VerifierGauges:
         scheduler: QuoteScheduler,
         outbox: Outbox,
         clock: Callable[[], float],
+        log: LogReader,
     ) -> None:
         self._nodes = nodes
+        self._log = log
         self._scheduler = scheduler
         self._outbox = outbox
         self._clock = clock
@@ -70,3 +75,8 @@ class VerifierGauges:
         metrics.OUTBOX_DEPTH.set(depth)
         age = 0.0 if oldest is None else max(0.0, self._clock() - oldest)
         metrics.OUTBOX_OLDEST_AGE.set(age)
+        size, waiting, staged = await asyncio.to_thread(self._log.backlog)
+        metrics.LOG_ENTRIES.set(size)
+        metrics.LOG_UNSEQUENCED.set(waiting)
+        age = 0.0 if staged is None else max(0.0, self._clock() - staged)
+        metrics.LOG_OLDEST_UNSEQUENCED_AGE.set(age)

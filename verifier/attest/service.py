@@ -215,7 +215,9 @@ class Verifier:
         self.queries = NodeQueries(
             store, nodes, self._ownership, self.scheduler, self.policies
         )
-        self.gauges = VerifierGauges(nodes, self.scheduler, self.outbox, clock)
+        self.gauges = VerifierGauges(
+            nodes, self.scheduler, self.outbox, clock, self.log
+        )
         self.checker = PolicyChecker(store, nodes, self.policies, self._agents)
         self.commands = NodeCommands(
             nodes,

@@ -48,6 +48,9 @@ __all__ = [
     "NODE_TRANSITIONS",
     "OUTBOX_DEPTH",
     "OUTBOX_OLDEST_AGE",
+    "LOG_ENTRIES",
+    "LOG_UNSEQUENCED",
+    "LOG_OLDEST_UNSEQUENCED_AGE",
     "POLICIES_IN_FORCE",
     "PUSH_SESSIONS",
     "QUOTE_LAG",
@@ -150,6 +153,24 @@ OUTBOX_DEPTH = Gauge(
 OUTBOX_OLDEST_AGE = Gauge(
     _PREFIX + "outbox_oldest_age_seconds",
     "Age of the oldest undelivered event (0 when the outbox is empty).",
+    registry=REGISTRY,
+)
+
+LOG_ENTRIES = Gauge(
+    _PREFIX + "log_entries",
+    "Entries in the attestation log's signed tree (the shared log: every "
+    "verifier process reports the same figure).",
+    registry=REGISTRY,
+)
+LOG_UNSEQUENCED = Gauge(
+    _PREFIX + "log_unsequenced",
+    "Verdict changes staged for the attestation log and not yet in its signed tree.",
+    registry=REGISTRY,
+)
+LOG_OLDEST_UNSEQUENCED_AGE = Gauge(
+    _PREFIX + "log_oldest_unsequenced_age_seconds",
+    "Age of the oldest staged entry the sequencer has not appended (0 when "
+    "none waits).",
     registry=REGISTRY,
 )
 

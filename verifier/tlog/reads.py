@@ -77,6 +77,19 @@ class LogReader:
     def __init__(self, engine: sa.Engine) -> None:
         self._engine = engine
 
+    def backlog(self) -> tuple[int, int, float | None]:
+        """The log's size (entries in the signed tree), how many staged
+        entries wait for the sequencer, and when the oldest of them was
+        staged (None: none waits)."""
+        waiting = sa.select(sa.func.count(), sa.func.min(LogEntryRow.created_at)).where(
+            LogEntryRow.leaf_index.is_(None)
+        )
+        with Session(self._engine) as session:
+            head = session.get(LogHead, HEAD_ID)
+            count, oldest = session.execute(waiting).one()
+        size = 0 if head is None else int(head.size)
+        return size, int(count), (None if oldest is None else float(oldest))
+
     def checkpoint(self) -> str:
         """The latest signed checkpoint note.
 

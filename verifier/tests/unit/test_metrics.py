@@ -188,6 +188,38 @@ class VerifierMetricsTest(VerifierServiceBase):
         self.assertGreaterEqual(_value("trusted_cloud_outbox_oldest_age_seconds"), 0)
         self.assertEqual(0, _value("trusted_cloud_quote_lag_seconds"))  # paused
 
+    async def test_gauges_show_the_log_waiting_then_sequenced(self) -> None:
+        verifier = self.new_verifier(notifiers=[])
+        good, bad = self.new_agent(), self.new_agent()
+        await self.enrol(verifier, good)
+        await self.enrol(verifier, bad)
+        await verifier.rounds.attest_once(good.uuid)
+        await verifier.rounds.attest_once(bad.uuid)
+        bad.tpm.extend(16, hashlib.sha256(b"rootkit").digest())
+        await verifier.rounds.attest_once(bad.uuid)
+        await verifier.gauges.refresh()
+        # two attested, one revoked: staged, none in the signed tree yet
+        self.assertEqual(
+            (0, 3),
+            (
+                _value("trusted_cloud_log_entries"),
+                _value("trusted_cloud_log_unsequenced"),
+            ),
+        )
+        self.assertGreaterEqual(
+            _value("trusted_cloud_log_oldest_unsequenced_age_seconds"), 0
+        )
+        self.assertEqual(3, verifier.log_pump.pass_once())
+        await verifier.gauges.refresh()
+        self.assertEqual(
+            (3, 0, 0),
+            (
+                _value("trusted_cloud_log_entries"),
+                _value("trusted_cloud_log_unsequenced"),
+                _value("trusted_cloud_log_oldest_unsequenced_age_seconds"),
+            ),
+        )
+
     async def test_metrics_endpoint_serves_the_text_format(self) -> None:
         verifier = self.new_verifier()
         app = verifier_app(verifier, "PEM", open_auth())
