@@ -375,7 +375,12 @@ class TestGuestPatching(testtools.TestCase):
         self.assertEqual([POLICY_CHANGED], self.events())
         told = self.page("events", **{PAGE_NODE: self.node.uuid})
         self.assertEqual(0, told.returncode, told.stderr)
-        self.assertIn("policy_changed: set, runtime web@1 -> web@2", told.stdout)
+        # time, node, kind, "reason: detail (delivered: ...)" (user/events.rst)
+        (line,) = told.stdout.splitlines()
+        self.assertEqual(
+            [self.node.uuid, "policy_changed", "set:"], line.split()[1:4], line
+        )
+        self.assertIn("set: runtime web@1 -> web@2 (delivered:", line)
         self.assertEqual([], self.cluster.hook_records())
 
     def test_5_install_and_upgrade_then_run_them_and_stay_attested(self) -> None:
@@ -428,11 +433,16 @@ class TestGuestPatching(testtools.TestCase):
         # as the tenant reads them
         told = self.page("events", **{PAGE_NODE: self.node.uuid})
         self.assertEqual(0, told.returncode, told.stderr)
-        whats = [line.split()[3] for line in told.stdout.splitlines()]
+        # newest first: time, node, kind, "reason: detail" (user/events.rst)
+        rows = [line.split()[1:4] for line in told.stdout.splitlines()]
         self.assertEqual(
-            ["policy_changed:", *["unreachable:", "recovered:"] * 2], whats
+            [
+                *[[self.node.uuid, k, f"{k}:"] for k in ("recovered", "unreachable")]
+                * 2,
+                [self.node.uuid, "policy_changed", "set:"],
+            ],
+            rows,
         )
-        self.assertIn(f"{self.node.uuid} recovered: recovered", told.stdout)
 
     def test_8_dry_run_of_version_1_lists_exactly_the_patched_files(self) -> None:
         done = self.tenant(
