@@ -66,6 +66,7 @@ DIST_OF = {
     "oslo_policy": "oslo.policy",
     "debian": "python-debian",
     "zstandard": "zstandard",
+    "prometheus_client": "prometheus-client",
     "nova": "nova",
 }
 
