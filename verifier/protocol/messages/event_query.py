@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import re
 import uuid as uuid_mod
 from collections.abc import Mapping
@@ -46,6 +47,9 @@ _REASON = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _LIMIT = re.compile(r"^[0-9]{1,7}$")
 
 
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
 def parse_time(text: str, field: str = "time") -> float:
     """Seconds since the epoch of an ISO 8601 time with a time zone.
 
@@ -68,8 +72,14 @@ def parse_time(text: str, field: str = "time") -> float:
 
 
 def format_time(seconds: float) -> str:
-    """ISO 8601 UTC of ``seconds`` (``Z``; microseconds only if any)."""
-    when = datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    """ISO 8601 UTC of ``seconds`` (``Z``; microseconds only if any),
+    rounded down to the microsecond: a time read back as ``since`` never
+    falls after the event it was printed from (rounding to the nearest
+    microsecond could, and the inclusive filter then missed it)."""
+    micros = math.floor(seconds * 1_000_000)
+    when = _EPOCH + datetime.timedelta(microseconds=micros)
+    if when.timestamp() > seconds:  # the float's own rounding, read back
+        when -= datetime.timedelta(microseconds=1)
     return when.isoformat().replace("+00:00", "Z")
 
 

@@ -320,3 +320,14 @@ class EventListApiTest(VerifierServiceBase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TimeFormatTest(testtools.TestCase):
+    def test_printed_time_read_back_as_since_never_falls_after_the_event(
+        self,
+    ) -> None:
+        from verifier.protocol.messages.event_query import format_time, parse_time
+
+        for i in range(20000):
+            stored = 1764280869.0 + i * 0.3183098861  # microsecond fractions
+            self.assertLessEqual(parse_time(format_time(stored)), stored)
