@@ -13,6 +13,7 @@ import os
 import pathlib
 import re
 import uuid as uuid_mod
+from typing import Any
 
 import fixtures
 import testtools
@@ -169,7 +170,9 @@ class VerifierMetricsTest(VerifierServiceBase):
         )
         self.assertEqual(before + 1, after)
 
-    async def test_gauges_count_nodes_by_state_and_the_outbox(self) -> None:
+    async def _one_attested_one_revoked(self) -> Any:
+        """A verifier with a node attested and a node revoked (its PCR 16
+        tampered), its gauges refreshed."""
         verifier = self.new_verifier(notifiers=[])
         good, bad = self.new_agent(), self.new_agent()
         await self.enrol(verifier, good)
@@ -179,6 +182,10 @@ class VerifierMetricsTest(VerifierServiceBase):
         bad.tpm.extend(16, hashlib.sha256(b"rootkit").digest())
         await verifier.rounds.attest_once(bad.uuid)
         await verifier.gauges.refresh()
+        return verifier
+
+    async def test_gauges_count_nodes_by_state_and_the_outbox(self) -> None:
+        await self._one_attested_one_revoked()
         self.assertEqual(
             1, _value("trusted_cloud_nodes", state="attested", mode="pull")
         )
@@ -189,15 +196,7 @@ class VerifierMetricsTest(VerifierServiceBase):
         self.assertEqual(0, _value("trusted_cloud_quote_lag_seconds"))  # paused
 
     async def test_gauges_show_the_log_waiting_then_sequenced(self) -> None:
-        verifier = self.new_verifier(notifiers=[])
-        good, bad = self.new_agent(), self.new_agent()
-        await self.enrol(verifier, good)
-        await self.enrol(verifier, bad)
-        await verifier.rounds.attest_once(good.uuid)
-        await verifier.rounds.attest_once(bad.uuid)
-        bad.tpm.extend(16, hashlib.sha256(b"rootkit").digest())
-        await verifier.rounds.attest_once(bad.uuid)
-        await verifier.gauges.refresh()
+        verifier = await self._one_attested_one_revoked()
         # two attested, one revoked: staged, none in the signed tree yet
         self.assertEqual(
             (0, 3),
