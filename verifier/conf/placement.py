@@ -70,11 +70,19 @@ def _adapter_opts() -> list[cfg.Opt]:
     return opts
 
 
+def _unset(_: str) -> None:
+    return None
+
+
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register the group's own and keystoneauth's options on ``conf``."""
     ks_loading.register_session_conf_options(conf, GROUP)
     ks_loading.register_auth_conf_options(conf, GROUP)
     conf.register_opts(_adapter_opts(), group=GROUP)
+    # keystoneauth's adapter loader reads the version options: present, but
+    # not settable (as Nova does)
+    for name in sorted(_VERSION_OPTS):
+        conf.register_opt(cfg.Opt(name, type=_unset), group=GROUP)  # type: ignore[arg-type]
     conf.register_opts(_OPTS, group=GROUP)
 
 

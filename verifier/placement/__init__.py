@@ -14,6 +14,7 @@ from verifier.placement.client import (
     PlacementError,
     PlacementReason,
     check_trait,
+    noauth_adapter,
 )
 from verifier.placement.traits import DEFAULT_TRAIT, TraitSync
 
@@ -26,4 +27,5 @@ __all__ = [
     "PlacementReason",
     "TraitSync",
     "check_trait",
+    "noauth_adapter",
 ]

@@ -41,6 +41,7 @@ __all__ = [
     "PlacementError",
     "PlacementReason",
     "check_trait",
+    "noauth_adapter",
 ]
 
 #: Placement microversion of every request (1.6: traits; 1.23: error codes).
@@ -104,6 +105,21 @@ def check_trait(trait: str) -> str:
     return trait
 
 
+def noauth_adapter(endpoint: str, timeout: float = 10.0) -> ks_adapter.Adapter:
+    """A keystoneauth adapter for a Placement without authtoken at
+    ``endpoint``: no Keystone, :data:`NOAUTH_HEADERS` on every request."""
+    session = ks_session.Session(
+        auth=ks_noauth.NoAuth(endpoint=endpoint), timeout=timeout
+    )
+    return ks_adapter.Adapter(
+        session,
+        service_type=placement_conf.SERVICE_TYPE,
+        endpoint_override=endpoint,
+        additional_headers=dict(NOAUTH_HEADERS),
+        default_microversion=MICROVERSION,
+    )
+
+
 def _error_code(response: requests.Response) -> str:
     try:
         errors = response.json().get("errors") or [{}]
@@ -152,16 +168,7 @@ class PlacementClient:
     ) -> PlacementClient:
         """A client of a Placement without authtoken at ``endpoint``
         (sends :data:`NOAUTH_HEADERS`)."""
-        session = ks_session.Session(
-            auth=ks_noauth.NoAuth(endpoint=endpoint), timeout=timeout
-        )
-        adapter = ks_adapter.Adapter(
-            session,
-            service_type=placement_conf.SERVICE_TYPE,
-            endpoint_override=endpoint,
-            additional_headers=dict(NOAUTH_HEADERS),
-            default_microversion=MICROVERSION,
-        )
+        adapter = noauth_adapter(endpoint, timeout)
         return cls(adapter, conflict_retries=conflict_retries)
 
     @classmethod
@@ -273,8 +280,8 @@ class PlacementClient:
             raise PlacementError(
                 PlacementReason.UNREACHABLE,
                 provider,
-                f"Placement did not answer {method} {path} (provider "
-                f"{provider or '-'}): {type(exc).__name__}: {exc}"[:300],
+                f"Placement did not answer {method} {path} (resource provider "
+                f"{provider}): {type(exc).__name__}",
             ) from None
         return response
 
