@@ -42,6 +42,7 @@ class StandalonePlacement:
     """
 
     def __init__(self, workdir: str) -> None:
+        os.makedirs(workdir, exist_ok=True)
         self.workdir = workdir
         self.port = free_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"
