@@ -341,3 +341,31 @@ def base64_of(data: bytes) -> str:
     import base64
 
     return base64.b64encode(data).decode()
+
+
+class PublishedVectorTest(testtools.TestCase):
+    """The test vector of doc/source/admin/deep-quotes.rst."""
+
+    def test_published_test_vector(self) -> None:
+        a = guest_leaf("3f2a6c1e-5b1d-4c1e-9a7e-0c6d2b8e4f10", b"attest-a")
+        b = guest_leaf("9d1e2c3b-0a4f-4e5d-8c7b-6a5f4e3d2c1b", b"attest-b")
+        batch = GuestBatch([a, b])
+        nonce = host_nonce(bytes(range(20)), batch.root, 2)
+        self.assertEqual(
+            (
+                "747275737465642d636c6f7564206261746368206c656166207631003f2a6c1e"
+                "5b1d4c1e9a7e0c6d2b8e4f10b4ffd60a1dd9959ba34a262067fbf74ecc976809"
+                "64b24920f017fcf7babf61b5",
+                "a0220e0049afd055e8374dfe85f4b827e0c1f886cb4e9447e5f3b65ced9b6b3c",
+                "865ac31a478be77cc9de61ff2740977e01befd163fcd8fc705f3514d5629ba8c",
+                "3ecac794f7725bedf34ec2424ad42f0e1234ddb49091909e353a8b126dfa4235",
+                ["2965d10e7cedaf6d1b887392db3195b6803c4e3e1334f01afba485386982c0b6"],
+            ),
+            (
+                a.hex(),
+                batch.root.hex(),
+                nonce.hex(),
+                bind_nonce(nonce).hex(),
+                batch.proof(0).to_dict()["path"],
+            ),
+        )
