@@ -10,6 +10,8 @@ microversion it needs); ``noauth`` is for a Placement that runs without
 
 from __future__ import annotations
 
+import copy
+
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
@@ -74,6 +76,18 @@ def _unset(_: str) -> None:
     return None
 
 
+def _password_opts() -> list[cfg.Opt]:
+    """The password plugin's options, for the sample file only (the plugin
+    ``auth_type`` names registers its own when it loads): none required,
+    so that a configuration using another plugin still parses."""
+    opts = []
+    for opt in ks_loading.get_auth_plugin_conf_options("password"):
+        opt = copy.deepcopy(opt)
+        opt.required = False
+        opts.append(opt)
+    return opts
+
+
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register the group's own and keystoneauth's options on ``conf``."""
     ks_loading.register_session_conf_options(conf, GROUP)
@@ -93,7 +107,7 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
             _OPTS
             + ks_loading.get_session_conf_options()
             + ks_loading.get_auth_common_conf_options()
-            + ks_loading.get_auth_plugin_conf_options("password")
+            + _password_opts()
             + _adapter_opts(),
         )
     ]
