@@ -203,9 +203,11 @@ class NodeCommands:
         uuid = canonical_uuid(uuid)
         if scope is not None:
             await self._queries.get(uuid, scope)  # another project's node: 404
+        node = self._nodes.find(uuid)
+        if node is not None and node.is_host:  # a compute host: /v1/hosts
+            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
         self._pending.forget(uuid)
         self._push.drop(uuid)
-        node = self._nodes.find(uuid)
         if node is not None:
             self._membership.release(node)
         if not await asyncio.to_thread(self._store.delete, uuid) and node is None:

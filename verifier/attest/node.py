@@ -251,6 +251,8 @@ class LiveNode(NodeAttestation):
             enrolled before commitments).
         interval: its own quote interval, its verification class (None:
             the verifier's).
+        is_host: a compute host (kind ``host``, :mod:`verifier.attest.hosts`),
+            not a tenant's node.
         judged: :class:`NodeAttestation`'s keyword arguments (its state as
             last written).
     """
@@ -259,6 +261,7 @@ class LiveNode(NodeAttestation):
         "base_url",
         "follows",
         "interval",
+        "is_host",
         "mb_ref",
         "mode",
         "project_id",
@@ -284,9 +287,11 @@ class LiveNode(NodeAttestation):
         u_commitment: bytes | None = None,
         interval: float | None = None,
         follows: tuple[str | None, str | None] = (None, None),
+        is_host: bool = False,
         **judged: Any,
     ) -> None:
         super().__init__(uuid, policy, ak, **judged)
+        self.is_host = is_host
         self.project_id = project_id
         self.mode = mode
         self.u_commitment = u_commitment
@@ -365,6 +370,7 @@ class LiveNode(NodeAttestation):
             u_commitment=row.u_commitment,
             interval=row.quote_interval,
             follows=_follows(row),
+            is_host=row.kind == "host",
             state=NodeState(row.state),
             runtime=runtime,
             mb=mb,

@@ -74,9 +74,9 @@ class NodeQueries:
         if node is None:
             row = await asyncio.to_thread(self.store.load, uuid)
             node = self._nodes.find(uuid)  # adopted meanwhile: memory is newer
-            if node is None and row is not None:
+            if node is None and row is not None and row.kind != "host":
                 view = view_of_row(row)
-        if node is not None:
+        if node is not None and not node.is_host:  # hosts: /v1/hosts
             view = node.view()
         if view is None or not visible(view.project_id, scope):
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
@@ -110,11 +110,11 @@ class NodeQueries:
         rounds this process started and how late (``stretch``: the period
         its nodes see over their interval, 1.0 when nothing is late)."""
         states: dict[str, int] = {s.value: 0 for s in NodeState}
-        db = await asyncio.to_thread(self.store.states)
+        db = await asyncio.to_thread(self.store.states, True)  # hosts: gauges
         for uuid, state in db.items():
             node = self._nodes.find(uuid)
             states[node.state.value if node else state] += 1
-        local = sum(n.quotes_verified for n in self._nodes)
+        local = sum(n.quotes_verified for n in self._nodes if not n.is_host)
         return {
             "nodes": len(db),
             "states": states,

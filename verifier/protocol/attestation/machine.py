@@ -43,6 +43,10 @@ _NOTHING_REPLAYED = ReplayState()  # shared: frozen
 
 #: The states a good quote brings a node back from.
 _SET_BACK = frozenset({NodeState.FAILED, NodeState.UNREACHABLE})
+#: The states a good quote makes a node with nothing (more) to release
+#: attested from: V delivered, or a node enrolled without V (a compute
+#: host, :mod:`verifier.protocol.attestation.hosts`).
+_FIRST_TRUST = frozenset({NodeState.REGISTERED, NodeState.BOOTSTRAPPING})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -508,7 +512,7 @@ class NodeAttestation:
             return Verdict(Action.RELEASE_V, to, answer.nk, answer.csr, quoted.attest)
         to = None
         if state in _SET_BACK or (
-            state is NodeState.BOOTSTRAPPING and self._v_released
+            state in _FIRST_TRUST and self._v_released
         ):
             back = NodeState.ATTESTED if self._v_released else NodeState.BOOTSTRAPPING
             to = Transition(back)
