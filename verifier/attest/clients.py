@@ -12,6 +12,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
@@ -20,6 +21,7 @@ from verifier.common.errors import TransportError
 from verifier.common.http import MAX_ANSWER, AsyncClient
 from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
+from verifier.protocol.messages.hosts import HostTrustReport
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = ["RegistrarClient", "VerifierAgentClient"]
@@ -66,6 +68,31 @@ class RegistrarClient:
         if answer.status != 200:
             raise RequestError("registrar_error", answer.error.message, 502)
         return _record(uuid, answer.data)
+
+    async def put_host_trust(self, host: str, report: HostTrustReport) -> None:
+        """Tell the registrar compute host ``host``'s trust (it accepts
+        vTPM EK certificates from the host's CA only while it is trusted
+        with that CA proven).
+
+        Raises:
+            RequestError: the registrar is unreachable (502
+                ``registrar_unreachable``) or refused (502
+                ``registrar_error``): retry later.
+        """
+        url = f"{self._base}/v1/hosts/{quote(host, safe='')}/trust"
+        try:
+            answer = await self._http.request("PUT", url, json=report.to_dict())
+        except TransportError as exc:
+            raise RequestError(
+                "registrar_unreachable", f"cannot reach the registrar: {exc}", 502
+            )
+        if not answer.ok:
+            raise RequestError(
+                "registrar_error",
+                f"the registrar answered {answer.status} to the trust of host "
+                f"{host}: {answer.error.message}",
+                502,
+            )
 
     async def close(self) -> None:
         await self._http.close()

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from verifier.db import Host, Node
 from verifier.exceptions import ConflictError
-from verifier.protocol import canonical_uuid
+from verifier.protocol import MalformedError, canonical_uuid
 
 __all__ = ["GUEST", "HOST", "GuestRef", "HostStore"]
 
@@ -54,11 +54,13 @@ class HostStore:
                 ``tpm_claimed``: another enrolment holds it.
         """
         try:
-            with Session(self.engine) as session, session.begin():
+            session = Session(self.engine, expire_on_commit=False)
+            with session, session.begin():
                 self._check_claims(session, host)
                 session.add(node)
                 session.flush()
                 session.add(host)
+            session.expunge_all()
         except IntegrityError:  # a race: name what the winner holds
             with Session(self.engine) as session:
                 self._check_claims(session, host)
@@ -82,9 +84,7 @@ class HostStore:
         for column, value, code, what in claims:
             other = session.scalar(sa.select(Host.uuid).where(column == value))
             if other is not None:
-                raise ConflictError(
-                    code, f"{what} is already enrolled as host {other}"
-                )
+                raise ConflictError(code, f"{what} is already enrolled as host {other}")
 
     def find(self, ref: str) -> Host | None:
         """The host of provider UUID or hypervisor host name ``ref``."""
@@ -94,7 +94,7 @@ class HostStore:
             if row is None:
                 try:
                     row = session.get(Host, canonical_uuid(ref))
-                except ValueError:
+                except MalformedError:  # a name, not a UUID
                     row = None
             if row is not None:
                 session.expunge(row)
@@ -102,9 +102,19 @@ class HostStore:
 
     def all(self) -> list[Host]:
         with Session(self.engine) as session:
-            rows = list(session.scalars(sa.select(Host).order_by(Host.hypervisor_hostname)))
+            rows = list(
+                session.scalars(sa.select(Host).order_by(Host.hypervisor_hostname))
+            )
             session.expunge_all()
             return rows
+
+    def host_states(self) -> dict[str, tuple[str, str | None]]:
+        """Provider UUID -> (state, failure reason) of every host's node."""
+        query = sa.select(Node.uuid, Node.state, Node.failure_reason).where(
+            Node.kind == HOST
+        )
+        with self.engine.connect() as conn:
+            return {uuid: (state, why) for uuid, state, why in conn.execute(query)}
 
     def by_name(self) -> dict[str, Host]:
         """Every host, by hypervisor host name."""
@@ -147,7 +157,9 @@ class HostStore:
             .order_by(Node.uuid)
         )
         with self.engine.connect() as conn:
-            return [GuestRef(uuid, project or "") for uuid, project in conn.execute(query)]
+            return [
+                GuestRef(uuid, project or "") for uuid, project in conn.execute(query)
+            ]
 
     def hosts_of(self, uuids: list[str]) -> dict[str, str]:
         """Guest UUID -> its current host name, for those of ``uuids`` with one."""
@@ -157,7 +169,7 @@ class HostStore:
                 query = sa.select(Node.uuid, Node.compute_host).where(
                     Node.uuid.in_(uuids[i : i + 500]), Node.compute_host.is_not(None)
                 )
-                out.update({uuid: host for uuid, host in conn.execute(query)})
+                out.update({uuid: host for uuid, host in conn.execute(query) if host})
         return out
 
     def place(self, uuid: str, name: str) -> bool:
@@ -171,4 +183,4 @@ class HostStore:
                 .where(Node.uuid == uuid, Node.kind == GUEST)
                 .values(compute_host=name, updated_at=self._clock())
             )
-        return result.rowcount == 1  # type: ignore[no-any-return]
+        return result.rowcount == 1

@@ -25,6 +25,7 @@ from typing import Any
 
 from verifier.attest.clients import RegistrarClient
 from verifier.attest.host_store import HOST, HostStore
+from verifier.attest.host_verdicts import HostVerdicts
 from verifier.attest.membership import Membership
 from verifier.attest.node import LiveNode, NodeState, enrolment_row, iso8601
 from verifier.attest.ownership import Ownership
@@ -81,7 +82,7 @@ class HostCommands:
         policies: the stored policies (the caller's project's).
         ownership: which nodes this process attests.
         clock: wall clock (seconds).
-        forgotten: told of a deleted host's provider UUID (its trait goes).
+        verdicts: the hosts' verdicts (told of enrolments and deletions).
     """
 
     def __init__(
@@ -94,7 +95,7 @@ class HostCommands:
         policies: PolicyStore,
         ownership: Ownership,
         clock: Callable[[], float],
-        forgotten: Callable[[str, str], None] = lambda uuid, name: None,
+        verdicts: HostVerdicts,
     ) -> None:
         self._hosts = hosts
         self._store = store
@@ -104,7 +105,7 @@ class HostCommands:
         self._policies = policies
         self._ownership = ownership
         self._clock = clock
-        self.forgotten = forgotten
+        self._verdicts = verdicts
 
     async def enrol(self, request: HostEnrolmentRequest, project: str) -> HostView:
         """Enrol a compute host, attested in pull mode from now on.
@@ -150,6 +151,7 @@ class HostCommands:
         )
         node = LiveNode.from_row(row, self._policies.cached)
         await asyncio.to_thread(self._hosts.insert, row, host)
+        self._verdicts.enrolled(uuid, request.hypervisor_hostname)
         if self._ownership.owns(uuid):
             self._membership.adopt(node)
         LOG.info("Enrolled compute host %s (%s)", request.hypervisor_hostname, uuid)
@@ -191,7 +193,11 @@ class HostCommands:
         if row is None:
             return self._view(host, NodeState.REGISTERED.value, None, None, 0)
         return self._view(
-            host, row.state, row.failure_reason, row.last_attested_at, row.quotes_verified
+            host,
+            row.state,
+            row.failure_reason,
+            row.last_attested_at,
+            row.quotes_verified,
         )
 
     async def list(self) -> list[HostView]:
@@ -216,7 +222,9 @@ class HostCommands:
         """
         host = await self._find(ref)
         row = await asyncio.to_thread(self._store.load, host.uuid)
-        guests = await asyncio.to_thread(self._hosts.guests_of, host.hypervisor_hostname)
+        guests = await asyncio.to_thread(
+            self._hosts.guests_of, host.hypervisor_hostname
+        )
         view = self._state_of(host, row)
         return dataclasses.replace(view, guests=tuple(g.uuid for g in guests))
 
@@ -233,5 +241,5 @@ class HostCommands:
         if node is not None:
             self._membership.release(node)
         await asyncio.to_thread(self._hosts.delete, host.uuid)
-        self.forgotten(host.uuid, host.hypervisor_hostname)
+        self._verdicts.forgotten(host.uuid, host.hypervisor_hostname)
         LOG.info("Compute host %s (%s) deleted", host.hypervisor_hostname, host.uuid)

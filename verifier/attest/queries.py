@@ -18,7 +18,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from verifier.attest.node import NodeState, NodeView, view_of_row
+from verifier.attest.host_store import HostStore
+from verifier.attest.node import NodeState, NodeView, iso8601, view_of_row
 from verifier.attest.ownership import Ownership
 from verifier.attest.policies import PolicyStore
 from verifier.attest.registry import LiveNodes
@@ -45,6 +46,8 @@ class NodeQueries:
         ownership: which nodes this process attests (its member id).
         scheduler: the quote loop (its verification classes).
         policies: the stored policies (the names of those in force).
+        hosts: the compute hosts (the verdict of a node's host; None: none
+            shown).
     """
 
     def __init__(
@@ -54,8 +57,10 @@ class NodeQueries:
         ownership: Ownership,
         scheduler: QuoteScheduler,
         policies: PolicyStore | None = None,
+        hosts: HostStore | None = None,
     ) -> None:
         self.store = store
+        self._hosts = hosts
         self._policies = policies
         self._nodes = nodes
         self._ownership = ownership
@@ -83,7 +88,9 @@ class NodeQueries:
         return (await self.named([view]))[0]
 
     async def named(self, views: Sequence[NodeView]) -> list[NodeView]:
-        """``views`` with the name and version of the policies in force."""
+        """``views`` with the name and version of the policies in force,
+        and their compute host's verdict."""
+        views = await self._hosted(views)
         if self._policies is None:
             return list(views)
         pairs = {
@@ -102,6 +109,30 @@ class NodeQueries:
             dataclasses.replace(view, names=by_project.get(view.project_id, {}))
             for view in views
         ]
+
+    async def _hosted(self, views: Sequence[NodeView]) -> Sequence[NodeView]:
+        """``views`` with their compute host's verdict (as last written)."""
+        if self._hosts is None or not views:
+            return views
+        placed = await asyncio.to_thread(
+            self._hosts.hosts_of, [view.uuid for view in views]
+        )
+        if not placed:
+            return views
+        hosts = await asyncio.to_thread(self._hosts.by_name)
+        out = []
+        for view in views:
+            name = placed.get(view.uuid)
+            if name is not None:
+                row = hosts.get(name)
+                host = {
+                    "name": name,
+                    "trusted": None if row is None else row.trusted,
+                    "as_of": None if row is None else iso8601(row.verdict_at),
+                }
+                view = dataclasses.replace(view, host=host)
+            out.append(view)
+        return out
 
     async def stats(self) -> dict[str, Any]:
         """Counts for operators and benchmarks: nodes per state (this

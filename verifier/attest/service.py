@@ -18,8 +18,10 @@ The parts, each calling only those below it::
     policy switch (new versions followed, policies set)
     scheduler -> rounds -> pull | push -> relay, release
     membership (adopt, release) and its sync; pending promotions
+    host commands -> host store, host verdicts
     transitions -> store (and the log's staging), outbox pump, log pump,
-                   CP-ABE authority
+                   CP-ABE authority, host verdicts (-> transitions of the
+                   guests of an untrusted host, trait sync, registrar trust)
     log pump -> log sequencer; log reader (history, checkpoints, proofs)
     registry (the live map), write-behind
 """
@@ -39,6 +41,9 @@ from verifier.attest.commands import NodeCommands
 from verifier.attest.delivery import OutboxPump
 from verifier.attest.following import PolicySwitch
 from verifier.attest.gauges import VerifierGauges
+from verifier.attest.host_store import HostStore
+from verifier.attest.host_verdicts import HostVerdicts, RegistrarTrust, TraitWanted
+from verifier.attest.hosts import HostCommands
 from verifier.attest.log_pump import LogPump
 from verifier.attest.membership import Membership, OwnershipSync
 from verifier.attest.memtrim import trim_loop
@@ -87,11 +92,16 @@ class Verifier:
         policies: stored runtime and measured-boot policies (default: a
             store on ``engine`` accepting unsigned policies).
         abe: issues CP-ABE keys after valid quotes (None: off).
+        traits: keeps the trusted trait on the compute hosts' Placement
+            providers (None: ``[placement]`` not configured).
         quotas: per-project limits of nodes (and of policies, for the
             default policy store).
 
     Attributes:
         commands, queries: the API's writes and reads of nodes.
+        hosts: the API's commands and reads of compute hosts.
+        host_verdicts: what the hosts' verdicts mean for their guests,
+            Placement and the registrar.
         log: the attestation log's reads (checkpoint, history, proofs).
         log_pump: runs the log's sequencer.
         gauges: sets the Prometheus gauges when ``/metrics`` is scraped.
@@ -117,6 +127,7 @@ class Verifier:
         policies: PolicyStore | None = None,
         abe: AbeAuthority | None = None,
         quotas: Quotas | None = None,
+        traits: TraitWanted | None = None,
     ) -> None:
         self.settings = settings
         self._registrar = registrar
@@ -149,6 +160,17 @@ class Verifier:
         self.switch = PolicySwitch(
             store, self.nodes, self.policies, signing_key, clock, self.pump
         )
+        self.host_store = HostStore(engine, clock)
+        self.host_trust = RegistrarTrust(registrar, settings.outbox_interval)
+        self.host_verdicts = HostVerdicts(
+            self.host_store,
+            self.nodes,
+            self.transitions,
+            clock,
+            self.host_trust,
+            traits,
+        )
+        self.transitions.entered = self.host_verdicts.entered
         self._build_attestation(engine, signing_key, ca, clock)
         self._build_membership(registrar, clock)
 
@@ -213,7 +235,23 @@ class Verifier:
             settings.sync_interval,
         )
         self.queries = NodeQueries(
-            store, nodes, self._ownership, self.scheduler, self.policies
+            store,
+            nodes,
+            self._ownership,
+            self.scheduler,
+            self.policies,
+            self.host_store,
+        )
+        self.hosts = HostCommands(
+            self.host_store,
+            store,
+            nodes,
+            membership,
+            registrar,
+            self.policies,
+            self._ownership,
+            clock,
+            self.host_verdicts,
         )
         self.gauges = VerifierGauges(
             nodes, self.scheduler, self.outbox, clock, self.log
@@ -239,6 +277,7 @@ class Verifier:
         """Join the ownership group, adopt owned nodes, start the loops."""
         await self._ownership.start()
         await self.sync.sync()
+        await asyncio.to_thread(self.host_verdicts.load)
         self.push.relay.follow_handovers()
         self._background = [  # each in a context of its own, not a request's
             background_task(self.pump.run()),
@@ -246,6 +285,7 @@ class Verifier:
             background_task(self.write_behind.run()),
             background_task(self.pending.run()),
             background_task(trim_loop()),  # see verifier.attest.memtrim
+            background_task(self.host_trust.run()),
         ]
         self.scheduler.start()
         if not isinstance(self._ownership, AllNodes):

@@ -201,7 +201,9 @@ class TransitionWriter:
     ) -> None:
         """Revoke a node another process attests (or none): in the
         database, once, whoever else races (an event of ``kind``)."""
-        signed = make_event(self._signing_key, uuid, reason, detail, self._clock(), kind)
+        signed = make_event(
+            self._signing_key, uuid, reason, detail, self._clock(), kind
+        )
         failure = f"{reason}: {detail}"
         if self._store.revoke(uuid, failure, signed, None, kind.removeprefix("node.")):
             self._committed(uuid, True)

@@ -90,7 +90,7 @@ class HostVerdict:
 
     def guest_detail(self) -> str:
         """What a marked guest's event says."""
-        return f"its compute host {self.name} ({self.host}) is untrusted"
+        return f"its compute host {self.name} is untrusted"
 
 
 def proven_file_digest(entries: Iterable[ImaEntry], path: str) -> bytes | None:

@@ -511,9 +511,7 @@ class NodeAttestation:
                 to = Transition(NodeState.BOOTSTRAPPING)
             return Verdict(Action.RELEASE_V, to, answer.nk, answer.csr, quoted.attest)
         to = None
-        if state in _SET_BACK or (
-            state in _FIRST_TRUST and self._v_released
-        ):
+        if state in _SET_BACK or (state in _FIRST_TRUST and self._v_released):
             back = NodeState.ATTESTED if self._v_released else NodeState.BOOTSTRAPPING
             to = Transition(back)
         return Verdict(Action.WAIT, to, answer.nk, None, quoted.attest)
