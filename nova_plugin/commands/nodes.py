@@ -82,7 +82,11 @@ def describe(node: Mapping[str, Any]) -> str:
 def _host_words(host: Mapping[str, Any]) -> str:
     """A compute host's verdict in words (``trusted`` true, false or null)."""
     trusted = host.get("trusted")
-    words = {True: "trusted", False: "UNTRUSTED"}.get(trusted, "not known now")
+    words = "not known now"
+    if trusted is True:
+        words = "trusted"
+    elif trusted is False:
+        words = "UNTRUSTED"
     return f"{words} as of {host.get('as_of')}" if host.get("as_of") else words
 
 

@@ -42,7 +42,7 @@ from verifier.attest.delivery import OutboxPump
 from verifier.attest.following import PolicySwitch
 from verifier.attest.gauges import VerifierGauges
 from verifier.attest.host_store import HostStore
-from verifier.attest.host_verdicts import HostVerdicts, RegistrarTrust, TraitWanted
+from verifier.attest.host_verdicts import HostVerdicts, RegistrarTrust
 from verifier.attest.hosts import HostCommands
 from verifier.attest.log_pump import LogPump
 from verifier.attest.membership import Membership, OwnershipSync
@@ -64,6 +64,7 @@ from verifier.attest.rounds import RoundDispatch
 from verifier.attest.scheduler import QuoteScheduler, background_task
 from verifier.attest.settings import VerifierSettings
 from verifier.attest.store import NodeStore
+from verifier.attest.trait_runner import TraitRunner
 from verifier.attest.transitions import TransitionWriter
 from verifier.ca import CertificateAuthority
 from verifier.notify import Outbox
@@ -127,13 +128,14 @@ class Verifier:
         policies: PolicyStore | None = None,
         abe: AbeAuthority | None = None,
         quotas: Quotas | None = None,
-        traits: TraitWanted | None = None,
+        traits: TraitRunner | None = None,
     ) -> None:
         self.settings = settings
         self._registrar = registrar
         self._agents = agents
         self.outbox = outbox
         self.abe = abe
+        self.traits = traits
         self._background: list[asyncio.Task[None]] = []
         self._ownership = ownership or AllNodes()
         self.store = store = NodeStore(engine, clock, quotas)
@@ -288,6 +290,8 @@ class Verifier:
             background_task(self.host_trust.run()),
         ]
         self.scheduler.start()
+        if self.traits is not None:
+            self._background.append(background_task(self.traits.run()))
         if not isinstance(self._ownership, AllNodes):
             self._background.append(background_task(self.sync.run()))
         self.pump.wake()
