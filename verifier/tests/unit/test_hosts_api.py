@@ -186,3 +186,30 @@ class HostApiTest(HostCase):
         async with self.client() as client:  # the operator sees the host's
             events = (await (await client.get("/v1/events")).json())["events"]
             self.assertIn(host.uuid, {e["node_uuid"] for e in events})
+
+    async def test_nova_listener_tells_the_verifier_where_a_node_runs(self) -> None:
+        import asyncio
+
+        import oslo_messaging
+
+        from verifier.nova_listener.listener import InstanceEndpoint, VerifierOperator
+
+        verifier = self.new_verifier()
+        self.quiesce(verifier)
+        guest = await self.attested_guest(verifier, host="compute-1")
+        async with self.client() as client:
+            url = str(client.make_url("")).rstrip("/")
+            endpoint = InstanceEndpoint(VerifierOperator(url, None))
+
+            def notify(uuid: str, host: str) -> object:
+                payload = {"nova_object.data": {"uuid": uuid, "host": host}}
+                event = "instance.live_migration_post_dest.end"
+                return endpoint.info({}, "nova-compute:x", event, payload, {})
+
+            handled = oslo_messaging.NotificationResult.HANDLED
+            result = await asyncio.to_thread(notify, guest.uuid, "compute-2")
+            self.assertEqual(handled, result)
+            shown = await (await client.get(f"/v1/nodes/{guest.uuid}")).json()
+            self.assertEqual("compute-2", shown["host"]["name"])
+            other = "7d7ac7b4-0c5a-4d0e-9c57-4f4b0a0c0b0a"  # nobody enrolled it
+            self.assertEqual(handled, await asyncio.to_thread(notify, other, "c"))
