@@ -9,6 +9,7 @@ registrar recorded at registration; we pin exactly that certificate
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +26,8 @@ from verifier.protocol.messages.hosts import HostTrustReport
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = ["RegistrarClient", "VerifierAgentClient"]
+
+LOG = logging.getLogger(__name__)
 
 
 def _record(uuid: str, data: Mapping[str, Any]) -> RegistrationRecord:
@@ -68,6 +71,25 @@ class RegistrarClient:
         if answer.status != 200:
             raise RequestError("registrar_error", answer.error.message, 502)
         return _record(uuid, answer.data)
+
+    async def placement(self, uuid: str) -> str | None:
+        """The compute host the registrar last recorded for instance
+        ``uuid`` (from Nova's notifications, by the vTPM manager), or None
+        when it has none or cannot say now (the Nova listener reports
+        later moves to the verifier itself)."""
+        url = f"{self._base}/v1/provider/instances/{uuid}"
+        try:
+            answer = await self._http.request("GET", url)
+        except TransportError as exc:
+            LOG.warning("No placement of %s from the registrar: %s", uuid, exc)
+            return None
+        data = answer.data if answer.ok else None
+        host = data.get("host") if isinstance(data, Mapping) else None
+        if answer.status != 404 and not answer.ok:
+            LOG.warning(
+                "No placement of %s from the registrar: %s", uuid, answer.status
+            )
+        return host if isinstance(host, str) and host else None
 
     async def put_host_trust(self, host: str, report: HostTrustReport) -> None:
         """Tell the registrar compute host ``host``'s trust (it accepts

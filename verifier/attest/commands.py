@@ -150,6 +150,7 @@ class NodeCommands:
             interval,
             names,
         )
+        row.compute_host = await self._registrar.placement(uuid)
         node = LiveNode.from_row(row, self._policies.cached)
         await asyncio.to_thread(self._store.insert, row)
         if self._ownership.owns(uuid):

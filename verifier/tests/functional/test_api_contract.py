@@ -83,6 +83,9 @@ def _json_schema(schema: Any) -> Any:
 
 
 class _NoRegistrar:
+    async def placement(self, uuid: str) -> str | None:
+        return None
+
     async def get_agent(self, node_uuid: str) -> Any:
         raise NotFoundError("unknown_node", f"the registrar does not know {node_uuid}")
 

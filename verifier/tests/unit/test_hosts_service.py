@@ -310,3 +310,26 @@ class HostVerdictTest(HostCase):
         self.assertEqual(
             [("compute-1", True)], [(n, r.trusted) for n, r in self.registrar.trust]
         )
+
+
+class GuestPlacementTest(HostCase):
+    async def test_node_enrolled_after_its_instance_learns_its_host_at_enrolment(
+        self,
+    ) -> None:
+        verifier = self.new_verifier()
+        guest = self.new_agent()
+        self.registrar.placements[guest.uuid] = "compute-7"
+        await self.enrol(verifier, guest)
+        row = self.row(guest.uuid)
+        assert row is not None
+        self.assertEqual("compute-7", row.compute_host)
+        shown = (await verifier.queries.get(guest.uuid)).to_dict()
+        self.assertEqual(
+            {"name": "compute-7", "trusted": None, "as_of": None}, shown["host"]
+        )
+
+    async def test_node_without_a_known_host_shows_none(self) -> None:
+        verifier = self.new_verifier()
+        guest = self.new_agent()
+        await self.enrol(verifier, guest)
+        self.assertIsNone((await verifier.queries.get(guest.uuid)).to_dict()["host"])
