@@ -19,6 +19,7 @@ import asyncio
 from aiohttp import web
 
 from verifier.api.authz import caller, rule
+from verifier.attest.host_batches import HostBatches
 from verifier.attest.host_store import HostStore
 from verifier.attest.hosts import HostCommands
 from verifier.common.web import json_response, read_json
@@ -31,6 +32,7 @@ __all__ = ["add_routes"]
 
 _HOSTS = web.AppKey("hosts", HostCommands)
 _STORE = web.AppKey("host_store", HostStore)
+_BATCHES = web.AppKey("host_batches", HostBatches)
 
 
 @rule("attestation:host:create")
@@ -69,12 +71,19 @@ async def _place(request: web.Request) -> web.Response:
     assert isinstance(name, str)
     if not await asyncio.to_thread(request.app[_STORE].place, uuid, name):
         raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
+    request.app[_BATCHES].placed(uuid, name)
     return json_response({"uuid": uuid, "host": name})
 
 
-def add_routes(app: web.Application, hosts: HostCommands, store: HostStore) -> None:
+def add_routes(
+    app: web.Application,
+    hosts: HostCommands,
+    store: HostStore,
+    batches: HostBatches,
+) -> None:
     app[_HOSTS] = hosts
     app[_STORE] = store
+    app[_BATCHES] = batches
     app.router.add_post("/v1/hosts", _enrol)
     app.router.add_get("/v1/hosts", _list)
     app.router.add_get("/v1/hosts/{host}", _get)

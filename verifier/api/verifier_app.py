@@ -236,7 +236,7 @@ def make_app(
     )
     add_relay_routes(app, verifier.push)
     add_log_routes(app, verifier.log, signing_public_pem)
-    add_host_routes(app, verifier.hosts, verifier.host_store)
+    add_host_routes(app, verifier.hosts, verifier.host_store, verifier.host_batches)
     for add in routes:
         add(app)
     openapi.add_route(app, "trusted-cloud verifier", api_schemas.VERIFIER)

@@ -52,6 +52,7 @@ class NodeCommands:
         switch: changes the policies in force on nodes.
         min_node_interval: the shortest quote interval a tenant may give.
         clock: wall clock (seconds).
+        placed: told of a node's compute host when the registrar knew it.
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class NodeCommands:
         switch: PolicySwitch,
         min_node_interval: float,
         clock: Callable[[], float],
+        placed: Callable[[str, str], None] = lambda uuid, host: None,
     ) -> None:
         self._nodes = nodes
         self._membership = membership
@@ -83,6 +85,7 @@ class NodeCommands:
         self._switch = switch
         self._min_interval = min_node_interval
         self._clock = clock
+        self._placed = placed
 
     async def enrol(
         self,
@@ -150,9 +153,11 @@ class NodeCommands:
             interval,
             names,
         )
-        row.compute_host = await self._registrar.placement(uuid)
+        row.compute_host = host = await self._registrar.placement(uuid)
         node = LiveNode.from_row(row, self._policies.cached)
         await asyncio.to_thread(self._store.insert, row)
+        if host is not None:
+            self._placed(uuid, host)
         if self._ownership.owns(uuid):
             self._membership.adopt(node)
         LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))

@@ -172,6 +172,14 @@ class HostStore:
                 out.update({uuid: host for uuid, host in conn.execute(query) if host})
         return out
 
+    def placements(self) -> dict[str, str]:
+        """Guest UUID -> its current host name, of every guest with one."""
+        query = sa.select(Node.uuid, Node.compute_host).where(
+            Node.kind == GUEST, Node.compute_host.is_not(None)
+        )
+        with self.engine.connect() as conn:
+            return {uuid: host for uuid, host in conn.execute(query) if host}
+
     def place(self, uuid: str, name: str) -> bool:
         """Guest ``uuid`` now runs on host ``name``.
 

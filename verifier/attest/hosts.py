@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from verifier.attest.clients import RegistrarClient
+from verifier.attest.host_batches import HostBatches
 from verifier.attest.host_store import HOST, HostStore
 from verifier.attest.host_verdicts import HostVerdicts
 from verifier.attest.membership import Membership
@@ -83,6 +84,7 @@ class HostCommands:
         ownership: which nodes this process attests.
         clock: wall clock (seconds).
         verdicts: the hosts' verdicts (told of enrolments and deletions).
+        batches: the batched deep quotes (told of them too).
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class HostCommands:
         ownership: Ownership,
         clock: Callable[[], float],
         verdicts: HostVerdicts,
+        batches: HostBatches,
     ) -> None:
         self._hosts = hosts
         self._store = store
@@ -106,6 +109,7 @@ class HostCommands:
         self._ownership = ownership
         self._clock = clock
         self._verdicts = verdicts
+        self._batches = batches
 
     async def enrol(self, request: HostEnrolmentRequest, project: str) -> HostView:
         """Enrol a compute host, attested in pull mode from now on.
@@ -152,6 +156,7 @@ class HostCommands:
         node = LiveNode.from_row(row, self._policies.cached)
         await asyncio.to_thread(self._hosts.insert, row, host)
         self._verdicts.enrolled(uuid, request.hypervisor_hostname)
+        self._batches.host_added(uuid, request.hypervisor_hostname, request.ca_path)
         if self._ownership.owns(uuid):
             self._membership.adopt(node)
         LOG.info("Enrolled compute host %s (%s)", request.hypervisor_hostname, uuid)
@@ -242,4 +247,5 @@ class HostCommands:
             self._membership.release(node)
         await asyncio.to_thread(self._hosts.delete, host.uuid)
         self._verdicts.forgotten(host.uuid, host.hypervisor_hostname)
+        self._batches.host_removed(host.uuid)
         LOG.info("Compute host %s (%s) deleted", host.hypervisor_hostname, host.uuid)

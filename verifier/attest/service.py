@@ -16,7 +16,7 @@ The parts, each calling only those below it::
     commands (enrol, delete, revoke, set policy)  queries (get, list, stats)
     checker (the dry run of a runtime policy; changes no node)
     policy switch (new versions followed, policies set)
-    scheduler -> rounds -> pull | push -> relay, release
+    scheduler -> rounds -> pull | push -> relay, release; pull -> host batches
     membership (adopt, release) and its sync; pending promotions
     host commands -> host store, host verdicts
     transitions -> store (and the log's staging), outbox pump, log pump,
@@ -41,6 +41,7 @@ from verifier.attest.commands import NodeCommands
 from verifier.attest.delivery import OutboxPump
 from verifier.attest.following import PolicySwitch
 from verifier.attest.gauges import VerifierGauges
+from verifier.attest.host_batches import HostBatches
 from verifier.attest.host_store import HostStore
 from verifier.attest.host_verdicts import HostVerdicts, RegistrarTrust
 from verifier.attest.hosts import HostCommands
@@ -103,6 +104,8 @@ class Verifier:
         hosts: the API's commands and reads of compute hosts.
         host_verdicts: what the hosts' verdicts mean for their guests,
             Placement and the registrar.
+        host_batches: the batched deep quotes (guest leaves per host, the
+            hosts' rounds, the guests' proofs).
         log: the attestation log's reads (checkpoint, history, proofs).
         log_pump: runs the log's sequencer.
         gauges: sets the Prometheus gauges when ``/metrics`` is scraped.
@@ -200,8 +203,9 @@ class Verifier:
             store=push_store,
             session_key=session_key(signing_key),
         )
+        self.host_batches = HostBatches(self.host_store, self.host_verdicts, clock)
         pull = PullAttestation(
-            agents, nodes, self.transitions, release, self.abe, clock
+            agents, nodes, self.transitions, release, self.abe, clock, self.host_batches
         )
         self.rounds = RoundDispatch(nodes, pull, self.push, self.transitions)
         self.scheduler = QuoteScheduler(
@@ -254,6 +258,7 @@ class Verifier:
             self._ownership,
             clock,
             self.host_verdicts,
+            self.host_batches,
         )
         self.gauges = VerifierGauges(
             nodes, self.scheduler, self.outbox, clock, self.log
@@ -273,6 +278,7 @@ class Verifier:
             self.switch,
             settings.min_node_interval,
             clock,
+            self.host_batches.placed,
         )
 
     async def start(self) -> None:
@@ -280,6 +286,7 @@ class Verifier:
         await self._ownership.start()
         await self.sync.sync()
         await asyncio.to_thread(self.host_verdicts.load)
+        await asyncio.to_thread(self.host_batches.load)
         self.push.relay.follow_handovers()
         self._background = [  # each in a context of its own, not a request's
             background_task(self.pump.run()),
