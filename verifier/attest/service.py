@@ -188,6 +188,7 @@ class Verifier:
     ) -> None:
         """The rounds of both modes, the tenant relay and the scheduler."""
         settings, agents, nodes = self.settings, self._agents, self.nodes
+        self.host_batches = HostBatches(self.host_store, self.host_verdicts, clock)
         release = ShareRelease(ca, self.transitions)
         push_store = PushStore(engine, clock)
         relay = TenantRelay(nodes, agents, clock, store=push_store)
@@ -202,8 +203,8 @@ class Verifier:
             clock,
             store=push_store,
             session_key=session_key(signing_key),
+            batched=self.host_batches.guest_passed,
         )
-        self.host_batches = HostBatches(self.host_store, self.host_verdicts, clock)
         pull = PullAttestation(
             agents, nodes, self.transitions, release, self.abe, clock, self.host_batches
         )
