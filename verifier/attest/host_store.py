@@ -116,6 +116,13 @@ class HostStore:
         with self.engine.connect() as conn:
             return {uuid: (state, why) for uuid, state, why in conn.execute(query)}
 
+    def verdict_counts(self) -> dict[str, int]:
+        """Hosts by verdict: ``trusted``, ``untrusted`` and ``unknown``."""
+        query = sa.select(Host.trusted, sa.func.count()).group_by(Host.trusted)
+        names = {True: "trusted", False: "untrusted", None: "unknown"}
+        with self.engine.connect() as conn:
+            return {names[trusted]: count for trusted, count in conn.execute(query)}
+
     def by_name(self) -> dict[str, Host]:
         """Every host, by hypervisor host name."""
         return {row.hypervisor_hostname: row for row in self.all()}

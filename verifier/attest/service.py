@@ -262,7 +262,7 @@ class Verifier:
             self.host_batches,
         )
         self.gauges = VerifierGauges(
-            nodes, self.scheduler, self.outbox, clock, self.log
+            nodes, self.scheduler, self.outbox, clock, self.log, self.host_store
         )
         self.checker = PolicyChecker(store, nodes, self.policies, self._agents)
         self.commands = NodeCommands(

@@ -156,6 +156,17 @@ OUTBOX_OLDEST_AGE = Gauge(
     registry=REGISTRY,
 )
 
+HOSTS = Gauge(
+    _PREFIX + "hosts",
+    "Enrolled compute hosts by verdict: trusted (attested), untrusted "
+    "(failed their evidence: their guests are marked host_untrusted) or "
+    "unknown (not attested yet, unreachable or failed). The hosts table is "
+    "shared: every verifier process reports the same figures.",
+    ["state"],
+    registry=REGISTRY,
+)
+#: The ``state`` label values of :data:`HOSTS`.
+HOST_STATES = ("trusted", "untrusted", "unknown")
 LOG_ENTRIES = Gauge(
     _PREFIX + "log_entries",
     "Entries in the attestation log's signed tree (the shared log: every "

@@ -333,3 +333,34 @@ class GuestPlacementTest(HostCase):
         guest = self.new_agent()
         await self.enrol(verifier, guest)
         self.assertIsNone((await verifier.queries.get(guest.uuid)).to_dict()["host"])
+
+
+class HostGaugeTest(HostCase):
+    async def test_hosts_gauge_counts_hosts_by_verdict_and_nodes_leave_them_out(
+        self,
+    ) -> None:
+        from verifier.common import metrics
+
+        def hosts(state: str) -> float | None:
+            return metrics.REGISTRY.get_sample_value(
+                "trusted_cloud_hosts", {"state": state}
+            )
+
+        verifier = self.new_verifier()
+        good, bad, silent = self.new_agent(), self.new_agent(), self.new_agent()
+        for agent, name in ((good, "c1"), (bad, "c2"), (silent, "c3")):
+            await self.enrol_host(verifier, agent, name)
+            await verifier.rounds.attest_once(agent.uuid)
+        bad.tpm.extend(16, b"unknown program")
+        await verifier.rounds.attest_once(bad.uuid)
+        silent.unreachable = True
+        for _ in range(3):
+            await verifier.rounds.attest_once(silent.uuid)
+        await verifier.gauges.refresh()
+        self.assertEqual(
+            (1.0, 1.0, 1.0), (hosts("trusted"), hosts("untrusted"), hosts("unknown"))
+        )
+        nodes = metrics.REGISTRY.get_sample_value(
+            "trusted_cloud_nodes", {"state": "attested", "mode": "pull"}
+        )
+        self.assertEqual(0.0, nodes)
