@@ -143,6 +143,8 @@ class HostBatches:
         (a part of a round in several parts goes on with a new nonce over
         the same batch)."""
         round_ = self._open.get(host)
+        if round_ is None:
+            self._refresh(host)
         guests = round_.guests if round_ is not None else self._pending.pop(host, [])
         batch = GuestBatch([guest_leaf(g, a) for g, a in guests])
         fresh = os.urandom(20)
@@ -152,6 +154,19 @@ class HostBatches:
             opened.ca = round_.ca
         self._open[host] = opened
         return opened
+
+    def _refresh(self, host: str) -> None:
+        """Learn (again) host ``host`` and the guests it runs, from the
+        shared tables: another verifier process may have enrolled it or
+        been told where guests run (one indexed query per host round)."""
+        if host not in self._hosts:
+            row = self._store.find(host)
+            if row is None:
+                return
+            self.host_added(row.uuid, row.hypervisor_hostname, row.ca_path)
+        name = self._hosts[host][0]
+        for guest in self._store.guests_of(name):
+            self._placed[guest.uuid] = name
 
     def finished(self, round_: OpenRound, verdict: Verdict, answer: object) -> None:
         """The host's answer to ``round_`` was judged (``verdict``): keep a

@@ -22,13 +22,14 @@ registrar, but its guests are not marked: silence is not evidence.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 from collections.abc import Callable
 from typing import Protocol
 
 from verifier.attest.clients import RegistrarClient
 from verifier.attest.host_store import HostStore
-from verifier.attest.node import NodeState, iso8601
+from verifier.attest.node import NodeState
 from verifier.attest.registry import LiveNodes
 from verifier.attest.transitions import TransitionWriter
 from verifier.exceptions import RequestError
@@ -44,6 +45,13 @@ from verifier.protocol.messages.hosts import HostTrustReport
 __all__ = ["HostVerdicts", "RegistrarTrust", "TraitWanted"]
 
 LOG = logging.getLogger(__name__)
+
+
+def _as_of(now: float) -> str:
+    """ISO 8601 UTC with microseconds: the registrar keeps the latest
+    report by this time, so two verdicts within a second must differ."""
+    when = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class TraitWanted(Protocol):
@@ -67,6 +75,7 @@ class RegistrarTrust:
         self._registrar = registrar
         self._retry = retry_interval
         self._pending: dict[str, HostTrustReport] = {}
+        self._failing: dict[str, str] = {}  # host -> its last refusal
         self._wake = asyncio.Event()
 
     def want(self, host: str, report: HostTrustReport) -> None:
@@ -82,11 +91,17 @@ class RegistrarTrust:
         for host, report in list(self._pending.items()):
             try:
                 await self._registrar.put_host_trust(host, report)
-            except RequestError as exc:
-                LOG.warning(
-                    "Trust of host %s not sent to the registrar yet: %s", host, exc
+            except RequestError as exc:  # e.g. down, or no CA of the host yet
+                again = self._failing.get(host) == exc.detail
+                self._failing[host] = exc.detail
+                LOG.log(
+                    logging.DEBUG if again else logging.WARNING,
+                    "Trust of host %s not taken by the registrar yet (retried): %s",
+                    host,
+                    exc.detail,
                 )
                 continue
+            self._failing.pop(host, None)
             if self._pending.get(host) is report:  # not replaced meanwhile
                 del self._pending[host]
 
@@ -152,7 +167,7 @@ class HostVerdicts:
     def entered(self, uuid: str, state: NodeState, failure: str | None) -> None:
         """Node ``uuid`` entered ``state`` (written): for a host, apply
         what its verdict now means."""
-        known = self._known.get(uuid)
+        known = self._known.get(uuid) or self._adopted(uuid)
         if known is None:  # a tenant's node
             return
         name, old = known
@@ -170,6 +185,18 @@ class HostVerdicts:
         if change.marks_guests:
             self._mark_guests(change)
 
+    def _adopted(self, uuid: str) -> tuple[str, bool | None] | None:
+        """A host this process did not know (enrolled through another
+        verifier process, and adopted since), with its stored verdict."""
+        node = self._nodes.find(uuid)
+        if node is None or not node.is_host:
+            return None
+        row = self._hosts.find(uuid)
+        if row is None:
+            return None
+        self._known[uuid] = (row.hypervisor_hostname, row.trusted)
+        return self._known[uuid]
+
     def ca_proven(self, uuid: str, digest: str) -> None:
         """Host ``uuid``'s attested IMA list proved CA ``digest``."""
         known = self._known.get(uuid)
@@ -183,9 +210,7 @@ class HostVerdicts:
         if self._traits is not None:
             self._traits.want(uuid, trusted is True)
         if self._trust is not None:
-            report = HostTrustReport(
-                trusted is True, ca, uuid, iso8601(self._clock()) or ""
-            )
+            report = HostTrustReport(trusted is True, ca, uuid, _as_of(self._clock()))
             self._trust.want(name, report)
 
     def _mark_guests(self, change: HostVerdict) -> None:

@@ -364,3 +364,39 @@ class HostGaugeTest(HostCase):
             "trusted_cloud_nodes", {"state": "attested", "mode": "pull"}
         )
         self.assertEqual(0.0, nodes)
+
+
+class SharedHostsTest(HostCase):
+    async def test_host_enrolled_through_another_verifier_marks_its_guests(
+        self,
+    ) -> None:
+        other = self.new_verifier()
+        await other.start()
+        self.quiesce(other)
+        verifier = self.new_verifier()  # enrols; `other` adopts and attests
+        host = self.new_agent()
+        await self.enrol_host(verifier, host)
+        guest = await self.attested_guest(verifier)
+        await other.sync.sync()
+        await other.rounds.attest_once(host.uuid)
+        self.assertIs(True, (await other.hosts.get("compute-1")).trusted)
+        host.tpm.extend(16, b"unknown program")
+        await other.rounds.attest_once(host.uuid)
+        shown = (await other.queries.get(guest.uuid)).to_dict()
+        self.assertEqual("host_untrusted", shown["state"])
+        self.assertEqual(
+            [("node.host_untrusted", "host_untrusted")], self.events_of(guest.uuid)
+        )
+
+    async def test_guest_placed_through_another_verifier_is_batched(self) -> None:
+        verifier = self.new_verifier()
+        host = self.new_agent()
+        await self.enrol_host(verifier, host)
+        await verifier.rounds.attest_once(host.uuid)
+        guest = await self.attested_guest(verifier)  # placed in the table only
+        await verifier.rounds.attest_once(guest.uuid)
+        await verifier.rounds.attest_once(host.uuid)  # learns where it runs
+        await verifier.rounds.attest_once(guest.uuid)
+        await verifier.rounds.attest_once(host.uuid)
+        self.assertEqual(1, verifier.host_batches.rounds[host.uuid].size)
+        self.assertIn(guest.uuid, verifier.host_batches.proofs)
