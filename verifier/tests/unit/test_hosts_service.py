@@ -400,3 +400,26 @@ class SharedHostsTest(HostCase):
         await verifier.rounds.attest_once(host.uuid)
         self.assertEqual(1, verifier.host_batches.rounds[host.uuid].size)
         self.assertIn(guest.uuid, verifier.host_batches.proofs)
+
+
+class HostMetricsTest(HostCase):
+    async def test_marked_guests_count_as_host_untrusted_transitions(self) -> None:
+        from verifier.common import metrics
+
+        def marked() -> float | None:
+            return metrics.REGISTRY.get_sample_value(
+                "trusted_cloud_node_transitions_total",
+                {"kind": "host_untrusted", "reason": "host_untrusted"},
+            )
+
+        before = marked()
+        self.assertIsNotNone(before)  # the series exists from the start
+        verifier = self.new_verifier()
+        host = self.new_agent()
+        await self.enrol_host(verifier, host)
+        await verifier.rounds.attest_once(host.uuid)
+        await self.attested_guest(verifier)
+        host.tpm.extend(16, b"unknown program")
+        await verifier.rounds.attest_once(host.uuid)
+        assert before is not None
+        self.assertEqual(before + 1, marked())
