@@ -1,10 +1,10 @@
 """The compute hosts' verdicts and what follows from them (trusted compute
 pools, issue 29).
 
-Every state a node enters passes :class:`~verifier.attest.transitions.
-TransitionWriter`, which tells :meth:`HostVerdicts.entered`; for a host,
-the pure :mod:`verifier.protocol.attestation.hosts` says what its new state
-means, and this shell applies it:
+After each round of a host, the round dispatch
+(:mod:`verifier.attest.rounds`) tells :meth:`HostVerdicts.judged` the
+host's state; the pure :mod:`verifier.protocol.attestation.hosts` says what
+it means, and this shell applies it, calling down into the transitions:
 
 - the verdict is written on the host's row (``trusted``, ``as_of``), which
   every guest's status shows;
@@ -164,9 +164,9 @@ class HostVerdicts:
         self._known.pop(uuid, None)
         self._announce(uuid, name, None, None)
 
-    def entered(self, uuid: str, state: NodeState, failure: str | None) -> None:
-        """Node ``uuid`` entered ``state`` (written): for a host, apply
-        what its verdict now means."""
+    def judged(self, uuid: str, state: NodeState, failure: str | None) -> None:
+        """Host ``uuid`` is in ``state`` after a round (written): apply what
+        its verdict now means when it changed."""
         known = self._known.get(uuid) or self._adopted(uuid)
         if known is None:  # a tenant's node
             return
