@@ -124,7 +124,17 @@ class HostBatches:
         name, _ = self._hosts.pop(uuid, ("", ""))
         self._names.pop(name, None)
         self._pending.pop(uuid, None)
+        self._open.pop(uuid, None)
         self.rounds.pop(uuid, None)
+        for guest in [g for g, p in self.proofs.items() if p.host == uuid]:
+            del self.proofs[guest]
+
+    def forget(self, guest: str) -> None:
+        """Guest ``guest`` was deleted: no host, no pending leaf, no proof."""
+        self._placed.pop(guest, None)
+        self.proofs.pop(guest, None)
+        for pending in self._pending.values():
+            pending.pop(guest, None)
 
     def placed(self, guest: str, name: str) -> None:
         """Guest ``guest`` runs on host ``name`` from now on."""

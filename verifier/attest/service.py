@@ -282,6 +282,7 @@ class Verifier:
             settings.min_node_interval,
             clock,
             self.host_batches.placed,
+            self.host_batches.forget,
         )
 
     async def start(self) -> None:
