@@ -423,3 +423,20 @@ class HostMetricsTest(HostCase):
         await verifier.rounds.attest_once(host.uuid)
         assert before is not None
         self.assertEqual(before + 1, marked())
+
+
+class HostUntrustedLogTest(HostCase):
+    async def test_marked_guest_has_a_host_untrusted_entry_in_the_log(self) -> None:
+        verifier = self.new_verifier()
+        host = self.new_agent()
+        await self.enrol_host(verifier, host)
+        await verifier.rounds.attest_once(host.uuid)
+        guest = await self.attested_guest(verifier)
+        host.tpm.extend(16, b"unknown program")
+        await verifier.rounds.attest_once(host.uuid)
+        verifier.log_pump.pass_once()
+        history = verifier.log.history(guest.uuid, "p1")
+        kinds = [item.entry.kind.value for item in history.entries]
+        self.assertEqual(["attested", "host_untrusted"], kinds)
+        with self.assertRaises(NotFoundError):  # the host's are the operator's
+            verifier.log.history(host.uuid, "p1")
