@@ -289,7 +289,9 @@ class Verifier:
         """Join the ownership group, adopt owned nodes, start the loops."""
         await self._ownership.start()
         await self.sync.sync()
-        await asyncio.to_thread(self.host_verdicts.load)
+        # on the loop, once: it wakes the trait and trust senders (events of
+        # this loop); two small queries of the hosts table
+        self.host_verdicts.load()
         await asyncio.to_thread(self.host_batches.load)
         self.push.relay.follow_handovers()
         self._background = [  # each in a context of its own, not a request's
