@@ -52,6 +52,7 @@ from verifier.protocol.messages.push import (
 )
 from verifier.protocol.messages.shares import ShareV
 from verifier.protocol.push import PushError, PushLedger, PushRules, session_digest
+from verifier.protocol.tpm import TpmAttest
 
 if TYPE_CHECKING:  # CP-ABE is the abe extra
     from verifier.attest.abe_keys import AbeAuthority
@@ -81,6 +82,9 @@ class PushAttestation:
         session_key: the deployment's session-nonce key
             (:func:`~verifier.attest.push_store.session_key`; None: a
             random one, good for this process only).
+        batched: told of each good quote of a node (its TPMS_ATTEST): the
+            batched deep quote of its compute host
+            (:meth:`verifier.attest.host_batches.HostBatches.guest_passed`).
     """
 
     def __init__(
@@ -96,8 +100,10 @@ class PushAttestation:
         random: Callable[[int], bytes] = os.urandom,
         store: PushStore | None = None,
         session_key: bytes | None = None,
+        batched: Callable[[str, TpmAttest], None] | None = None,
     ) -> None:
         self._nodes = nodes
+        self._batched = batched
         self._transitions = transitions
         self._release = release
         self._abe = abe
@@ -229,6 +235,8 @@ class PushAttestation:
                 verdict.transition.failure_reason,
             )
         transitions.act(node, verdict)
+        if self._batched is not None and verdict and verdict.attest is not None:
+            self._batched(node.uuid, verdict.attest)
         self.relay.received(node, post)
         share, follow = None, None
         if verdict.action in (Action.WAIT, Action.RELEASE_V, Action.ASK_AGAIN):

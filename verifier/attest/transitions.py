@@ -37,7 +37,12 @@ from verifier.attest.store import NodeStore
 from verifier.common import metrics
 from verifier.notify.outbox import make_event
 from verifier.protocol.attestation import AttestationRules, Transition, Verdict
-from verifier.protocol.events import NODE_FAILED, NODE_RECOVERED, NODE_UNREACHABLE
+from verifier.protocol.events import (
+    NODE_FAILED,
+    NODE_RECOVERED,
+    NODE_REVOKED,
+    NODE_UNREACHABLE,
+)
 from verifier.tlog import ATTESTED, Staged
 
 if TYPE_CHECKING:  # CP-ABE is the abe extra
@@ -46,6 +51,8 @@ if TYPE_CHECKING:  # CP-ABE is the abe extra
 __all__ = ["TransitionWriter", "event_kind", "log_kind"]
 
 LOG = logging.getLogger(__name__)
+
+
 _OUT = {NodeState.FAILED: NODE_FAILED, NodeState.UNREACHABLE: NODE_UNREACHABLE}
 
 
@@ -158,23 +165,35 @@ class TransitionWriter:
         else:  # revoked (or deleted) by another verifier meanwhile
             node.revoked_elsewhere()
 
-    def revoke_live(self, node: LiveNode, change: Transition) -> None:
-        """Revoke a node this process attests (its hot state written too)."""
+    def revoke_live(
+        self, node: LiveNode, change: Transition, kind: str = NODE_REVOKED
+    ) -> None:
+        """Revoke a node this process attests (its hot state written too),
+        with an event of ``kind`` (``node.revoked``, or
+        ``node.host_untrusted`` when its compute host was found untrusted)."""
         reason, detail = change.reason or "revoked", change.detail
-        signed = make_event(self._signing_key, node.uuid, reason, detail, self._clock())
-        first = self._store.revoke(node.uuid, f"{reason}: {detail}", signed, node)
+        signed = make_event(
+            self._signing_key, node.uuid, reason, detail, self._clock(), kind
+        )
+        log = kind.removeprefix("node.")
+        first = self._store.revoke(node.uuid, f"{reason}: {detail}", signed, node, log)
         node.apply(change)
         if first:
             LOG.warning(
-                "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
+                "Node %s %s (%s); event %s", node.uuid, log, reason, signed.event.id
             )
             self._committed(node.uuid, True)
-            metrics.transition("revoked", change.reason)
+            metrics.transition(kind, change.reason)
 
-    def revoke_stored(self, uuid: str, reason: str, detail: str) -> None:
+    def revoke_stored(
+        self, uuid: str, reason: str, detail: str, kind: str = NODE_REVOKED
+    ) -> None:
         """Revoke a node another process attests (or none): in the
-        database, once, whoever else races."""
-        signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
-        if self._store.revoke(uuid, f"{reason}: {detail}", signed, None):
+        database, once, whoever else races (an event of ``kind``)."""
+        signed = make_event(
+            self._signing_key, uuid, reason, detail, self._clock(), kind
+        )
+        failure = f"{reason}: {detail}"
+        if self._store.revoke(uuid, failure, signed, None, kind.removeprefix("node.")):
             self._committed(uuid, True)
-            metrics.transition("revoked", reason)
+            metrics.transition(kind, reason)
