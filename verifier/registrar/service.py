@@ -18,6 +18,14 @@ any host's vTPM CA, a registration under a UUID whose placement is known
 (or whose EK certificate an enrolled host CA signed) must pass
 :func:`~verifier.protocol.ekcert.check_host_bound_ek`, anonymous or not;
 its refusals are 403 with the check's reason and store nothing.
+
+With ``host_trust`` :attr:`~verifier.protocol.hosttrust.HostTrustMode.REQUIRED`
+(``[registrar] host_trust``, the default) that check runs behind the host
+gate (:func:`~verifier.protocol.hosttrust.check_trusted_host_ek`): the
+placed host must be attested and have proved its enrolled CA, as the
+verifier last told (:meth:`HostRegistry.put_trust`); refusals
+``host_untrusted`` and ``host_ca_unproven``. What is already registered
+is kept: the gate judges new registrations only.
 """
 
 from __future__ import annotations
@@ -47,10 +55,10 @@ from verifier.protocol import (
 from verifier.protocol.credential import check_ek_template
 from verifier.protocol.ekcert import (
     check_ek_certificate,
-    check_host_bound_ek,
     issuing_hosts,
     named_instance,
 )
+from verifier.protocol.hosttrust import HostTrustMode, check_trusted_host_ek
 from verifier.registrar.hosts import HostBinding, HostRegistry
 from verifier.registrar.hosts import forget_pending as _forget_pending
 
@@ -121,6 +129,8 @@ class Registrar:
         engine: the registrar database.
         ek_anchors: trusted EK CA certificates (empty: EK certs unchecked).
         require_ek_certificate: refuse registrations without an EK cert.
+        host_trust: whether a host-bound vTPM's host must be attested and
+            have proved its CA (``[registrar] host_trust``).
     """
 
     def __init__(
@@ -128,10 +138,13 @@ class Registrar:
         engine: sa.Engine,
         ek_anchors: Sequence[x509.Certificate] = (),
         require_ek_certificate: bool = False,
+        *,
+        host_trust: HostTrustMode = HostTrustMode.REQUIRED,
     ) -> None:
         self._engine = engine
         self._anchors = list(ek_anchors)
         self._require_cert = require_ek_certificate
+        self._host_trust = host_trust
         self.hosts = HostRegistry(engine)
 
     def _check_ek(
@@ -174,19 +187,23 @@ class Registrar:
         cert = reg.ek_certificate
         return cert is not None and bool(issuing_hosts(cert, binding.anchors))
 
-    @staticmethod
-    def _check_host_bound(reg: Registration, uuid: str, binding: HostBinding) -> None:
+    def _check_host_bound(
+        self, reg: Registration, uuid: str, binding: HostBinding
+    ) -> None:
         """Raises: RequestError (403) with the check's named reason."""
         now = datetime.datetime.now(datetime.UTC)
         try:
             ek = TpmPublic.from_bytes(reg.ek_public)
-            check_host_bound_ek(
+            check_trusted_host_ek(
                 reg.ek_certificate,
                 ek,
                 uuid,
                 binding.placed_host,
                 binding.anchors,
                 now,
+                mode=self._host_trust,
+                host_cas=binding.ca_pems,
+                host_trust=binding.trust,
             )
         except EvidenceError as exc:
             raise RequestError(exc.reason, exc.detail, 403)
