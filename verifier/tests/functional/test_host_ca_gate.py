@@ -237,6 +237,9 @@ class HostCaGateTest(testtools.TestCase):
         self.assertTrue(self.registered(self.provider), node.log)
         status, data = self.call("verifier", "GET", f"/v1/agents/{self.provider}")
         self.assertIsNotNone(data["ek_certificate"])
+        # no bootstrap file, no user-data: it serves, waiting for nothing
+        assert node.proc is not None
+        self.assertIsNone(node.proc.poll(), node.log)
 
     def test_3_vtpm_of_a_host_never_reported_is_refused(self) -> None:
         uuid, swtpm = self.new_vtpm()
