@@ -28,6 +28,7 @@ platform TPM, its kernel's IMA list and its swtpm local CA.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import shutil
 import subprocess
@@ -306,6 +307,22 @@ class EmulatedHost:
     def mb_policy() -> dict[str, object]:
         """The host measured-boot policy (the soft firmware's golden boot)."""
         return SoftKernel.golden_mb_policy()
+
+    def write_policies(self, directory: str | None = None) -> tuple[str, str]:
+        """Write the host's runtime and measured-boot policies as JSON files
+        (for ``openstack attestation host enrol --runtime-policy FILE
+        --mb-policy FILE`` or a policy upload); return their paths."""
+        directory = directory or self.dir
+        os.makedirs(directory, exist_ok=True)
+        runtime = os.path.join(directory, f"{self.name}-runtime-policy.json")
+        mb = os.path.join(directory, f"{self.name}-mb-policy.json")
+        for path, document in (
+            (runtime, self.runtime_policy().to_dict()),
+            (mb, self.mb_policy()),
+        ):
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(document, f, indent=1, sort_keys=True)
+        return runtime, mb
 
     def proven_ca_sha256(self) -> str:
         """The sha256 the host's IMA list shows for the CA file (what the

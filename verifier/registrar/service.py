@@ -19,13 +19,9 @@ any host's vTPM CA, a registration under a UUID whose placement is known
 :func:`~verifier.protocol.ekcert.check_host_bound_ek`, anonymous or not;
 its refusals are 403 with the check's reason and store nothing.
 
-With ``host_trust`` :attr:`~verifier.protocol.hosttrust.HostTrustMode.REQUIRED`
-(``[registrar] host_trust``, the default) that check runs behind the host
-gate (:func:`~verifier.protocol.hosttrust.check_trusted_host_ek`): the
-placed host must be attested and have proved its enrolled CA, as the
-verifier last told (:meth:`HostRegistry.put_trust`); refusals
-``host_untrusted`` and ``host_ca_unproven``. What is already registered
-is kept: the gate judges new registrations only.
+With ``[registrar] host_trust = required`` (the default) that check runs
+behind the host gate (:mod:`verifier.protocol.hosttrust`): the placed host
+must be attested with its enrolled CA proven, as the verifier last said.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -206,8 +207,13 @@ class HostCaGateTest(testtools.TestCase):
             self.host.proven_ca_sha256(),
         )
         assert self.host.kernel is not None
-        # the operator's host policy, made from the host as it is now
-        type(self).policy = self.host.runtime_policy()
+        # the operator's host policies, made from the host as it is now and
+        # read back from the files an operator would enrol the host with
+        runtime, mb = self.host.write_policies(os.path.join(self.tmp, "policies"))
+        with open(runtime, encoding="utf-8") as f:
+            type(self).policy = RuntimePolicy.from_dict(json.load(f))
+        with open(mb, encoding="utf-8") as f:
+            self.assertEqual(self.host.mb_policy(), json.load(f))
         entries = self.host.kernel.entries[1:]
         self.assertEqual([], evaluate(self.policy, entries, 1))
         status, data = self.call(
