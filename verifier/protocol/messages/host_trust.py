@@ -32,6 +32,7 @@ __all__ = ["HostTrustRecord", "HostTrustUpdate", "format_time", "parse_time"]
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _MAX_TIME = 40
+_YEAR_10000 = 253402300800.0
 
 
 def parse_time(structure: str, name: str, value: object) -> float:
@@ -50,7 +51,23 @@ def parse_time(structure: str, name: str, value: object) -> float:
         raise FieldError(structure, name, "is not an ISO 8601 time") from None
     if when.tzinfo is None:
         raise FieldError(structure, name, "needs a time zone (Z or an offset)")
-    return when.timestamp()
+    try:
+        seconds = when.timestamp()
+    except (ValueError, OverflowError):  # out of range once in UTC
+        seconds = -1.0
+    _check_time(structure, name, seconds)
+    return seconds
+
+
+def _check_time(structure: str, name: str, value: object) -> None:
+    """Raises: FieldError unless ``value`` is seconds since the epoch
+    between 1970 and 9999 (a number, not a boolean)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value < _YEAR_10000
+    ):
+        raise FieldError(structure, name, "must be a time between 1970 and 9999")
 
 
 def format_time(seconds: float) -> str:
@@ -97,8 +114,7 @@ class HostTrustUpdate:
         _check_digest(self._NAME, self.ca_sha256)
         canonical = canonical_uuid_field(self._NAME, "provider", self.provider)
         object.__setattr__(self, "provider", canonical)
-        if isinstance(self.as_of, bool) or not isinstance(self.as_of, int | float):
-            raise FieldError(self._NAME, "as_of", "must be a time")
+        _check_time(self._NAME, "as_of", self.as_of)
 
     def trust(self) -> HostTrust:
         """The core's form of this update."""
