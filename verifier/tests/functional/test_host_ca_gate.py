@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+import unittest
 import uuid as uuid_mod
 from typing import Any, ClassVar
 
@@ -57,12 +58,31 @@ def _iso(seconds: float) -> str:
 def _needs(*tools: str) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        raise testtools.testcase.TestSkipped(f"missing: {', '.join(missing)}")
+        raise unittest.SkipTest(f"missing: {', '.join(missing)}")
 
 
-class HostCaGateTest(testtools.TestCase):
-    """One registrar (+ verifier) and one emulated compute host per class;
-    the tests run in name order and build on each other."""
+def https_call(
+    cluster: LocalCluster, who: str | None, method: str, url: str, body: Any = None
+) -> tuple[int, Any]:
+    """``method url`` with ``who``'s certificate of the cluster's PKI (None:
+    none); (status, JSON body)."""
+    pki = cluster.pki_file
+    cert = pki(f"{who}.pem") if who else None
+    key = pki(f"{who}-key.pem") if who else None
+    context = client_context(cert, key, pki("ca.pem"))
+
+    async def go() -> tuple[int, Any]:
+        async with AsyncClient(context, 30.0) as http:
+            answer = await http.request(method, url, json=body)
+            return answer.status, answer.data
+
+    return asyncio.run(go())
+
+
+class GateFixture(testtools.TestCase):
+    """One registrar and verifier (a LocalCluster with the host gate on) and
+    one emulated compute host per class, with the helpers the gate tests
+    use; no tests of its own (other modules subclass it)."""
 
     tmp: ClassVar[str]
     cluster: ClassVar[LocalCluster]
@@ -70,7 +90,8 @@ class HostCaGateTest(testtools.TestCase):
     vendor: ClassVar[VendorCa]
     provider: ClassVar[str]
     vtpms: ClassVar[list[Swtpm]]
-    policy: ClassVar[RuntimePolicy]
+    #: ``[verifier]`` options of the cluster
+    verifier_options: ClassVar[dict[str, Any]] = {}
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -93,6 +114,7 @@ class HostCaGateTest(testtools.TestCase):
                 "provider_clients": "operator",
                 "admin_clients": "operator",
             },
+            verifier_options=dict(cls.verifier_options),
         )
         try:
             cls.host.start()
@@ -120,18 +142,8 @@ class HostCaGateTest(testtools.TestCase):
         self, who: str | None, method: str, path: str, body: Any = None
     ) -> tuple[int, Any]:
         """``method path`` on the registrar with ``who``'s certificate."""
-        pki = self.cluster.pki_file
-        cert = pki(f"{who}.pem") if who else None
-        key = pki(f"{who}-key.pem") if who else None
-        context = client_context(cert, key, pki("ca.pem"))
-
-        async def go() -> tuple[int, Any]:
-            async with AsyncClient(context, 30.0) as http:
-                url = self.cluster.registrar_url + path
-                answer = await http.request(method, url, json=body)
-                return answer.status, answer.data
-
-        return asyncio.run(go())
+        url = self.cluster.registrar_url + path
+        return https_call(self.cluster, who, method, url, body)
 
     def say_trust(
         self, trusted: bool, digest: str | None, who: str = "verifier"
@@ -191,7 +203,33 @@ class HostCaGateTest(testtools.TestCase):
         status, data = self.call("verifier", "GET", f"/v1/agents/{uuid}")
         return status == 200 and bool(data["activated"])
 
-    # -- the story ----------------------------------------------------------
+    def start_host_agent(self) -> NodeHandle:
+        """The real ``trusted-agent`` on the host's platform TPM, under its
+        provider UUID, without a client certificate (its identity is its
+        TPM) or a bootstrap file; registered and activated."""
+        node = NodeHandle(
+            uuid=self.provider,
+            index=90,
+            dir=self.host.dir,
+            swtpm=self.host.tpm,
+            port=free_port(),
+            kernel=self.host.kernel,
+            agent_options={"cert_file": None, "key_file": None},
+        )
+        self.cluster.nodes.append(node)  # stopped with the cluster
+        self.cluster.start_agent(node)
+        deadline = time.monotonic() + 60
+        while not self.registered(self.provider) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.assertTrue(self.registered(self.provider), node.log)
+        return node
+
+
+class HostCaGateTest(GateFixture):
+    """The gate on the real registrar; the tests run in name order and
+    build on each other."""
+
+    policy: ClassVar[RuntimePolicy]
 
     def test_1_the_emulated_host_proves_its_ca_and_passes_its_policy(self) -> None:
         with Tpm(self.host.tcti) as tpm:
@@ -225,22 +263,7 @@ class HostCaGateTest(testtools.TestCase):
         self.assertEqual(201, status, data)
 
     def test_2_host_agent_registers_by_its_vendor_ek_certificate(self) -> None:
-        node = NodeHandle(
-            uuid=self.provider,
-            index=90,
-            dir=self.host.dir,
-            swtpm=self.host.tpm,
-            port=free_port(),
-            kernel=self.host.kernel,
-            # a host agent: no client certificate (its identity is its TPM)
-            agent_options={"cert_file": None, "key_file": None},
-        )
-        self.cluster.nodes.append(node)
-        self.cluster.start_agent(node)
-        deadline = time.monotonic() + 60
-        while not self.registered(self.provider) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        self.assertTrue(self.registered(self.provider), node.log)
+        node = self.start_host_agent()
         status, data = self.call("verifier", "GET", f"/v1/agents/{self.provider}")
         self.assertIsNotNone(data["ek_certificate"])
         # no bootstrap file, no user-data: it serves, waiting for nothing

@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import time
+import unittest
 import uuid as uuid_mod
 from typing import Any, ClassVar
 
@@ -55,7 +56,7 @@ class _Hosts(testtools.TestCase):
     def setUpClass(cls) -> None:
         super().setUpClass()
         if not (shutil.which("swtpm_setup") and shutil.which("swtpm_localca")):
-            raise testtools.testcase.TestSkipped("swtpm_setup/swtpm_localca missing")
+            raise unittest.SkipTest("swtpm_setup/swtpm_localca missing")
         cls.root = tempfile.mkdtemp(prefix="host-trust-")
         try:
             cls.uuid_a = str(uuid_mod.uuid4())
