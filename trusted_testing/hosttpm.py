@@ -200,13 +200,25 @@ class EmulatedHost:
         directory: where its TPM state, logs and local CA live.
         name: its hypervisor host name (Nova's ``[DEFAULT]/host``).
         vendor: the vendor CA that certifies its platform TPM's EK.
+        localca: the host's swtpm local CA directory (default: its own
+            under ``directory``); give the one libvirt's ``swtpm_setup``
+            uses on an emulated Nova compute host, and call
+            :meth:`read_ca` whenever it makes a vTPM there.
     """
 
-    def __init__(self, directory: str, name: str, vendor: VendorCa) -> None:
+    def __init__(
+        self,
+        directory: str,
+        name: str,
+        vendor: VendorCa,
+        localca: str | None = None,
+    ) -> None:
         self.dir = os.path.abspath(directory)
         self.name = name
         self.vendor = vendor
-        self.localca = os.path.join(self.dir, "swtpm-localca")
+        self.localca = os.path.abspath(
+            localca or os.path.join(self.dir, "swtpm-localca")
+        )
         self.tpm = Swtpm(os.path.join(self.dir, "tpm"), free_port_pair(), self.localca)
         self.kernel: SoftKernel | None = None
         self._vtpms = 0
