@@ -7,6 +7,7 @@ like swtpm's local CA makes them (issuer certificate file, then its root).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import uuid as uuid_mod
@@ -188,3 +189,77 @@ class HostTrustGateTest(testtools.TestCase):
         text = self.ca.issuer_file.replace(b"\n", b"\r\n")
         self.assertEqual(text, issuer_file_part(text + b"more"))
         self.assertIsNone(issuer_file_part(b"no pem here"))
+
+
+class GateAtActivationTest(testtools.TestCase):
+    """The registrar judges the host gate again when the challenge is
+    answered: a host that lost its trust after a vTPM registered cannot
+    have that registration put in force (a soft TPM activates)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        import os
+        import tempfile
+
+        from verifier.db import make_engine, upgrade
+        from verifier.registrar import Registrar
+
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
+        self.addCleanup(self.engine.dispose)
+        upgrade(self.engine)
+        self.registrar = Registrar(self.engine)
+        self.tpm = SoftTpm(ak_alg="ecc", ek_alg="rsa")
+        self.uuid = str(uuid_mod.uuid4())
+        self.ca = LocalCa()
+        hosts = self.registrar.hosts
+        hosts.put_host_ca("compute-a", self.ca.enrolled.decode(), "vtpm-manager")
+        hosts.put_placement(self.uuid, "compute-a", "listener")
+
+    def say(self, trusted: bool) -> None:
+        trust = _trust(trusted, self.ca.issuer_file)
+        now = datetime.datetime.now(datetime.UTC).timestamp()
+        self.registrar.hosts.put_trust(
+            "compute-a", dataclasses.replace(trust, as_of=now)
+        )
+
+    def register(self) -> bytes:
+        from verifier.registrar.service import Registration
+
+        cert = self.ca.ek_cert(self.tpm.ek_key.public_key(), self.uuid)
+        reg = Registration(
+            uuid=self.uuid,
+            ek_public=self.tpm.ek.to_bytes(),
+            ek_certificate=cert,
+            ak_public=self.tpm.ak.to_bytes(),
+            tls_cert="-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
+            host="192.0.2.7",
+            port=8892,
+        )
+        challenge = self.registrar.register(reg, True)
+        return self.tpm.activate_credential(
+            challenge.credential_blob, challenge.encrypted_secret
+        )
+
+    def test_activation_after_the_host_lost_its_trust_is_refused(self) -> None:
+        from verifier.exceptions import RequestError
+
+        self.say(True)
+        credential = self.register()
+        self.say(False)
+        with self.assertRaises(RequestError) as ctx:
+            self.registrar.activate(self.uuid, credential)
+        self.assertEqual(
+            (403, "host_untrusted"), (ctx.exception.status, ctx.exception.code)
+        )
+        self.assertEqual([], self.registrar.list())
+        # trusted again (the host was repaired): the same answer is taken
+        self.say(True)
+        self.registrar.activate(self.uuid, credential)
+        self.assertTrue(self.registrar.get(self.uuid).activated)
+
+    def test_activation_while_the_host_stays_trusted_puts_it_in_force(self) -> None:
+        self.say(True)
+        self.registrar.activate(self.uuid, self.register())
+        self.assertTrue(self.registrar.get(self.uuid).activated)
