@@ -22,7 +22,6 @@ registrar, but its guests are not marked: silence is not evidence.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -40,18 +39,11 @@ from verifier.protocol.attestation.hosts import (
     host_trusted,
 )
 from verifier.protocol.events import NODE_HOST_UNTRUSTED
-from verifier.protocol.messages.hosts import HostTrustReport
+from verifier.protocol.messages.host_trust import HostTrustUpdate
 
 __all__ = ["HostVerdicts", "RegistrarTrust", "TraitWanted"]
 
 LOG = logging.getLogger(__name__)
-
-
-def _as_of(now: float) -> str:
-    """ISO 8601 UTC with microseconds: the registrar keeps the latest
-    report by this time, so two verdicts within a second must differ."""
-    when = datetime.datetime.fromtimestamp(now, datetime.UTC)
-    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class TraitWanted(Protocol):
@@ -74,16 +66,16 @@ class RegistrarTrust:
     def __init__(self, registrar: RegistrarClient, retry_interval: float) -> None:
         self._registrar = registrar
         self._retry = retry_interval
-        self._pending: dict[str, HostTrustReport] = {}
+        self._pending: dict[str, HostTrustUpdate] = {}
         self._failing: dict[str, str] = {}  # host -> its last refusal
         self._wake = asyncio.Event()
 
-    def want(self, host: str, report: HostTrustReport) -> None:
+    def want(self, host: str, report: HostTrustUpdate) -> None:
         """Send ``report`` of ``host`` (replacing one not sent yet)."""
         self._pending[host] = report
         self._wake.set()
 
-    def pending(self) -> dict[str, HostTrustReport]:
+    def pending(self) -> dict[str, HostTrustUpdate]:
         return dict(self._pending)
 
     async def pump(self) -> None:
@@ -210,7 +202,7 @@ class HostVerdicts:
         if self._traits is not None:
             self._traits.want(uuid, trusted is True)
         if self._trust is not None:
-            report = HostTrustReport(trusted is True, ca, uuid, _as_of(self._clock()))
+            report = HostTrustUpdate(trusted is True, ca, uuid, self._clock())
             self._trust.want(name, report)
 
     def _mark_guests(self, change: HostVerdict) -> None:

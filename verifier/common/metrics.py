@@ -91,7 +91,6 @@ REASONS = frozenset(
         "pcr_digest_mismatch", "pcr_policy", "pcr_selection", "pcr_values",
         "signature_hash", "signature_invalid", "signature_scheme", "unreachable",
         "unreachable_timeout", "revoked", "requested", "deleted",
-        "host_untrusted",
     }
 )  # fmt: skip
 

@@ -250,7 +250,7 @@ class MigrationTest(testtools.TestCase):
         self.assertEqual(("pem", None, None, None), tuple(row))
         with self.engine.begin() as connection:
             cfg.attributes["connection"] = connection
-            command.downgrade(cfg, "0013")
+            command.downgrade(cfg, "0014_hosts")
         columns = {
             c["name"] for c in sa.inspect(self.engine).get_columns("registrar_host_cas")
         }

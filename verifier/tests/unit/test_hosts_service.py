@@ -20,7 +20,8 @@ from verifier.attest.host_verdicts import RegistrarTrust
 from verifier.attest.service import Verifier
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import SignedEvent
-from verifier.protocol.messages.hosts import HostEnrolmentRequest, HostTrustReport
+from verifier.protocol.messages.host_trust import HostTrustUpdate
+from verifier.protocol.messages.hosts import HostEnrolmentRequest
 from verifier.tests.unit.test_attest_service import (
     FakeAgent,
     FakeRegistrar,
@@ -33,10 +34,10 @@ class TrustRegistrar(FakeRegistrar):
 
     def __init__(self) -> None:
         super().__init__()
-        self.trust: list[tuple[str, HostTrustReport]] = []
+        self.trust: list[tuple[str, HostTrustUpdate]] = []
         self.down = False
 
-    async def put_host_trust(self, host: str, report: HostTrustReport) -> None:
+    async def put_host_trust(self, host: str, report: HostTrustUpdate) -> None:
         if self.down:
             raise RequestError("registrar_unreachable", "refused", 502)
         self.trust.append((host, report))

@@ -13,8 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015_host_trust"
-# TODO(lead): "0014_hosts" once i29-hosts' migration is merged before this one.
-down_revision = "0013"
+down_revision = "0014_hosts"
 
 _TABLE = "registrar_host_cas"
 
