@@ -98,7 +98,8 @@ class RegistrarClient:
 
         Raises:
             RequestError: the registrar is unreachable (502
-                ``registrar_unreachable``) or refused (502
+                ``registrar_unreachable``), has no CA enrolled for ``host``
+                (502 ``registrar_unknown_host``) or refused (502
                 ``registrar_error``): retry later.
         """
         url = f"{self._base}/v1/hosts/{quote(host, safe='')}/trust"
@@ -110,7 +111,7 @@ class RegistrarClient:
             )
         if not answer.ok:
             raise RequestError(
-                "registrar_error",
+                "registrar_unknown_host" if answer.status == 404 else "registrar_error",
                 f"the registrar answered {answer.status} to the trust of host "
                 f"{host}: {answer.error.message}",
                 502,

@@ -84,6 +84,12 @@ class RegistrarTrust:
             try:
                 await self._registrar.put_host_trust(host, report)
             except RequestError as exc:  # e.g. down, or no CA of the host yet
+                if exc.code == "registrar_unknown_host" and not report.trusted:
+                    # no CA of the host at the registrar: it accepts none of
+                    # the host's vTPMs, so there is no trust to withdraw (a
+                    # deleted host's last report would be retried for ever)
+                    self._forget(host, report)
+                    continue
                 again = self._failing.get(host) == exc.detail
                 self._failing[host] = exc.detail
                 LOG.log(
@@ -93,9 +99,12 @@ class RegistrarTrust:
                     exc.detail,
                 )
                 continue
-            self._failing.pop(host, None)
-            if self._pending.get(host) is report:  # not replaced meanwhile
-                del self._pending[host]
+            self._forget(host, report)
+
+    def _forget(self, host: str, report: HostTrustUpdate) -> None:
+        self._failing.pop(host, None)
+        if self._pending.get(host) is report:  # not replaced meanwhile
+            del self._pending[host]
 
     async def run(self) -> None:
         while True:

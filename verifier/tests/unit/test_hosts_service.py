@@ -12,6 +12,7 @@ following the verdict (and stated again at start).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
@@ -36,10 +37,13 @@ class TrustRegistrar(FakeRegistrar):
         super().__init__()
         self.trust: list[tuple[str, HostTrustUpdate]] = []
         self.down = False
+        self.no_ca = False
 
     async def put_host_trust(self, host: str, report: HostTrustUpdate) -> None:
         if self.down:
             raise RequestError("registrar_unreachable", "refused", 502)
+        if self.no_ca:
+            raise RequestError("registrar_unknown_host", "answered 404", 502)
         self.trust.append((host, report))
 
 
@@ -294,6 +298,28 @@ class HostVerdictTest(HostCase):
             ("compute-1", True, host.uuid), (name, report.trusted, report.provider)
         )
         self.assertIsNone(report.ca_sha256)
+
+    async def test_untrusted_report_for_a_host_without_ca_is_dropped(
+        self,
+    ) -> None:
+        # the registrar has no CA of the host: it accepts none of its vTPMs,
+        # so an untrusted report has nothing to withdraw (a deleted host's
+        # last report was retried for ever); a trusted one waits for the CA
+        verifier = self.new_verifier()
+        host = self.new_agent()
+        self.registrar.no_ca = True
+        await self.enrol_host(verifier, host)
+        await verifier.rounds.attest_once(host.uuid)
+        trust: RegistrarTrust = verifier.host_trust
+        await trust.pump()
+        self.assertTrue(trust.pending()["compute-1"].trusted)
+        trust.want(
+            "compute-1",
+            dataclasses.replace(trust.pending()["compute-1"], trusted=False),
+        )
+        await trust.pump()
+        self.assertEqual({}, trust.pending())
+        self.assertEqual([], self.registrar.trust)
 
     async def test_verdicts_are_stated_again_at_start(self) -> None:
         verifier = self.new_verifier()
