@@ -92,11 +92,33 @@ function _configure_trusted_verifier {
     else
         iniset "$conf" verifier auth_strategy noauth
     fi
+    _configure_trusted_placement "$conf"
     # agents that nobody can reach push their evidence here (push mode)
     iniset "$conf" push port "$TRUSTED_PUSH_PORT"
     iniset "$conf" revocation_hooks actions "$TRUSTED_REVOCATION_ACTIONS"
     iniset "$conf" action_log record_file \
         "$TRUSTED_CLOUD_DATA_DIR/revocations.jsonl"
+}
+
+# Trusted compute pools (doc/source/admin/compute-pools.rst): the verifier
+# keeps CUSTOM_ATTESTATION_TRUSTED on each attested compute host's resource
+# provider, as the attestation service user (Placement lets its service
+# role change traits).
+function _configure_trusted_placement {
+    local conf=$1
+    if [[ "$TRUSTED_PLACEMENT_TRAITS" != "True" ]] \
+            || ! is_service_enabled placement-api || ! is_service_enabled key; then
+        return
+    fi
+    iniset "$conf" placement trait_sync True
+    iniset "$conf" placement auth_type password
+    iniset "$conf" placement auth_url "$KEYSTONE_SERVICE_URI"
+    iniset "$conf" placement username attestation
+    iniset "$conf" placement password "$SERVICE_PASSWORD"
+    iniset "$conf" placement user_domain_name "$SERVICE_DOMAIN_NAME"
+    iniset "$conf" placement project_name "$SERVICE_PROJECT_NAME"
+    iniset "$conf" placement project_domain_name "$SERVICE_DOMAIN_NAME"
+    iniset "$conf" placement region_name "$REGION_NAME"
 }
 
 function _configure_trusted_agent {

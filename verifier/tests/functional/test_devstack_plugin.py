@@ -107,6 +107,10 @@ class FakeDevstack(fixtures.Fixture):
             DATA_DIR=os.path.join(self.root, "data"),
             SERVICE_HOST="127.0.0.1",
             REGION_NAME="RegionOne",
+            KEYSTONE_SERVICE_URI="https://127.0.0.1/identity",
+            SERVICE_PASSWORD="service-secret",
+            SERVICE_DOMAIN_NAME="Default",
+            SERVICE_PROJECT_NAME="service",
             STACK_USER=getpass.getuser(),
             NOVA_CONF=self.nova_conf,
             TEMPEST_CONFIG=self.tempest_conf,
@@ -315,6 +319,28 @@ class DevstackConfigTest(_PluginTestCase):
         self.assertEqual("keystone", verifier["auth_strategy"])
         registrar = _read_ini(ds.conf("registrar.conf"))["registrar"]
         self.assertEqual("keystone", registrar["auth_strategy"])
+
+    def test_post_config_keeps_the_trust_trait_in_placement(self) -> None:
+        ds = self.devstack()
+        ds.stack("install")
+        ds.phase("stack", "post-config")
+        placement = _read_ini(ds.conf("verifier.conf"))["placement"]
+        self.assertEqual("True", placement["trait_sync"])
+        self.assertEqual("password", placement["auth_type"])
+        self.assertEqual("attestation", placement["username"])
+        self.assertEqual("https://127.0.0.1/identity", placement["auth_url"])
+        self.assertEqual("RegionOne", placement["region_name"])
+
+    def test_no_trait_sync_without_placement_or_when_turned_off(self) -> None:
+        for enabled, env in (
+            ("key,n-api,n-cpu,tempest", {}),
+            (SERVICES, {"TRUSTED_PLACEMENT_TRAITS": "False"}),
+        ):
+            ds = self.devstack(enabled)
+            ds.env.update(env)
+            ds.stack("install")
+            ds.phase("stack", "post-config")
+            self.assertNotIn("placement", _read_ini(ds.conf("verifier.conf")))
 
     def test_without_keystone_the_verifier_is_noauth(self) -> None:
         ds = self.devstack("n-api")
