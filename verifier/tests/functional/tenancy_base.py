@@ -16,9 +16,12 @@ tokens over HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import base64
+import json
 import os
+import sys
 import tempfile
 import unittest
 from typing import Any, ClassVar
@@ -49,6 +52,9 @@ def _stop_shared() -> None:
 
 
 PCRS = {"hash": "sha256", "pcrs": {"16": ["00" * 32]}}
+
+
+_OPENSTACK = os.path.join(os.path.dirname(sys.executable), "openstack")
 
 
 class KeystoneTestBase(VerifierServiceBase):
@@ -183,3 +189,48 @@ class KeystoneTestBase(VerifierServiceBase):
 
 
 __all__ = ["KeystoneTestBase", "unittest"]
+
+
+class OpenStackCliCase(KeystoneTestBase):
+    """The ``openstack`` CLI against the verifier under test, with the
+    verifier in the catalog as the ``attestation`` service; each call runs
+    ``openstack`` + :attr:`command` + its arguments as one of the users."""
+
+    command: ClassVar[tuple[str, ...]] = ("attestation",)
+
+    async def asyncSetUp(self) -> None:
+        await super().asyncSetUp()
+        url = str(self.server.make_url("")).rstrip("/")
+        service = await asyncio.to_thread(
+            self.keystone.add_service, "attestation", "trusted-cloud", url
+        )
+        self.addCleanup(self.keystone.delete_service, service)
+
+    async def openstack(self, who: str, *argv: str) -> tuple[int, str, str]:
+        user = self.users[who]
+        env = dict(
+            os.environ,
+            OS_AUTH_URL=self.keystone.url,
+            OS_USERNAME=user.name,
+            OS_PASSWORD=user.password,
+            OS_PROJECT_NAME=user.project_name,
+            OS_USER_DOMAIN_ID="default",
+            OS_PROJECT_DOMAIN_ID="default",
+            OS_IDENTITY_API_VERSION="3",
+            OS_INTERFACE="public",
+        )
+        env.pop("OS_CLOUD", None)
+        proc = await asyncio.create_subprocess_exec(
+            _OPENSTACK, *self.command, *argv,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+    async def json_of(self, who: str, *argv: str) -> Any:
+        code, out, err = await self.openstack(who, *argv, "-f", "json")
+        self.assertEqual(0, code, err)
+        return json.loads(out)

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import uuid as uuid_mod
-from typing import Any
 
 from keystoneauth1 import session as ks_session
 from keystoneauth1.identity import v3
@@ -22,49 +20,10 @@ from nova_plugin.attestation import AttestationClient
 from nova_plugin.exceptions import ServiceError
 from nova_plugin.tenant import Tenant, TenantConfig
 from verifier.protocol import PcrPolicy
-from verifier.tests.functional.tenancy_base import KeystoneTestBase
-
-_OPENSTACK = os.path.join(os.path.dirname(sys.executable), "openstack")
+from verifier.tests.functional.tenancy_base import KeystoneTestBase, OpenStackCliCase
 
 
-class OpenStackCliTest(KeystoneTestBase):
-    async def asyncSetUp(self) -> None:
-        await super().asyncSetUp()
-        url = str(self.server.make_url("")).rstrip("/")
-        service = await asyncio.to_thread(
-            self.keystone.add_service, "attestation", "trusted-cloud", url
-        )
-        self.addCleanup(self.keystone.delete_service, service)
-
-    async def openstack(self, who: str, *argv: str) -> tuple[int, str, str]:
-        user = self.users[who]
-        env = dict(
-            os.environ,
-            OS_AUTH_URL=self.keystone.url,
-            OS_USERNAME=user.name,
-            OS_PASSWORD=user.password,
-            OS_PROJECT_NAME=user.project_name,
-            OS_USER_DOMAIN_ID="default",
-            OS_PROJECT_DOMAIN_ID="default",
-            OS_IDENTITY_API_VERSION="3",
-            OS_INTERFACE="public",
-        )
-        env.pop("OS_CLOUD", None)
-        proc = await asyncio.create_subprocess_exec(
-            _OPENSTACK, "attestation", *argv,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await proc.communicate()
-        assert proc.returncode is not None
-        return proc.returncode, out.decode(), err.decode()
-
-    async def json_of(self, who: str, *argv: str) -> Any:
-        code, out, err = await self.openstack(who, *argv, "-f", "json")
-        self.assertEqual(0, code, err)
-        return json.loads(out)
-
+class OpenStackCliTest(OpenStackCliCase):
     async def test_node_and_policy_commands_are_scoped_to_the_project(self) -> None:
         path = os.path.join(self.tmp, "mb.json")
         with open(path, "w") as f:

@@ -6,54 +6,14 @@ refused (403) by the API and the CLI; bad arguments are usage errors
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import sys
-from typing import Any
 
-from verifier.tests.functional.tenancy_base import KeystoneTestBase
-
-_OPENSTACK = os.path.join(os.path.dirname(sys.executable), "openstack")
+from verifier.tests.functional.tenancy_base import OpenStackCliCase
 
 
-class OpenStackHostCliTest(KeystoneTestBase):
-    async def asyncSetUp(self) -> None:
-        await super().asyncSetUp()
-        url = str(self.server.make_url("")).rstrip("/")
-        service = await asyncio.to_thread(
-            self.keystone.add_service, "attestation", "trusted-cloud", url
-        )
-        self.addCleanup(self.keystone.delete_service, service)
-
-    async def openstack(self, who: str, *argv: str) -> tuple[int, str, str]:
-        user = self.users[who]
-        env = dict(
-            os.environ,
-            OS_AUTH_URL=self.keystone.url,
-            OS_USERNAME=user.name,
-            OS_PASSWORD=user.password,
-            OS_PROJECT_NAME=user.project_name,
-            OS_USER_DOMAIN_ID="default",
-            OS_PROJECT_DOMAIN_ID="default",
-            OS_IDENTITY_API_VERSION="3",
-            OS_INTERFACE="public",
-        )
-        env.pop("OS_CLOUD", None)
-        proc = await asyncio.create_subprocess_exec(
-            _OPENSTACK, "attestation", "host", *argv,
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await proc.communicate()
-        assert proc.returncode is not None
-        return proc.returncode, out.decode(), err.decode()
-
-    async def json_of(self, who: str, *argv: str) -> Any:
-        code, out, err = await self.openstack(who, *argv, "-f", "json")
-        self.assertEqual(0, code, err)
-        return json.loads(out)
+class OpenStackHostCliTest(OpenStackCliCase):
+    command = ("attestation", "host")
 
     async def test_service_user_manages_hosts_and_a_member_is_refused(self) -> None:
         agent = self.new_agent()
