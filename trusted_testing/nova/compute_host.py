@@ -1,8 +1,9 @@
 """An emulated compute host: libvirtd and nova-compute in a private mount
 namespace, so nothing they write outlives the test.
 
-``unshare --mount --propagation private python -m
-trusted_testing.nova.compute_host ROOT [--netns PATH] -- nova-compute ARGS...``
+``unshare --mount --propagation private [--uts] python -m
+trusted_testing.nova.compute_host ROOT [--hostname NAME] [--netns PATH] --
+nova-compute ARGS...``
 
 Inside the new mount namespace this module:
 
@@ -24,6 +25,9 @@ Inside the new mount namespace this module:
   (:mod:`trusted_testing.nova.guestnet`: the guests' taps and addresses
   live there; nova-compute stays on the machine's loopback with the
   control plane);
+* with ``--hostname NAME`` (under ``unshare --uts``), sets the host name
+  libvirtd reports (Nova's hypervisor host name: the compute node's and
+  its Placement resource provider's name);
 * execs nova-compute, which sees the same files libvirtd sees (Nova
   reads and moves vTPM states under ``/var/lib/libvirt/swtpm`` on resize).
 
@@ -38,6 +42,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -66,9 +71,11 @@ def uri(root: str) -> str:
     return f"qemu:///system?socket={socket_path(root)}"
 
 
-def prepare(root: str) -> None:
+def prepare(root: str, host_uuid: str | None = None) -> None:
     """Make ``root``'s directories and libvirt configuration (outside the
-    namespace; idempotent)."""
+    namespace; idempotent). ``host_uuid``: libvirtd's host UUID (else the
+    machine's: two hosts of one machine must differ for libvirt to migrate
+    a guest between them)."""
     for sub in ("etc-libvirt/hooks", "localca", "swtpm", "sock", "log"):
         os.makedirs(os.path.join(root, sub), exist_ok=True)
     with open(os.path.join(root, "etc-libvirt", "qemu.conf"), "w") as f:
@@ -81,6 +88,8 @@ def prepare(root: str) -> None:
             'auth_unix_ro = "none"\n'
             f'log_outputs = "3:file:{os.path.join(root, "log", "libvirtd.log")}"\n'
         )
+        if host_uuid is not None:
+            f.write(f'host_uuid = "{host_uuid}"\n')
 
 
 def _mount(*argv: str) -> None:
@@ -119,12 +128,18 @@ def _enter_netns(fd: int) -> Callable[[], None]:
 
 def main(argv: list[str]) -> int:
     netns_fd: int | None = None
+    if len(argv) > 2 and argv[1] == "--hostname":
+        socket.sethostname(argv[2])
+        argv = [argv[0], *argv[3:]]
     if len(argv) > 2 and argv[1] == "--netns":
         # opened before /run is covered (ip netns keeps it in /run/netns)
         netns_fd = os.open(argv[2], os.O_RDONLY)
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: compute_host ROOT [--netns PATH] -- COMMAND...", file=sys.stderr)
+        print(
+            "usage: compute_host ROOT [--hostname NAME] [--netns PATH] -- COMMAND...",
+            file=sys.stderr,
+        )
         return 2
     root, command = os.path.abspath(argv[0]), argv[2:]
     _enter(root)
