@@ -12,11 +12,18 @@ provider: two hosts of one machine would claim one provider) and its own
 ``state_path/compute_id``).
 
 Hosts share the instances directory (as compute hosts sharing it over
-NFS do), so a cold migration moves no disk and a live migration needs
-no block migration; libvirt migrates a guest between two hosts through
-their own libvirtds (``live_migration_uri`` points at the destination's
-socket, tunnelled: qemu's own migration listener would need an address
-that is not loopback).
+NFS or a cluster file system do), so a cold migration moves no disk and
+a live migration needs no block migration; libvirt migrates a guest
+between two hosts through their own libvirtds (``live_migration_uri``
+points at the destination's socket, tunnelled: qemu's own migration
+listener would need an address that is not loopback). libvirt refuses
+to live-migrate a guest whose disk is on a local file system ("Unsafe
+migration: Migration without shared storage is unsafe"; it tells by the
+file system type, and one machine's ext4 is local), so with two hosts or
+more the shared directory is a FUSE mount of type ``fuse.glusterfs``
+(``bindfs``, passing through to a directory of the machine), which
+libvirt 9.0 takes for GlusterFS: the cluster file system a real pair of
+compute hosts would share.
 """
 
 from __future__ import annotations
@@ -30,7 +37,26 @@ import uuid as uuid_mod
 
 from trusted_testing.nova import compute_host
 
-__all__ = ["ComputeHost", "live_socket_dir"]
+__all__ = ["ComputeHost", "live_socket_dir", "shared_instances", "unmount_shared"]
+
+
+def shared_instances(workdir: str, mountpoint: str) -> str:
+    """Mount ``workdir/instances-store`` at ``mountpoint`` as a file system
+    libvirt takes for a cluster one; returns the mount point."""
+    store = os.path.join(workdir, "instances-store")
+    os.makedirs(store, exist_ok=True)
+    subprocess.run(
+        ["bindfs", "-o", "subtype=glusterfs,fsname=trusted-shared", store, mountpoint],
+        check=True,
+        timeout=60,
+    )
+    return mountpoint
+
+
+def unmount_shared(mountpoint: str) -> None:
+    """Undo :func:`shared_instances` (lazily: a process may still hold a
+    file open)."""
+    subprocess.run(["umount", "-l", mountpoint], check=False, timeout=60)
 
 
 def live_socket_dir(workdir: str) -> str:

@@ -40,13 +40,17 @@ import os
 import signal
 import subprocess
 import time
-import uuid as uuid_mod
 from typing import Any
 
 import requests
 
 from trusted_testing.embedded_libvirt import _ensure_qemu_user
-from trusted_testing.nova.compute_hosts import ComputeHost
+from trusted_testing.nova import images
+from trusted_testing.nova.compute_hosts import (
+    ComputeHost,
+    shared_instances,
+    unmount_shared,
+)
 from trusted_testing.nova.deploy import _BIN, PROJECT_ID, NovaDeployment
 from trusted_testing.nova.guestnet import GuestNetwork
 from trusted_testing.nova.neutron_standin import NeutronState
@@ -109,14 +113,24 @@ class LibvirtNovaDeployment(NovaDeployment):
 
     Attributes:
         hosts: the emulated compute hosts (``hosts`` of them; the first is
-            :attr:`host`).
+            :attr:`host`). Two or more share the instances directory
+            through a cluster file system (:func:`~trusted_testing.nova.
+            compute_hosts.shared_instances`), so guests can move between
+            them.
+        shutdown_timeout: Nova's ``[DEFAULT] shutdown_timeout`` if given
+            (how long a guest is given to power off cleanly before a cold
+            migration; a guest that boots no OS never does).
         host_root: the first compute host's directory (its libvirt
             configuration, swtpm local CA, vTPM states, logs).
         bao: the key manager's server.
     """
 
     def __init__(
-        self, workdir: str, network: GuestNetwork | None = None, hosts: int = 1
+        self,
+        workdir: str,
+        network: GuestNetwork | None = None,
+        hosts: int = 1,
+        shutdown_timeout: int | None = None,
     ) -> None:
         super().__init__(workdir)
         if hosts < 1:
@@ -138,6 +152,8 @@ class LibvirtNovaDeployment(NovaDeployment):
         #: that port's agent port
         self.contact_ports: dict[str, int] = {}
         self._netns_mounted = False
+        self._shared: str | None = None
+        self.shutdown_timeout = shutdown_timeout
 
     @property
     def netns_file(self) -> str:
@@ -206,9 +222,12 @@ class LibvirtNovaDeployment(NovaDeployment):
         _ensure_qemu_user()  # libvirtd parses it before reading qemu.conf
         for host in self.hosts:
             host.prepare(self.workdir)
-        os.makedirs(os.path.join(self.workdir, "instances"), exist_ok=True)
+        instances = os.path.join(self.workdir, "instances")
+        os.makedirs(instances, exist_ok=True)
         self.bao.start()
         try:
+            if len(self.hosts) > 1:
+                self._shared = shared_instances(self.workdir, instances)
             if self.network is not None:
                 self._start_network()
             super().start()
@@ -261,6 +280,9 @@ class LibvirtNovaDeployment(NovaDeployment):
                         pass
                 self.bao.stop()
                 self._stop_network()
+                if self._shared is not None:
+                    unmount_shared(self._shared)
+                    self._shared = None
 
     def _stop_network(self) -> None:
         if self._netns_mounted:
@@ -301,6 +323,11 @@ class LibvirtNovaDeployment(NovaDeployment):
                     # the API would then think it down and delete an
                     # instance "locally", leaving its domain running
                     "service_down_time": "300",
+                    **(
+                        {}
+                        if self.shutdown_timeout is None
+                        else {"shutdown_timeout": self.shutdown_timeout}
+                    ),
                 },
                 "libvirt": {
                     "virt_type": "qemu",
@@ -416,63 +443,17 @@ class LibvirtNovaDeployment(NovaDeployment):
         cmdline: str,
         properties: dict[str, str] | None = None,
     ) -> str:
-        """Serve a partition image with its kernel and initramfs through the
-        Glance stand-in; returns the root image's ID.
-
-        The guest boots with SeaBIOS, Nova's default, not UEFI: for
-        ``hw_firmware_type=uefi`` Nova 34 writes ``<os firmware='efi'>``
-        together with ``<loader secure='no'>``, which libvirt 9.0 refuses
-        ("loader attribute 'secure' cannot be specified when firmware
-        autoselection is enabled"; libvirt 9.2 accepts it). ``properties``
-        adds image properties (e.g. ``hw_qemu_guest_agent``)."""
-        kernel_id, ramdisk_id, image_id = (str(uuid_mod.uuid4()) for _ in range(3))
-        base = {
-            "status": "active",
-            "visibility": "public",
-            "min_disk": 0,
-            "min_ram": 0,
-            "protected": False,
-            "tags": [],
-            "owner": "provider",
-            "checksum": None,
-            "created_at": "2026-01-01T00:00:00Z",
-            "updated_at": "2026-01-01T00:00:00Z",
-            "schema": "/v2/schemas/image",
-        }
-        for image_id_, name, fmt, path in (
-            (kernel_id, "trusted-guest-kernel", "aki", kernel),
-            (ramdisk_id, "trusted-guest-initrd", "ari", initrd),
-        ):
-            self.standins.add_image(
-                {
-                    **base,
-                    "id": image_id_,
-                    "name": name,
-                    "disk_format": fmt,
-                    "container_format": fmt,
-                    "size": os.path.getsize(path),
-                    "file": f"/v2/images/{image_id_}/file",
-                },
-                path,
-            )
-        self.standins.add_image(
-            {
-                **base,
-                "id": image_id,
-                "name": "trusted-guest-vm",
-                "disk_format": "qcow2",
-                "container_format": "bare",
-                "size": os.path.getsize(qcow2),
-                "file": f"/v2/images/{image_id}/file",
-                "kernel_id": kernel_id,
-                "ramdisk_id": ramdisk_id,
-                "os_command_line": cmdline,
-                "hw_machine_type": "q35",
-                **(properties or {}),
-            },
-            qcow2,
+        """Serve the guest image (:func:`~trusted_testing.nova.images.
+        guest_image`); returns the root image's ID."""
+        return images.guest_image(
+            self.standins, qcow2, kernel, initrd, cmdline, properties
         )
-        return image_id
+
+    def add_blank_image(self, properties: dict[str, str] | None = None) -> str:
+        """Serve a blank disk (:func:`~trusted_testing.nova.images.
+        blank_image`); returns its ID."""
+        path = os.path.join(self.workdir, "blank.qcow2")
+        return images.blank_image(self.standins, path, properties)
 
     # -- the compute hosts ---------------------------------------------------------
 
