@@ -7,6 +7,7 @@ from verifier.conf import (
     keyservice,
     monitor,
     notifiers,
+    placement,
     push,
     quota,
     registrar,
@@ -25,6 +26,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     abe.register_opts(conf)
     quota.register_opts(conf)
     push.register_opts(conf)
+    placement.register_opts(conf)
 
 
 __all__ = ["CONF", "register_opts"]

@@ -8,6 +8,7 @@ from verifier.conf import (
     monitor,
     notifiers,
     nova_listener,
+    placement,
     push,
     quota,
     registrar,
@@ -26,4 +27,5 @@ def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
         + nova_listener.list_opts()
         + quota.list_opts()
         + push.list_opts()
+        + placement.list_opts()
     )
