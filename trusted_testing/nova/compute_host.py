@@ -16,8 +16,9 @@ Inside the new mount namespace this module:
   ``/var/lib/swtpm-localca`` (this host's own swtpm local CA: the
   machine's ``/etc/swtpm-localca.conf`` points there, so every vTPM EK
   certificate this host's libvirt makes is signed by the CA of this host
-  alone) and ``ROOT/swtpm`` over ``/var/lib/libvirt/swtpm`` (the vTPM
-  states, readable by the test);
+  alone; ``--localca DIR`` binds another directory, e.g. an emulated
+  host's whose kernel measures the CA file) and ``ROOT/swtpm`` over
+  ``/var/lib/libvirt/swtpm`` (the vTPM states, readable by the test);
 * starts ``libvirtd`` (its sockets in ``ROOT/sock``, so the test can reach
   it as ``qemu:///system?socket=ROOT/sock/libvirt-sock``) and waits for
   its socket;
@@ -96,7 +97,7 @@ def _mount(*argv: str) -> None:
     subprocess.run(["mount", *argv], check=True)
 
 
-def _enter(root: str) -> None:
+def _enter(root: str, localca: str) -> None:
     for path in _TMPFS:
         _mount("-t", "tmpfs", "-o", "mode=0755", "tmpfs", path)
     for path in (
@@ -109,7 +110,7 @@ def _enter(root: str) -> None:
     ):
         os.makedirs(path, exist_ok=True)
     _mount("--bind", os.path.join(root, "etc-libvirt"), "/etc/libvirt")
-    _mount("--bind", os.path.join(root, "localca"), "/var/lib/swtpm-localca")
+    _mount("--bind", localca, "/var/lib/swtpm-localca")
     _mount("--bind", os.path.join(root, "swtpm"), "/var/lib/libvirt/swtpm")
 
 
@@ -126,23 +127,28 @@ def _enter_netns(fd: int) -> Callable[[], None]:
     return enter
 
 
+_USAGE = (
+    "usage: compute_host ROOT [--hostname NAME] [--localca DIR] [--netns PATH]"
+    " -- COMMAND..."
+)
+
+
 def main(argv: list[str]) -> int:
-    netns_fd: int | None = None
-    if len(argv) > 2 and argv[1] == "--hostname":
-        socket.sethostname(argv[2])
-        argv = [argv[0], *argv[3:]]
-    if len(argv) > 2 and argv[1] == "--netns":
-        # opened before /run is covered (ip netns keeps it in /run/netns)
-        netns_fd = os.open(argv[2], os.O_RDONLY)
+    options: dict[str, str] = {}
+    while len(argv) > 2 and argv[1] in ("--hostname", "--localca", "--netns"):
+        options[argv[1]] = argv[2]
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print(
-            "usage: compute_host ROOT [--hostname NAME] [--netns PATH] -- COMMAND...",
-            file=sys.stderr,
-        )
+        print(_USAGE, file=sys.stderr)
         return 2
+    if "--hostname" in options:
+        socket.sethostname(options["--hostname"])
+    netns_fd: int | None = None
+    if "--netns" in options:
+        # opened before /run is covered (ip netns keeps it in /run/netns)
+        netns_fd = os.open(options["--netns"], os.O_RDONLY)
     root, command = os.path.abspath(argv[0]), argv[2:]
-    _enter(root)
+    _enter(root, options.get("--localca", os.path.join(root, "localca")))
     sock = socket_path(root)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock)

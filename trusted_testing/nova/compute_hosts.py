@@ -77,6 +77,9 @@ class ComputeHost:
         root: its :mod:`~trusted_testing.nova.compute_host` directory.
         conf: its own configuration file.
         uts: whether it runs under its own UTS host name.
+        localca: its swtpm local CA directory if not ``root/localca``
+            (e.g. the one of a :class:`trusted_testing.hosttpm.
+            EmulatedHost`, whose kernel measures the CA file).
         provider: its compute node's resource provider UUID (set once
             nova-compute has reported to Placement).
     """
@@ -86,6 +89,7 @@ class ComputeHost:
     root: str
     conf: str
     uts: bool
+    localca: str | None = None
     provider: str = ""
 
     @property
@@ -101,7 +105,7 @@ class ComputeHost:
     @property
     def localca_dir(self) -> str:
         """Its swtpm local CA (``swtpm_localca`` state)."""
-        return os.path.join(self.root, "localca")
+        return self.localca or os.path.join(self.root, "localca")
 
     def prepare(self, workdir: str) -> None:
         """Its directories, libvirt configuration and the link
@@ -110,6 +114,7 @@ class ComputeHost:
         host_uuid = str(uuid_mod.uuid5(uuid_mod.NAMESPACE_DNS, self.name))
         compute_host.prepare(self.root, host_uuid=host_uuid)
         os.makedirs(os.path.join(self.root, "state"), exist_ok=True)
+        os.makedirs(self.localca_dir, exist_ok=True)
         links = live_socket_dir(workdir)
         os.makedirs(links, exist_ok=True)
         link = os.path.join(links, self.name)
@@ -138,6 +143,8 @@ class ComputeHost:
         if self.uts:
             flags.append("--uts")
             options += ["--hostname", self.name]
+        if self.localca is not None:
+            options += ["--localca", self.localca]
         if netns is not None:
             options += ["--netns", netns]
         return [

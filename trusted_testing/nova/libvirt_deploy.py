@@ -40,6 +40,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import requests
@@ -117,6 +118,8 @@ class LibvirtNovaDeployment(NovaDeployment):
             through a cluster file system (:func:`~trusted_testing.nova.
             compute_hosts.shared_instances`), so guests can move between
             them.
+        localca_dirs: the swtpm local CA directory of each host, in order
+            (None or missing: the host's own ``localca``).
         shutdown_timeout: Nova's ``[DEFAULT] shutdown_timeout`` if given
             (how long a guest is given to power off cleanly before a cold
             migration; a guest that boots no OS never does).
@@ -131,6 +134,7 @@ class LibvirtNovaDeployment(NovaDeployment):
         network: GuestNetwork | None = None,
         hosts: int = 1,
         shutdown_timeout: int | None = None,
+        localca_dirs: Sequence[str | None] = (),
     ) -> None:
         super().__init__(workdir)
         if hosts < 1:
@@ -143,6 +147,7 @@ class LibvirtNovaDeployment(NovaDeployment):
                 root=self.host_root if i == 0 else os.path.join(workdir, f"host-{i}"),
                 conf=os.path.join(workdir, f"nova-compute-{i}.conf"),
                 uts=hosts > 1,
+                localca=localca_dirs[i] if i < len(localca_dirs) else None,
             )
             for i in range(hosts)
         ]

@@ -6,7 +6,13 @@ own libvirtd, swtpm local CA and compute node resource provider), the real
 Placement 16 and Nova 34's scheduler. A flavor with
 ``trait:CUSTOM_ATTESTATION_TRUSTED=required`` (or an image with that
 property) is placed only on a host whose provider carries the trait; with
-none, the boot ends in ERROR with "No valid host".
+none, the boot ends in ERROR with "No valid host". The trait is written
+by the verifier's :class:`~verifier.placement.TraitSync` (keeping every
+trait Nova set). ``openstack attestation host evacuate`` moves a host's
+guests through Nova's API: a vTPM guest with
+``hw:tpm_secret_security=host`` by live migration, others by cold
+migration, each to the host the scheduler finds (the trusted one), or says
+Nova's reason when there is none.
 
 The guests boot a blank disk (no OS: what is tested is where Nova puts a
 vTPM guest and that libvirt starts it there, not what runs inside).
@@ -36,49 +42,12 @@ from trusted_testing.nova.libvirt_deploy import (
     PLACEMENT_HEADERS,
     LibvirtNovaDeployment,
 )
+from verifier.placement import PlacementClient, TraitSync
 
 TRAIT = "CUSTOM_ATTESTATION_TRUSTED"
 ACTIVE_TIMEOUT = 600.0
 #: how long each part of the class took (setUpClass and each test), seconds
 TIMES: dict[str, float] = {}
-
-
-def set_trait(placement_url: str, host: ComputeHost, present: bool) -> None:
-    """Put the trait on (or take it off) ``host``'s resource provider
-    through Placement's API: read-modify-write with its generation."""
-    url = f"{placement_url}/resource_providers/{host.provider}/traits"
-    for _ in range(10):
-        resp = requests.get(url, headers=PLACEMENT_HEADERS, timeout=30)
-        resp.raise_for_status()
-        body = resp.json()
-        traits = set(body["traits"])
-        wanted = traits | {TRAIT} if present else traits - {TRAIT}
-        if wanted == traits:
-            return
-        resp = requests.put(
-            url,
-            headers=PLACEMENT_HEADERS,
-            json={
-                "traits": sorted(wanted),
-                "resource_provider_generation": body["resource_provider_generation"],
-            },
-            timeout=30,
-        )
-        if resp.status_code == 200:
-            return
-        if resp.status_code != 409:
-            resp.raise_for_status()
-    raise AssertionError(f"Placement kept refusing the traits of {host.name}")
-
-
-def provider_traits(placement_url: str, host: ComputeHost) -> set[str]:
-    resp = requests.get(
-        f"{placement_url}/resource_providers/{host.provider}/traits",
-        headers=PLACEMENT_HEADERS,
-        timeout=30,
-    )
-    resp.raise_for_status()
-    return set(resp.json()["traits"])
 
 
 class _Timed(testtools.TestCase):
@@ -93,6 +62,8 @@ class ComputePoolsTest(_Timed):
 
     tmp: str
     nova: LibvirtNovaDeployment
+    placement: PlacementClient
+    traits: TraitSync
     image_id: str
     trusted_image_id: str
 
@@ -108,7 +79,13 @@ class ComputePoolsTest(_Timed):
         cls.tmp = tempfile.mkdtemp(prefix="trusted-compute-pools-")
         # a guest that boots no OS ignores ACPI: Nova's clean power off
         # before a cold migration would wait its full minute
-        cls.nova = LibvirtNovaDeployment(cls.tmp, hosts=2, shutdown_timeout=3)
+        # host B's local CA lives elsewhere (as an emulated host's would)
+        cls.nova = LibvirtNovaDeployment(
+            cls.tmp,
+            hosts=2,
+            shutdown_timeout=3,
+            localca_dirs=[None, os.path.join(cls.tmp, "host-b-localca")],
+        )
         try:
             cls.nova.start()
             resp = requests.put(
@@ -117,6 +94,8 @@ class ComputePoolsTest(_Timed):
                 timeout=30,
             )
             resp.raise_for_status()
+            cls.placement = PlacementClient.noauth(cls.nova.placement_url)
+            cls.traits = TraitSync(cls.placement, TRAIT, retry_interval=1.0)
             cls.image_id = cls.nova.add_blank_image()
             cls.trusted_image_id = cls.nova.add_blank_image(
                 {f"trait:{TRAIT}": "required"}
@@ -148,14 +127,20 @@ class ComputePoolsTest(_Timed):
         return self.nova.hosts[1]
 
     def trusted(self, *hosts: ComputeHost) -> None:
-        """Exactly ``hosts`` carry the trait."""
+        """Exactly ``hosts`` carry the trait (the verifier's TraitSync
+        writes it, as for hosts it finds attested)."""
         for host in self.nova.hosts:
-            set_trait(self.nova.placement_url, host, host in hosts)
+            self.traits.want(host.provider, host in hosts)
+        self.assertEqual({}, self.traits.pump())
         self.addCleanup(self._untrust_all)
 
     def _untrust_all(self) -> None:
         for host in self.nova.hosts:
-            set_trait(self.nova.placement_url, host, False)
+            self.traits.want(host.provider, False)
+        self.assertEqual({}, self.traits.pump())
+
+    def provider_traits(self, host: ComputeHost) -> set[str]:
+        return self.placement.get_traits(host.provider)[1]
 
     def boot(self, flavor: str, image: str | None = None) -> dict[str, Any]:
         """Boot and wait for ACTIVE or ERROR; the server as an admin sees it."""
@@ -222,10 +207,8 @@ class ComputePoolsTest(_Timed):
         self.assertEqual(200, resp.status_code, resp.text)
         ids = {h["service"]["host"]: h["id"] for h in resp.json()["hypervisors"]}
         self.assertEqual({a.name: a.provider, b.name: b.provider}, ids)
-        self.assertNotIn(TRAIT, provider_traits(self.nova.placement_url, a))
-        self.assertIn(
-            "COMPUTE_SECURITY_TPM_2_0", provider_traits(self.nova.placement_url, b)
-        )
+        self.assertNotIn(TRAIT, self.provider_traits(a))
+        self.assertIn("COMPUTE_SECURITY_TPM_2_0", self.provider_traits(b))
 
     # -- scheduling by trait ------------------------------------------------------
 
@@ -236,8 +219,16 @@ class ComputePoolsTest(_Timed):
     def test_trusted_flavor_lands_on_the_host_with_the_trait(self) -> None:
         self.trusted(self.host_b)
         self.assert_on(self.host_b, self.boot("trusted-pool"))
-        # and Nova's own reports keep the trait it did not set
-        self.assertIn(TRAIT, provider_traits(self.nova.placement_url, self.host_b))
+        # Nova's own reports keep the trait it did not set, and the trait's
+        # writes kept the traits Nova set
+        # its vTPM's EK certificate came from host B's local CA
+        ca = os.path.join(self.tmp, "host-b-localca", "issuercert.pem")
+        self.assertEqual(os.path.dirname(ca), self.host_b.localca_dir)
+        self.assertTrue(os.path.exists(ca))
+        traits = self.provider_traits(self.host_b)
+        self.assertIn(TRAIT, traits)
+        self.assertIn("COMPUTE_SECURITY_TPM_2_0", traits)
+        self.assertNotIn(TRAIT, self.provider_traits(self.host_a))
 
     def test_trusted_image_without_a_trusted_host_is_no_valid_host(self) -> None:
         self.trusted()
