@@ -265,13 +265,13 @@ class Evacuation:
             self._api.action(base.uuid, {"confirmResize": None})
             server = self._until_still(base.uuid, leave=("VERIFY_RESIZE",))
         where = server.get("OS-EXT-SRV-ATTR:host")
-        if server["status"] == "ERROR":
-            fault = (server.get("fault") or {}).get("message")
-            return dataclasses.replace(base, reason=fault or "the guest is in ERROR")
-        if where and where != host:
+        if server["status"] != "ERROR" and where and where != host:
             return dataclasses.replace(base, moved_to=str(where))
         action = "live-migration" if base.move is Move.LIVE else "migrate"
-        reason = self._api.failure(base.uuid, action)
+        fault = (server.get("fault") or {}).get("message")
+        reason = fault or self._api.failure(base.uuid, action)
+        if server["status"] == "ERROR":
+            reason = f"the guest is in ERROR on {where}: {reason or 'no reason given'}"
         return dataclasses.replace(
             base, reason=reason or f"Nova left it on {host} ({server['status']})"
         )

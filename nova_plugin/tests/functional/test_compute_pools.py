@@ -28,10 +28,12 @@ import tempfile
 import time
 from typing import Any
 
+import oslo_messaging
 import requests
 import testtools
 from keystoneauth1 import noauth
 from keystoneauth1 import session as ks_session
+from oslo_config import cfg
 
 from nova_plugin import osc_evacuate
 from nova_plugin.evacuate import ComputeApi
@@ -42,12 +44,43 @@ from trusted_testing.nova.libvirt_deploy import (
     PLACEMENT_HEADERS,
     LibvirtNovaDeployment,
 )
+from verifier.nova_listener.hooks import NoopHook
+from verifier.nova_listener.listener import (
+    InstanceEndpoint,
+    VerifierOperator,
+    make_listener,
+)
 from verifier.placement import PlacementClient, TraitSync
 
 TRAIT = "CUSTOM_ATTESTATION_TRUSTED"
 ACTIVE_TIMEOUT = 600.0
 #: how long each part of the class took (setUpClass and each test), seconds
 TIMES: dict[str, float] = {}
+
+
+class _Placements(NoopHook):
+    """An instance hook recording where the Nova listener says each
+    instance runs (as the ``vtpm`` hook tells the registrar)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hosts: dict[str, list[str]] = {}
+
+    def instance_placed(self, uuid: str, host: str) -> None:
+        self.hosts.setdefault(uuid, []).append(host)
+
+
+class _NoVerifier(VerifierOperator):
+    """The verifier's answer for instances nobody enrolled (404)."""
+
+    def __init__(self) -> None:
+        super().__init__("http://127.0.0.1:9", None)
+
+    def instance_created(self, uuid: str) -> bool:
+        return False
+
+    def unenrol(self, uuid: str) -> bool:
+        return False
 
 
 class _Timed(testtools.TestCase):
@@ -62,6 +95,9 @@ class ComputePoolsTest(_Timed):
 
     tmp: str
     nova: LibvirtNovaDeployment
+    transport: Any
+    listener: Any
+    placements: _Placements
     placement: PlacementClient
     traits: TraitSync
     image_id: str
@@ -96,6 +132,16 @@ class ComputePoolsTest(_Timed):
             resp.raise_for_status()
             cls.placement = PlacementClient.noauth(cls.nova.placement_url)
             cls.traits = TraitSync(cls.placement, TRAIT, retry_interval=1.0)
+            # the Nova listener on Nova's real notifications
+            conf = cfg.ConfigOpts()
+            conf([])
+            cls.transport = oslo_messaging.get_notification_transport(
+                conf, url=cls.nova.transport_url
+            )
+            cls.placements = _Placements()
+            endpoint = InstanceEndpoint(_NoVerifier(), [cls.placements])
+            cls.listener = make_listener(cls.transport, endpoint, pool="pools")
+            cls.listener.start()
             cls.image_id = cls.nova.add_blank_image()
             cls.trusted_image_id = cls.nova.add_blank_image(
                 {f"trait:{TRAIT}": "required"}
@@ -109,6 +155,9 @@ class ComputePoolsTest(_Timed):
     @classmethod
     def tearDownClass(cls) -> None:
         try:
+            cls.listener.stop()
+            cls.listener.wait()
+            cls.transport.cleanup()
             cls.nova.stop()
         finally:
             shutil.rmtree(cls.tmp, ignore_errors=True)
@@ -297,8 +346,22 @@ class ComputePoolsTest(_Timed):
             self.assertFalse(
                 os.path.exists(os.path.join(a.root, "swtpm", server["id"]))
             )
+            # the Nova listener learnt where it runs now (the move's end)
+            self.assert_placed(server["id"], [a.name, b.name])
         code, lines, _ = self.evacuate(a.name, "--wait")
         self.assertEqual((0, [f"{a.name}: no guests"]), (code, lines))
+
+    def assert_placed(self, uuid: str, hosts: list[str]) -> None:
+        """The listener's hook heard ``uuid`` placed on ``hosts`` (in
+        order, repeats of one host folded)."""
+        deadline = time.monotonic() + 60
+        while True:
+            heard = self.placements.hosts.get(uuid, [])
+            folded = [h for i, h in enumerate(heard) if i == 0 or heard[i - 1] != h]
+            if folded == hosts or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        self.assertEqual(hosts, folded, heard)
 
     def test_evacuate_says_why_a_guest_could_not_move(self) -> None:
         a = self.host_a

@@ -58,6 +58,18 @@ class _Nova:
         return None
 
 
+class _FailingNova(_Nova):
+    """Nova whose moves end with the guest in ERROR where it was (as a
+    failed live migration of Nova 34 leaves it)."""
+
+    def action(self, uuid: str, body: dict[str, Any]) -> None:
+        self.actions.append((uuid, next(iter(body))))
+        self.servers[uuid]["status"] = "ERROR"
+
+    def failure(self, uuid: str, action: str) -> str | None:
+        return "Unsafe migration" if action == "live-migration" else None
+
+
 class MoveTest(testtools.TestCase):
     def test_host_secret_security_is_live_migrated(self) -> None:
         self.assertIs(Move.LIVE, move_of(_server("1", "ACTIVE", "host")))
@@ -118,6 +130,14 @@ class EvacuationTest(testtools.TestCase):
             "h1", dry_run=False, wait=True
         )
         self.assertEqual("Cannot 'os-migrateLive' instance", outcome.reason)
+
+    def test_a_guest_left_in_error_says_so_with_nova_s_reason(self) -> None:
+        nova = _FailingNova([_server("1", "ACTIVE", "host"), _server("2", "ACTIVE")])
+        live, cold = Evacuation(nova).run(  # type: ignore[arg-type]
+            "h1", dry_run=False, wait=True
+        )
+        self.assertEqual("the guest is in ERROR on h1: Unsafe migration", live.reason)
+        self.assertEqual("the guest is in ERROR on h1: no reason given", cold.reason)
 
     def test_a_move_that_never_ends_is_reported_after_the_timeout(self) -> None:
         now = [0.0]
