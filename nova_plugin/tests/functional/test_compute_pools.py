@@ -24,6 +24,7 @@ import argparse
 import io
 import os
 import shutil
+import sys
 import tempfile
 import time
 from typing import Any
@@ -162,7 +163,7 @@ class ComputePoolsTest(_Timed):
         finally:
             shutil.rmtree(cls.tmp, ignore_errors=True)
         for name, seconds in TIMES.items():
-            print(f"compute pools timing: {name}: {seconds:.1f} s")
+            print(f"compute pools timing: {name}: {seconds:.1f} s", file=sys.stderr)
         super().tearDownClass()
 
     # -- helpers ----------------------------------------------------------------
