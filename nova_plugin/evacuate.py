@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
+import uuid as uuid_mod
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -100,6 +101,13 @@ class Outcome:
         return f"{who}: moved to {self.moved_to} by {self.move.value}"
 
 
+def _is_uuid(text: str) -> bool:
+    try:
+        return str(uuid_mod.UUID(text)) == text.lower()
+    except ValueError:
+        return False
+
+
 def _message(body: Any, fallback: str) -> str:
     """Nova's error message (``{"badRequest": {"message": ...}}``)."""
     if isinstance(body, dict):
@@ -153,6 +161,17 @@ class ComputeApi:
             reason = _message(data, f"HTTP {resp.status_code}")
             raise ServiceError(reason, status=resp.status_code)
         return data
+
+    def host_of_node(self, node: str) -> str | None:
+        """The host name of the compute node (= its resource provider)
+        ``node``, or None if Nova has no such node."""
+        try:
+            data = self._call("GET", f"/os-hypervisors/{node}", microversion="2.53")
+        except ServiceError as exc:
+            if exc.status in (400, 404):
+                return None
+            raise
+        return str(data["hypervisor"]["service"]["host"])
 
     def compute_host_exists(self, host: str) -> bool:
         """Whether a ``nova-compute`` service runs under that host name."""
@@ -218,15 +237,31 @@ class Evacuation:
         self._clock = clock
         self._sleep = sleep
 
+    def resolve(self, host: str) -> str:
+        """The host name of ``host``: a host name, or the UUID of its
+        compute node (its resource provider, as ``host show`` takes it).
+
+        Raises:
+            UsageError: Nova knows no such host or node.
+        """
+        if _is_uuid(host):
+            name = self._api.host_of_node(host)
+            if name is None:
+                raise UsageError(f"{host}: no compute node has that UUID")
+            return name
+        if not self._api.compute_host_exists(host):
+            raise UsageError(f"{host}: no nova-compute service has that host name")
+        return host
+
     def run(self, host: str, *, dry_run: bool, wait: bool) -> list[Outcome]:
-        """Move (or with ``dry_run`` only list) every guest of ``host``.
+        """Move (or with ``dry_run`` only list) every guest of ``host`` (a
+        host name, or its compute node's UUID).
 
         Raises:
             UsageError: no compute service has that host name.
             ServiceError: Nova's API could not list the host's guests.
         """
-        if not self._api.compute_host_exists(host):
-            raise UsageError(f"{host}: no nova-compute service has that host name")
+        host = self.resolve(host)
         outcomes = []
         for server in self._api.servers_on(host):
             move = move_of(server)

@@ -6,6 +6,8 @@ every project's guests on the host and migrates them); the work is
 :class:`~nova_plugin.evacuate.Evacuation`. One line per guest (moved to
 X, would move, requested, or could not: Nova's reason); exit status 1 if
 any guest could not be moved, 2 (one line) for a host Nova does not know.
+The host is named by Nova's host name or by its compute node's UUID (its
+Placement resource provider, as ``host enrol --provider`` takes it).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ class EvacuateHost(command.Command):
     def get_parser(self, prog_name: str) -> argparse.ArgumentParser:
         parser = super().get_parser(prog_name)
         parser.add_argument(
-            "host", metavar="<host>", help="the compute host (Nova's host name)"
+            "host",
+            metavar="<host>",
+            help="the compute host: Nova's host name, or its compute node's "
+            "(resource provider's) UUID",
         )
         parser.add_argument(
             "--dry-run",

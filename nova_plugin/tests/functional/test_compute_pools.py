@@ -27,6 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid as uuid_mod
 from typing import Any
 
 import oslo_messaging
@@ -322,7 +323,8 @@ class ComputePoolsTest(_Timed):
         # A fails its attestation: its trait moves to B
         self.trusted(b)
 
-        code, lines, err = self.evacuate(a.name, "--dry-run")
+        # by its provider's UUID, as the verifier names hosts
+        code, lines, err = self.evacuate(a.provider, "--dry-run")
         self.assertEqual((0, ""), (code, err))
         self.assertIn("would move by cold migration", self.line_of(lines, cold["id"]))
         self.assertIn("would move by live migration", self.line_of(lines, live["id"]))
@@ -382,3 +384,7 @@ class ComputePoolsTest(_Timed):
         self.assertEqual(
             "no-such-host: no nova-compute service has that host name\n", err
         )
+        unknown = str(uuid_mod.uuid4())
+        code, lines, err = self.evacuate(unknown, "--wait")
+        self.assertEqual((2, []), (code, lines))
+        self.assertEqual(f"{unknown}: no compute node has that UUID\n", err)

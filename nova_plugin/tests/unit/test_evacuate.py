@@ -14,6 +14,7 @@ import testtools
 from nova_plugin.evacuate import Evacuation, Move, Outcome, move_of
 from nova_plugin.exceptions import ServiceError, UsageError
 
+NODE = "1b4e28ba-2fa1-41d2-883f-0016d3cca427"
 _OPENSTACK = os.path.join(os.path.dirname(sys.executable), "openstack")
 
 
@@ -40,6 +41,9 @@ class _Nova:
 
     def compute_host_exists(self, host: str) -> bool:
         return host == "h1"
+
+    def host_of_node(self, node: str) -> str | None:
+        return "h1" if node == NODE else None
 
     def servers_on(self, host: str) -> list[dict[str, Any]]:
         return list(self.servers.values())
@@ -105,6 +109,14 @@ class EvacuationTest(testtools.TestCase):
         evacuation = Evacuation(nova)  # type: ignore[arg-type]
         self.assertRaises(UsageError, evacuation.run, "h9", dry_run=False, wait=False)
         self.assertEqual([], nova.actions)
+
+    def test_a_host_is_named_by_its_compute_node_uuid_too(self) -> None:
+        nova = _Nova([_server("1", "ACTIVE")])
+        evacuation = Evacuation(nova)  # type: ignore[arg-type]
+        self.assertEqual("h1", evacuation.resolve(NODE))
+        self.assertEqual("h1", evacuation.resolve("h1"))
+        other = "2b4e28ba-2fa1-41d2-883f-0016d3cca427"
+        self.assertRaises(UsageError, evacuation.resolve, other)
 
     def test_a_guest_in_error_is_not_moved_and_says_why(self) -> None:
         nova = _Nova([_server("1", "ERROR"), _server("2", "ACTIVE")])
