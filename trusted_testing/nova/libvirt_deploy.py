@@ -112,17 +112,23 @@ def _update_ini(path: str, sections: dict[str, dict[str, Any]]) -> None:
 class LibvirtNovaDeployment(NovaDeployment):
     """Start with :meth:`start`, always :meth:`stop` (also after a failure).
 
-    Attributes:
-        hosts: the emulated compute hosts (``hosts`` of them; the first is
-            :attr:`host`). Two or more share the instances directory
-            through a cluster file system (:func:`~trusted_testing.nova.
-            compute_hosts.shared_instances`), so guests can move between
-            them.
-        localca_dirs: the swtpm local CA directory of each host, in order
-            (None or missing: the host's own ``localca``).
+    Args:
+        workdir: where everything it writes lives.
+        network: the guests' network (None: guests have no NIC).
+        hosts: how many emulated compute hosts. Two or more share the
+            instances directory through a cluster file system
+            (:func:`~trusted_testing.nova.compute_hosts.shared_instances`),
+            so guests can move between them.
         shutdown_timeout: Nova's ``[DEFAULT] shutdown_timeout`` if given
             (how long a guest is given to power off cleanly before a cold
             migration; a guest that boots no OS never does).
+        localca_dirs: the swtpm local CA directory of each host, in order
+            (None or missing: the host's own ``localca``).
+
+    Attributes:
+        hosts: the emulated compute hosts (:class:`~trusted_testing.nova.
+            compute_hosts.ComputeHost`; the first is :attr:`host`), each
+            with its resource provider once started.
         host_root: the first compute host's directory (its libvirt
             configuration, swtpm local CA, vTPM states, logs).
         bao: the key manager's server.
