@@ -7,7 +7,10 @@ For each delivery the :class:`Consumer`:
    ``failed_actions``, by default the same actions as a revocation; a
    ``node.unreachable`` or ``node.recovered`` event its own actions, by
    default only the ``log``: a node that stopped answering is not revoked;
-   a ``node.policy_changed`` event (a new policy in force) runs none;
+   a ``node.host_untrusted`` event (the node's compute host was found
+   untrusted) runs the ``host_untrusted_actions``, by default the
+   revocation's; a ``node.policy_changed`` event (a new policy in force)
+   runs none;
 2. picks the verifier key named by ``key_id`` and verifies the signature
    (an event signed by an unknown key or not verifying is rejected);
 3. skips events whose id it has already processed (acked as duplicate);
@@ -50,6 +53,7 @@ from verifier.protocol import (
 )
 from verifier.protocol.events import (
     NODE_FAILED,
+    NODE_HOST_UNTRUSTED,
     NODE_POLICY_CHANGED,
     NODE_RECOVERED,
     NODE_UNREACHABLE,
@@ -186,6 +190,9 @@ class Consumer:
             events (default: none).
         recovered_actions: the actions run for ``node.recovered`` events
             (default: none).
+        host_untrusted_actions: the actions run for ``node.host_untrusted``
+            events (default: ``actions``: a guest whose host was found
+            untrusted is treated as compromised).
 
     Raises:
         HooksError: if there is no public key, ``max_attempts`` < 1,
@@ -206,6 +213,7 @@ class Consumer:
         failed_actions: Sequence[Action | str] | None = None,
         unreachable_actions: Sequence[Action | str] = (),
         recovered_actions: Sequence[Action | str] = (),
+        host_untrusted_actions: Sequence[Action | str] | None = None,
     ) -> None:
         if not public_keys:
             raise HooksError("at least one verifier public key is required")
@@ -225,6 +233,11 @@ class Consumer:
             NODE_FAILED: self.failed_actions,
             NODE_UNREACHABLE: self._build_actions(unreachable_actions, conf),
             NODE_RECOVERED: self._build_actions(recovered_actions, conf),
+            NODE_HOST_UNTRUSTED: (
+                self.actions
+                if host_untrusted_actions is None
+                else self._build_actions(host_untrusted_actions, conf)
+            ),
             # a new policy in force takes nothing away: no action runs
             NODE_POLICY_CHANGED: [],
         }
@@ -294,6 +307,11 @@ class Consumer:
             ),
             unreachable_actions=list(group.unreachable_actions or ()),
             recovered_actions=list(group.recovered_actions or ()),
+            host_untrusted_actions=(
+                None
+                if group.host_untrusted_actions is None
+                else list(group.host_untrusted_actions)
+            ),
         )
 
     def consume(self, data: Mapping[str, Any] | SignedEvent) -> ConsumeResult:

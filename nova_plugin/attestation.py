@@ -104,6 +104,22 @@ class AttestationClient:
     def delete_node(self, uuid: str) -> None:
         self.call("DELETE", f"/v1/nodes/{quote(uuid)}")
 
+    # -- compute hosts (the operator's) -----------------------------------
+
+    def enrol_host(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /v1/hosts`` (a ``HostEnrolmentRequest`` body)."""
+        return dict(self.call("POST", "/v1/hosts", dict(body)))
+
+    def list_hosts(self) -> list[dict[str, Any]]:
+        return list(self.call("GET", "/v1/hosts")["hosts"])
+
+    def get_host(self, ref: str) -> dict[str, Any]:
+        """A host by provider UUID or hypervisor host name, with its guests."""
+        return dict(self.call("GET", f"/v1/hosts/{quote(ref, safe='')}"))
+
+    def delete_host(self, ref: str) -> None:
+        self.call("DELETE", f"/v1/hosts/{quote(ref, safe='')}")
+
     def events(self, uuid: str | None = None) -> list[dict[str, Any]]:
         """Every event of node ``uuid`` (or of every node the caller
         sees), oldest first, following every page."""

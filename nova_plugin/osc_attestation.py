@@ -69,7 +69,7 @@ def build_option_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     return parser
 
 
-def _call(cmd: command.Command, work: Callable[[AttestationClient], Any]) -> Any:
+def service_call(cmd: command.Command, work: Callable[[AttestationClient], Any]) -> Any:
     """Run ``work`` with the client; a service refusal is a CommandError
     (one line, exit status 1), never a traceback."""
     try:
@@ -99,7 +99,7 @@ class ListNode(command.Lister):
     """List the nodes of your project (every project's for an admin)."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> Rows:
-        nodes = _call(self, lambda c: c.list_nodes())
+        nodes = service_call(self, lambda c: c.list_nodes())
         return _NODE_COLUMNS, [_row(n, _NODE_COLUMNS) for n in nodes]
 
 
@@ -107,7 +107,7 @@ class ShowNode(command.ShowOne, _NodeCommand):
     """Show a node's attestation state."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> One:
-        node = _call(self, lambda c: c.get_node(parsed_args.uuid))
+        node = service_call(self, lambda c: c.get_node(parsed_args.uuid))
         return _SHOW, _row(node, _SHOW)
 
 
@@ -120,7 +120,7 @@ class RevokeNode(command.ShowOne, _NodeCommand):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> One:
-        node = _call(
+        node = service_call(
             self, lambda c: c.revoke_node(parsed_args.uuid, parsed_args.detail)
         )
         return _SHOW, _row(node, _SHOW)
@@ -162,7 +162,7 @@ class SetNode(command.ShowOne, _NodeCommand):
                 "give --runtime-policy, --mb-policy, --no-runtime-policy or "
                 f"--no-mb-policy ({exc})"
             )
-        node = _call(self, lambda c: c.set_node_policy(parsed_args.uuid, body))
+        node = service_call(self, lambda c: c.set_node_policy(parsed_args.uuid, body))
         return _SHOW, _row(node, _SHOW)
 
 
@@ -170,7 +170,7 @@ class DeleteNode(_NodeCommand):
     """Stop attesting a node and forget it (its events remain)."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> None:
-        _call(self, lambda c: c.delete_node(parsed_args.uuid))
+        service_call(self, lambda c: c.delete_node(parsed_args.uuid))
 
 
 class NodeEvents(command.Lister):
@@ -194,7 +194,7 @@ class NodeEvents(command.Lister):
         except UsageError as exc:  # a usage error: exit status 2
             self._parser.error(str(exc))
         params, every = query.to_query(), parsed_args.all
-        page = _call(self, lambda c: c.list_events(params, every))
+        page = service_call(self, lambda c: c.list_events(params, every))
         rows = [event_row(entry) for entry in page["events"]]
         return _EVENT_COLUMNS, [tuple(r[c] for c in _EVENT_COLUMNS) for r in rows]
 
@@ -233,12 +233,12 @@ class CreatePolicy(command.ShowOne):
             if parsed_args.kind != "runtime":
                 raise osc_exceptions.CommandError("--base: runtime policies only")
             ref = parsed_args.base
-            base = _call(self, lambda c: c.get_policy("runtime", ref))
+            base = service_call(self, lambda c: c.get_policy("runtime", ref))
             try:
                 document = with_base(document, base["digest"], ref, parsed_args.file)
             except TenantError as exc:
                 raise osc_exceptions.CommandError(str(exc))
-        meta = _call(
+        meta = service_call(
             self,
             lambda c: c.create_policy(parsed_args.kind, document, parsed_args.name),
         )
@@ -254,7 +254,7 @@ class ListPolicy(command.Lister):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> Rows:
-        rows = _call(self, lambda c: c.list_policies(parsed_args.kind))
+        rows = service_call(self, lambda c: c.list_policies(parsed_args.kind))
         return _POLICY_COLUMNS, [_row(r, _POLICY_COLUMNS) for r in rows]
 
 
@@ -270,7 +270,9 @@ class ShowPolicy(command.ShowOne, _PolicyRef):
     """Show a policy (metadata and document)."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> One:
-        meta = _call(self, lambda c: c.get_policy(parsed_args.kind, parsed_args.ref))
+        meta = service_call(
+            self, lambda c: c.get_policy(parsed_args.kind, parsed_args.ref)
+        )
         base = meta.get("base")
         if base:
             meta["base"] = f"{base['name']}@{base['version']} ({base['digest']})"
@@ -282,7 +284,7 @@ class DeletePolicy(_PolicyRef):
     """Delete a policy no node of your project uses."""
 
     def take_action(self, parsed_args: argparse.Namespace) -> None:
-        _call(self, lambda c: c.delete_policy(parsed_args.kind, parsed_args.ref))
+        service_call(self, lambda c: c.delete_policy(parsed_args.kind, parsed_args.ref))
 
 
 class CheckPolicy(command.Lister):
@@ -309,7 +311,7 @@ class CheckPolicy(command.Lister):
         return parser
 
     def take_action(self, parsed_args: argparse.Namespace) -> Rows:
-        data = _call(
+        data = service_call(
             self,
             lambda c: c.check_policy(
                 parsed_args.ref, parsed_args.node, parsed_args.all

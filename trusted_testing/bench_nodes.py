@@ -33,6 +33,9 @@ class Silent:
     def rest(self, base: str, delay: float) -> None:
         pass
 
+    async def placement(self, uuid: str) -> str | None:
+        return None
+
     async def get_agent(self, uuid: str) -> Any:
         raise AssertionError("not used")
 

@@ -35,9 +35,10 @@ def _round() -> tuple[hostbatch.HostRound, hostbatch.GuestBatch]:
     batch = hostbatch.GuestBatch([hostbatch.guest_leaf(*_guest(i)) for i in range(5)])
     fresh = bytes(range(20))
     nonce = hostbatch.host_nonce(fresh, batch.root, batch.size)
-    quote = tpm.quote(bind_nonce(nonce), (16,))
+    nk = bytes(range(32))  # the agent binds its NK public key after the nonce
+    quote = tpm.quote(bind_nonce(nonce, nk), (16,))
     host_round = hostbatch.HostRound(
-        _HOST, fresh, batch.root, batch.size, quote.attest, _AT, True
+        _HOST, fresh, batch.root, batch.size, quote.attest, _AT, True, (nk,)
     )
     return host_round, batch
 

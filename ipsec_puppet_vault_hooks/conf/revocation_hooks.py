@@ -27,6 +27,14 @@ _OPTS: list[cfg.Opt] = [
         "``log`` to only record such events.",
     ),
     cfg.ListOpt(
+        "host_untrusted_actions",
+        help="Names of the actions run for a verified ``node.host_untrusted`` "
+        "event: the compute host running the node was found untrusted "
+        "(trusted compute pools). A compromised host could read the guest's "
+        "vTPM state and memory, so the guest is treated as compromised. "
+        "Unset: the same as ``actions`` (revocation).",
+    ),
+    cfg.ListOpt(
         "unreachable_actions",
         default=["log"],
         help="Names of the actions run for a verified ``node.unreachable`` "

@@ -51,6 +51,8 @@ _STATES = {
     "unreachable": "not trusted: not answering the verifier (not revoked; a "
     "good quote brings it back)",
     "revoked": "REVOKED",
+    "host_untrusted": "HOST UNTRUSTED: its compute host was found untrusted; "
+    "treat the node as compromised (move it and enrol it again)",
 }
 
 
@@ -69,9 +71,23 @@ def describe(node: Mapping[str, Any]) -> str:
         line += f"\n    {kind} policy: {policy}"
     if node.get("ima_entries") is not None:
         line += f"\n    IMA entries verified: {node['ima_entries']}"
+    host = node.get("host")
+    if isinstance(host, Mapping):
+        line += f"\n    compute host: {host.get('name')}, {_host_words(host)}"
     if node.get("failure_reason"):
         line += f"\n    reason: {node['failure_reason']}"
     return line
+
+
+def _host_words(host: Mapping[str, Any]) -> str:
+    """A compute host's verdict in words (``trusted`` true, false or null)."""
+    trusted = host.get("trusted")
+    words = "not known now"
+    if trusted is True:
+        words = "trusted"
+    elif trusted is False:
+        words = "UNTRUSTED"
+    return f"{words} as of {host.get('as_of')}" if host.get("as_of") else words
 
 
 def in_force(node: Mapping[str, Any]) -> dict[str, str]:

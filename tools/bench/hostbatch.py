@@ -153,16 +153,17 @@ def batched_interval(rig: Rig, n: int) -> tuple[float, float, float]:
     t_build = time.process_time() - t0
     # the host agent's quote (real swtpm; not verifier CPU)
     nonce = hb.host_nonce(fresh, batch.root, batch.size)
-    host_q, latency = _quote(rig.host, bind_nonce(nonce))
+    nk = fresh + bytes(12)  # the agent binds its NK public key after the nonce
+    host_q, latency = _quote(rig.host, bind_nonce(nonce, nk))
     t1 = time.process_time()
     verify_quote(
         host_q,
         ak=rig.host_ak,
-        qualifying_data=bind_nonce(nonce),
+        qualifying_data=bind_nonce(nonce, nk),
         policy=rig.host_policy,
     )
     judged = hb.HostRound(
-        _HOST, fresh, batch.root, batch.size, host_q.attest, 100.0, True
+        _HOST, fresh, batch.root, batch.size, host_q.attest, 100.0, True, (nk,)
     )
     for (instance, s), proof in zip(guests, proofs, strict=True):
         hb.verify_guest_in_batch(

@@ -19,6 +19,9 @@
                                    (:mod:`verifier.api.policies_app`)
 ``GET /v1/nodes/{uuid}/history``, ``/v1/log/...``  the attestation log
                                    (:mod:`verifier.api.log_app`)
+``/v1/hosts/...``, ``PUT /v1/nodes/{uuid}/host``  compute hosts (the
+                                   operator's), a node's current host
+                                   (:mod:`verifier.api.hosts_app`)
 ``POST /v1/nodes/{uuid}/capabilities``  a capability for an attested node
                                    (:mod:`verifier.protocol.messages.capabilities`,
                                    verifier.attest.grants)
@@ -39,6 +42,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 
 from verifier.api.authz import Auth, auth_middleware, caller, rule
+from verifier.api.hosts_app import add_routes as add_host_routes
 from verifier.api.log_app import add_routes as add_log_routes
 from verifier.api.metrics_app import add_metrics_route
 from verifier.api.policies_app import add_routes as add_policy_routes
@@ -232,6 +236,7 @@ def make_app(
     )
     add_relay_routes(app, verifier.push)
     add_log_routes(app, verifier.log, signing_public_pem)
+    add_host_routes(app, verifier.hosts, verifier.host_store, verifier.host_batches)
     for add in routes:
         add(app)
     openapi.add_route(app, "trusted-cloud verifier", api_schemas.VERIFIER)

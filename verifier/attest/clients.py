@@ -9,9 +9,11 @@ registrar recorded at registration; we pin exactly that certificate
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
@@ -20,9 +22,12 @@ from verifier.common.errors import TransportError
 from verifier.common.http import MAX_ANSWER, AsyncClient
 from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
+from verifier.protocol.messages.hosts import HostTrustReport
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = ["RegistrarClient", "VerifierAgentClient"]
+
+LOG = logging.getLogger(__name__)
 
 
 def _record(uuid: str, data: Mapping[str, Any]) -> RegistrationRecord:
@@ -66,6 +71,50 @@ class RegistrarClient:
         if answer.status != 200:
             raise RequestError("registrar_error", answer.error.message, 502)
         return _record(uuid, answer.data)
+
+    async def placement(self, uuid: str) -> str | None:
+        """The compute host the registrar last recorded for instance
+        ``uuid`` (from Nova's notifications, by the vTPM manager), or None
+        when it has none or cannot say now (the Nova listener reports
+        later moves to the verifier itself)."""
+        url = f"{self._base}/v1/provider/instances/{uuid}"
+        try:
+            answer = await self._http.request("GET", url)
+        except TransportError as exc:
+            LOG.warning("No placement of %s from the registrar: %s", uuid, exc)
+            return None
+        data = answer.data if answer.ok else None
+        host = data.get("host") if isinstance(data, Mapping) else None
+        if answer.status != 404 and not answer.ok:
+            LOG.warning(
+                "No placement of %s from the registrar: %s", uuid, answer.status
+            )
+        return host if isinstance(host, str) and host else None
+
+    async def put_host_trust(self, host: str, report: HostTrustReport) -> None:
+        """Tell the registrar compute host ``host``'s trust (it accepts
+        vTPM EK certificates from the host's CA only while it is trusted
+        with that CA proven).
+
+        Raises:
+            RequestError: the registrar is unreachable (502
+                ``registrar_unreachable``) or refused (502
+                ``registrar_error``): retry later.
+        """
+        url = f"{self._base}/v1/hosts/{quote(host, safe='')}/trust"
+        try:
+            answer = await self._http.request("PUT", url, json=report.to_dict())
+        except TransportError as exc:
+            raise RequestError(
+                "registrar_unreachable", f"cannot reach the registrar: {exc}", 502
+            )
+        if not answer.ok:
+            raise RequestError(
+                "registrar_error",
+                f"the registrar answered {answer.status} to the trust of host "
+                f"{host}: {answer.error.message}",
+                502,
+            )
 
     async def close(self) -> None:
         await self._http.close()

@@ -52,6 +52,7 @@ class NodeCommands:
         switch: changes the policies in force on nodes.
         min_node_interval: the shortest quote interval a tenant may give.
         clock: wall clock (seconds).
+        placed: told of a node's compute host when the registrar knew it.
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class NodeCommands:
         switch: PolicySwitch,
         min_node_interval: float,
         clock: Callable[[], float],
+        placed: Callable[[str, str], None] = lambda uuid, host: None,
     ) -> None:
         self._nodes = nodes
         self._membership = membership
@@ -83,6 +85,7 @@ class NodeCommands:
         self._switch = switch
         self._min_interval = min_node_interval
         self._clock = clock
+        self._placed = placed
 
     async def enrol(
         self,
@@ -150,8 +153,11 @@ class NodeCommands:
             interval,
             names,
         )
+        row.compute_host = host = await self._registrar.placement(uuid)
         node = LiveNode.from_row(row, self._policies.cached)
         await asyncio.to_thread(self._store.insert, row)
+        if host is not None:
+            self._placed(uuid, host)
         if self._ownership.owns(uuid):
             self._membership.adopt(node)
         LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
@@ -203,9 +209,11 @@ class NodeCommands:
         uuid = canonical_uuid(uuid)
         if scope is not None:
             await self._queries.get(uuid, scope)  # another project's node: 404
+        node = self._nodes.find(uuid)
+        if node is not None and node.is_host:  # a compute host: /v1/hosts
+            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
         self._pending.forget(uuid)
         self._push.drop(uuid)
-        node = self._nodes.find(uuid)
         if node is not None:
             self._membership.release(node)
         if not await asyncio.to_thread(self._store.delete, uuid) and node is None:

@@ -1,5 +1,6 @@
 """The verifier's gauges, computed when Prometheus scrapes ``/metrics``
-(doc/source/admin/monitoring.rst): nodes by state and mode, the policy
+(doc/source/admin/monitoring.rst): nodes by state and mode, compute
+hosts by verdict, the policy
 versions in force, how late the most overdue quote round is, and the
 outbox's depth and oldest undelivered event. Counters are counted where
 things happen (:mod:`verifier.common.metrics`); these are read from the
@@ -14,6 +15,7 @@ import asyncio
 import collections
 from collections.abc import Callable
 
+from verifier.attest.host_store import HostStore
 from verifier.attest.registry import LiveNodes
 from verifier.attest.scheduler import QuoteScheduler
 from verifier.common import metrics
@@ -33,6 +35,7 @@ class VerifierGauges:
         outbox: the signed events (shared by every verifier process).
         clock: wall clock (seconds), the outbox's and the log's time base.
         log: the attestation log (shared by every verifier process).
+        hosts: the compute hosts (shared; None: no host gauge).
     """
 
     def __init__(
@@ -42,8 +45,10 @@ class VerifierGauges:
         outbox: Outbox,
         clock: Callable[[], float],
         log: LogReader,
+        hosts: HostStore | None = None,
     ) -> None:
         self._nodes = nodes
+        self._hosts = hosts
         self._log = log
         self._scheduler = scheduler
         self._outbox = outbox
@@ -57,6 +62,8 @@ class VerifierGauges:
         )
         refs: set[str] = set()
         for node in self._nodes:
+            if node.is_host:  # counted by verdict: trusted_cloud_hosts
+                continue
             counts[node.state, node.mode] += 1
             if node.runtime_ref is not None:
                 refs.add(node.runtime_ref)
@@ -75,6 +82,10 @@ class VerifierGauges:
         metrics.OUTBOX_DEPTH.set(depth)
         age = 0.0 if oldest is None else max(0.0, self._clock() - oldest)
         metrics.OUTBOX_OLDEST_AGE.set(age)
+        if self._hosts is not None:
+            verdicts = await asyncio.to_thread(self._hosts.verdict_counts)
+            for state in metrics.HOST_STATES:
+                metrics.HOSTS.labels(state).set(verdicts.get(state, 0))
         size, waiting, staged = await asyncio.to_thread(self._log.backlog)
         metrics.LOG_ENTRIES.set(size)
         metrics.LOG_UNSEQUENCED.set(waiting)

@@ -15,6 +15,7 @@ from typing import Any
 from verifier.db import Node
 from verifier.protocol import AttestationKey, ClockState, PcrPolicy, TpmPublic
 from verifier.protocol.attestation import AttestationMode, NodeAttestation, NodeState
+from verifier.protocol.attestation.hosts import HOST_UNTRUSTED
 from verifier.protocol.events import POLICY_KINDS
 from verifier.protocol.ima import ReplayState, RuntimePolicy
 from verifier.protocol.mb import MeasuredBootPolicy
@@ -52,6 +53,19 @@ class NodeView:
     #: the name and version of the policies in force, by digest (filled by
     #: :meth:`~verifier.attest.queries.NodeQueries.named`)
     names: Mapping[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    #: its compute host's verdict: ``{"name", "trusted", "as_of"}`` (None:
+    #: its host is not known; filled by
+    #: :meth:`~verifier.attest.queries.NodeQueries.named`)
+    host: Mapping[str, Any] | None = None
+
+    @property
+    def host_untrusted(self) -> bool:
+        """Revoked because its compute host was found untrusted (state
+        ``host_untrusted`` in the API: stored as a revocation, so every
+        guard of a final state holds)."""
+        return self.state == NodeState.REVOKED and (
+            self.failure_reason or ""
+        ).startswith(f"{HOST_UNTRUSTED}:")
 
     def in_force(self) -> dict[str, dict[str, Any] | None]:
         """Per policy kind, the policy in force: ``{"name", "version",
@@ -81,6 +95,8 @@ class NodeView:
         before it is found unreachable)."""
         data = dataclasses.asdict(self)
         del data["follows"], data["names"]
+        if self.host_untrusted:  # final, as revoked: shown by its name
+            data["state"] = HOST_UNTRUSTED
         data["policies"] = self.in_force()
         last = self.last_attested_at
         data["last_attested_at"] = iso8601(last)
@@ -251,6 +267,8 @@ class LiveNode(NodeAttestation):
             enrolled before commitments).
         interval: its own quote interval, its verification class (None:
             the verifier's).
+        is_host: a compute host (kind ``host``, :mod:`verifier.attest.hosts`),
+            not a tenant's node.
         judged: :class:`NodeAttestation`'s keyword arguments (its state as
             last written).
     """
@@ -259,6 +277,7 @@ class LiveNode(NodeAttestation):
         "base_url",
         "follows",
         "interval",
+        "is_host",
         "mb_ref",
         "mode",
         "project_id",
@@ -284,9 +303,11 @@ class LiveNode(NodeAttestation):
         u_commitment: bytes | None = None,
         interval: float | None = None,
         follows: tuple[str | None, str | None] = (None, None),
+        is_host: bool = False,
         **judged: Any,
     ) -> None:
         super().__init__(uuid, policy, ak, **judged)
+        self.is_host = is_host
         self.project_id = project_id
         self.mode = mode
         self.u_commitment = u_commitment
@@ -365,6 +386,7 @@ class LiveNode(NodeAttestation):
             u_commitment=row.u_commitment,
             interval=row.quote_interval,
             follows=_follows(row),
+            is_host=row.kind == "host",
             state=NodeState(row.state),
             runtime=runtime,
             mb=mb,

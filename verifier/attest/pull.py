@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from verifier.attest.clients import VerifierAgentClient
+from verifier.attest.host_batches import HostBatches
 from verifier.attest.node import LiveNode
 from verifier.attest.registry import LiveNodes
 from verifier.attest.release import ShareRelease
@@ -46,6 +47,8 @@ class PullAttestation:
         release: makes V for a node that passed.
         abe: issues CP-ABE keys after good quotes (None: off).
         clock: wall clock (seconds).
+        batches: the batched deep quotes: a guest's good quote joins its
+            host's batch, a host's quote binds it (None: off).
     """
 
     def __init__(
@@ -56,8 +59,10 @@ class PullAttestation:
         release: ShareRelease,
         abe: AbeAuthority | None,
         clock: Callable[[], float],
+        batches: HostBatches | None = None,
     ) -> None:
         self._agents = agents
+        self._batches = batches
         self._attesting = nodes.attesting
         self._transitions = transitions
         self._release = release
@@ -70,7 +75,13 @@ class PullAttestation:
         to the round dispatch, which fails the node closed."""
         transitions = self._transitions
         started = time.perf_counter()
-        request = node.request(os.urandom(20))
+        batches = self._batches
+        host_round = None
+        if node.is_host and batches is not None:  # its quote binds the batch
+            host_round = batches.begin(node.uuid)
+            request = node.request(host_round.nonce)
+        else:
+            request = node.request(os.urandom(20))
         answer: object
         try:
             answer = await self._agents.call(
@@ -94,6 +105,11 @@ class PullAttestation:
             failed = verdict.transition.failure_reason
             LOG.warning("Node %s failed attestation: %s", node.uuid, failed)
         transitions.act(node, verdict)
+        if host_round is not None:
+            assert batches is not None
+            batches.finished(host_round, verdict, answer)
+        elif batches is not None and verdict and verdict.attest is not None:
+            batches.guest_passed(node.uuid, verdict.attest.to_bytes())
         if verdict.action is Action.ASK_AGAIN:
             return True
         if verdict.action is Action.RELEASE_V:

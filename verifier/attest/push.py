@@ -81,6 +81,9 @@ class PushAttestation:
         session_key: the deployment's session-nonce key
             (:func:`~verifier.attest.push_store.session_key`; None: a
             random one, good for this process only).
+        batched: told of each good quote of a node (its TPMS_ATTEST): the
+            batched deep quote of its compute host
+            (:meth:`verifier.attest.host_batches.HostBatches.guest_passed`).
     """
 
     def __init__(
@@ -96,8 +99,10 @@ class PushAttestation:
         random: Callable[[int], bytes] = os.urandom,
         store: PushStore | None = None,
         session_key: bytes | None = None,
+        batched: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self._nodes = nodes
+        self._batched = batched
         self._transitions = transitions
         self._release = release
         self._abe = abe
@@ -229,6 +234,8 @@ class PushAttestation:
                 verdict.transition.failure_reason,
             )
         transitions.act(node, verdict)
+        if self._batched is not None and verdict and verdict.attest is not None:
+            self._batched(node.uuid, verdict.attest.to_bytes())
         self.relay.received(node, post)
         share, follow = None, None
         if verdict.action in (Action.WAIT, Action.RELEASE_V, Action.ASK_AGAIN):

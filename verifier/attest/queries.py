@@ -18,7 +18,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from verifier.attest.node import NodeState, NodeView, view_of_row
+from verifier.attest.host_store import HostStore
+from verifier.attest.node import NodeState, NodeView, iso8601, view_of_row
 from verifier.attest.ownership import Ownership
 from verifier.attest.policies import PolicyStore
 from verifier.attest.registry import LiveNodes
@@ -45,6 +46,8 @@ class NodeQueries:
         ownership: which nodes this process attests (its member id).
         scheduler: the quote loop (its verification classes).
         policies: the stored policies (the names of those in force).
+        hosts: the compute hosts (the verdict of a node's host; None: none
+            shown).
     """
 
     def __init__(
@@ -54,8 +57,10 @@ class NodeQueries:
         ownership: Ownership,
         scheduler: QuoteScheduler,
         policies: PolicyStore | None = None,
+        hosts: HostStore | None = None,
     ) -> None:
         self.store = store
+        self._hosts = hosts
         self._policies = policies
         self._nodes = nodes
         self._ownership = ownership
@@ -74,16 +79,18 @@ class NodeQueries:
         if node is None:
             row = await asyncio.to_thread(self.store.load, uuid)
             node = self._nodes.find(uuid)  # adopted meanwhile: memory is newer
-            if node is None and row is not None:
+            if node is None and row is not None and row.kind != "host":
                 view = view_of_row(row)
-        if node is not None:
+        if node is not None and not node.is_host:  # hosts: /v1/hosts
             view = node.view()
         if view is None or not visible(view.project_id, scope):
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
         return (await self.named([view]))[0]
 
     async def named(self, views: Sequence[NodeView]) -> list[NodeView]:
-        """``views`` with the name and version of the policies in force."""
+        """``views`` with the name and version of the policies in force,
+        and their compute host's verdict."""
+        views = await self._hosted(views)
         if self._policies is None:
             return list(views)
         pairs = {
@@ -103,6 +110,30 @@ class NodeQueries:
             for view in views
         ]
 
+    async def _hosted(self, views: Sequence[NodeView]) -> Sequence[NodeView]:
+        """``views`` with their compute host's verdict (as last written)."""
+        if self._hosts is None or not views:
+            return views
+        placed = await asyncio.to_thread(
+            self._hosts.hosts_of, [view.uuid for view in views]
+        )
+        if not placed:
+            return views
+        hosts = await asyncio.to_thread(self._hosts.by_name)
+        out = []
+        for view in views:
+            name = placed.get(view.uuid)
+            if name is not None:
+                row = hosts.get(name)
+                host = {
+                    "name": name,
+                    "trusted": None if row is None else row.trusted,
+                    "as_of": None if row is None else iso8601(row.verdict_at),
+                }
+                view = dataclasses.replace(view, host=host)
+            out.append(view)
+        return out
+
     async def stats(self) -> dict[str, Any]:
         """Counts for operators and benchmarks: nodes per state (this
         process's view of its own nodes, the database's of the others) and
@@ -110,11 +141,11 @@ class NodeQueries:
         rounds this process started and how late (``stretch``: the period
         its nodes see over their interval, 1.0 when nothing is late)."""
         states: dict[str, int] = {s.value: 0 for s in NodeState}
-        db = await asyncio.to_thread(self.store.states)
+        db = await asyncio.to_thread(self.store.states, True)  # hosts: gauges
         for uuid, state in db.items():
             node = self._nodes.find(uuid)
             states[node.state.value if node else state] += 1
-        local = sum(n.quotes_verified for n in self._nodes)
+        local = sum(n.quotes_verified for n in self._nodes if not n.is_host)
         return {
             "nodes": len(db),
             "states": states,

@@ -16,10 +16,12 @@ The parts, each calling only those below it::
     commands (enrol, delete, revoke, set policy)  queries (get, list, stats)
     checker (the dry run of a runtime policy; changes no node)
     policy switch (new versions followed, policies set)
-    scheduler -> rounds -> pull | push -> relay, release
+    scheduler -> rounds -> pull | push -> relay, release; pull -> host batches
     membership (adopt, release) and its sync; pending promotions
+    host commands -> host store, host verdicts
     transitions -> store (and the log's staging), outbox pump, log pump,
-                   CP-ABE authority
+                   CP-ABE authority, host verdicts (-> transitions of the
+                   guests of an untrusted host, trait sync, registrar trust)
     log pump -> log sequencer; log reader (history, checkpoints, proofs)
     registry (the live map), write-behind
 """
@@ -39,6 +41,10 @@ from verifier.attest.commands import NodeCommands
 from verifier.attest.delivery import OutboxPump
 from verifier.attest.following import PolicySwitch
 from verifier.attest.gauges import VerifierGauges
+from verifier.attest.host_batches import HostBatches
+from verifier.attest.host_store import HostStore
+from verifier.attest.host_verdicts import HostVerdicts, RegistrarTrust
+from verifier.attest.hosts import HostCommands
 from verifier.attest.log_pump import LogPump
 from verifier.attest.membership import Membership, OwnershipSync
 from verifier.attest.memtrim import trim_loop
@@ -59,6 +65,7 @@ from verifier.attest.rounds import RoundDispatch
 from verifier.attest.scheduler import QuoteScheduler, background_task
 from verifier.attest.settings import VerifierSettings
 from verifier.attest.store import NodeStore
+from verifier.attest.trait_runner import TraitRunner
 from verifier.attest.transitions import TransitionWriter
 from verifier.ca import CertificateAuthority
 from verifier.notify import Outbox
@@ -87,11 +94,18 @@ class Verifier:
         policies: stored runtime and measured-boot policies (default: a
             store on ``engine`` accepting unsigned policies).
         abe: issues CP-ABE keys after valid quotes (None: off).
+        traits: keeps the trusted trait on the compute hosts' Placement
+            providers (None: ``[placement]`` not configured).
         quotas: per-project limits of nodes (and of policies, for the
             default policy store).
 
     Attributes:
         commands, queries: the API's writes and reads of nodes.
+        hosts: the API's commands and reads of compute hosts.
+        host_verdicts: what the hosts' verdicts mean for their guests,
+            Placement and the registrar.
+        host_batches: the batched deep quotes (guest leaves per host, the
+            hosts' rounds, the guests' proofs).
         log: the attestation log's reads (checkpoint, history, proofs).
         log_pump: runs the log's sequencer.
         gauges: sets the Prometheus gauges when ``/metrics`` is scraped.
@@ -117,12 +131,14 @@ class Verifier:
         policies: PolicyStore | None = None,
         abe: AbeAuthority | None = None,
         quotas: Quotas | None = None,
+        traits: TraitRunner | None = None,
     ) -> None:
         self.settings = settings
         self._registrar = registrar
         self._agents = agents
         self.outbox = outbox
         self.abe = abe
+        self.traits = traits
         self._background: list[asyncio.Task[None]] = []
         self._ownership = ownership or AllNodes()
         self.store = store = NodeStore(engine, clock, quotas)
@@ -149,6 +165,17 @@ class Verifier:
         self.switch = PolicySwitch(
             store, self.nodes, self.policies, signing_key, clock, self.pump
         )
+        self.host_store = HostStore(engine, clock)
+        self.host_trust = RegistrarTrust(registrar, settings.outbox_interval)
+        self.host_verdicts = HostVerdicts(
+            self.host_store,
+            self.nodes,
+            self.transitions,
+            clock,
+            self.host_trust,
+            traits,
+        )
+        self.transitions.entered = self.host_verdicts.entered
         self._build_attestation(engine, signing_key, ca, clock)
         self._build_membership(registrar, clock)
 
@@ -161,6 +188,7 @@ class Verifier:
     ) -> None:
         """The rounds of both modes, the tenant relay and the scheduler."""
         settings, agents, nodes = self.settings, self._agents, self.nodes
+        self.host_batches = HostBatches(self.host_store, self.host_verdicts, clock)
         release = ShareRelease(ca, self.transitions)
         push_store = PushStore(engine, clock)
         relay = TenantRelay(nodes, agents, clock, store=push_store)
@@ -175,9 +203,10 @@ class Verifier:
             clock,
             store=push_store,
             session_key=session_key(signing_key),
+            batched=self.host_batches.guest_passed,
         )
         pull = PullAttestation(
-            agents, nodes, self.transitions, release, self.abe, clock
+            agents, nodes, self.transitions, release, self.abe, clock, self.host_batches
         )
         self.rounds = RoundDispatch(nodes, pull, self.push, self.transitions)
         self.scheduler = QuoteScheduler(
@@ -213,10 +242,27 @@ class Verifier:
             settings.sync_interval,
         )
         self.queries = NodeQueries(
-            store, nodes, self._ownership, self.scheduler, self.policies
+            store,
+            nodes,
+            self._ownership,
+            self.scheduler,
+            self.policies,
+            self.host_store,
+        )
+        self.hosts = HostCommands(
+            self.host_store,
+            store,
+            nodes,
+            membership,
+            registrar,
+            self.policies,
+            self._ownership,
+            clock,
+            self.host_verdicts,
+            self.host_batches,
         )
         self.gauges = VerifierGauges(
-            nodes, self.scheduler, self.outbox, clock, self.log
+            nodes, self.scheduler, self.outbox, clock, self.log, self.host_store
         )
         self.checker = PolicyChecker(store, nodes, self.policies, self._agents)
         self.commands = NodeCommands(
@@ -233,12 +279,15 @@ class Verifier:
             self.switch,
             settings.min_node_interval,
             clock,
+            self.host_batches.placed,
         )
 
     async def start(self) -> None:
         """Join the ownership group, adopt owned nodes, start the loops."""
         await self._ownership.start()
         await self.sync.sync()
+        await asyncio.to_thread(self.host_verdicts.load)
+        await asyncio.to_thread(self.host_batches.load)
         self.push.relay.follow_handovers()
         self._background = [  # each in a context of its own, not a request's
             background_task(self.pump.run()),
@@ -246,8 +295,11 @@ class Verifier:
             background_task(self.write_behind.run()),
             background_task(self.pending.run()),
             background_task(trim_loop()),  # see verifier.attest.memtrim
+            background_task(self.host_trust.run()),
         ]
         self.scheduler.start()
+        if self.traits is not None:
+            self._background.append(background_task(self.traits.run()))
         if not isinstance(self._ownership, AllNodes):
             self._background.append(background_task(self.sync.run()))
         self.pump.wake()

@@ -89,8 +89,9 @@ class NodeStore:
         return rows
 
     def load_all(self, project: str | None = None) -> list[Node]:
-        """Every node, or those of ``project``."""
-        query = sa.select(Node).order_by(Node.uuid)
+        """Every tenant's node, or those of ``project`` (never a compute
+        host: hosts are :mod:`verifier.attest.hosts`')."""
+        query = sa.select(Node).where(Node.kind != "host").order_by(Node.uuid)
         if project is not None:
             query = query.where(Node.project_id == project)
         with Session(self.engine) as session:
@@ -98,11 +99,14 @@ class NodeStore:
             session.expunge_all()
             return rows
 
-    def states(self) -> dict[str, str]:
-        """uuid -> state of every enrolled node."""
+    def states(self, guests_only: bool = False) -> dict[str, str]:
+        """uuid -> state of every enrolled node (``guests_only``: not the
+        compute hosts)."""
+        query = sa.select(Node.uuid, Node.state)
+        if guests_only:
+            query = query.where(Node.kind != "host")
         with self.engine.connect() as conn:
-            result = conn.execute(sa.select(Node.uuid, Node.state))
-            return {uuid: state for uuid, state in result}
+            return {uuid: state for uuid, state in conn.execute(query)}
 
     def policy_refs(
         self,
@@ -191,9 +195,10 @@ class NodeStore:
         reason: str,
         signed: SignedEvent,
         hot: NodeAttestation | None,
+        log_kind: str = REVOKED,
     ) -> bool:
-        """Revoke ``uuid`` and stage ``signed`` (and its log entry) in one
-        transaction, once.
+        """Revoke ``uuid`` and stage ``signed`` (and its log entry of
+        ``log_kind``) in one transaction, once.
 
         Returns:
             True if this call revoked it (and the event was written); False if
@@ -217,7 +222,7 @@ class NodeStore:
             )
             add_to_outbox(session, signed, now, project or "")
             event = signed.event
-            note = Staged(REVOKED, event.reason, event.detail, event.id)
+            note = Staged(log_kind, event.reason, event.detail, event.id)
             stage_note(session, note, uuid, project or "", now)
         return True
 
@@ -272,5 +277,7 @@ class NodeStore:
 
     def delete(self, uuid: str) -> bool:
         with self.engine.begin() as conn:
-            result = conn.execute(sa.delete(Node).where(Node.uuid == uuid))
+            result = conn.execute(
+                sa.delete(Node).where(Node.uuid == uuid, Node.kind != "host")
+            )
         return result.rowcount == 1

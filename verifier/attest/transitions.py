@@ -37,7 +37,12 @@ from verifier.attest.store import NodeStore
 from verifier.common import metrics
 from verifier.notify.outbox import make_event
 from verifier.protocol.attestation import AttestationRules, Transition, Verdict
-from verifier.protocol.events import NODE_FAILED, NODE_RECOVERED, NODE_UNREACHABLE
+from verifier.protocol.events import (
+    NODE_FAILED,
+    NODE_RECOVERED,
+    NODE_REVOKED,
+    NODE_UNREACHABLE,
+)
 from verifier.tlog import ATTESTED, Staged
 
 if TYPE_CHECKING:  # CP-ABE is the abe extra
@@ -46,6 +51,12 @@ if TYPE_CHECKING:  # CP-ABE is the abe extra
 __all__ = ["TransitionWriter", "event_kind", "log_kind"]
 
 LOG = logging.getLogger(__name__)
+
+
+def _ignore(uuid: str, state: NodeState, failure: str | None) -> None:
+    pass
+
+
 _OUT = {NodeState.FAILED: NODE_FAILED, NodeState.UNREACHABLE: NODE_UNREACHABLE}
 
 
@@ -102,6 +113,9 @@ class TransitionWriter:
         self._pump = pump
         self._abe = abe
         self._log_written = log_written or (lambda: None)
+        #: told of each state a node entered (after it is written): the
+        #: compute hosts' verdicts watch it (:mod:`verifier.attest.host_verdicts`)
+        self.entered: Callable[[str, NodeState, str | None], None] = _ignore
 
     def _committed(self, uuid: str, revoked: bool) -> None:
         """An event of ``uuid`` was committed (a revocation: ``revoked``)."""
@@ -142,7 +156,10 @@ class TransitionWriter:
         elif log_kind(node.state, change.state) == ATTESTED:
             log = Staged(ATTESTED, change.reason or ATTESTED, change.detail)
         if self._store.update_state(node, change, event, log, **extra):
+            old = node.state
             node.apply(change)
+            if old != change.state:
+                self.entered(node.uuid, change.state, change.failure_reason)
             if event is None and log is not None:
                 self._log_written()
             if event is not None:
@@ -158,23 +175,37 @@ class TransitionWriter:
         else:  # revoked (or deleted) by another verifier meanwhile
             node.revoked_elsewhere()
 
-    def revoke_live(self, node: LiveNode, change: Transition) -> None:
-        """Revoke a node this process attests (its hot state written too)."""
+    def revoke_live(
+        self, node: LiveNode, change: Transition, kind: str = NODE_REVOKED
+    ) -> None:
+        """Revoke a node this process attests (its hot state written too),
+        with an event of ``kind`` (``node.revoked``, or
+        ``node.host_untrusted`` when its compute host was found untrusted)."""
         reason, detail = change.reason or "revoked", change.detail
-        signed = make_event(self._signing_key, node.uuid, reason, detail, self._clock())
-        first = self._store.revoke(node.uuid, f"{reason}: {detail}", signed, node)
+        signed = make_event(
+            self._signing_key, node.uuid, reason, detail, self._clock(), kind
+        )
+        log = kind.removeprefix("node.")
+        first = self._store.revoke(node.uuid, f"{reason}: {detail}", signed, node, log)
         node.apply(change)
         if first:
             LOG.warning(
-                "Node %s revoked (%s); event %s", node.uuid, reason, signed.event.id
+                "Node %s %s (%s); event %s", node.uuid, log, reason, signed.event.id
             )
             self._committed(node.uuid, True)
-            metrics.transition("revoked", change.reason)
+            metrics.transition(kind, change.reason)
+            self.entered(node.uuid, NodeState.REVOKED, change.failure_reason)
 
-    def revoke_stored(self, uuid: str, reason: str, detail: str) -> None:
+    def revoke_stored(
+        self, uuid: str, reason: str, detail: str, kind: str = NODE_REVOKED
+    ) -> None:
         """Revoke a node another process attests (or none): in the
-        database, once, whoever else races."""
-        signed = make_event(self._signing_key, uuid, reason, detail, self._clock())
-        if self._store.revoke(uuid, f"{reason}: {detail}", signed, None):
+        database, once, whoever else races (an event of ``kind``)."""
+        signed = make_event(
+            self._signing_key, uuid, reason, detail, self._clock(), kind
+        )
+        failure = f"{reason}: {detail}"
+        if self._store.revoke(uuid, failure, signed, None, kind.removeprefix("node.")):
             self._committed(uuid, True)
-            metrics.transition("revoked", reason)
+            metrics.transition(kind, reason)
+            self.entered(uuid, NodeState.REVOKED, failure)

@@ -34,6 +34,7 @@ from verifier.attest.monitor import HostTpm, MonitorBatcher
 from verifier.attest.ownership import make_ownership
 from verifier.attest.policies import PolicyStore
 from verifier.attest.quotas import Quotas
+from verifier.attest.trait_runner import TraitRunner
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
 from verifier.common import extras, version
@@ -177,8 +178,27 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         policies=PolicyStore(engine, keys, group.policy_max_entries, quotas=quotas),
         abe=build_abe(conf, agents),
         quotas=quotas,
+        traits=build_traits(conf),
     )
     return verifier, public_pem(signing_key.public_key())
+
+
+def build_traits(conf: cfg.ConfigOpts) -> TraitRunner | None:
+    """The Placement trait sync of the compute hosts, if ``[placement]
+    trait_sync`` (None: off, e.g. no Placement endpoint configured).
+
+    Raises:
+        ConfigError: ``[placement]`` options that do not load.
+    """
+    group = conf.placement
+    if not group.trait_sync:
+        return None
+    from verifier.placement import PlacementClient, TraitSync
+
+    client = PlacementClient.from_conf(conf)
+    sync = TraitSync(client, group.trait, retry_interval=group.retry_interval)
+    LOG.info("Placement: trait %s kept on attested hosts", group.trait)
+    return TraitRunner(sync)
 
 
 def build_push_rules(conf: cfg.ConfigOpts) -> PushRules:

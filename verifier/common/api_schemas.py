@@ -58,7 +58,7 @@ _IN_FORCE = {
 _NODE = _object(
     {
         "uuid": _STR,
-        "state": {"type": "string", "enum": _STATES},
+        "state": {"type": "string", "enum": [*_STATES, "host_untrusted"]},
         "policy": {"type": "object"},
         "failure_reason": _NULL_STR,
         "last_attested_at": {
@@ -76,6 +76,33 @@ _NODE = _object(
         "policies": _object({"runtime": _IN_FORCE, "measured-boot": _IN_FORCE}),
     },
     interval=_NULL_NUM,
+    host={
+        **_object(
+            {
+                "name": _STR,
+                "trusted": {"type": "boolean", "nullable": True},
+                "as_of": _NULL_STR,
+            }
+        ),
+        "nullable": True,
+    },
+)
+#: A compute host (trusted compute pools).
+_HOST = _object(
+    {
+        "uuid": _STR,
+        "provider": _STR,
+        "hypervisor_hostname": _STR,
+        "state": {"type": "string", "enum": _STATES},
+        "failure_reason": _NULL_STR,
+        "trusted": {"type": "boolean", "nullable": True},
+        "as_of": _NULL_STR,
+        "ca_path": _STR,
+        "ca_sha256": _NULL_STR,
+        "last_attested_at": _NULL_STR,
+        "quotes_verified": _INT,
+    },
+    guests={"type": "array", "items": _STR},
 )
 _SIGNED_EVENT = _object(
     {
@@ -94,6 +121,7 @@ _SIGNED_EVENT = _object(
                         "node.unreachable",
                         "node.recovered",
                         "node.policy_changed",
+                        "node.host_untrusted",
                     ],
                 },
                 "version": _INT,
@@ -198,6 +226,10 @@ VERIFIER: Responses = {
             },
         }
     ),
+    ("POST", "/v1/hosts"): _HOST,
+    ("GET", "/v1/hosts"): _object({"hosts": {"type": "array", "items": _HOST}}),
+    ("GET", "/v1/hosts/{host}"): _HOST,
+    ("PUT", "/v1/nodes/{uuid}/host"): _object({"uuid": _STR, "host": _STR}),
     ("POST", "/v1/policies/runtime/{ref}/check"): _POLICY_CHECK,
     ("POST", "/v1/policies/runtime/check"): _POLICY_CHECK,
     ("GET", "/v1/stats"): _object(

@@ -90,6 +90,7 @@ REASONS = frozenset(
         "pcr_digest_mismatch", "pcr_policy", "pcr_selection", "pcr_values",
         "signature_hash", "signature_invalid", "signature_scheme", "unreachable",
         "unreachable_timeout", "revoked", "requested", "deleted",
+        "host_untrusted",
     }
 )  # fmt: skip
 
@@ -114,7 +115,7 @@ QUOTE_ROUND = Histogram(
 NODE_TRANSITIONS = Counter(
     _PREFIX + "node_transitions",
     "Committed changes of the verifier's word on a node, by event kind "
-    "(revoked, failed, unreachable, recovered) and reason.",
+    "(revoked, failed, unreachable, recovered, host_untrusted) and reason.",
     ["kind", "reason"],
     registry=REGISTRY,
 )
@@ -156,6 +157,17 @@ OUTBOX_OLDEST_AGE = Gauge(
     registry=REGISTRY,
 )
 
+HOSTS = Gauge(
+    _PREFIX + "hosts",
+    "Enrolled compute hosts by verdict: trusted (attested), untrusted "
+    "(failed their evidence: their guests are marked host_untrusted) or "
+    "unknown (not attested yet, unreachable or failed). The hosts table is "
+    "shared: every verifier process reports the same figures.",
+    ["state"],
+    registry=REGISTRY,
+)
+#: The ``state`` label values of :data:`HOSTS`.
+HOST_STATES = ("trusted", "untrusted", "unknown")
 LOG_ENTRIES = Gauge(
     _PREFIX + "log_entries",
     "Entries in the attestation log's signed tree (the shared log: every "
@@ -214,6 +226,7 @@ HOOK_DEAD_LETTERS = Counter(
 # series that appears at 1 is 0): bounded, len(REASONS) + 1 series.
 for _reason in sorted(REASONS | {"other"}):
     NODE_TRANSITIONS.labels("revoked", _reason)
+NODE_TRANSITIONS.labels("host_untrusted", "host_untrusted")
 
 _ATTESTED: dict[tuple[str, str, str], Counter] = {}
 _ROUNDS: dict[str, Histogram] = {}

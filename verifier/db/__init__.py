@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError
 from verifier.common import extras
 from verifier.db.models import (
     Base,
+    Host,
     HostCa,
     InstancePlacement,
     LogEntryRow,
@@ -37,6 +38,7 @@ from verifier.exceptions import ConfigError
 __all__ = [
     "DRIVERS",
     "Base",
+    "Host",
     "HostCa",
     "InstancePlacement",
     "LogEntryRow",

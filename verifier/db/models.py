@@ -158,6 +158,41 @@ class Node(Base):
         String(255), nullable=True
     )
     mb_policy_follow: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # trusted compute pools (0014): "guest" (a tenant's node) or "host" (a
+    # compute host, owned by no project, see :class:`Host`); a guest's
+    # current compute host (its hypervisor host name, from Nova's
+    # notifications), None while unknown
+    kind: Mapped[str] = mapped_column(
+        String(8), default="guest", server_default=text("'guest'"), index=True
+    )
+    compute_host: Mapped[str | None] = mapped_column(
+        String(255), nullable=True, index=True
+    )
+
+
+class Host(Base):
+    """A compute host enrolled for attestation (0014): a node of kind
+    ``host`` whose UUID is its compute node's Placement resource provider.
+
+    ``ek_sha256`` names its TPM (one TPM, one host); ``ca_sha256`` is the
+    digest of the swtpm local CA certificate file its attested IMA list
+    showed (None: not proven yet); ``trusted`` is its last host verdict
+    (None: not known: not attested yet, unreachable or failed) as of
+    ``verdict_at``; ``last_round`` the latest passing host round of the
+    batched deep quote (JSON, :class:`verifier.protocol.hostbatch.HostRound`).
+    """
+
+    __tablename__ = "verifier_hosts"
+
+    uuid: Mapped[str] = mapped_column(String(36), primary_key=True)
+    hypervisor_hostname: Mapped[str] = mapped_column(String(255), unique=True)
+    ek_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    ca_path: Mapped[str] = mapped_column(Text)
+    ca_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    trusted: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    verdict_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_round: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class OutboxEvent(Base):

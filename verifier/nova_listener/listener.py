@@ -10,7 +10,9 @@ An oslo.messaging notification listener on Nova's versioned notifications
 ``instance.delete.end``
     the instance is gone: unenrol it (``DELETE /v1/nodes/{uuid}``).
 ``instance.create.end`` and the ends of resize, cold and live migration
-    the payload's ``host`` runs the instance now: hooks learn it
+    the payload's ``host`` runs the instance now: the verifier learns it
+    (``PUT /v1/nodes/{uuid}/host``: the node's status carries that compute
+    host's verdict, and a host found untrusted marks it), and so do hooks
     (:meth:`InstanceHook.instance_placed`; the ``vtpm`` hook records it at
     the registrar, which binds the vTPM's EK to that host's CA).
 
@@ -88,9 +90,11 @@ class VerifierOperator:
         self._url = url.rstrip("/")
         self._http = BlockingClient(context, timeout)
 
-    def _call(self, method: str, path: str) -> int:
+    def _call(self, method: str, path: str, body: Any = None) -> int:
         try:
-            answer = self._http.request(method, self._url + path, expect_json=False)
+            answer = self._http.request(
+                method, self._url + path, json=body, expect_json=False
+            )
         except TransportError as exc:
             raise ListenerError(str(exc))
         if answer.ok or answer.status in (404, 409):
@@ -106,6 +110,12 @@ class VerifierOperator:
     def unenrol(self, uuid: str) -> bool:
         """Returns: False if the verifier does not know the node."""
         return self._call("DELETE", f"/v1/nodes/{uuid}") == 204
+
+    def place(self, uuid: str, host: str) -> bool:
+        """The node's instance runs on compute host ``host`` now (its
+        status carries that host's verdict, and the host's failure marks
+        it). Returns: False if the verifier does not know the node."""
+        return self._call("PUT", f"/v1/nodes/{uuid}/host", {"host": host}) == 200
 
 
 def instance_uuid(payload: Any) -> str | None:
@@ -157,7 +167,7 @@ class InstanceEndpoint:
         placed = oslo_messaging.NotificationResult.HANDLED
         host = instance_host(payload)
         if event_type in PLACED_EVENTS and host is not None:
-            placed = self._run_placed(event_type, uuid, host)
+            placed = self._place(event_type, uuid, host)
         if event_type not in (CREATE_END, DELETE_END):
             return placed
         try:
@@ -177,6 +187,19 @@ class InstanceEndpoint:
         result = self._run_hooks(event_type, uuid)
         requeue = oslo_messaging.NotificationResult.REQUEUE
         return requeue if placed == requeue else result
+
+    def _place(self, event_type: str, uuid: str, host: str) -> Any:
+        """Tell the verifier and the hooks where ``uuid`` runs now; REQUEUE
+        when either must see the event again."""
+        result = self._run_placed(event_type, uuid, host)
+        try:
+            self._operator.place(uuid, host)
+        except ListenerError as exc:
+            LOG.warning(
+                "%s of %s: verifier unavailable, requeued: %s", event_type, uuid, exc
+            )
+            return oslo_messaging.NotificationResult.REQUEUE
+        return result
 
     def _run_placed(self, event_type: str, uuid: str, host: str) -> Any:
         result = oslo_messaging.NotificationResult.HANDLED

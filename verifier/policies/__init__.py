@@ -20,7 +20,7 @@ import itertools
 from oslo_config import cfg
 from oslo_policy import policy
 
-from verifier.policies import base, nodes, resources
+from verifier.policies import base, hosts, nodes, resources
 from verifier.policies.base import ALL_PROJECTS
 
 __all__ = ["ALL_PROJECTS", "get_enforcer", "list_rules", "make_enforcer"]
@@ -29,7 +29,12 @@ __all__ = ["ALL_PROJECTS", "get_enforcer", "list_rules", "make_enforcer"]
 def list_rules() -> list[policy.RuleDefault]:
     """Every default rule (the ``oslo.policy.policies`` entry point)."""
     return list(
-        itertools.chain(base.list_rules(), nodes.list_rules(), resources.list_rules())
+        itertools.chain(
+            base.list_rules(),
+            nodes.list_rules(),
+            resources.list_rules(),
+            hosts.list_rules(),
+        )
     )
 
 

@@ -7,6 +7,8 @@ timeout), ``node.failed`` (a round could not be completed: the verifier
 cannot vouch for the node), ``node.unreachable`` (it stopped answering:
 not trusted, and nothing is known against it), ``node.recovered`` (a
 failed or unreachable node passed a quote again: trusted as before) or
+``node.host_untrusted`` (final, like revoked: the compute host running
+the node was found untrusted, so the node is treated as compromised),
 ``node.policy_changed`` (the runtime or measured-boot policy in force on
 the node changed: its ``reason`` is ``set`` by its tenant or ``follow``
 of a new version of the name the node follows; its ``detail`` is the
@@ -40,6 +42,7 @@ __all__ = [
     "EVENT_TYPES",
     "EVENT_VERSION",
     "NODE_FAILED",
+    "NODE_HOST_UNTRUSTED",
     "NODE_POLICY_CHANGED",
     "NODE_RECOVERED",
     "NODE_REVOKED",
@@ -62,13 +65,25 @@ NODE_UNREACHABLE = "node.unreachable"
 NODE_RECOVERED = "node.recovered"
 #: The policy in force on the node changed (takes nothing away).
 NODE_POLICY_CHANGED = "node.policy_changed"
+#: The compute host running the node was found untrusted (final, like
+#: revoked: a compromised host could read the guest's vTPM and memory).
+NODE_HOST_UNTRUSTED = "node.host_untrusted"
 EVENT_TYPES = frozenset(
-    {NODE_REVOKED, NODE_FAILED, NODE_UNREACHABLE, NODE_RECOVERED, NODE_POLICY_CHANGED}
+    {
+        NODE_REVOKED,
+        NODE_FAILED,
+        NODE_UNREACHABLE,
+        NODE_RECOVERED,
+        NODE_POLICY_CHANGED,
+        NODE_HOST_UNTRUSTED,
+    }
 )
 #: The events after which what a node held is no longer vouched for: the
 #: key service bumps the node's epoch (and rekeys its groups) on these,
 #: and a capability's epoch counts them.
-REVOKING_TYPES = frozenset({NODE_REVOKED, NODE_FAILED, NODE_UNREACHABLE})
+REVOKING_TYPES = frozenset(
+    {NODE_REVOKED, NODE_FAILED, NODE_UNREACHABLE, NODE_HOST_UNTRUSTED}
+)
 _FIELDS = ("version", "id", "node_uuid", "reason", "detail", "created_at", "type")
 
 

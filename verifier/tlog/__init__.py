@@ -8,6 +8,7 @@ the Merkle tree kept in the database and signs checkpoints
 from verifier.tlog.staging import (
     ATTESTED,
     FAILED,
+    HOST_UNTRUSTED,
     POLICY_CHANGED,
     RECOVERED,
     REVOKED,
@@ -21,6 +22,7 @@ from verifier.tlog.staging import (
 __all__ = [
     "ATTESTED",
     "FAILED",
+    "HOST_UNTRUSTED",
     "POLICY_CHANGED",
     "RECOVERED",
     "REVOKED",

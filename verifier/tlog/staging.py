@@ -21,6 +21,7 @@ from verifier.db import LogEntryRow
 __all__ = [
     "ATTESTED",
     "FAILED",
+    "HOST_UNTRUSTED",
     "POLICY_CHANGED",
     "RECOVERED",
     "REVOKED",
@@ -38,6 +39,7 @@ FAILED = "failed"
 UNREACHABLE = "unreachable"
 RECOVERED = "recovered"
 POLICY_CHANGED = "policy_changed"
+HOST_UNTRUSTED = "host_untrusted"
 #: One prepared INSERT (values as parameters; not an ORM flush).
 _INSERT = sa.insert(cast(sa.Table, LogEntryRow.__table__))
 

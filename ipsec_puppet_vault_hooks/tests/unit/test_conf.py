@@ -28,6 +28,7 @@ class OptsTestCase(base.BaseTestCase):
                     "actions",
                     "failed_actions",
                     "unreachable_actions",
+                    "host_untrusted_actions",
                     "recovered_actions",
                     "verifier_public_key",
                     "max_attempts",

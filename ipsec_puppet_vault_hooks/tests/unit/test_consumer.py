@@ -25,6 +25,7 @@ from trusted_testing import hooks_events as utils
 from verifier.protocol import RevocationEvent, SignedEvent
 from verifier.protocol.events import (
     NODE_FAILED,
+    NODE_HOST_UNTRUSTED,
     NODE_POLICY_CHANGED,
     NODE_RECOVERED,
     NODE_UNREACHABLE,
@@ -118,6 +119,27 @@ class ConsumerTestCase(base.BaseTestCase):
         consumer.consume(revoked.to_dict())
         self.assertEqual([revoked.event.id], self.first.handled)
         self.assertEqual([signed.event.id], only_log.handled)
+
+    def test_host_untrusted_event_runs_the_revocation_actions_by_default(
+        self,
+    ) -> None:
+        # a guest whose compute host was found untrusted is compromised
+        signed = self._failed_event(NODE_HOST_UNTRUSTED)
+        self.assertTrue(self._consumer().consume(signed.to_dict()).acked)
+        self.assertEqual([signed.event.id], self.first.handled)
+        self.assertEqual([signed.event.id], self.second.handled)
+
+    def test_host_untrusted_actions_come_from_configuration(self) -> None:
+        conf = cfg.ConfigOpts()
+        hooks_conf.register_opts(conf)
+        conf([], default_config_files=[])
+        self.assertIsNone(conf.revocation_hooks.host_untrusted_actions)
+        only_log = utils.RecordingAction("log")
+        consumer = self._consumer(host_untrusted_actions=[only_log])
+        signed = self._failed_event(NODE_HOST_UNTRUSTED)
+        self.assertTrue(consumer.consume(signed.to_dict()).acked)
+        self.assertEqual([signed.event.id], only_log.handled)
+        self.assertEqual([], self.first.handled)
 
     def test_accepts_parsed_signed_event(self) -> None:
         signed = utils.make_event(self.key)

@@ -313,3 +313,41 @@ class InForceTest(testtools.TestCase):
              "(delivered: True)"],
             lines,
         )  # fmt: skip
+
+
+class HostVerdictWordsTest(testtools.TestCase):
+    def test_status_names_host_untrusted_and_its_host(self) -> None:
+        from nova_plugin.commands.nodes import describe
+
+        node = {
+            "uuid": "n",
+            "state": "host_untrusted",
+            "quotes_verified": 3,
+            "failure_reason": "host_untrusted: its compute host c1 is untrusted",
+            "host": {"name": "c1", "trusted": False, "as_of": "2026-11-28T20:00:00Z"},
+        }
+        text = describe(node)
+        self.assertIn("n: HOST UNTRUSTED", text)
+        self.assertIn("compute host: c1, UNTRUSTED as of 2026-11-28T20:00:00Z", text)
+
+    def test_status_of_a_node_on_an_unreachable_host(self) -> None:
+        from nova_plugin.commands.nodes import describe
+
+        node = {"uuid": "n", "state": "attested", "quotes_verified": 1,
+                "host": {"name": "c1", "trusted": None, "as_of": None}}  # fmt: skip
+        self.assertIn("compute host: c1, not known now", describe(node))
+
+    def test_events_print_host_untrusted(self) -> None:
+        from nova_plugin.commands.events import Events
+
+        event = {"created_at": "T", "node_uuid": "n", "type": "node.host_untrusted",
+                 "reason": "host_untrusted",
+                 "detail": "its compute host c1 is untrusted"}  # fmt: skip
+        lines = Events().lines(
+            {"events": [{"signed_event": {"event": event}, "delivered": True}]}
+        )
+        self.assertEqual(
+            ["T  n  host_untrusted  host_untrusted: its compute host c1 is "
+             "untrusted (delivered: True)"],
+            lines,
+        )  # fmt: skip

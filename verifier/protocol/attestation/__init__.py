@@ -8,6 +8,7 @@ the TPM clock of its last accepted quote, the IMA replay state, and where
 it is in its life::
 
     registered --good first quote--> bootstrapping --V delivered--> attested
+    registered, enrolled without V (a compute host) --good quote--> attested
     (any but revoked) --unreachable N rounds--> unreachable (or revoked)
     (any but revoked) --a round that broke--> failed
     unreachable or failed --good quote--> bootstrapping or attested

@@ -43,6 +43,10 @@ _NOTHING_REPLAYED = ReplayState()  # shared: frozen
 
 #: The states a good quote brings a node back from.
 _SET_BACK = frozenset({NodeState.FAILED, NodeState.UNREACHABLE})
+#: The states a good quote makes a node with nothing (more) to release
+#: attested from: V delivered, or a node enrolled without V (a compute
+#: host, :mod:`verifier.protocol.attestation.hosts`).
+_FIRST_TRUST = frozenset({NodeState.REGISTERED, NodeState.BOOTSTRAPPING})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -507,9 +511,7 @@ class NodeAttestation:
                 to = Transition(NodeState.BOOTSTRAPPING)
             return Verdict(Action.RELEASE_V, to, answer.nk, answer.csr, quoted.attest)
         to = None
-        if state in _SET_BACK or (
-            state is NodeState.BOOTSTRAPPING and self._v_released
-        ):
+        if state in _SET_BACK or (state in _FIRST_TRUST and self._v_released):
             back = NodeState.ATTESTED if self._v_released else NodeState.BOOTSTRAPPING
             to = Transition(back)
         return Verdict(Action.WAIT, to, answer.nk, None, quoted.attest)

@@ -47,7 +47,7 @@ from verifier.attest.service import Verifier
 from verifier.attest.settings import VerifierSettings
 from verifier.common import api_schemas
 from verifier.common.openapi import document
-from verifier.db import make_engine, upgrade
+from verifier.db import Host, make_engine, upgrade
 from verifier.exceptions import AgentUnreachableError, NotFoundError
 from verifier.keyservice import KeyService
 from verifier.keyservice import make_app as keyservice_app
@@ -64,6 +64,7 @@ ROOT = os.path.dirname(
 )
 ST = os.path.join(os.path.dirname(sys.executable), "st")
 NODE = "3f2a6c1e-5b1d-4c1e-9a7e-0c6d2b8e4f10"
+HOST = "7d7ac7b4-0c5a-4d0e-9c57-4f4b0a0c0b0a"
 #: The query a GET needs to answer with a body.
 _QUERY = {"/v1/log/consistency": "?from=0&to=1"}
 #: loopback only: never through a proxy from the environment
@@ -83,6 +84,9 @@ def _json_schema(schema: Any) -> Any:
 
 
 class _NoRegistrar:
+    async def placement(self, uuid: str) -> str | None:
+        return None
+
     async def get_agent(self, node_uuid: str) -> Any:
         raise NotFoundError("unknown_node", f"the registrar does not know {node_uuid}")
 
@@ -173,6 +177,20 @@ class ApiContractTest(testtools.TestCase):
             add_to_outbox(session, event, now)
             # and its entry in the attestation log, for the history's body
             stage(session, REVOKED, NODE, "", "pcr_policy", "x", now, event.event.id)
+            # and a compute host, for the host routes' bodies
+            host = enrolment_row(HOST, b"", PcrPolicy({}), None, (None, None), now)
+            host.kind, host.v_released = "host", True
+            session.add(host)
+            session.flush()
+            session.add(
+                Host(
+                    uuid=HOST,
+                    hypervisor_hostname="compute-1",
+                    ek_sha256="ab" * 32,
+                    ca_path="/var/lib/swtpm-localca/issuercert.pem",
+                    created_at=now,
+                )
+            )
         LogSequencer(engine, key).sequence_all()
         verifier = Verifier(
             engine,
@@ -276,7 +294,8 @@ class ApiContractTest(testtools.TestCase):
         for (method, path), schema in api_schemas.VERIFIER.items():
             if method != "GET":
                 continue
-            url = served.url + path.replace("{uuid}", NODE) + _QUERY.get(path, "")
+            path = path.replace("{uuid}", NODE).replace("{host}", "compute-1")
+            url = served.url + path + _QUERY.get(path, "")
             with _get(url) as resp:
                 body = json.load(resp)
             jsonschema.validate(body, _json_schema(schema))

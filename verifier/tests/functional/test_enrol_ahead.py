@@ -178,3 +178,20 @@ class EnrolAheadTest(testtools.TestCase):
         )
         self.assertEqual(400, r.status_code)
         self.assertIn("await_instance", r.json()["error"]["message"])
+
+    def test_listener_tells_the_verifier_the_instances_host_over_mtls(self) -> None:
+        # the operator certificate (the service role) reports the host
+        uuid = str(uuid_mod.uuid4())
+        self.enrol_ahead(uuid)
+        payload = {"nova_object.data": {"uuid": uuid, "host": "compute-1"}}
+        result = self.endpoint.info(
+            {}, "nova-compute:compute-1", "instance.create.end", payload, {}
+        )
+        self.assertEqual(oslo_messaging.NotificationResult.HANDLED, result)
+        url = f"{self.cluster.verifier_url}/v1/nodes/{uuid}"
+        shown = self.tenant_http.call("GET", url).json()
+        self.assertEqual("compute-1", shown["host"]["name"])
+        self.assertIsNone(shown["host"]["trusted"])  # no such host enrolled
+        # a tenant may not say where its node runs
+        r = self.tenant_http.call("PUT", url + "/host", json={"host": "compute-2"})
+        self.assertEqual(403, r.status_code)

@@ -45,6 +45,7 @@ class HostBatchSwtpmTest(testtools.TestCase):
         self.addCleanup(self.tpm.close)
         self.tpm.pcr_extend(PCR, hashlib.sha256(b"host boot").digest())
         self.host = str(uuid_mod.uuid4())
+        self.nk = os.urandom(32)
         self.guests = [(str(uuid_mod.uuid4()), os.urandom(120)) for _ in range(5)]
         self.batch = GuestBatch([guest_leaf(u, a) for u, a in self.guests])
 
@@ -52,15 +53,18 @@ class HostBatchSwtpmTest(testtools.TestCase):
         """The host agent quotes the nonce; the verifier judges the quote."""
         nonce = host_nonce(fresh, root, size)
         self.assertLessEqual(len(nonce), NONCE_MAX)  # fits the agent's request
-        q = self.tpm.quote(bind_nonce(nonce), [PCR])
+        # as the agent quotes in pull mode: the nonce bound to its NK
+        q = self.tpm.quote(bind_nonce(nonce, self.nk), [PCR])
         quote = Quote(q.attest, q.signature, dict(q.pcr_values))
         verify_quote(
             quote,
             ak=AttestationKey(TpmPublic.from_bytes(self.tpm.ak_public()), True),
-            qualifying_data=bind_nonce(nonce),
+            qualifying_data=bind_nonce(nonce, self.nk),
             policy=PcrPolicy({PCR: frozenset({self.tpm.pcr_read([PCR])[PCR]})}),
         )
-        return HostRound(self.host, fresh, root, size, quote.attest, 50.0, True)
+        return HostRound(
+            self.host, fresh, root, size, quote.attest, 50.0, True, (self.nk,)
+        )
 
     def check(self, host_round: HostRound, index: int) -> None:
         instance, attest = self.guests[index]

@@ -150,6 +150,23 @@ class PlacementTraitsTest(testtools.TestCase):
         self.assertEqual({}, self.sync.pump())
         self.assertEqual(set(NOVA_TRAITS), self.placement.traits(self.provider)[1])
 
+    def test_host_failing_during_the_write_ends_without_the_trait(self) -> None:
+        sync: list[TraitSync] = []
+
+        class _FailsMidWrite(PlacementClient):
+            def _put_traits(
+                self, provider: str, generation: int, traits: set[str]
+            ) -> bool:
+                if TRAIT in traits:  # the host fails while the add is in flight
+                    sync[0].want(provider, False)
+                return super()._put_traits(provider, generation, traits)
+
+        client = _FailsMidWrite(noauth_adapter(self.placement.url))
+        sync.append(TraitSync(client, TRAIT, retry_interval=10.0, clock=self.clock))
+        sync[0].want(self.provider, True)
+        self.assertEqual({}, sync[0].pump())  # the same pump removed it
+        self.assertEqual(set(NOVA_TRAITS), self.placement.traits(self.provider)[1])
+
     def test_provider_that_does_not_exist_is_named(self) -> None:
         missing = str(uuid_mod.uuid4())
         with self.assertRaises(PlacementError) as ctx:

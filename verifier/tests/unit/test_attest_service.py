@@ -207,9 +207,13 @@ class FakeRegistrar:
 
     def __init__(self) -> None:
         self.records: dict[str, dict[str, Any]] = {}
+        self.placements: dict[str, str] = {}
 
     def add(self, agent: FakeAgent, activated: bool = True) -> None:
         self.records[agent.uuid] = agent.record(activated)
+
+    async def placement(self, node_uuid: str) -> str | None:
+        return self.placements.get(node_uuid)
 
     async def get_agent(self, node_uuid: str) -> RegistrationRecord:
         record = self.records.get(node_uuid)

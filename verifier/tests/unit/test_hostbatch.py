@@ -53,6 +53,8 @@ class _Host:
         attested: bool = True,
         quoted_root: bytes | None = None,
         quoted_size: int | None = None,
+        bound: tuple[bytes, ...] = (),
+        quoted_bound: tuple[bytes, ...] | None = None,
     ) -> HostRound:
         fresh = os.urandom(20)
         nonce = host_nonce(
@@ -60,7 +62,8 @@ class _Host:
             batch.root if quoted_root is None else quoted_root,
             batch.size if quoted_size is None else quoted_size,
         )
-        quote = self.tpm.quote(bind_nonce(nonce), (PCR,))
+        quoted = bound if quoted_bound is None else quoted_bound
+        quote = self.tpm.quote(bind_nonce(nonce, *quoted), (PCR,))
         return HostRound(
             host_uuid=self.uuid,
             fresh_nonce=fresh,
@@ -69,6 +72,7 @@ class _Host:
             attest=quote.attest,
             at=at,
             host_attested=attested,
+            bound=bound,
         )
 
 
@@ -232,6 +236,18 @@ class HostBatchTest(testtools.TestCase):
         fields["fresh_nonce"] = os.urandom(20).hex()
         self.assert_refused("batch_binding", round=HostRound.from_dict(fields))
 
+    def test_host_quote_binding_the_agents_nk_passes(self) -> None:
+        # A pull-mode agent quotes bind_nonce(nonce, NK): no agent change.
+        nk = os.urandom(32)
+        self.check(round=self.host.round(self.batch, bound=(nk,)))
+
+    def test_round_recorded_without_what_the_agent_bound_is_refused(self) -> None:
+        nk = os.urandom(32)
+        unbound = self.host.round(self.batch, quoted_bound=(nk,))
+        self.assert_refused("batch_binding", round=unbound)
+        other = self.host.round(self.batch, bound=(os.urandom(32),), quoted_bound=(nk,))
+        self.assert_refused("batch_binding", round=other)
+
     def test_plain_quote_without_batch_binding_is_refused(self) -> None:
         fields = self.round.to_dict()
         plain = self.host.tpm.quote(
@@ -277,12 +293,18 @@ class HostBatchTest(testtools.TestCase):
             "attest": base64_of(b"not an attest"),
             "at": float("nan"),
             "host_attested": 1,
+            "bound": ["x" * 20000],
         }
         for field, value in bad_values.items():
             data = dict(good, **{field: value})
             self.assertRaises(MalformedError, HostRound.from_dict, data)
         self.assertRaises(MalformedError, HostRound.from_dict, dict(good, extra=1))
         self.assertRaises(MalformedError, HostRound.from_dict, dict(good, size=0))
+        self.assertRaises(
+            MalformedError, HostRound.from_dict, dict(good, bound=["AA=="] * 5)
+        )
+        del good["bound"]  # absent: nothing bound
+        self.assertEqual((), HostRound.from_dict(good).bound)
 
     def test_bad_now_or_max_age_is_malformed(self) -> None:
         for now, age in ((float("inf"), 1.0), (1.0, 0.0), (1.0, -1.0)):
@@ -304,7 +326,7 @@ class HostBatchTest(testtools.TestCase):
         lambda inner: st.lists(inner, max_size=5)
         | st.dictionaries(st.sampled_from(sorted(
             {"index", "size", "path", "host_uuid", "fresh_nonce", "root",
-             "attest", "at", "host_attested", "x"})), inner, max_size=8),
+             "attest", "at", "host_attested", "bound", "x"})), inner, max_size=9),
         max_leaves=20,
     ))  # fmt: skip
     def test_from_dict_raises_only_the_cores_errors(self, data: object) -> None:

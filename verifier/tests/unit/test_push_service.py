@@ -21,6 +21,7 @@ from verifier.notify import Outbox
 from verifier.protocol import MalformedError, PcrPolicy, bind_nonce
 from verifier.protocol.events import NODE_UNREACHABLE
 from verifier.protocol.messages.enrolment import EnrolmentRequest
+from verifier.protocol.messages.hosts import HostEnrolmentRequest
 from verifier.protocol.push import SESSION_LABEL, PushRules
 from verifier.tests.unit.test_attest_service import (
     FakeAgent,
@@ -116,6 +117,19 @@ class PushServiceTest(VerifierServiceBase):
         return (await self.verifier.queries.get(agent.uuid)).state
 
     # -- the good path -----------------------------------------------------------
+
+    async def test_good_pushed_evidence_joins_its_hosts_batch(self) -> None:
+        # the push node's compute host is enrolled: its good quote is batched
+        agent, _ = await self._enrol()
+        host = self.new_agent()
+        request = HostEnrolmentRequest(host.uuid, "compute-1", self.policy)
+        await self.verifier.hosts.enrol(request, "ops")
+        self.quiesce(self.verifier)
+        self.verifier.host_batches.placed(agent.uuid, "compute-1")
+        await self._attest(agent)
+        await self.verifier.rounds.attest_once(host.uuid)
+        self.assertEqual(1, self.verifier.host_batches.rounds[host.uuid].size)
+        self.assertIn(agent.uuid, self.verifier.host_batches.proofs)
 
     async def test_first_good_evidence_gets_v_and_identity_in_the_answer(
         self,
