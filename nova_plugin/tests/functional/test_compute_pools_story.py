@@ -8,19 +8,26 @@ cluster.LocalCluster`) with ``[placement] trait_sync`` writing
 host agent is the node agent on its own swtpm, registered under the host's
 compute node resource provider UUID and enrolled by the operator as a host
 (``POST /v1/hosts``). Both hosts attested: both providers carry the trait,
-a trusted flavor boots. Something unknown runs on the guest's host: its
-trait goes (the time from the tamper is measured), a new trusted boot
-lands on the other host, and ``openstack attestation host evacuate`` moves
-the old guest there.
+a trusted flavor boots, enrolled at once by its tenant as ``trusted-nova
+boot`` does; the Nova listener (on Nova's real notifications, with the
+verifier's operator certificate) tells the verifier which host runs it,
+and its agent is attested. Something unknown runs on the guest's host: its
+trait goes (the time from the tamper is measured), the guest becomes
+``host_untrusted``, a new trusted boot lands on the other host, and
+``openstack attestation host evacuate`` moves the old guest there by live
+migration; the listener follows the move and the guest stays
+``host_untrusted``.
 
-Not here yet (see the lead's merge): guests running the agent (so the
-host's guests are marked ``host_untrusted``), the registrar's gate on the
-host's local CA, batched deep quotes.
+The guest boots a blank disk (no OS under TCG keeps the class short): its
+agent runs on the machine, on an swtpm standing in for its vTPM, under
+the instance's UUID. Not here yet: the registrar's gate on the host's local
+CA (i29-registrar) and batched deep quotes.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import os
 import shutil
@@ -29,12 +36,15 @@ import tempfile
 import time
 from typing import Any
 
+import oslo_messaging
 import testtools
 from keystoneauth1 import noauth
 from keystoneauth1 import session as ks_session
+from oslo_config import cfg
 
 from nova_plugin import osc_evacuate
 from nova_plugin.evacuate import ComputeApi
+from nova_plugin.tenant import Tenant
 from nova_plugin.tests.functional.test_nova_libvirt import _missing
 from trusted_testing.cluster import LocalCluster
 from trusted_testing.e2e import Http
@@ -42,13 +52,26 @@ from trusted_testing.nova.compute_hosts import ComputeHost
 from trusted_testing.nova.deploy import ADMIN_HEADERS
 from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
 from trusted_testing.procs import wait_until
+from verifier.common.tls import client_context
+from verifier.nova_listener.listener import (
+    InstanceEndpoint,
+    VerifierOperator,
+    make_listener,
+)
 from verifier.placement import PlacementClient
 from verifier.protocol import PcrPolicy
+from verifier.protocol.enroller import commit_u
+from verifier.protocol.shares import KEY_BYTES, split
 
 TRAIT = "CUSTOM_ATTESTATION_TRUSTED"
 #: seconds between host quotes
 INTERVAL = 0.5
 TIMES: dict[str, float] = {}
+
+
+def _host(status: dict[str, Any]) -> dict[str, Any]:
+    host = status.get("host") or {}
+    return {"name": host.get("name"), "trusted": host.get("trusted")}
 
 
 class ComputePoolsStoryTest(testtools.TestCase):
@@ -59,6 +82,10 @@ class ComputePoolsStoryTest(testtools.TestCase):
     cluster: LocalCluster
     placement: PlacementClient
     nodes: dict[str, Any]
+    loop: asyncio.AbstractEventLoop
+    tenant: Tenant
+    transport: Any
+    listener: Any
 
     @classmethod
     def setUpClass(cls) -> None:
@@ -95,13 +122,40 @@ class ComputePoolsStoryTest(testtools.TestCase):
                 h.name: cls.cluster.add_node(h.provider) for h in cls.nova.hosts
             }
             cls.image_id = cls.nova.add_blank_image()
+            cls.loop = asyncio.new_event_loop()
+            cls.tenant = cls.cluster.tenant()
+            cls._listen()
         except BaseException:
             cls._clean()
             raise
         TIMES["setUpClass"] = time.monotonic() - begin
 
     @classmethod
+    def _listen(cls) -> None:
+        """The Nova listener (the verifier's operator certificate) on Nova's
+        real notifications: it tells the verifier where each instance runs."""
+        pki = cls.cluster.pki_file
+        operator = VerifierOperator(
+            cls.cluster.verifier_url,
+            client_context(pki("operator.pem"), pki("operator-key.pem"), pki("ca.pem")),
+        )
+        conf = cfg.ConfigOpts()
+        conf([])
+        cls.transport = oslo_messaging.get_notification_transport(
+            conf, url=cls.nova.transport_url
+        )
+        cls.listener = make_listener(cls.transport, InstanceEndpoint(operator))
+        cls.listener.start()
+
+    @classmethod
     def _clean(cls) -> None:
+        if hasattr(cls, "listener"):
+            cls.listener.stop()
+            cls.listener.wait()
+            cls.transport.cleanup()
+        if hasattr(cls, "loop"):
+            cls.loop.run_until_complete(cls.tenant.close())
+            cls.loop.close()
         try:
             cls.cluster.stop()
         finally:
@@ -144,7 +198,14 @@ class ComputePoolsStoryTest(testtools.TestCase):
     def has_trait(self, host: ComputeHost) -> bool:
         return TRAIT in self.placement.get_traits(host.provider)[1]
 
-    def boot(self, flavor: str) -> dict[str, Any]:
+    def status(self, uuid: str) -> dict[str, Any]:
+        """The tenant's view of its node."""
+        return dict(self.loop.run_until_complete(self.tenant.status(uuid)))
+
+    def boot(self, flavor: str, enrol: bool = False) -> dict[str, Any]:
+        """Boot, with ``enrol`` as ``trusted-nova boot`` does: the tenant
+        enrols the instance at once (V, the policy, a commitment to U) and
+        the verifier waits for Nova's word that it exists."""
         body = {
             "server": {
                 "name": f"story-{flavor}",
@@ -156,6 +217,14 @@ class ComputePoolsStoryTest(testtools.TestCase):
         resp = self.nova.request("POST", "/servers", json=body, microversion="2.37")
         self.assertEqual(202, resp.status_code, resp.text)
         uuid = str(resp.json()["server"]["id"])
+        if enrol:
+            policy = PcrPolicy.from_dict(
+                {"pcrs": {"16": [self.cluster.good_pcr_hex()]}}
+            )
+            u, v = split(os.urandom(KEY_BYTES))
+            self.loop.run_until_complete(
+                self.tenant.enrol_ahead(uuid, v, policy, commit_u(uuid, u))
+            )
         server = wait_until(
             lambda: (
                 (s := self.nova.server(uuid))
@@ -193,9 +262,19 @@ class ComputePoolsStoryTest(testtools.TestCase):
                 lambda h=host: self.has_trait(h), 60, what=f"{host.name} trusted"
             )
         TIMES["enrolment to both traits"] = time.monotonic() - begin
-        guest = self.boot("trusted-pool-host")
+        guest = self.boot("trusted-pool-host", enrol=True)
         x = self.nova.compute_host(guest["OS-EXT-SRV-ATTR:host"])
         y = b if x is a else a
+        # its agent (on an swtpm standing in for the vTPM of a guest that
+        # boots no OS) registers; the verifier attests it, under host x
+        self.nodes[guest["id"]] = self.cluster.add_node(guest["id"])
+        shown = wait_until(
+            lambda: (s := self.status(guest["id"]))["state"] == "attested" and s,
+            60,
+            step=0.5,
+            what="the guest attested",
+        )
+        self.assertEqual({"name": x.name, "trusted": True}, _host(shown), shown)
 
         # an unknown program runs on the guest's host
         begin = time.monotonic()
@@ -205,6 +284,14 @@ class ComputePoolsStoryTest(testtools.TestCase):
         shown = self.operator("GET", f"/v1/hosts/{x.name}")
         self.assertIs(False, shown["trusted"], shown)
         self.assertTrue(self.has_trait(y))
+        # its guest is marked: a guest whose host was compromised is
+        shown = wait_until(
+            lambda: (s := self.status(guest["id"]))["state"] == "host_untrusted" and s,
+            30,
+            step=0.5,
+            what="the guest host_untrusted",
+        )
+        self.assertEqual({"name": x.name, "trusted": False}, _host(shown), shown)
 
         # a new trusted boot lands on the other host only
         self.assertEqual(y.name, self.boot("trusted-pool")["OS-EXT-SRV-ATTR:host"])
@@ -219,3 +306,13 @@ class ComputePoolsStoryTest(testtools.TestCase):
         self.assertEqual(
             y.name, (self.nova.server(guest["id"]) or {}).get("OS-EXT-SRV-ATTR:host")
         )
+        # the listener tells the verifier where it runs now; the guest stays
+        # host_untrusted (final: its vTPM was on the compromised host)
+        shown = wait_until(
+            lambda: (s := self.status(guest["id"]))["host"]["name"] == y.name and s,
+            60,
+            step=0.5,
+            what="the guest placed on the other host",
+        )
+        self.assertEqual("host_untrusted", shown["state"], shown)
+        self.assertIs(True, _host(shown)["trusted"], shown)
