@@ -57,6 +57,8 @@ function _configure_trusted_registrar {
         iniset "$conf" registrar ek_ca_bundle "$TRUSTED_EK_CA_BUNDLE"
     fi
     iniset "$conf" registrar require_ek_certificate "$TRUSTED_REQUIRE_EK_CERTIFICATE"
+    # required once the compute hosts run a host agent the verifier attests
+    iniset "$conf" registrar host_trust "$TRUSTED_REGISTRAR_HOST_TRUST"
     if is_service_enabled key; then
         # tenants read their instances' registrations with Keystone tokens
         iniset "$conf" registrar auth_strategy keystone

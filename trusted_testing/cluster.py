@@ -272,6 +272,12 @@ class LocalCluster:
                     "key_file": self.pki_file("registrar-key.pem"),
                     "ca_file": self.pki_file("ca.pem"),
                     **self._ek_options(),
+                    # this harness attests no compute host: the host gate is
+                    # off unless a test asks for it (registrar_options)
+                    "host_trust": "off",
+                    "verifier_clients": ",".join(
+                        self.verifier_name(i) for i in range(len(self.verifier_ports))
+                    ),
                     **self.registrar_options,
                 },
                 **self.registrar_sections,

@@ -11,6 +11,7 @@ import threading
 from aiohttp import web
 
 from verifier.db import make_engine, upgrade
+from verifier.protocol.hosttrust import HostTrustMode
 from verifier.registrar import Registrar, make_app
 
 
@@ -21,7 +22,8 @@ class ThreadRegistrar:
         self._tmp = tempfile.TemporaryDirectory(prefix="vtpm-registrar-")
         self.engine = make_engine("sqlite:///" + os.path.join(self._tmp.name, "r.db"))
         upgrade(self.engine)
-        self.registrar = Registrar(self.engine)
+        # no host is attested by this harness: the host gate is off
+        self.registrar = Registrar(self.engine, host_trust=HostTrustMode.OFF)
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)

@@ -22,7 +22,7 @@ from verifier.common.errors import TransportError
 from verifier.common.http import MAX_ANSWER, AsyncClient
 from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
-from verifier.protocol.messages.hosts import HostTrustReport
+from verifier.protocol.messages.host_trust import HostTrustUpdate
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = ["RegistrarClient", "VerifierAgentClient"]
@@ -91,7 +91,7 @@ class RegistrarClient:
             )
         return host if isinstance(host, str) and host else None
 
-    async def put_host_trust(self, host: str, report: HostTrustReport) -> None:
+    async def put_host_trust(self, host: str, report: HostTrustUpdate) -> None:
         """Tell the registrar compute host ``host``'s trust (it accepts
         vTPM EK certificates from the host's CA only while it is trusted
         with that CA proven).

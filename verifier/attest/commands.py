@@ -53,6 +53,7 @@ class NodeCommands:
         min_node_interval: the shortest quote interval a tenant may give.
         clock: wall clock (seconds).
         placed: told of a node's compute host when the registrar knew it.
+        forgotten: told of a deleted node (its batched deep quote state).
     """
 
     def __init__(
@@ -71,6 +72,7 @@ class NodeCommands:
         min_node_interval: float,
         clock: Callable[[], float],
         placed: Callable[[str, str], None] = lambda uuid, host: None,
+        forgotten: Callable[[str], None] = lambda uuid: None,
     ) -> None:
         self._nodes = nodes
         self._membership = membership
@@ -86,6 +88,7 @@ class NodeCommands:
         self._min_interval = min_node_interval
         self._clock = clock
         self._placed = placed
+        self._forgotten = forgotten
 
     async def enrol(
         self,
@@ -216,6 +219,7 @@ class NodeCommands:
         self._push.drop(uuid)
         if node is not None:
             self._membership.release(node)
+        self._forgotten(uuid)
         if not await asyncio.to_thread(self._store.delete, uuid) and node is None:
             raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
 

@@ -42,6 +42,7 @@ from verifier.protocol.hostbatch import (
     host_nonce,
 )
 from verifier.protocol.messages.quote import QuoteAnswer
+from verifier.protocol.tpm import TpmAttest
 
 __all__ = ["HostBatches", "OpenRound"]
 
@@ -93,7 +94,8 @@ class HostBatches:
         self._hosts: dict[str, tuple[str, str]] = {}
         self._names: dict[str, str] = {}  # host name -> provider UUID
         self._placed: dict[str, str] = {}  # guest UUID -> host name
-        self._pending: dict[str, list[tuple[str, bytes]]] = {}  # by host UUID
+        #: by host UUID: guest UUID -> its TPMS_ATTEST, in the order they passed
+        self._pending: dict[str, dict[str, bytes]] = {}
         self._open: dict[str, OpenRound] = {}
         self._ca: dict[str, bytes] = {}
         #: the latest passing round of each host
@@ -122,21 +124,32 @@ class HostBatches:
         name, _ = self._hosts.pop(uuid, ("", ""))
         self._names.pop(name, None)
         self._pending.pop(uuid, None)
+        self._open.pop(uuid, None)
         self.rounds.pop(uuid, None)
+        for guest in [g for g, p in self.proofs.items() if p.host == uuid]:
+            del self.proofs[guest]
+
+    def forget(self, guest: str) -> None:
+        """Guest ``guest`` was deleted: no host, no pending leaf, no proof."""
+        self._placed.pop(guest, None)
+        self.proofs.pop(guest, None)
+        for pending in self._pending.values():
+            pending.pop(guest, None)
 
     def placed(self, guest: str, name: str) -> None:
         """Guest ``guest`` runs on host ``name`` from now on."""
         self._placed[guest] = name
 
-    def guest_passed(self, guest: str, vtpm_attest: bytes) -> None:
-        """A quote of ``guest`` passed: batch it under its current host."""
+    def guest_passed(self, guest: str, attest: TpmAttest) -> None:
+        """A quote of ``guest`` passed (its verified TPMS_ATTEST): batch it
+        under its current host (its latest quote of the interval only)."""
         host = self._names.get(self._placed.get(guest, ""))
         if host is None:  # its host is not known or not enrolled
             return
-        pending = self._pending.setdefault(host, [])
-        pending[:] = [(g, a) for g, a in pending if g != guest]  # its latest
+        pending = self._pending.setdefault(host, {})
+        pending.pop(guest, None)
         if len(pending) < MAX_BATCH:
-            pending.append((guest, vtpm_attest))
+            pending[guest] = attest.to_bytes()
 
     def begin(self, host: str) -> OpenRound:
         """The round host ``host`` is asked for now: its batch and nonce
@@ -145,7 +158,10 @@ class HostBatches:
         round_ = self._open.get(host)
         if round_ is None:
             self._refresh(host)
-        guests = round_.guests if round_ is not None else self._pending.pop(host, [])
+        if round_ is not None:
+            guests = round_.guests
+        else:
+            guests = list(self._pending.pop(host, {}).items())
         batch = GuestBatch([guest_leaf(g, a) for g, a in guests])
         fresh = os.urandom(20)
         nonce = host_nonce(fresh, batch.root, batch.size)

@@ -1,10 +1,10 @@
 """The compute hosts' verdicts and what follows from them (trusted compute
 pools, issue 29).
 
-Every state a node enters passes :class:`~verifier.attest.transitions.
-TransitionWriter`, which tells :meth:`HostVerdicts.entered`; for a host,
-the pure :mod:`verifier.protocol.attestation.hosts` says what its new state
-means, and this shell applies it:
+After each round of a host, the round dispatch
+(:mod:`verifier.attest.rounds`) tells :meth:`HostVerdicts.judged` the
+host's state; the pure :mod:`verifier.protocol.attestation.hosts` says what
+it means, and this shell applies it, calling down into the transitions:
 
 - the verdict is written on the host's row (``trusted``, ``as_of``), which
   every guest's status shows;
@@ -22,7 +22,6 @@ registrar, but its guests are not marked: silence is not evidence.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -40,18 +39,11 @@ from verifier.protocol.attestation.hosts import (
     host_trusted,
 )
 from verifier.protocol.events import NODE_HOST_UNTRUSTED
-from verifier.protocol.messages.hosts import HostTrustReport
+from verifier.protocol.messages.host_trust import HostTrustUpdate
 
 __all__ = ["HostVerdicts", "RegistrarTrust", "TraitWanted"]
 
 LOG = logging.getLogger(__name__)
-
-
-def _as_of(now: float) -> str:
-    """ISO 8601 UTC with microseconds: the registrar keeps the latest
-    report by this time, so two verdicts within a second must differ."""
-    when = datetime.datetime.fromtimestamp(now, datetime.UTC)
-    return when.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class TraitWanted(Protocol):
@@ -74,16 +66,16 @@ class RegistrarTrust:
     def __init__(self, registrar: RegistrarClient, retry_interval: float) -> None:
         self._registrar = registrar
         self._retry = retry_interval
-        self._pending: dict[str, HostTrustReport] = {}
+        self._pending: dict[str, HostTrustUpdate] = {}
         self._failing: dict[str, str] = {}  # host -> its last refusal
         self._wake = asyncio.Event()
 
-    def want(self, host: str, report: HostTrustReport) -> None:
+    def want(self, host: str, report: HostTrustUpdate) -> None:
         """Send ``report`` of ``host`` (replacing one not sent yet)."""
         self._pending[host] = report
         self._wake.set()
 
-    def pending(self) -> dict[str, HostTrustReport]:
+    def pending(self) -> dict[str, HostTrustUpdate]:
         return dict(self._pending)
 
     async def pump(self) -> None:
@@ -164,9 +156,9 @@ class HostVerdicts:
         self._known.pop(uuid, None)
         self._announce(uuid, name, None, None)
 
-    def entered(self, uuid: str, state: NodeState, failure: str | None) -> None:
-        """Node ``uuid`` entered ``state`` (written): for a host, apply
-        what its verdict now means."""
+    def judged(self, uuid: str, state: NodeState, failure: str | None) -> None:
+        """Host ``uuid`` is in ``state`` after a round (written): apply what
+        its verdict now means when it changed."""
         known = self._known.get(uuid) or self._adopted(uuid)
         if known is None:  # a tenant's node
             return
@@ -210,7 +202,7 @@ class HostVerdicts:
         if self._traits is not None:
             self._traits.want(uuid, trusted is True)
         if self._trust is not None:
-            report = HostTrustReport(trusted is True, ca, uuid, _as_of(self._clock()))
+            report = HostTrustUpdate(trusted is True, ca, uuid, self._clock())
             self._trust.want(name, report)
 
     def _mark_guests(self, change: HostVerdict) -> None:

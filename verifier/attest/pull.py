@@ -109,7 +109,7 @@ class PullAttestation:
             assert batches is not None
             batches.finished(host_round, verdict, answer)
         elif batches is not None and verdict and verdict.attest is not None:
-            batches.guest_passed(node.uuid, verdict.attest.to_bytes())
+            batches.guest_passed(node.uuid, verdict.attest)
         if verdict.action is Action.ASK_AGAIN:
             return True
         if verdict.action is Action.RELEASE_V:

@@ -52,6 +52,7 @@ from verifier.protocol.messages.push import (
 )
 from verifier.protocol.messages.shares import ShareV
 from verifier.protocol.push import PushError, PushLedger, PushRules, session_digest
+from verifier.protocol.tpm import TpmAttest
 
 if TYPE_CHECKING:  # CP-ABE is the abe extra
     from verifier.attest.abe_keys import AbeAuthority
@@ -99,7 +100,7 @@ class PushAttestation:
         random: Callable[[int], bytes] = os.urandom,
         store: PushStore | None = None,
         session_key: bytes | None = None,
-        batched: Callable[[str, bytes], None] | None = None,
+        batched: Callable[[str, TpmAttest], None] | None = None,
     ) -> None:
         self._nodes = nodes
         self._batched = batched
@@ -235,7 +236,7 @@ class PushAttestation:
             )
         transitions.act(node, verdict)
         if self._batched is not None and verdict and verdict.attest is not None:
-            self._batched(node.uuid, verdict.attest.to_bytes())
+            self._batched(node.uuid, verdict.attest)
         self.relay.received(node, post)
         share, follow = None, None
         if verdict.action in (Action.WAIT, Action.RELEASE_V, Action.ASK_AGAIN):

@@ -14,6 +14,7 @@ import logging
 
 import sqlalchemy as sa
 
+from verifier.attest.host_verdicts import HostVerdicts
 from verifier.attest.node import LiveNode, NodeView
 from verifier.attest.pull import PullAttestation
 from verifier.attest.push import PushAttestation
@@ -34,6 +35,8 @@ class RoundDispatch:
         pull: the rounds of polled nodes.
         push: the deadlines of push nodes.
         transitions: fails a node whose round broke.
+        hosts: told of a compute host's state after each of its rounds
+            (its verdict, its guests, its trait and trust).
     """
 
     def __init__(
@@ -42,11 +45,13 @@ class RoundDispatch:
         pull: PullAttestation,
         push: PushAttestation,
         transitions: TransitionWriter,
+        hosts: HostVerdicts | None = None,
     ) -> None:
         self._nodes = nodes
         self._pull = pull
         self._push = push
         self._transitions = transitions
+        self._hosts = hosts
 
     async def attest_once(self, uuid: str) -> NodeView:
         """Ask the node for one quote (more when its runtime evidence needs
@@ -64,6 +69,8 @@ class RoundDispatch:
         quote loop runs this thousands of times a second)."""
         while await self._round(node):  # the node bounds its rounds
             pass
+        if node.is_host and self._hosts is not None:  # what it means for the pool
+            self._hosts.judged(node.uuid, node.state, node.failure_reason)
 
     async def _round(self, node: LiveNode) -> bool:
         """One quote round; True if another is needed at once.

@@ -19,9 +19,10 @@ The parts, each calling only those below it::
     scheduler -> rounds -> pull | push -> relay, release; pull -> host batches
     membership (adopt, release) and its sync; pending promotions
     host commands -> host store, host verdicts
+    rounds -> host verdicts -> transitions (the guests of an untrusted
+              host), trait runner, registrar trust
     transitions -> store (and the log's staging), outbox pump, log pump,
-                   CP-ABE authority, host verdicts (-> transitions of the
-                   guests of an untrusted host, trait sync, registrar trust)
+                   CP-ABE authority
     log pump -> log sequencer; log reader (history, checkpoints, proofs)
     registry (the live map), write-behind
 """
@@ -175,7 +176,6 @@ class Verifier:
             self.host_trust,
             traits,
         )
-        self.transitions.entered = self.host_verdicts.entered
         self._build_attestation(engine, signing_key, ca, clock)
         self._build_membership(registrar, clock)
 
@@ -208,7 +208,9 @@ class Verifier:
         pull = PullAttestation(
             agents, nodes, self.transitions, release, self.abe, clock, self.host_batches
         )
-        self.rounds = RoundDispatch(nodes, pull, self.push, self.transitions)
+        self.rounds = RoundDispatch(
+            nodes, pull, self.push, self.transitions, self.host_verdicts
+        )
         self.scheduler = QuoteScheduler(
             self.rounds.attest,
             nodes.attesting,
@@ -280,13 +282,16 @@ class Verifier:
             settings.min_node_interval,
             clock,
             self.host_batches.placed,
+            self.host_batches.forget,
         )
 
     async def start(self) -> None:
         """Join the ownership group, adopt owned nodes, start the loops."""
         await self._ownership.start()
         await self.sync.sync()
-        await asyncio.to_thread(self.host_verdicts.load)
+        # on the loop, once: it wakes the trait and trust senders (events of
+        # this loop); two small queries of the hosts table
+        self.host_verdicts.load()
         await asyncio.to_thread(self.host_batches.load)
         self.push.relay.follow_handovers()
         self._background = [  # each in a context of its own, not a request's

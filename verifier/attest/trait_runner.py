@@ -6,7 +6,9 @@ pools, issue 29) beside the quote loop.
 and writes them with blocking HTTP (:meth:`~verifier.placement.TraitSync.
 pump`): this runner pumps it on a worker thread after each change and
 whenever a failed write is due again, so a change Placement refused or
-could not take is retried until it lands.
+could not take is retried until it lands, and every provider is read
+again now and then so that a trait changed behind the verifier's back is
+corrected.
 """
 
 from __future__ import annotations
@@ -29,13 +31,21 @@ class TraitRunner:
     Args:
         sync: the desired traits and their writes.
         clock: the sync's clock (monotonic seconds).
+        resync_interval: seconds between reads of every provider's traits
+            again (one GET each), correcting a trait someone else added or
+            removed behind the verifier's back.
     """
 
     def __init__(
-        self, sync: TraitSync, clock: Callable[[], float] = time.monotonic
+        self,
+        sync: TraitSync,
+        clock: Callable[[], float] = time.monotonic,
+        resync_interval: float = 600.0,
     ) -> None:
         self.sync = sync
         self._clock = clock
+        self._resync = resync_interval
+        self._resynced = clock()
         self._wake = asyncio.Event()
 
     def want(self, provider: str, trusted: bool) -> None:
@@ -52,10 +62,14 @@ class TraitRunner:
         """Pump after each change and when a retry is due, for ever."""
         while True:
             due = self.sync.next_due()
-            delay = None if due is None else max(0.0, due - self._clock())
+            resync = self._resynced + self._resync
+            due = resync if due is None else min(due, resync)
             try:
-                await asyncio.wait_for(self._wake.wait(), delay)
+                await asyncio.wait_for(self._wake.wait(), max(0.0, due - self._clock()))
             except TimeoutError:
                 pass
             self._wake.clear()
+            if self._clock() >= resync:  # correct what changed behind our back
+                self.sync.resync()
+                self._resynced = self._clock()
             await asyncio.to_thread(self.sync.pump)

@@ -53,10 +53,6 @@ __all__ = ["TransitionWriter", "event_kind", "log_kind"]
 LOG = logging.getLogger(__name__)
 
 
-def _ignore(uuid: str, state: NodeState, failure: str | None) -> None:
-    pass
-
-
 _OUT = {NodeState.FAILED: NODE_FAILED, NodeState.UNREACHABLE: NODE_UNREACHABLE}
 
 
@@ -113,9 +109,6 @@ class TransitionWriter:
         self._pump = pump
         self._abe = abe
         self._log_written = log_written or (lambda: None)
-        #: told of each state a node entered (after it is written): the
-        #: compute hosts' verdicts watch it (:mod:`verifier.attest.host_verdicts`)
-        self.entered: Callable[[str, NodeState, str | None], None] = _ignore
 
     def _committed(self, uuid: str, revoked: bool) -> None:
         """An event of ``uuid`` was committed (a revocation: ``revoked``)."""
@@ -156,10 +149,7 @@ class TransitionWriter:
         elif log_kind(node.state, change.state) == ATTESTED:
             log = Staged(ATTESTED, change.reason or ATTESTED, change.detail)
         if self._store.update_state(node, change, event, log, **extra):
-            old = node.state
             node.apply(change)
-            if old != change.state:
-                self.entered(node.uuid, change.state, change.failure_reason)
             if event is None and log is not None:
                 self._log_written()
             if event is not None:
@@ -194,7 +184,6 @@ class TransitionWriter:
             )
             self._committed(node.uuid, True)
             metrics.transition(kind, change.reason)
-            self.entered(node.uuid, NodeState.REVOKED, change.failure_reason)
 
     def revoke_stored(
         self, uuid: str, reason: str, detail: str, kind: str = NODE_REVOKED
@@ -208,4 +197,3 @@ class TransitionWriter:
         if self._store.revoke(uuid, failure, signed, None, kind.removeprefix("node.")):
             self._committed(uuid, True)
             metrics.transition(kind, reason)
-            self.entered(uuid, NodeState.REVOKED, failure)

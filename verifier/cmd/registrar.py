@@ -15,6 +15,7 @@ from verifier.exceptions import ConfigError
 from verifier.policies import make_enforcer
 from verifier.protocol import MalformedError
 from verifier.protocol.ekcert import load_anchors
+from verifier.protocol.hosttrust import HostTrustMode
 from verifier.registrar import Registrar, make_app
 
 
@@ -50,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"[registrar] ek_ca_bundle: {exc}")
         engine = db.make_engine(group.database_connection)
         db.upgrade(engine)
-        registrar = Registrar(engine, anchors, group.require_ek_certificate)
+        registrar = Registrar(
+            engine,
+            anchors,
+            group.require_ek_certificate,
+            host_trust=HostTrustMode(group.host_trust),
+        )
         ctx = _service.server_tls(group, client_cert_optional=True)
         roles = {
             "agent": group.agent_clients,
@@ -58,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             "admin": group.admin_clients,
             "provider": group.provider_clients,
             "metrics": group.metrics_clients,
+            "verifier": group.verifier_clients,
         }
         auth, instances = _build_auth(conf)
         app = make_app(registrar, roles, auth, instances)

@@ -243,6 +243,17 @@ VERIFIER: Responses = {
     ),
 }
 
+_HOST_TRUST = _object(
+    {
+        "host": _STR,
+        "applied": {"type": "boolean"},
+        "trusted": {"type": "boolean"},
+        "ca_sha256": _NULL_STR,
+        "provider": _NULL_STR,
+        "as_of": _NULL_STR,
+    }
+)
+
 #: The registrar's routes.
 REGISTRAR: Responses = {
     ("GET", "/v1/agents"): _object(
@@ -265,6 +276,8 @@ REGISTRAR: Responses = {
             "activated": {"type": "boolean"},
         }
     ),
+    ("PUT", "/v1/hosts/{host}/trust"): _HOST_TRUST,
+    ("GET", "/v1/hosts/{host}/trust"): _HOST_TRUST,
 }
 
 #: The node agent's routes.

@@ -81,7 +81,8 @@ REASONS = frozenset(
         "csr", "deep_quote_binding", "ek_certificate", "ek_certificate_missing",
         "ek_certificate_no_instance", "ek_certificate_other_host",
         "ek_certificate_other_instance", "ek_template", "event_signature",
-        "evidence_incomplete", "host_ca_unknown", "ima_boot_aggregate",
+        "evidence_incomplete", "host_ca_unknown", "host_ca_unproven",
+        "host_untrusted", "ima_boot_aggregate",
         "ima_log_empty", "ima_log_gap", "ima_log_unavailable", "ima_pcr_mismatch",
         "ima_policy", "ima_policy_signature", "ima_template_hash",
         "ima_unexpected_pcr", "instance_host_unknown", "internal_error", "magic",
@@ -90,7 +91,6 @@ REASONS = frozenset(
         "pcr_digest_mismatch", "pcr_policy", "pcr_selection", "pcr_values",
         "signature_hash", "signature_invalid", "signature_scheme", "unreachable",
         "unreachable_timeout", "revoked", "requested", "deleted",
-        "host_untrusted",
     }
 )  # fmt: skip
 

@@ -61,6 +61,34 @@ _OPTS = [
         help="Client certificate common names allowed to register vTPM EKs "
         "under instance UUIDs (compute hosts running trusted-vtpm-manager).",
     ),
+    cfg.ListOpt(
+        "verifier_clients",
+        default=["verifier"],
+        help="Client certificate common names allowed to tell the registrar "
+        "each compute host's trust (PUT /v1/hosts/{host}/trust: the "
+        "verifier's service certificates; admin_clients may too).",
+    ),
+    cfg.StrOpt(
+        "host_trust",
+        default="required",
+        choices=[
+            (
+                "required",
+                "a vTPM EK certificate from a compute host's enrolled CA is "
+                "accepted only while the verifier reports that host attested "
+                "with that CA file proven in its IMA list (trusted compute "
+                "pools); a host it never reported is untrusted",
+            ),
+            (
+                "off",
+                "an enrolled host CA is trusted for as long as it stays "
+                "enrolled (clouds that do not attest their compute hosts yet)",
+            ),
+        ],
+        help="Whether new registrations of Nova vTPMs need their compute "
+        "host attested (doc/source/admin/vtpm.rst). Registrations already "
+        "in force are kept either way.",
+    ),
     cfg.BoolOpt(
         "require_ek_certificate",
         default=False,

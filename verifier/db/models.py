@@ -91,6 +91,12 @@ class HostCa(Base):
     ca_pem: Mapped[str] = mapped_column(Text)
     provider: Mapped[str] = mapped_column(String(255))
     updated_at: Mapped[float] = mapped_column(Float)
+    # The verifier's last word on the host (trusted compute pools; all
+    # None until it speaks: the host is then untrusted).
+    trusted: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    trust_ca_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    trust_provider_uuid: Mapped[str | None] = mapped_column(String(36), nullable=True)
+    trust_as_of: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class InstancePlacement(Base):

@@ -11,6 +11,8 @@ client certificate in one of its roles (403 ``forbidden`` otherwise).
 ``PUT|GET|DELETE /v1/agents/{uuid}/ek``  the provider's vTPM EK (role provider)
 ``PUT|GET|DELETE /v1/provider/hosts/{host}``  a compute host's vTPM CA
 ``PUT|GET|DELETE /v1/provider/instances/{uuid}``  where Nova placed an instance
+``PUT|GET /v1/hosts/{host}/trust``  a compute host's trust, as the verifier
+                                   judged it (role verifier or admin)
 
 With Keystone (``[registrar] auth_strategy = keystone``) tenants read
 registrations with their token instead of a reader certificate: the
@@ -46,6 +48,7 @@ from verifier.common.web import (
 from verifier.exceptions import RequestError, VerifierError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.errors import MalformedError
+from verifier.protocol.messages.host_trust import HostTrustRecord, HostTrustUpdate
 from verifier.protocol.messages.provider import (
     HostCaEnrolment,
     InstancePlacement,
@@ -270,6 +273,23 @@ async def _delete_placement(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+@allow("verifier", "admin")
+async def _put_host_trust(request: web.Request) -> web.Response:
+    body = HostTrustUpdate.from_dict(await read_json(request))
+    host = request.match_info["host"]
+    held, applied = await asyncio.to_thread(
+        request.app[_KEY].hosts.put_trust, host, body.trust()
+    )
+    return json_response(HostTrustRecord(host, held, applied).to_dict())
+
+
+@allow("verifier", "admin", "provider")
+async def _get_host_trust(request: web.Request) -> web.Response:
+    host = request.match_info["host"]
+    held = await asyncio.to_thread(request.app[_KEY].hosts.get_trust, host)
+    return json_response(HostTrustRecord(host, held).to_dict())
+
+
 def make_app(
     registrar: Registrar,
     roles: Mapping[str, Collection[str]] | None = None,
@@ -281,7 +301,7 @@ def make_app(
     Args:
         registrar: the service.
         roles: role (``agent``, ``reader``, ``admin``, ``provider``,
-            ``metrics``) ->
+            ``metrics``, ``verifier``) ->
             client certificate common names;
             None disables the check (tests without TLS).
         auth: Keystone tokens for the read side (None: certificates only).
@@ -310,6 +330,8 @@ def make_app(
     app.router.add_put(placements, _put_placement)
     app.router.add_get(placements, _get_placement)
     app.router.add_delete(placements, _delete_placement)
+    app.router.add_put("/v1/hosts/{host}/trust", _put_host_trust)
+    app.router.add_get("/v1/hosts/{host}/trust", _get_host_trust)
     add_metrics_route(app, roles=("metrics", "admin"))
     openapi.add_route(app, "trusted-cloud registrar", api_schemas.REGISTRAR)
     return app

@@ -27,6 +27,7 @@ from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.ekcert import load_host_ca
 from verifier.protocol.errors import MalformedError
+from verifier.protocol.hosttrust import HostTrust
 from verifier.protocol.messages.provider import check_host_name as _check_field
 
 __all__ = ["HostBinding", "HostRegistry", "forget_pending"]
@@ -50,11 +51,15 @@ class HostBinding:
             first host Nova placed the instance on), None if unknown.
         current_host: where Nova runs it now (None if unknown).
         anchors: every enrolled host's CA certificates, by host.
+        ca_pems: every enrolled host's CA PEM as stored, by host.
+        trust: the trust record of every host the verifier spoke of.
     """
 
     placed_host: str | None
     current_host: str | None
     anchors: dict[str, list[x509.Certificate]]
+    ca_pems: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    trust: dict[str, HostTrust] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +115,45 @@ class HostRegistry:
             if row is None:
                 raise NotFoundError("unknown_host", f"no vTPM CA enrolled for {host!r}")
             session.delete(row)
+
+    # -- host trust (the verifier's word) -----------------------------------
+
+    def put_trust(self, host: str, trust: HostTrust) -> tuple[HostTrust, bool]:
+        """Record the verifier's word on ``host`` unless it is older than
+        the one held (a delayed retry never re-trusts a failed host).
+
+        Returns:
+            (the record now held, whether ``trust`` was applied).
+
+        Raises:
+            RequestError: ``bad_host``.
+            NotFoundError: ``unknown_host``, no vTPM CA is enrolled for it
+                (nothing is stored).
+        """
+        _check_host_name(host)
+        with Session(self._engine) as session, session.begin():
+            row = session.get(HostCa, host)
+            if row is None:
+                raise NotFoundError("unknown_host", f"no vTPM CA enrolled for {host!r}")
+            held = _trust_of(row)
+            if held is not None and held.as_of > trust.as_of:
+                return held, False
+            row.trusted, row.trust_ca_sha256 = trust.trusted, trust.ca_sha256
+            row.trust_provider_uuid, row.trust_as_of = trust.provider, trust.as_of
+        return trust, True
+
+    def get_trust(self, host: str) -> HostTrust | None:
+        """The trust record of ``host`` (None: the verifier never spoke).
+
+        Raises:
+            RequestError: ``bad_host``; NotFoundError: ``unknown_host``.
+        """
+        _check_host_name(host)
+        with Session(self._engine) as session:
+            row = session.get(HostCa, host)
+            if row is None:
+                raise NotFoundError("unknown_host", f"no vTPM CA enrolled for {host!r}")
+            return _trust_of(row)
 
     # -- placements ---------------------------------------------------------
 
@@ -176,15 +220,33 @@ class HostRegistry:
             if not rows:
                 return None
             anchors: dict[str, list[x509.Certificate]] = {}
+            pems: dict[str, bytes] = {}
+            trust: dict[str, HostTrust] = {}
             for row in rows:
+                held = _trust_of(row)
+                if held is not None:
+                    trust[row.host] = held
                 try:
-                    anchors[row.host] = load_host_ca(row.ca_pem.encode())
+                    pems[row.host] = row.ca_pem.encode()
+                    anchors[row.host] = load_host_ca(pems[row.host])
                 except (MalformedError, UnicodeError):
                     continue
             placement = session.get(InstancePlacement, uuid)
             if placement is None:
-                return HostBinding(None, None, anchors)
-            return HostBinding(placement.origin_host, placement.host, anchors)
+                return HostBinding(None, None, anchors, pems, trust)
+            return HostBinding(
+                placement.origin_host, placement.host, anchors, pems, trust
+            )
+
+
+def _trust_of(row: HostCa) -> HostTrust | None:
+    """The trust record a host CA row holds (None: never told, or a row
+    half written by hand: fail closed)."""
+    if row.trusted is None or row.trust_as_of is None or not row.trust_provider_uuid:
+        return None
+    return HostTrust(
+        bool(row.trusted), row.trust_ca_sha256, row.trust_provider_uuid, row.trust_as_of
+    )
 
 
 def forget_pending(session: Session, uuid: str) -> int:

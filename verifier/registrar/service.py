@@ -18,6 +18,10 @@ any host's vTPM CA, a registration under a UUID whose placement is known
 (or whose EK certificate an enrolled host CA signed) must pass
 :func:`~verifier.protocol.ekcert.check_host_bound_ek`, anonymous or not;
 its refusals are 403 with the check's reason and store nothing.
+
+With ``[registrar] host_trust = required`` (the default) that check runs
+behind the host gate (:mod:`verifier.protocol.hosttrust`): the placed host
+must be attested with its enrolled CA proven, as the verifier last said.
 """
 
 from __future__ import annotations
@@ -45,13 +49,10 @@ from verifier.protocol import (
     make_credential,
 )
 from verifier.protocol.credential import check_ek_template
-from verifier.protocol.ekcert import (
-    check_ek_certificate,
-    check_host_bound_ek,
-    issuing_hosts,
-    named_instance,
-)
-from verifier.registrar.hosts import HostBinding, HostRegistry
+from verifier.protocol.ekcert import check_ek_certificate, named_instance
+from verifier.protocol.hosttrust import HostTrustMode
+from verifier.registrar.gate import check_host_gate
+from verifier.registrar.hosts import HostRegistry
 from verifier.registrar.hosts import forget_pending as _forget_pending
 
 #: Seconds a pending registration may wait for its activation.
@@ -121,6 +122,8 @@ class Registrar:
         engine: the registrar database.
         ek_anchors: trusted EK CA certificates (empty: EK certs unchecked).
         require_ek_certificate: refuse registrations without an EK cert.
+        host_trust: whether a host-bound vTPM's host must be attested and
+            have proved its CA (``[registrar] host_trust``).
     """
 
     def __init__(
@@ -128,10 +131,13 @@ class Registrar:
         engine: sa.Engine,
         ek_anchors: Sequence[x509.Certificate] = (),
         require_ek_certificate: bool = False,
+        *,
+        host_trust: HostTrustMode = HostTrustMode.REQUIRED,
     ) -> None:
         self._engine = engine
         self._anchors = list(ek_anchors)
         self._require_cert = require_ek_certificate
+        self._host_trust = host_trust
         self.hosts = HostRegistry(engine)
 
     def _check_ek(
@@ -164,32 +170,6 @@ class Registrar:
         except EvidenceError as exc:
             raise RequestError(exc.reason, exc.detail)
         return ek, ak
-
-    @staticmethod
-    def _needs_host_binding(reg: Registration, binding: HostBinding | None) -> bool:
-        if binding is None:
-            return False  # no host CA enrolled: EK anchors as before
-        if binding.placed_host is not None:
-            return True
-        cert = reg.ek_certificate
-        return cert is not None and bool(issuing_hosts(cert, binding.anchors))
-
-    @staticmethod
-    def _check_host_bound(reg: Registration, uuid: str, binding: HostBinding) -> None:
-        """Raises: RequestError (403) with the check's named reason."""
-        now = datetime.datetime.now(datetime.UTC)
-        try:
-            ek = TpmPublic.from_bytes(reg.ek_public)
-            check_host_bound_ek(
-                reg.ek_certificate,
-                ek,
-                uuid,
-                binding.placed_host,
-                binding.anchors,
-                now,
-            )
-        except EvidenceError as exc:
-            raise RequestError(exc.reason, exc.detail, 403)
 
     def _check_anonymous(self, reg: Registration) -> None:
         """An anonymous caller proves its identity by its TPM's EK cert."""
@@ -239,11 +219,10 @@ class Registrar:
         """
         uuid = canonical_uuid(reg.uuid)
         binding = self.hosts.binding(uuid)
-        bound = self._needs_host_binding(reg, binding)
-        if bound:
-            assert binding is not None
-            self._check_host_bound(reg, uuid, binding)
-        elif anonymous:
+        bound = check_host_gate(
+            uuid, reg.ek_public, reg.ek_certificate, binding, self._host_trust
+        )
+        if not bound and anonymous:
             self._check_anonymous(reg)
         ek, ak = self._check_identity(reg, bound)
         credential = os.urandom(32)
@@ -309,13 +288,16 @@ class Registrar:
 
         Raises:
             NotFoundError: nothing is registered or pending for ``uuid``.
-            RequestError: (403) ``activation_failed``: no pending
+            RequestError: (403) the host gate's reasons, judged again (the
+                host lost its trust since the registration);
+                (403) ``activation_failed``: no pending
                 registration of this node answers to ``credential``.
             ConflictError: the EK in force or the provider's EK changed
                 since the registration.
         """
         uuid = canonical_uuid(uuid)
         digest = hashlib.sha256(credential).digest()
+        self._gate_again(uuid, digest.hex())
         now = time.time()
         with Session(self._engine) as session, session.begin():
             pending = session.get(PendingRegistration, digest.hex())
@@ -343,6 +325,21 @@ class Registrar:
             row.activated = True
             row.challenge_digest = None
             row.updated_at = now
+
+    def _gate_again(self, uuid: str, challenge_digest: str) -> None:
+        """The host gate once more for the pending registration this
+        credential answers (its host may have lost its trust since).
+
+        Raises:
+            RequestError: (403) as at registration.
+        """
+        with Session(self._engine) as session:
+            pending = session.get(PendingRegistration, challenge_digest)
+            if pending is None or pending.uuid != uuid:
+                return  # activate() refuses it
+            ek_public, ek_certificate = pending.ek_public, pending.ek_certificate
+        binding = self.hosts.binding(uuid)
+        check_host_gate(uuid, ek_public, ek_certificate, binding, self._host_trust)
 
     @staticmethod
     def _promote(session: Session, pending: PendingRegistration, now: float) -> None:

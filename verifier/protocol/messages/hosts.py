@@ -25,7 +25,7 @@ from verifier.protocol.messages._fields import (
 from verifier.protocol.messages.enrolment import MAX_POLICY_REF, check_interval
 from verifier.protocol.policy import PcrPolicy
 
-__all__ = ["DEFAULT_CA_PATH", "HostEnrolmentRequest", "HostTrustReport"]
+__all__ = ["DEFAULT_CA_PATH", "HostEnrolmentRequest"]
 
 #: Where swtpm_localca keeps the local CA certificate that signs the host's
 #: vTPM EK certificates (its ``statedir`` in /etc/swtpm-localca.conf).
@@ -139,68 +139,3 @@ class HostEnrolmentRequest:
             DEFAULT_CA_PATH if ca_path is None else ca_path,
             interval,
         )
-
-
-_SHA256_HEX = 64
-
-
-@dataclasses.dataclass(frozen=True)
-class HostTrustReport:
-    """The verifier tells the registrar a compute host's trust
-    (``PUT /v1/hosts/{host}/trust`` on the registrar): sent on each change
-    of the host's verdict and at the verifier's start.
-
-    Attributes:
-        trusted: the host is attested now.
-        ca_sha256: hex SHA-256 of the swtpm local CA certificate file the
-            host's attested IMA list proved (None: not proven).
-        provider: the host's provider UUID (canonical form).
-        as_of: when the verifier judged it (ISO 8601, UTC, ``Z``).
-
-    Raises:
-        FieldError: a field of the wrong type or form.
-        MalformedError: ``provider`` is not a UUID.
-    """
-
-    trusted: bool
-    ca_sha256: str | None
-    provider: str
-    as_of: str
-
-    _NAME = "host trust"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.trusted, bool):
-            raise FieldError(self._NAME, "trusted", "must be true or false")
-        digest = self.ca_sha256
-        if digest is not None and (
-            not isinstance(digest, str)
-            or len(digest) != _SHA256_HEX
-            or digest.strip("0123456789abcdef")
-        ):
-            raise FieldError(
-                self._NAME, "ca_sha256", "must be 64 lower-case hex digits"
-            )
-        canonical = canonical_uuid_field(self._NAME, "provider", self.provider)
-        object.__setattr__(self, "provider", canonical)
-        check_str(self._NAME, "as_of", self.as_of, 32)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trusted": self.trusted,
-            "ca_sha256": self.ca_sha256,
-            "provider": self.provider,
-            "as_of": self.as_of,
-        }
-
-    @classmethod
-    def from_dict(cls, data: object) -> HostTrustReport:
-        r = Reader(data, cls._NAME)
-        values = (
-            r.get("trusted"),
-            r.get("ca_sha256"),
-            r.get("provider"),
-            r.get("as_of"),
-        )
-        r.finish()
-        return cls(*values)

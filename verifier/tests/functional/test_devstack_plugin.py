@@ -272,6 +272,8 @@ class DevstackConfigTest(_PluginTestCase):
         )
         self.assertEqual("False", registrar["require_ek_certificate"])
         self.assertNotIn("ek_ca_bundle", registrar)
+        # this devstack attests no compute host: the host gate is off
+        self.assertEqual("off", registrar["host_trust"])
         verifier_conf = self.assertRealOptions(ds.conf("verifier.conf"))
         verifier = verifier_conf["verifier"]
         self.assertEqual(str(ds.verifier_port), verifier["port"])

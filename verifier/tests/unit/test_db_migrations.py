@@ -226,6 +226,36 @@ class MigrationTest(testtools.TestCase):
         self.assertNotIn("registrar_instance_hosts", tables)
         self.assertIn("registrar_provider_eks", tables)
 
+    def test_upgrade_to_0015_gives_enrolled_hosts_no_trust_record(self) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", _MIGRATIONS)
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "0013")
+            connection.execute(
+                sa.text(
+                    "INSERT INTO registrar_host_cas (host, ca_pem, provider,"
+                    " updated_at) VALUES ('compute-a', 'pem', 'p', 1.0)"
+                )
+            )
+        upgrade(self.engine)
+        self.assert_schema_matches_models()
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.text(
+                    "SELECT ca_pem, trusted, trust_ca_sha256, trust_as_of"
+                    " FROM registrar_host_cas"
+                )
+            ).one()
+        self.assertEqual(("pem", None, None, None), tuple(row))
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.downgrade(cfg, "0014_hosts")
+        columns = {
+            c["name"] for c in sa.inspect(self.engine).get_columns("registrar_host_cas")
+        }
+        self.assertEqual({"host", "ca_pem", "provider", "updated_at"}, columns)
+
     def test_upgrade_to_0013_fills_type_and_reason_from_the_body(self) -> None:
         cfg = Config()
         cfg.set_main_option("script_location", _MIGRATIONS)

@@ -157,3 +157,23 @@ class HostCaProofTest(KernelAgentCase):
         self.assertEqual(("revoked", False), (view.state, view.trusted))
         await verifier.host_trust.pump()
         self.assertFalse(self.registrar.trust[-1][1].trusted)
+
+
+class HostBatchForgetTest(HostCase):
+    async def test_deleted_guest_and_deleted_host_leave_no_proof(self) -> None:
+        verifier = self.new_verifier()
+        host = self.new_agent()
+        await self.enrol_host(verifier, host)
+        guests = []
+        for _ in range(2):
+            guest = await self.attested_guest(verifier)
+            verifier.host_batches.placed(guest.uuid, "compute-1")
+            await verifier.rounds.attest_once(guest.uuid)
+            guests.append(guest)
+        await verifier.rounds.attest_once(host.uuid)
+        self.assertEqual(2, len(verifier.host_batches.proofs))
+        await verifier.commands.delete(guests[0].uuid)
+        self.assertEqual([guests[1].uuid], list(verifier.host_batches.proofs))
+        await verifier.hosts.delete("compute-1")
+        self.assertEqual({}, verifier.host_batches.proofs)
+        self.assertNotIn(host.uuid, verifier.host_batches.rounds)

@@ -20,7 +20,8 @@ from verifier.attest.host_verdicts import RegistrarTrust
 from verifier.attest.service import Verifier
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import SignedEvent
-from verifier.protocol.messages.hosts import HostEnrolmentRequest, HostTrustReport
+from verifier.protocol.messages.host_trust import HostTrustUpdate
+from verifier.protocol.messages.hosts import HostEnrolmentRequest
 from verifier.tests.unit.test_attest_service import (
     FakeAgent,
     FakeRegistrar,
@@ -33,10 +34,10 @@ class TrustRegistrar(FakeRegistrar):
 
     def __init__(self) -> None:
         super().__init__()
-        self.trust: list[tuple[str, HostTrustReport]] = []
+        self.trust: list[tuple[str, HostTrustUpdate]] = []
         self.down = False
 
-    async def put_host_trust(self, host: str, report: HostTrustReport) -> None:
+    async def put_host_trust(self, host: str, report: HostTrustUpdate) -> None:
         if self.down:
             raise RequestError("registrar_unreachable", "refused", 502)
         self.trust.append((host, report))
@@ -423,3 +424,20 @@ class HostMetricsTest(HostCase):
         await verifier.rounds.attest_once(host.uuid)
         assert before is not None
         self.assertEqual(before + 1, marked())
+
+
+class HostUntrustedLogTest(HostCase):
+    async def test_marked_guest_has_a_host_untrusted_entry_in_the_log(self) -> None:
+        verifier = self.new_verifier()
+        host = self.new_agent()
+        await self.enrol_host(verifier, host)
+        await verifier.rounds.attest_once(host.uuid)
+        guest = await self.attested_guest(verifier)
+        host.tpm.extend(16, b"unknown program")
+        await verifier.rounds.attest_once(host.uuid)
+        verifier.log_pump.pass_once()
+        history = verifier.log.history(guest.uuid, "p1")
+        kinds = [item.entry.kind.value for item in history.entries]
+        self.assertEqual(["attested", "host_untrusted"], kinds)
+        with self.assertRaises(NotFoundError):  # the host's are the operator's
+            verifier.log.history(host.uuid, "p1")

@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from trusted_testing.softtpm import SoftTpm
 from verifier.db import make_engine, upgrade
 from verifier.exceptions import NotFoundError, RequestError
+from verifier.protocol.hosttrust import HostTrustMode
 from verifier.protocol.tpm import TpmPublic
 from verifier.registrar import Registrar, make_app
 from verifier.registrar.service import Registration
@@ -88,7 +89,8 @@ class HostBoundRegistrationTest(testtools.TestCase):
         self.engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
         self.addCleanup(self.engine.dispose)
         upgrade(self.engine)
-        self.registrar = Registrar(self.engine)
+        # hosts are not attested here: the gate is off (test_registrar_host_trust)
+        self.registrar = Registrar(self.engine, host_trust=HostTrustMode.OFF)
         self.ak = SoftTpm(ak_alg="ecc", ek_alg="ecc").ak
 
     def enrol_both(self) -> None:
@@ -200,7 +202,11 @@ class HostBoundRegistrationTest(testtools.TestCase):
         self.assertEqual("anonymous_registration_disabled", ctx.exception.code)
         from verifier.protocol.ekcert import load_anchors
 
-        anchored = Registrar(self.engine, load_anchors(self.ca_a.encode()))
+        anchored = Registrar(
+            self.engine,
+            load_anchors(self.ca_a.encode()),
+            host_trust=HostTrustMode.OFF,
+        )
         self.assertTrue(anchored.register(reg, True).credential_blob)
         TpmPublic.from_bytes(reg.ek_public)  # the real EK parses
 

@@ -77,6 +77,25 @@ class TraitRunnerTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual({}, self.runner.sync.pending())
 
 
+class TraitResyncTest(unittest.IsolatedAsyncioTestCase):
+    async def test_a_trait_changed_behind_the_verifiers_back_is_corrected(
+        self,
+    ) -> None:
+        placement = FlakyPlacement()
+        sync = TraitSync(placement, retry_interval=0.05)  # type: ignore[arg-type]
+        runner = TraitRunner(sync, resync_interval=0.2)
+        task = asyncio.create_task(runner.run())
+        self.addAsyncCleanup(asyncio.gather, task, return_exceptions=True)
+        self.addCleanup(task.cancel)
+        provider = str(uuid.uuid4())
+        runner.want(provider, True)
+        await asyncio.sleep(0.1)
+        self.assertEqual([(provider, True)], placement.writes)
+        await asyncio.sleep(0.4)  # a resync writes the wanted state again
+        self.assertGreaterEqual(placement.writes.count((provider, True)), 2)
+        self.assertNotIn((provider, False), placement.writes)
+
+
 class BuildTraitsTest(unittest.TestCase):
     def test_trait_sync_off_builds_none(self) -> None:
         conf = cfg.ConfigOpts()
