@@ -1,8 +1,9 @@
 """An emulated compute host: libvirtd and nova-compute in a private mount
 namespace, so nothing they write outlives the test.
 
-``unshare --mount --propagation private python -m
-trusted_testing.nova.compute_host ROOT [--netns PATH] -- nova-compute ARGS...``
+``unshare --mount --propagation private [--uts] python -m
+trusted_testing.nova.compute_host ROOT [--hostname NAME] [--netns PATH] --
+nova-compute ARGS...``
 
 Inside the new mount namespace this module:
 
@@ -15,8 +16,9 @@ Inside the new mount namespace this module:
   ``/var/lib/swtpm-localca`` (this host's own swtpm local CA: the
   machine's ``/etc/swtpm-localca.conf`` points there, so every vTPM EK
   certificate this host's libvirt makes is signed by the CA of this host
-  alone) and ``ROOT/swtpm`` over ``/var/lib/libvirt/swtpm`` (the vTPM
-  states, readable by the test);
+  alone; ``--localca DIR`` binds another directory, e.g. an emulated
+  host's whose kernel measures the CA file) and ``ROOT/swtpm`` over
+  ``/var/lib/libvirt/swtpm`` (the vTPM states, readable by the test);
 * starts ``libvirtd`` (its sockets in ``ROOT/sock``, so the test can reach
   it as ``qemu:///system?socket=ROOT/sock/libvirt-sock``) and waits for
   its socket;
@@ -24,6 +26,9 @@ Inside the new mount namespace this module:
   (:mod:`trusted_testing.nova.guestnet`: the guests' taps and addresses
   live there; nova-compute stays on the machine's loopback with the
   control plane);
+* with ``--hostname NAME`` (under ``unshare --uts``), sets the host name
+  libvirtd reports (Nova's hypervisor host name: the compute node's and
+  its Placement resource provider's name);
 * execs nova-compute, which sees the same files libvirtd sees (Nova
   reads and moves vTPM states under ``/var/lib/libvirt/swtpm`` on resize).
 
@@ -38,6 +43,7 @@ import contextlib
 import ctypes
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -66,9 +72,11 @@ def uri(root: str) -> str:
     return f"qemu:///system?socket={socket_path(root)}"
 
 
-def prepare(root: str) -> None:
+def prepare(root: str, host_uuid: str | None = None) -> None:
     """Make ``root``'s directories and libvirt configuration (outside the
-    namespace; idempotent)."""
+    namespace; idempotent). ``host_uuid``: libvirtd's host UUID (else the
+    machine's: two hosts of one machine must differ for libvirt to migrate
+    a guest between them)."""
     for sub in ("etc-libvirt/hooks", "localca", "swtpm", "sock", "log"):
         os.makedirs(os.path.join(root, sub), exist_ok=True)
     with open(os.path.join(root, "etc-libvirt", "qemu.conf"), "w") as f:
@@ -81,13 +89,15 @@ def prepare(root: str) -> None:
             'auth_unix_ro = "none"\n'
             f'log_outputs = "3:file:{os.path.join(root, "log", "libvirtd.log")}"\n'
         )
+        if host_uuid is not None:
+            f.write(f'host_uuid = "{host_uuid}"\n')
 
 
 def _mount(*argv: str) -> None:
     subprocess.run(["mount", *argv], check=True)
 
 
-def _enter(root: str) -> None:
+def _enter(root: str, localca: str) -> None:
     for path in _TMPFS:
         _mount("-t", "tmpfs", "-o", "mode=0755", "tmpfs", path)
     for path in (
@@ -100,7 +110,7 @@ def _enter(root: str) -> None:
     ):
         os.makedirs(path, exist_ok=True)
     _mount("--bind", os.path.join(root, "etc-libvirt"), "/etc/libvirt")
-    _mount("--bind", os.path.join(root, "localca"), "/var/lib/swtpm-localca")
+    _mount("--bind", localca, "/var/lib/swtpm-localca")
     _mount("--bind", os.path.join(root, "swtpm"), "/var/lib/libvirt/swtpm")
 
 
@@ -117,17 +127,28 @@ def _enter_netns(fd: int) -> Callable[[], None]:
     return enter
 
 
+_USAGE = (
+    "usage: compute_host ROOT [--hostname NAME] [--localca DIR] [--netns PATH]"
+    " -- COMMAND..."
+)
+
+
 def main(argv: list[str]) -> int:
-    netns_fd: int | None = None
-    if len(argv) > 2 and argv[1] == "--netns":
-        # opened before /run is covered (ip netns keeps it in /run/netns)
-        netns_fd = os.open(argv[2], os.O_RDONLY)
+    options: dict[str, str] = {}
+    while len(argv) > 2 and argv[1] in ("--hostname", "--localca", "--netns"):
+        options[argv[1]] = argv[2]
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: compute_host ROOT [--netns PATH] -- COMMAND...", file=sys.stderr)
+        print(_USAGE, file=sys.stderr)
         return 2
+    if "--hostname" in options:
+        socket.sethostname(options["--hostname"])
+    netns_fd: int | None = None
+    if "--netns" in options:
+        # opened before /run is covered (ip netns keeps it in /run/netns)
+        netns_fd = os.open(options["--netns"], os.O_RDONLY)
     root, command = os.path.abspath(argv[0]), argv[2:]
-    _enter(root)
+    _enter(root, options.get("--localca", os.path.join(root, "localca")))
     sock = socket_path(root)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock)

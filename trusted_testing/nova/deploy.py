@@ -119,10 +119,12 @@ class NovaDeployment:
         self._manage("cell_v2", "create_cell", "--name", "cell1", "--verbose")
         self._manage("db", "sync")
         self._serve("placement", self._placement_env())
-        for service in ("conductor", "scheduler", "compute"):
+        for service in ("conductor", "scheduler"):
             self._spawn(f"nova-{service}", self._service_argv(service))
+        self._start_computes()
         self._serve("nova", self._nova_env())
-        self._wait_for_compute_node()
+        for host in self.compute_host_names():
+            self._wait_for_compute_node(host)
         self._manage("cell_v2", "discover_hosts", "--verbose")
         self._create_flavor()
         self.bring_up_seconds = time.monotonic() - begin
@@ -261,6 +263,14 @@ class NovaDeployment:
         """How to run ``nova-<service>`` (a variant may wrap nova-compute)."""
         return [os.path.join(_BIN, f"nova-{service}"), "--config-file", self.conf]
 
+    def _start_computes(self) -> None:
+        """Start ``nova-compute`` (a variant may run several)."""
+        self._spawn("nova-compute", self._service_argv("compute"))
+
+    def compute_host_names(self) -> list[str]:
+        """The ``[DEFAULT] host`` of each nova-compute."""
+        return [self.host]
+
     def _manage(self, *argv: str) -> str:
         return self._run("nova-manage", "--config-file", self.conf, *argv)
 
@@ -297,7 +307,7 @@ class NovaDeployment:
                     f"{name} exited ({proc.returncode}):\n{_tail(self.log(name))}"
                 )
 
-    def _wait_for_compute_node(self, timeout: float = 180.0) -> None:
+    def _wait_for_compute_node(self, host: str, timeout: float = 180.0) -> None:
         engine = sa.create_engine(self._db("cell1"))
         deadline = time.monotonic() + timeout
         try:
@@ -306,7 +316,7 @@ class NovaDeployment:
                 with engine.connect() as conn:
                     rows = conn.execute(
                         sa.text("SELECT count(*) FROM compute_nodes WHERE host = :h"),
-                        {"h": self.host},
+                        {"h": host},
                     ).scalar()
                 if rows:
                     return
@@ -314,8 +324,8 @@ class NovaDeployment:
         finally:
             engine.dispose()
         raise RuntimeError(
-            "nova-compute never registered its node:\n"
-            + _tail(self.log("nova-compute"))
+            f"nova-compute of {host} never registered its node:\n"
+            + "".join(_tail(self.log(name)) for name in self.procs if "compute" in name)
         )
 
     # -- API helpers ----------------------------------------------------------------

@@ -36,22 +36,28 @@ with its kernel and initramfs, as Glance ``kernel_id``/``ramdisk_id``/
 from __future__ import annotations
 
 import configparser
-import glob
 import os
 import signal
 import subprocess
-import sys
-import uuid as uuid_mod
+import time
+from collections.abc import Sequence
 from typing import Any
 
+import requests
+
 from trusted_testing.embedded_libvirt import _ensure_qemu_user
-from trusted_testing.nova import compute_host
+from trusted_testing.nova import images
+from trusted_testing.nova.compute_hosts import (
+    ComputeHost,
+    shared_instances,
+    unmount_shared,
+)
 from trusted_testing.nova.deploy import _BIN, PROJECT_ID, NovaDeployment
 from trusted_testing.nova.guestnet import GuestNetwork
 from trusted_testing.nova.neutron_standin import NeutronState
 from trusted_testing.openbao import OpenBaoDev
 
-__all__ = ["FLAVORS", "LibvirtNovaDeployment"]
+__all__ = ["FLAVORS", "PLACEMENT_HEADERS", "LibvirtNovaDeployment"]
 
 # name -> extra specs; all share RAM/vCPUs/disk (see _create_flavor)
 FLAVORS: dict[str, dict[str, str]] = {
@@ -66,6 +72,23 @@ FLAVORS: dict[str, dict[str, str]] = {
         "hw:tpm_secret_security": "host",
     },
     "trusted.plain": {},
+    # trusted compute pools: only on hosts whose provider has the trait
+    "trusted.pool": {
+        "hw:tpm_version": "2.0",
+        "hw:tpm_model": "tpm-crb",
+        "trait:CUSTOM_ATTESTATION_TRUSTED": "required",
+    },
+    "trusted.pool-host": {
+        "hw:tpm_version": "2.0",
+        "hw:tpm_model": "tpm-crb",
+        "hw:tpm_secret_security": "host",
+        "trait:CUSTOM_ATTESTATION_TRUSTED": "required",
+    },
+}
+#: Placement's noauth2 admin (the deployment's Placement has no Keystone)
+PLACEMENT_HEADERS = {
+    "X-Auth-Token": "admin",
+    "OpenStack-API-Version": "placement 1.39",
 }
 RAM_MB = 512
 DISK_GB = 4
@@ -89,21 +112,59 @@ def _update_ini(path: str, sections: dict[str, dict[str, Any]]) -> None:
 class LibvirtNovaDeployment(NovaDeployment):
     """Start with :meth:`start`, always :meth:`stop` (also after a failure).
 
+    Args:
+        workdir: where everything it writes lives.
+        network: the guests' network (None: guests have no NIC).
+        hosts: how many emulated compute hosts. Two or more share the
+            instances directory through a cluster file system
+            (:func:`~trusted_testing.nova.compute_hosts.shared_instances`),
+            so guests can move between them.
+        shutdown_timeout: Nova's ``[DEFAULT] shutdown_timeout`` if given
+            (how long a guest is given to power off cleanly before a cold
+            migration; a guest that boots no OS never does).
+        localca_dirs: the swtpm local CA directory of each host, in order
+            (None or missing: the host's own ``localca``).
+
     Attributes:
-        host_root: the emulated compute host's directory (its libvirt
+        hosts: the emulated compute hosts (:class:`~trusted_testing.nova.
+            compute_hosts.ComputeHost`; the first is :attr:`host`), each
+            with its resource provider once started.
+        host_root: the first compute host's directory (its libvirt
             configuration, swtpm local CA, vTPM states, logs).
         bao: the key manager's server.
     """
 
-    def __init__(self, workdir: str, network: GuestNetwork | None = None) -> None:
+    def __init__(
+        self,
+        workdir: str,
+        network: GuestNetwork | None = None,
+        hosts: int = 1,
+        shutdown_timeout: int | None = None,
+        localca_dirs: Sequence[str | None] = (),
+    ) -> None:
         super().__init__(workdir)
+        if hosts < 1:
+            raise ValueError(f"a deployment needs a compute host, not {hosts}")
         self.host_root = os.path.join(workdir, "host")
+        self.hosts = [
+            ComputeHost(
+                index=i,
+                name=self.host if i == 0 else f"{self.host}-{chr(ord('a') + i)}",
+                root=self.host_root if i == 0 else os.path.join(workdir, f"host-{i}"),
+                conf=os.path.join(workdir, f"nova-compute-{i}.conf"),
+                uts=hosts > 1,
+                localca=localca_dirs[i] if i < len(localca_dirs) else None,
+            )
+            for i in range(hosts)
+        ]
         self.bao = OpenBaoDev()
         self.network = network
         #: Neutron port ID -> the machine's 127.0.0.1 port forwarded to
         #: that port's agent port
         self.contact_ports: dict[str, int] = {}
         self._netns_mounted = False
+        self._shared: str | None = None
+        self.shutdown_timeout = shutdown_timeout
 
     @property
     def netns_file(self) -> str:
@@ -150,31 +211,76 @@ class LibvirtNovaDeployment(NovaDeployment):
 
     @property
     def libvirt_uri(self) -> str:
-        return compute_host.uri(self.host_root)
+        """The first host's libvirtd."""
+        return self.hosts[0].uri
 
     @property
     def localca_dir(self) -> str:
-        """This host's swtpm local CA (``swtpm_localca`` state)."""
-        return os.path.join(self.host_root, "localca")
+        """The first host's swtpm local CA (``swtpm_localca`` state)."""
+        return self.hosts[0].localca_dir
+
+    def compute_host_names(self) -> list[str]:
+        return [host.name for host in self.hosts]
+
+    def compute_host(self, name: str) -> ComputeHost:
+        """The host whose ``[DEFAULT] host`` is ``name``."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
 
     def start(self) -> None:
         _ensure_qemu_user()  # libvirtd parses it before reading qemu.conf
-        compute_host.prepare(self.host_root)
-        os.makedirs(os.path.join(self.workdir, "instances"), exist_ok=True)
+        for host in self.hosts:
+            host.prepare(self.workdir)
+        instances = os.path.join(self.workdir, "instances")
+        os.makedirs(instances, exist_ok=True)
         self.bao.start()
         try:
+            if len(self.hosts) > 1:
+                self._shared = shared_instances(self.workdir, instances)
             if self.network is not None:
                 self._start_network()
             super().start()
+            self._find_providers()
         except BaseException:
             self.stop()
             raise
+
+    def _find_providers(self) -> None:
+        """Each host's compute node resource provider, from Placement (by
+        the hypervisor host name Nova reports for that host)."""
+        resp = self.request(
+            "GET", "/os-hypervisors/detail", admin=True, microversion="2.53"
+        )
+        resp.raise_for_status()
+        nodes = {
+            h["service"]["host"]: h["hypervisor_hostname"]
+            for h in resp.json()["hypervisors"]
+        }
+        deadline = time.monotonic() + 120
+        for host in self.hosts:
+            while not host.provider:
+                resp = requests.get(
+                    f"{self.placement_url}/resource_providers",
+                    params={"name": nodes[host.name]},
+                    headers=PLACEMENT_HEADERS,
+                    timeout=30,
+                )
+                resp.raise_for_status()
+                found = resp.json()["resource_providers"]
+                if len(found) == 1:
+                    host.provider = str(found[0]["uuid"])
+                elif time.monotonic() > deadline:
+                    raise RuntimeError(f"{host.name} has no resource provider")
+                else:  # nova-compute reports its node, then its provider
+                    time.sleep(0.5)
 
     def stop(self) -> None:
         try:
             self._destroy_domains()
         finally:
-            pids = self._vm_pids()
+            pids = [pid for host in self.hosts for pid in self._vm_pids(host)]
             try:
                 super().stop()
             finally:
@@ -185,6 +291,9 @@ class LibvirtNovaDeployment(NovaDeployment):
                         pass
                 self.bao.stop()
                 self._stop_network()
+                if self._shared is not None:
+                    unmount_shared(self._shared)
+                    self._shared = None
 
     def _stop_network(self) -> None:
         if self._netns_mounted:
@@ -225,6 +334,11 @@ class LibvirtNovaDeployment(NovaDeployment):
                     # the API would then think it down and delete an
                     # instance "locally", leaving its domain running
                     "service_down_time": "300",
+                    **(
+                        {}
+                        if self.shutdown_timeout is None
+                        else {"shutdown_timeout": self.shutdown_timeout}
+                    ),
                 },
                 "libvirt": {
                     "virt_type": "qemu",
@@ -288,23 +402,12 @@ class LibvirtNovaDeployment(NovaDeployment):
             },
         )
 
-    def _service_argv(self, service: str) -> list[str]:
-        argv = super()._service_argv(service)
-        if service != "compute":
-            return argv
-        netns = [] if self.network is None else ["--netns", self.netns_file]
-        return [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            sys.executable,
-            compute_host.__file__,
-            self.host_root,
-            *netns,
-            "--",
-            *argv,
-        ]
+    def _start_computes(self) -> None:
+        argv = self._service_argv("compute")
+        netns = None if self.network is None else self.netns_file
+        for host in self.hosts:
+            _update_ini(host.conf, host.config(self.workdir))
+            self._spawn(host.proc, host.wrap(argv, netns))
 
     def _create_flavor(self) -> None:
         super()._create_flavor()
@@ -351,109 +454,37 @@ class LibvirtNovaDeployment(NovaDeployment):
         cmdline: str,
         properties: dict[str, str] | None = None,
     ) -> str:
-        """Serve a partition image with its kernel and initramfs through the
-        Glance stand-in; returns the root image's ID.
-
-        The guest boots with SeaBIOS, Nova's default, not UEFI: for
-        ``hw_firmware_type=uefi`` Nova 34 writes ``<os firmware='efi'>``
-        together with ``<loader secure='no'>``, which libvirt 9.0 refuses
-        ("loader attribute 'secure' cannot be specified when firmware
-        autoselection is enabled"; libvirt 9.2 accepts it). ``properties``
-        adds image properties (e.g. ``hw_qemu_guest_agent``)."""
-        kernel_id, ramdisk_id, image_id = (str(uuid_mod.uuid4()) for _ in range(3))
-        base = {
-            "status": "active",
-            "visibility": "public",
-            "min_disk": 0,
-            "min_ram": 0,
-            "protected": False,
-            "tags": [],
-            "owner": "provider",
-            "checksum": None,
-            "created_at": "2026-01-01T00:00:00Z",
-            "updated_at": "2026-01-01T00:00:00Z",
-            "schema": "/v2/schemas/image",
-        }
-        for image_id_, name, fmt, path in (
-            (kernel_id, "trusted-guest-kernel", "aki", kernel),
-            (ramdisk_id, "trusted-guest-initrd", "ari", initrd),
-        ):
-            self.standins.add_image(
-                {
-                    **base,
-                    "id": image_id_,
-                    "name": name,
-                    "disk_format": fmt,
-                    "container_format": fmt,
-                    "size": os.path.getsize(path),
-                    "file": f"/v2/images/{image_id_}/file",
-                },
-                path,
-            )
-        self.standins.add_image(
-            {
-                **base,
-                "id": image_id,
-                "name": "trusted-guest-vm",
-                "disk_format": "qcow2",
-                "container_format": "bare",
-                "size": os.path.getsize(qcow2),
-                "file": f"/v2/images/{image_id}/file",
-                "kernel_id": kernel_id,
-                "ramdisk_id": ramdisk_id,
-                "os_command_line": cmdline,
-                "hw_machine_type": "q35",
-                **(properties or {}),
-            },
-            qcow2,
+        """Serve the guest image (:func:`~trusted_testing.nova.images.
+        guest_image`); returns the root image's ID."""
+        return images.guest_image(
+            self.standins, qcow2, kernel, initrd, cmdline, properties
         )
-        return image_id
 
-    # -- the compute host ---------------------------------------------------------
+    def add_blank_image(self, properties: dict[str, str] | None = None) -> str:
+        """Serve a blank disk (:func:`~trusted_testing.nova.images.
+        blank_image`); returns its ID."""
+        path = os.path.join(self.workdir, "blank.qcow2")
+        return images.blank_image(self.standins, path, properties)
 
-    def _vm_pids(self) -> list[int]:
-        """Pids of qemu and swtpm processes this host's libvirtd started
-        (their pid files live in the host's private /run)."""
-        proc = self.procs.get("nova-compute")
+    # -- the compute hosts ---------------------------------------------------------
+
+    def _vm_pids(self, host: ComputeHost) -> list[int]:
+        """Pids of qemu and swtpm processes ``host``'s libvirtd started."""
+        proc = self.procs.get(host.proc)
         if proc is None or proc.poll() is not None:
             return []
-        pids = []
-        run = f"/proc/{proc.pid}/root/run/libvirt/qemu"
-        for path in glob.glob(f"{run}/*.pid") + glob.glob(f"{run}/swtpm/*.pid"):
-            try:
-                with open(path, encoding="ascii") as f:
-                    pids.append(int(f.read().strip()))
-            except (OSError, ValueError):
-                continue
-        return pids
+        return host.vm_pids(proc.pid)
 
     def virsh(self, *argv: str) -> str:
-        """Run ``virsh`` against this host's libvirtd."""
-        out = subprocess.run(
-            ["virsh", "-c", self.libvirt_uri, *argv],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return out.stdout
+        """Run ``virsh`` against the first host's libvirtd."""
+        return self.hosts[0].virsh(*argv)
 
     def domain_xml(self, uuid: str) -> str:
         """The live XML of the instance's domain (libvirt uses Nova's UUID)."""
         return self.virsh("dumpxml", uuid)
 
     def _destroy_domains(self) -> None:
-        proc = self.procs.get("nova-compute")
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            names = self.virsh("list", "--name").split()
-        except (subprocess.SubprocessError, OSError):
-            return
-        for name in names:
-            subprocess.run(
-                ["virsh", "-c", self.libvirt_uri, "destroy", name],
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
+        for host in self.hosts:
+            proc = self.procs.get(host.proc)
+            if proc is not None and proc.poll() is None:
+                host.destroy_domains()
