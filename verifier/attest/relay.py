@@ -27,7 +27,6 @@ from verifier.attest.clients import VerifierAgentClient
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.push_store import PushStore
 from verifier.attest.registry import LiveNodes
-from verifier.common.errors import unknown_node
 from verifier.exceptions import AgentUnreachableError, ConflictError, RequestError
 from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.errors import MalformedError
@@ -119,21 +118,21 @@ class TenantRelay:
         """The node ``uuid`` if the caller's ``scope`` may see it.
 
         Raises:
-            NotFoundError: ``unknown_node``: not enrolled here (or not
-                adopted yet), or another project's: the same answer,
-                before anything else about the node shows.
+            NotFoundError: not enrolled here (or not adopted yet).
+            RelayError: ``wrong_project`` (answered as a node that is not
+                enrolled), before anything else about the node shows.
         """
         node = self._nodes.relay_node(uuid)
         if scope is not None and node.project_id != scope:
-            raise unknown_node(node.uuid)
+            raise RelayError("wrong_project", f"node {node.uuid} is not your project's")
         return node
 
     def _node(self, uuid: str, scope: str | None) -> LiveNode:
         """The live node ``uuid`` of the caller's ``scope``.
 
         Raises:
-            NotFoundError: not enrolled here (or not adopted yet), or
-                another project's.
+            NotFoundError: not enrolled here (or not adopted yet).
+            RelayError: ``wrong_project``.
             ConflictError: ``revoked`` (nothing goes to a revoked node).
         """
         node = self._visible(uuid, scope)
