@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from verifier.common._tls_watch import log_refusals, warn_if_expiring
 from verifier.common.errors import CommonError
 
 __all__ = [
@@ -54,8 +55,11 @@ def server_context(
     """
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca_file)
     ctx.load_cert_chain(cert_file, key_file)
+    with open(cert_file, "rb") as f:
+        warn_if_expiring(cert_file, f.read())
     ctx.verify_mode = ssl.CERT_OPTIONAL if client_cert_optional else ssl.CERT_REQUIRED
     _no_resumption(ctx)
+    log_refusals(ctx)
     return ctx
 
 
@@ -89,8 +93,10 @@ def server_context_from_pem(
     write_private(key_file, key_pem)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=ca_pem)
     ctx.load_cert_chain(cert_file, key_file)
+    warn_if_expiring(cert_file, cert_pem)
     ctx.verify_mode = ssl.CERT_REQUIRED
     _no_resumption(ctx)
+    log_refusals(ctx)
     return ctx
 
 
