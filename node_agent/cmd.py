@@ -48,7 +48,14 @@ from node_agent.exceptions import (
     TpmError,
 )
 from node_agent.server import make_app
-from verifier.common import config, conventions, extras, loop_errors, version
+from verifier.common import (
+    config,
+    conventions,
+    extras,
+    loop_errors,
+    version,
+    web_runner,
+)
 from verifier.protocol import MalformedError
 from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.messages.abe import AbeKeyDelivery
@@ -146,7 +153,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(make_app(agent, roles, evidence), access_log=None)
+    runner = web_runner.AppRunner(make_app(agent, roles, evidence))
     await runner.setup()
     try:
         if push_url is None:

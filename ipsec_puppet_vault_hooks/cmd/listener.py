@@ -26,7 +26,7 @@ from ipsec_puppet_vault_hooks import conf as hooks_conf
 from ipsec_puppet_vault_hooks.consumer import Consumer
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from ipsec_puppet_vault_hooks.listener import EventHandler, make_app
-from verifier.common import config, extras, loop_errors, metrics, version
+from verifier.common import config, extras, loop_errors, metrics, version, web_runner
 from verifier.common import tls as tlsutil
 
 LOG = logging.getLogger(__name__)
@@ -98,9 +98,7 @@ async def serve(conf: cfg.ConfigOpts) -> None:
         if missing:
             raise HooksError(f"[revocation_listener] webhook needs {missing}")
         ctx = tlsutil.server_context(group.cert_file, group.key_file, group.ca_file)
-        runner = web.AppRunner(
-            make_app(handler, list(group.webhook_clients)), access_log=None
-        )
+        runner = web_runner.AppRunner(make_app(handler, list(group.webhook_clients)))
         await runner.setup()
         site = web.TCPSite(
             runner, group.webhook_host, group.webhook_port, ssl_context=ctx

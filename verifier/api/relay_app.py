@@ -24,8 +24,10 @@ from aiohttp import web
 
 from verifier.api.authz import caller, rule
 from verifier.attest.push import PushAttestation
+from verifier.common.errors import unknown_node
 from verifier.common.web import json_response, parse_json_body
 from verifier.exceptions import RequestError
+from verifier.protocol import canonical_uuid
 from verifier.protocol.messages.relay import IdentityAsk
 from verifier.protocol.messages.shares import MAX_PAYLOAD_ENVELOPE, ShareU
 from verifier.protocol.relay import RelayError
@@ -48,7 +50,7 @@ _MAX_U_BODY = 4 * (MAX_PAYLOAD_ENVELOPE // 3 + 2) + 4096
 
 def _refused(exc: RelayError, uuid: str) -> RequestError:
     if exc.code == "wrong_project":  # as if it did not exist
-        return RequestError("unknown_node", f"node {uuid} is not enrolled", 404)
+        return unknown_node(canonical_uuid(uuid))
     return RequestError(exc.code, exc.detail, RELAY_ERROR_STATUS.get(exc.code, 400))
 
 

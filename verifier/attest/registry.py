@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from verifier.attest.node import LiveNode, NodeState
 from verifier.attest.pending import is_waiting
 from verifier.attest.store import NodeStore
-from verifier.exceptions import NotFoundError
+from verifier.common.errors import unknown_node
 from verifier.protocol import canonical_uuid
 from verifier.protocol.attestation import AttestationMode
 
@@ -58,9 +58,10 @@ class LiveNodes:
         Raises:
             NotFoundError: not attested by this process.
         """
-        node = self._nodes.get(canonical_uuid(uuid))
+        uuid = canonical_uuid(uuid)
+        node = self._nodes.get(uuid)
         if node is None:
-            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled")
+            raise unknown_node(uuid)
         return node
 
     def attesting(self, node: LiveNode) -> bool:
@@ -94,7 +95,7 @@ class LiveNodes:
             or is_waiting(row.state)
             or row.attestation_mode == AttestationMode.PUSH
         ):
-            raise NotFoundError("unknown_node", f"node {uuid} is not enrolled here")
+            raise unknown_node(uuid)
         return LiveNode.from_row(row)
 
 

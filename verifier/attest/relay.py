@@ -114,14 +114,28 @@ class TenantRelay:
         if self._store is not None:
             self._store.save_relay(uuid, self.ledger.export(uuid))
 
-    def _node(self, uuid: str) -> LiveNode:
-        """The live node ``uuid``.
+    def _visible(self, uuid: str, scope: str | None) -> LiveNode:
+        """The node ``uuid`` if the caller's ``scope`` may see it.
 
         Raises:
             NotFoundError: not enrolled here (or not adopted yet).
-            ConflictError: ``revoked`` (nothing goes to a revoked node).
+            RelayError: ``wrong_project`` (answered as a node that is not
+                enrolled), before anything else about the node shows.
         """
         node = self._nodes.relay_node(uuid)
+        if scope is not None and node.project_id != scope:
+            raise RelayError("wrong_project", f"node {node.uuid} is not your project's")
+        return node
+
+    def _node(self, uuid: str, scope: str | None) -> LiveNode:
+        """The live node ``uuid`` of the caller's ``scope``.
+
+        Raises:
+            NotFoundError: not enrolled here (or not adopted yet).
+            RelayError: ``wrong_project``.
+            ConflictError: ``revoked`` (nothing goes to a revoked node).
+        """
+        node = self._visible(uuid, scope)
         if node.state == NodeState.REVOKED:
             raise revoked_error(node)
         self._refresh(node)
@@ -155,7 +169,7 @@ class TenantRelay:
                 quote that is not by its AK over the nonce).
             RequestError: ``agent_unreachable`` (502; a polled node).
         """
-        node = self._node(uuid)
+        node = self._node(uuid, scope)
         self.ledger.ask_identity(
             node.uuid, node.project_id, scope, request, self._clock()
         )
@@ -194,7 +208,7 @@ class TenantRelay:
         LOG.info("Node %s: identity quote fetched for its tenant", node.uuid)
 
     def identity(self, uuid: str, scope: str | None, nonce: bytes) -> IdentityRelayed:
-        node = self._node(uuid)
+        node = self._node(uuid, scope)
         return IdentityRelayed(
             self.ledger.identity(node.uuid, node.project_id, scope, nonce)
         )
@@ -207,7 +221,7 @@ class TenantRelay:
             RelayError: ``wrong_project``, ``u_malformed``,
                 ``u_already_posted``.
         """
-        node = self._node(uuid)
+        node = self._node(uuid, scope)
         self.ledger.post_u(node.uuid, node.project_id, scope, share)
         LOG.info("Node %s: U posted for relay (sealed to its NK)", node.uuid)
         if node.mode is AttestationMode.PUSH:
@@ -248,7 +262,7 @@ class TenantRelay:
         return URelayStatus(held.state, held.detail, held.bootstrapped)
 
     def u_status(self, uuid: str, scope: str | None) -> URelayStatus:
-        node = self._nodes.relay_node(uuid)
+        node = self._visible(uuid, scope)
         self._refresh(node)
         self.ledger.u_status(node.uuid, node.project_id, scope)  # its project's
         return self.u_status_of(node)

@@ -15,7 +15,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from verifier import conf as vconf
-from verifier.common import config, conventions, loop_errors
+from verifier.common import config, conventions, loop_errors, web_runner
 from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 
@@ -82,7 +82,7 @@ async def serve(
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Serve ``app`` over TLS until SIGTERM or SIGINT."""
-    runner = web.AppRunner(app, access_log=None)
+    runner = web_runner.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()

@@ -37,7 +37,7 @@ from verifier.attest.quotas import Quotas
 from verifier.attest.trait_runner import TraitRunner
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
-from verifier.common import extras, version
+from verifier.common import extras, version, web_runner
 from verifier.common import tls as tlsutil
 from verifier.common.http import AsyncClient
 from verifier.exceptions import ConfigError
@@ -216,7 +216,7 @@ async def start_push_site(
     from verifier.api.push_app import make_push_app
 
     ctx = _service.server_tls(conf.verifier, client_cert_optional=True)
-    runner = web.AppRunner(make_push_app(verifier.push), access_log=None)
+    runner = web_runner.AppRunner(make_push_app(verifier.push))
     await runner.setup()
     site = web.TCPSite(runner, conf.verifier.host, conf.push.port, ssl_context=ctx)
     try:

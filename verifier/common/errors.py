@@ -14,6 +14,7 @@ __all__ = [
     "RequestError",
     "TpmError",
     "TransportError",
+    "unknown_node",
 ]
 
 
@@ -42,6 +43,14 @@ class RequestError(CommonError):
 
 class NotFoundError(RequestError):
     status = 404
+
+
+def unknown_node(uuid: str) -> NotFoundError:
+    """The one answer for a node the caller may not know about: not
+    enrolled, or another project's (the same bytes, so that a project
+    cannot probe which UUIDs exist; give the UUID in its canonical form).
+    """
+    return NotFoundError("unknown_node", f"node {uuid} is not enrolled")
 
 
 class ConflictError(RequestError):

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from verifier.common._tls_watch import log_refusals, warn_if_expiring
 from verifier.common.errors import CommonError
 
 __all__ = [
@@ -40,7 +41,9 @@ __all__ = [
 def server_context(
     cert_file: str, key_file: str, ca_file: str, client_cert_optional: bool = False
 ) -> ssl.SSLContext:
-    """A server context that requires a client certificate signed by ``ca_file``.
+    """A server context that requires a client certificate signed by
+    ``ca_file``: TLS 1.3 only, no session resumption (a session never
+    outlives the certificate that opened it).
 
     Args:
         cert_file: our certificate (PEM).
@@ -51,18 +54,30 @@ def server_context(
             application then decides what anonymous callers may do.
     """
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca_file)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
+    with open(cert_file, "rb") as f:
+        warn_if_expiring(cert_file, f.read())
     ctx.verify_mode = ssl.CERT_OPTIONAL if client_cert_optional else ssl.CERT_REQUIRED
-    _no_tickets(ctx)
+    _no_resumption(ctx)
+    log_refusals(ctx)
     return ctx
 
 
-def _no_tickets(ctx: ssl.SSLContext) -> None:
-    """Send no TLS 1.3 session tickets: none of our clients resumes a
-    session, and a client holds each connection's ticket messages in a
-    16 KB OpenSSL buffer until its next answer arrives (16 KB more per
-    kept-alive connection of the verifier to its agents, issue 19)."""
+def _no_resumption(ctx: ssl.SSLContext) -> None:
+    """TLS 1.3 only, and no session ticket: no session is ever resumed.
+
+    A resumed session skips the client certificate's verification, so a
+    session made before the certificate expired (or its CA was dropped)
+    would let its holder in after (issue 33). TLS 1.2 resumes by session
+    ID from the server's cache as well as by ticket, and :mod:`ssl` cannot
+    switch that cache off; a TLS 1.3 server that sends no ticket resumes
+    nothing. Every client of these servers speaks TLS 1.3 (Python's
+    :mod:`ssl`, aiohttp, requests and keystoneauth, the node agent).
+    Sending no ticket also spares each client a 16 KB OpenSSL buffer per
+    kept-alive connection (issue 19).
+    """
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.options |= ssl.OP_NO_TICKET
     ctx.num_tickets = 0
 
 
@@ -77,10 +92,11 @@ def server_context_from_pem(
         f.write(cert_pem)
     write_private(key_file, key_pem)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=ca_pem)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)
+    warn_if_expiring(cert_file, cert_pem)
     ctx.verify_mode = ssl.CERT_REQUIRED
-    _no_tickets(ctx)
+    _no_resumption(ctx)
+    log_refusals(ctx)
     return ctx
 
 
