@@ -34,6 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid as uuid_mod
 from typing import Any
 
 import oslo_messaging
@@ -42,17 +43,33 @@ from keystoneauth1 import noauth
 from keystoneauth1 import session as ks_session
 from oslo_config import cfg
 
+from node_agent.exceptions import RegistrationError
 from nova_plugin import osc_evacuate
 from nova_plugin.evacuate import ComputeApi
 from nova_plugin.tenant import Tenant
 from nova_plugin.tests.functional.test_nova_libvirt import _missing
-from trusted_testing.cluster import LocalCluster
+from trusted_testing.cluster import GOLDEN_MEASUREMENT, PCR, LocalCluster, free_port
+from trusted_testing.cluster_node import NodeHandle
 from trusted_testing.e2e import Http
+from trusted_testing.hostgate import (
+    GATE_VERIFIER_OPTIONS,
+    enrol_host,
+    enrol_host_ca,
+    gate_registrar_options,
+    https_call,
+    register_vtpm,
+    registered,
+    start_host_agent,
+    write_vendor_bundle,
+)
+from trusted_testing.hosttpm import EmulatedHost, VendorCa
 from trusted_testing.nova.compute_hosts import ComputeHost
 from trusted_testing.nova.deploy import ADMIN_HEADERS
 from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
 from trusted_testing.procs import wait_until
+from trusted_testing.swtpm import Swtpm, free_port_pair
 from verifier.common.tls import client_context
+from verifier.common.tpm import Tpm
 from verifier.nova_listener.listener import (
     InstanceEndpoint,
     VerifierOperator,
@@ -82,6 +99,9 @@ class ComputePoolsStoryTest(testtools.TestCase):
     cluster: LocalCluster
     placement: PlacementClient
     nodes: dict[str, Any]
+    vendor: VendorCa
+    emulated: dict[str, EmulatedHost]
+    vtpms: list[Swtpm]
     loop: asyncio.AbstractEventLoop
     tenant: Tenant
     transport: Any
@@ -97,18 +117,40 @@ class ComputePoolsStoryTest(testtools.TestCase):
             raise testtools.TestCase.skipException(problem)
         begin = time.monotonic()
         cls.tmp = tempfile.mkdtemp(prefix="trusted-pools-story-")
+        cls.vtpms = []
+        cls.vendor = VendorCa()
+        # each compute host's platform TPM and kernel: an emulated host, whose
+        # swtpm local CA libvirt's swtpm_setup uses for the vTPMs made there
+        dirs = [os.path.join(cls.tmp, f"emulated-{i}") for i in range(2)]
+        localcas = [os.path.join(d, "swtpm-localca") for d in dirs]
         cls.nova = LibvirtNovaDeployment(
-            os.path.join(cls.tmp, "nova"), hosts=2, shutdown_timeout=3
+            os.path.join(cls.tmp, "nova"),
+            hosts=2,
+            shutdown_timeout=3,
+            localca_dirs=localcas,
         )
         os.makedirs(cls.nova.workdir)
+        cls.emulated = {
+            h.name: EmulatedHost(d, h.name, cls.vendor, localca=ca)
+            for h, d, ca in zip(cls.nova.hosts, dirs, localcas, strict=True)
+        }
+        bundle = write_vendor_bundle(cls.vendor, os.path.join(cls.tmp, "vendor.pem"))
         cls.cluster = LocalCluster(
             os.path.join(cls.tmp, "cluster"),
             nodes=0,
             interval=INTERVAL,
+            verifier_options=dict(GATE_VERIFIER_OPTIONS),
             verifier_sections={"placement": {}},
+            registrar_options=gate_registrar_options(bundle),
         )
         try:
+            for emulated in cls.emulated.values():
+                emulated.start()
             cls.nova.start()
+            # the local CA made (swtpm_localca, as at a host's first vTPM) and
+            # read by the host's kernel: measured
+            for emulated in cls.emulated.values():
+                emulated.make_vtpm(str(uuid_mod.uuid4()))
             cls.placement = PlacementClient.noauth(cls.nova.placement_url)
             cls.cluster.verifier_sections["placement"] = {
                 "trait_sync": "true",
@@ -117,10 +159,14 @@ class ComputePoolsStoryTest(testtools.TestCase):
                 "retry_interval": "0.5",
             }
             cls.cluster.start_services()
-            # each host's agent, under its compute node's provider UUID
-            cls.nodes = {
-                h.name: cls.cluster.add_node(h.provider) for h in cls.nova.hosts
-            }
+            # each host's CA enrolled with the registrar; its agent on its
+            # platform TPM, under its compute node's provider UUID
+            cls.nodes = {}
+            for i, h in enumerate(cls.nova.hosts):
+                enrol_host_ca(cls.cluster, cls.emulated[h.name])
+                cls.nodes[h.name] = start_host_agent(
+                    cls.cluster, cls.emulated[h.name], h.provider, 90 + i
+                )
             cls.image_id = cls.nova.add_blank_image()
             cls.loop = asyncio.new_event_loop()
             cls.tenant = cls.cluster.tenant()
@@ -162,6 +208,10 @@ class ComputePoolsStoryTest(testtools.TestCase):
             try:
                 cls.nova.stop()
             finally:
+                for vtpm in cls.vtpms:
+                    vtpm.stop()
+                for emulated in cls.emulated.values():
+                    emulated.stop()
                 shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
@@ -183,17 +233,55 @@ class ComputePoolsStoryTest(testtools.TestCase):
         return resp.json() if resp.content else None
 
     def enrol(self, host: ComputeHost) -> None:
-        """The operator enrols the host (its agent's PCR 16 as measured)."""
-        policy = PcrPolicy.from_dict({"pcrs": {"16": [self.cluster.good_pcr_hex()]}})
-        self.operator(
-            "POST",
-            "/v1/hosts",
-            json={
-                "provider": host.provider,
-                "hypervisor_hostname": host.name,
-                "policy": policy.to_dict(),
-            },
+        """The operator enrols the host with its runtime and measured-boot
+        policies, made from the emulated host as it is now."""
+        directory = os.path.join(self.tmp, "policies")
+        enrol_host(self.cluster, self.emulated[host.name], host.provider, directory)
+
+    def trust(self, host: ComputeHost) -> dict[str, Any]:
+        """The registrar's trust record of ``host`` (what the verifier said)."""
+        url = f"{self.cluster.registrar_url}/v1/hosts/{host.name}/trust"
+        status, data = https_call(self.cluster, "verifier", "GET", url)
+        self.assertEqual(200, status, data)
+        return dict(data)
+
+    def new_vtpm(self, host: ComputeHost, uuid: str) -> Swtpm:
+        """A vTPM for instance ``uuid`` made on ``host`` as libvirt makes it
+        (an EK certificate from the host's CA naming the instance), served
+        by its own swtpm; the registrar told where Nova placed ``uuid`` (as
+        the vTPM manager's instance hook does)."""
+        emulated = self.emulated[host.name]
+        emulated.make_vtpm(uuid)
+        state = os.path.join(emulated.dir, "vtpms", uuid, "tpm2")
+        swtpm = Swtpm(state, free_port_pair(), emulated.localca)
+        swtpm.start()
+        self.vtpms.append(swtpm)
+        url = f"{self.cluster.registrar_url}/v1/provider/instances/{uuid}"
+        body = {"host": host.name}
+        status, data = https_call(self.cluster, "operator", "PUT", url, body)
+        self.assertEqual(201, status, data)
+        return swtpm
+
+    def guest_agent(self, host: ComputeHost, uuid: str) -> NodeHandle:
+        """The guest's agent on its stand-in vTPM made on ``host``, the boot
+        measured into PCR 16 as the firmware would; it registers through the
+        registrar's gate by its TPM (no client certificate)."""
+        swtpm = self.new_vtpm(host, uuid)
+        with Tpm(swtpm.tcti) as tpm:
+            tpm.pcr_extend(PCR, GOLDEN_MEASUREMENT)
+        node_dir = os.path.join(self.tmp, f"guest-{uuid}")
+        os.makedirs(node_dir)
+        node = NodeHandle(
+            uuid=uuid,
+            index=len(self.cluster.nodes) + 100,
+            dir=node_dir,
+            swtpm=swtpm,
+            port=free_port(),
+            agent_options={"cert_file": None, "key_file": None},
         )
+        self.cluster.nodes.append(node)  # stopped with the cluster
+        self.cluster.start_agent(node)
+        return node
 
     def has_trait(self, host: ComputeHost) -> bool:
         return TRAIT in self.placement.get_traits(host.provider)[1]
@@ -262,12 +350,24 @@ class ComputePoolsStoryTest(testtools.TestCase):
                 lambda h=host: self.has_trait(h), 60, what=f"{host.name} trusted"
             )
         TIMES["enrolment to both traits"] = time.monotonic() - begin
+        # the verifier told the registrar: trusted, with the CA digest each
+        # host's IMA list proves
+        for host in (a, b):
+            record = wait_until(
+                lambda h=host: (r := self.trust(h))["trusted"] and r,
+                30,
+                what=f"{host.name} trusted at the registrar",
+            )
+            proven = self.emulated[host.name].proven_ca_sha256()
+            self.assertEqual(proven, record["ca_sha256"], record)
+            self.assertEqual(host.provider, record["provider"], record)
         guest = self.boot("trusted-pool-host", enrol=True)
         x = self.nova.compute_host(guest["OS-EXT-SRV-ATTR:host"])
         y = b if x is a else a
-        # its agent (on an swtpm standing in for the vTPM of a guest that
-        # boots no OS) registers; the verifier attests it, under host x
-        self.nodes[guest["id"]] = self.cluster.add_node(guest["id"])
+        self.emulated[x.name].read_ca()  # libvirt's swtpm_localca read it
+        # its agent (on a vTPM made on x standing in for the one qemu holds)
+        # registers through the gate; the verifier attests it, under host x
+        self.nodes[guest["id"]] = self.guest_agent(x, guest["id"])
         shown = wait_until(
             lambda: (s := self.status(guest["id"]))["state"] == "attested" and s,
             60,
@@ -278,7 +378,7 @@ class ComputePoolsStoryTest(testtools.TestCase):
 
         # an unknown program runs on the guest's host
         begin = time.monotonic()
-        self.cluster.tamper(self.nodes[x.name])
+        self.emulated[x.name].run("/tmp/.x/miner", b"an unknown program")
         wait_until(lambda: not self.has_trait(x), 60, 0.05, f"{x.name}'s trait gone")
         TIMES["tamper to trait removed"] = time.monotonic() - begin
         shown = self.operator("GET", f"/v1/hosts/{x.name}")
@@ -294,8 +394,29 @@ class ComputePoolsStoryTest(testtools.TestCase):
         TIMES["tamper to guest host_untrusted"] = time.monotonic() - begin
         self.assertEqual({"name": x.name, "trusted": False}, _host(shown), shown)
 
+        # the registrar refuses new vTPMs made on x, takes those made on y
+        wait_until(lambda: not self.trust(x)["trusted"], 30, 0.1, f"{x.name} untrusted")
+        refused, taken = str(uuid_mod.uuid4()), str(uuid_mod.uuid4())
+        with self.assertRaises(RegistrationError) as ctx:
+            register_vtpm(
+                self.cluster, refused, self.new_vtpm(x, refused).tcti, self.vendor.pem()
+            )
+        self.assertIn("host_untrusted", str(ctx.exception))
+        register_vtpm(
+            self.cluster, taken, self.new_vtpm(y, taken).tcti, self.vendor.pem()
+        )
+        self.assertEqual(
+            [False, True, True, True, True],
+            [
+                registered(self.cluster, uuid)
+                for uuid in (refused, taken, guest["id"], a.provider, b.provider)
+            ],
+        )
+        self.assertTrue(self.trust(y)["trusted"])
+
         # a new trusted boot lands on the other host only
         self.assertEqual(y.name, self.boot("trusted-pool")["OS-EXT-SRV-ATTR:host"])
+        self.emulated[y.name].read_ca()
 
         # the operator moves the old guest off the untrusted host
         code, lines, err = self.evacuate(x.name)
