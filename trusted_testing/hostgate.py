@@ -10,6 +10,8 @@ compute pools, issue 29), shared by the gate stories with and without Nova.
 * :func:`enrol_host`: the operator's host policies (made from the host)
   uploaded and the host enrolled with the verifier (``POST /v1/hosts``);
 * :func:`enrol_host_ca`: the host's local CA enrolled with the registrar;
+* :func:`new_vtpm`: a vTPM made on the host for an instance, served by its
+  own swtpm, its placement recorded at the registrar;
 * :func:`register_vtpm`: the guest agent's registration code on a vTPM.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from typing import Any
 
@@ -24,6 +27,7 @@ from node_agent.registration import Contact, register
 from trusted_testing.cluster import LocalCluster, free_port
 from trusted_testing.cluster_node import NodeHandle
 from trusted_testing.hosttpm import EmulatedHost, VendorCa
+from trusted_testing.swtpm import Swtpm, free_port_pair
 from verifier.common.http import AsyncClient
 from verifier.common.tls import client_context
 from verifier.common.tpm import Tpm
@@ -37,6 +41,7 @@ __all__ = [
     "enrol_host_ca",
     "gate_registrar_options",
     "https_call",
+    "new_vtpm",
     "register_vtpm",
     "registered",
     "start_host_agent",
@@ -148,19 +153,23 @@ def enrol_host(
     """The operator uploads ``host``'s runtime and measured-boot policies
     (:meth:`~trusted_testing.hosttpm.EmulatedHost.write_policies`, written
     under ``directory`` and read back as an operator would) as
-    ``<name>-runtime`` and ``<name>-mb``, and enrols the host with the
+    ``<name>-runtime`` and ``compute-host-fw`` (one for all hosts), and
+    enrols the host with the
     verifier (``POST /v1/hosts``, no PCR policy) under ``provider``.
 
     Raises:
         AssertionError: the verifier did not answer 201.
     """
     runtime, mb = host.write_policies(directory)
-    names = {"runtime": f"{host.name}-runtime", "measured-boot": f"{host.name}-mb"}
+    # the measured-boot policy is the same for every host: stored once
+    names = {"runtime": f"{host.name}-runtime", "measured-boot": "compute-host-fw"}
     for kind, path in (("runtime", runtime), ("measured-boot", mb)):
         with open(path, encoding="utf-8") as f:
             upload = PolicyUpload(json.load(f), names[kind]).to_dict()
         url = f"{cluster.verifier_url}/v1/policies/{kind}"
-        _expect(f"{kind} policy", https_call(cluster, "operator", "POST", url, upload))
+        status, data = https_call(cluster, "operator", "POST", url, upload)
+        if status not in (200, 201):  # 200: that policy was there already
+            raise AssertionError(f"{kind} policy: {status} {data}")
     body = {
         "provider": provider,
         "hypervisor_hostname": host.name,
@@ -170,6 +179,26 @@ def enrol_host(
     }
     url = f"{cluster.verifier_url}/v1/hosts"
     _expect(f"{host.name} enrolled", https_call(cluster, "operator", "POST", url, body))
+
+
+def new_vtpm(cluster: LocalCluster, host: EmulatedHost, uuid: str) -> Swtpm:
+    """A vTPM libvirt makes on ``host`` for instance ``uuid`` (an EK
+    certificate from the host's CA naming the instance), served by its own
+    swtpm (started; stop it); the registrar told where Nova placed the
+    instance (``PUT /v1/provider/instances/{uuid}``, as the vTPM manager's
+    instance hook does).
+
+    Raises:
+        AssertionError: the registrar did not answer 201.
+    """
+    host.make_vtpm(uuid)
+    state = os.path.join(host.dir, "vtpms", uuid, "tpm2")
+    swtpm = Swtpm(state, free_port_pair(), host.localca)
+    swtpm.start()
+    url = f"{cluster.registrar_url}/v1/provider/instances/{uuid}"
+    answer = https_call(cluster, "operator", "PUT", url, {"host": host.name})
+    _expect(f"{uuid} placed on {host.name}", answer)
+    return swtpm
 
 
 def register_vtpm(

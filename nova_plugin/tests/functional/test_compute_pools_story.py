@@ -4,24 +4,42 @@ Nova 34 with two emulated compute hosts (:class:`~trusted_testing.nova.
 libvirt_deploy.LibvirtNovaDeployment`, ``hosts=2``), its real Placement and
 scheduler; the real verifier and registrar (:class:`~trusted_testing.
 cluster.LocalCluster`) with ``[placement] trait_sync`` writing
-``CUSTOM_ATTESTATION_TRUSTED`` to Nova's Placement. Each compute host's
-host agent is the node agent on its own swtpm, registered under the host's
-compute node resource provider UUID and enrolled by the operator as a host
-(``POST /v1/hosts``). Both hosts attested: both providers carry the trait,
-a trusted flavor boots, enrolled at once by its tenant as ``trusted-nova
-boot`` does; the Nova listener (on Nova's real notifications, with the
-verifier's operator certificate) tells the verifier which host runs it,
-and its agent is attested. Something unknown runs on the guest's host: its
-trait goes (the time from the tamper is measured), the guest becomes
-``host_untrusted``, a new trusted boot lands on the other host, and
-``openstack attestation host evacuate`` moves the old guest there by live
-migration; the listener follows the move and the guest stays
-``host_untrusted``.
+``CUSTOM_ATTESTATION_TRUSTED`` to Nova's Placement and the registrar's host
+gate on (``[registrar] host_trust = required``). Each compute host's
+platform TPM and kernel are an :class:`~trusted_testing.hosttpm.
+EmulatedHost` (a vendor-certified swtpm, a soft kernel's IMA list and
+measured boot), whose swtpm local CA libvirt's ``swtpm_setup`` uses for
+the vTPMs Nova makes there (``localca_dirs``); the CA is made at set-up
+and measured each time it is read. Each host's CA is enrolled with the
+registrar; its host agent (:mod:`trusted_testing.hostgate`, shared with the
+gate story without Nova) runs on its platform TPM under the host's compute
+node provider UUID, registered by its vendor EK certificate; the operator
+enrols the host (``POST /v1/hosts``) with runtime and measured-boot
+policies made from it.
 
-The guest boots a blank disk (no OS under TCG keeps the class short): its
-agent runs on the machine, on an swtpm standing in for its vTPM, under
-the instance's UUID. Not here yet: the registrar's gate on the host's local
-CA (i29-registrar) and batched deep quotes.
+Both hosts attested: both providers carry the trait and the registrar's
+trust record of each says trusted with the CA digest its IMA list proves.
+A trusted flavor boots, enrolled at once by its tenant as ``trusted-nova
+boot`` does; the Nova listener (on Nova's real notifications, with the
+verifier's operator certificate) tells the verifier which host (X) runs
+it, and its agent is attested. An unknown program runs on X: its trait
+goes (the time from the tamper is measured), the guest becomes
+``host_untrusted``, the registrar refuses a new vTPM made on X with
+``host_untrusted`` and takes one made on the other host (Y), nothing
+registered is lost; a new trusted boot lands on Y, and ``openstack
+attestation host evacuate`` moves the old guest there by live migration;
+the listener follows the move and the guest stays ``host_untrusted``.
+
+The guest boots a blank disk (no OS under TCG keeps the class short). Its
+agent runs on the machine on a stand-in vTPM made on X by
+:meth:`~trusted_testing.hosttpm.EmulatedHost.make_vtpm` for the instance
+UUID (an EK certificate from X's CA naming the instance, as libvirt's
+own), registered through the gate; not on the vTPM libvirt made for the
+instance, whose swtpm is qemu's alone (its socket has one client, its
+state is locked by that swtpm and encrypted with the host-held secret).
+The registrar's placement records (the vTPM manager's instance hook in a
+deployment) are written here with the operator's certificate. Not here:
+batched deep quotes.
 """
 
 from __future__ import annotations
@@ -57,6 +75,7 @@ from trusted_testing.hostgate import (
     enrol_host_ca,
     gate_registrar_options,
     https_call,
+    new_vtpm,
     register_vtpm,
     registered,
     start_host_agent,
@@ -67,7 +86,7 @@ from trusted_testing.nova.compute_hosts import ComputeHost
 from trusted_testing.nova.deploy import ADMIN_HEADERS
 from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
 from trusted_testing.procs import wait_until
-from trusted_testing.swtpm import Swtpm, free_port_pair
+from trusted_testing.swtpm import Swtpm
 from verifier.common.tls import client_context
 from verifier.common.tpm import Tpm
 from verifier.nova_listener.listener import (
@@ -246,21 +265,10 @@ class ComputePoolsStoryTest(testtools.TestCase):
         return dict(data)
 
     def new_vtpm(self, host: ComputeHost, uuid: str) -> Swtpm:
-        """A vTPM for instance ``uuid`` made on ``host`` as libvirt makes it
-        (an EK certificate from the host's CA naming the instance), served
-        by its own swtpm; the registrar told where Nova placed ``uuid`` (as
-        the vTPM manager's instance hook does)."""
-        emulated = self.emulated[host.name]
-        emulated.make_vtpm(uuid)
-        state = os.path.join(emulated.dir, "vtpms", uuid, "tpm2")
-        swtpm = Swtpm(state, free_port_pair(), emulated.localca)
-        swtpm.start()
-        self.vtpms.append(swtpm)
-        url = f"{self.cluster.registrar_url}/v1/provider/instances/{uuid}"
-        body = {"host": host.name}
-        status, data = https_call(self.cluster, "operator", "PUT", url, body)
-        self.assertEqual(201, status, data)
-        return swtpm
+        """A vTPM for instance ``uuid`` made on ``host`` as libvirt makes it,
+        its placement recorded at the registrar."""
+        self.vtpms.append(new_vtpm(self.cluster, self.emulated[host.name], uuid))
+        return self.vtpms[-1]
 
     def guest_agent(self, host: ComputeHost, uuid: str) -> NodeHandle:
         """The guest's agent on its stand-in vTPM made on ``host``, the boot

@@ -38,13 +38,14 @@ from trusted_testing.cluster_node import NodeHandle
 from trusted_testing.hostgate import (
     gate_registrar_options,
     https_call,
+    new_vtpm,
     register_vtpm,
     registered,
     start_host_agent,
     write_vendor_bundle,
 )
 from trusted_testing.hosttpm import CA_FILE, EmulatedHost, VendorCa
-from trusted_testing.swtpm import Swtpm, free_port_pair
+from trusted_testing.swtpm import Swtpm
 from verifier.common.tpm import Tpm
 from verifier.protocol.ima.judge import evaluate
 from verifier.protocol.ima.policy import RuntimePolicy
@@ -140,18 +141,10 @@ class GateFixture(testtools.TestCase):
 
     def new_vtpm(self) -> tuple[str, Swtpm]:
         """A vTPM libvirt makes on the host for a new instance Nova placed
-        there (the listener's placement record), served by its own swtpm."""
+        there (:func:`trusted_testing.hostgate.new_vtpm`)."""
         uuid = str(uuid_mod.uuid4())
-        self.host.make_vtpm(uuid)
-        state = os.path.join(self.host.dir, "vtpms", uuid, "tpm2")
-        swtpm = Swtpm(state, free_port_pair(), self.host.localca)
-        swtpm.start()
-        self.vtpms.append(swtpm)
-        status, data = self.call(
-            "operator", "PUT", f"/v1/provider/instances/{uuid}", {"host": HOST}
-        )
-        self.assertEqual(201, status, data)
-        return uuid, swtpm
+        self.vtpms.append(new_vtpm(self.cluster, self.host, uuid))
+        return uuid, self.vtpms[-1]
 
     def register_vtpm(self, uuid: str, swtpm: Swtpm) -> None:
         """The guest agent's registration (anonymous, by its TPM).
