@@ -323,13 +323,14 @@ class EmulatedHost:
     def write_policies(self, directory: str | None = None) -> tuple[str, str]:
         """Write the host's runtime and measured-boot policies as JSON files
         (for ``openstack attestation host enrol --runtime-policy FILE
-        --mb-policy FILE`` or a policy upload); return their paths."""
+        --mb-policy FILE`` or a policy upload); return their paths. The
+        runtime policy is named ``<host name>-runtime``: one per host."""
         directory = directory or self.dir
         os.makedirs(directory, exist_ok=True)
         runtime = os.path.join(directory, f"{self.name}-runtime-policy.json")
         mb = os.path.join(directory, f"{self.name}-mb-policy.json")
         for path, document in (
-            (runtime, self.runtime_policy().to_dict()),
+            (runtime, self.runtime_policy(f"{self.name}-runtime").to_dict()),
             (mb, self.mb_policy()),
         ):
             with open(path, "w", encoding="utf-8") as f:

@@ -4,24 +4,42 @@ Nova 34 with two emulated compute hosts (:class:`~trusted_testing.nova.
 libvirt_deploy.LibvirtNovaDeployment`, ``hosts=2``), its real Placement and
 scheduler; the real verifier and registrar (:class:`~trusted_testing.
 cluster.LocalCluster`) with ``[placement] trait_sync`` writing
-``CUSTOM_ATTESTATION_TRUSTED`` to Nova's Placement. Each compute host's
-host agent is the node agent on its own swtpm, registered under the host's
-compute node resource provider UUID and enrolled by the operator as a host
-(``POST /v1/hosts``). Both hosts attested: both providers carry the trait,
-a trusted flavor boots, enrolled at once by its tenant as ``trusted-nova
-boot`` does; the Nova listener (on Nova's real notifications, with the
-verifier's operator certificate) tells the verifier which host runs it,
-and its agent is attested. Something unknown runs on the guest's host: its
-trait goes (the time from the tamper is measured), the guest becomes
-``host_untrusted``, a new trusted boot lands on the other host, and
-``openstack attestation host evacuate`` moves the old guest there by live
-migration; the listener follows the move and the guest stays
-``host_untrusted``.
+``CUSTOM_ATTESTATION_TRUSTED`` to Nova's Placement and the registrar's host
+gate on (``[registrar] host_trust = required``). Each compute host's
+platform TPM and kernel are an :class:`~trusted_testing.hosttpm.
+EmulatedHost` (a vendor-certified swtpm, a soft kernel's IMA list and
+measured boot), whose swtpm local CA libvirt's ``swtpm_setup`` uses for
+the vTPMs Nova makes there (``localca_dirs``); the CA is made at set-up
+and measured each time it is read. Each host's CA is enrolled with the
+registrar; its host agent (:mod:`trusted_testing.hostgate`, shared with the
+gate story without Nova) runs on its platform TPM under the host's compute
+node provider UUID, registered by its vendor EK certificate; the operator
+enrols the host (``POST /v1/hosts``) with runtime and measured-boot
+policies made from it.
 
-The guest boots a blank disk (no OS under TCG keeps the class short): its
-agent runs on the machine, on an swtpm standing in for its vTPM, under
-the instance's UUID. Not here yet: the registrar's gate on the host's local
-CA (i29-registrar) and batched deep quotes.
+Both hosts attested: both providers carry the trait and the registrar's
+trust record of each says trusted with the CA digest its IMA list proves.
+A trusted flavor boots, enrolled at once by its tenant as ``trusted-nova
+boot`` does; the Nova listener (on Nova's real notifications, with the
+verifier's operator certificate) tells the verifier which host (X) runs
+it, and its agent is attested. An unknown program runs on X: its trait
+goes (the time from the tamper is measured), the guest becomes
+``host_untrusted``, the registrar refuses a new vTPM made on X with
+``host_untrusted`` and takes one made on the other host (Y), nothing
+registered is lost; a new trusted boot lands on Y, and ``openstack
+attestation host evacuate`` moves the old guest there by live migration;
+the listener follows the move and the guest stays ``host_untrusted``.
+
+The guest boots a blank disk (no OS under TCG keeps the class short). Its
+agent runs on the machine on a stand-in vTPM made on X by
+:meth:`~trusted_testing.hosttpm.EmulatedHost.make_vtpm` for the instance
+UUID (an EK certificate from X's CA naming the instance, as libvirt's
+own), registered through the gate; not on the vTPM libvirt made for the
+instance, whose swtpm is qemu's alone (its socket has one client, its
+state is locked by that swtpm and encrypted with the host-held secret).
+The registrar's placement records (the vTPM manager's instance hook in a
+deployment) are written here with the operator's certificate. Not here:
+batched deep quotes.
 """
 
 from __future__ import annotations
@@ -34,6 +52,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid as uuid_mod
 from typing import Any
 
 import oslo_messaging
@@ -42,17 +61,34 @@ from keystoneauth1 import noauth
 from keystoneauth1 import session as ks_session
 from oslo_config import cfg
 
+from node_agent.exceptions import RegistrationError
 from nova_plugin import osc_evacuate
 from nova_plugin.evacuate import ComputeApi
 from nova_plugin.tenant import Tenant
 from nova_plugin.tests.functional.test_nova_libvirt import _missing
-from trusted_testing.cluster import LocalCluster
+from trusted_testing.cluster import GOLDEN_MEASUREMENT, PCR, LocalCluster, free_port
+from trusted_testing.cluster_node import NodeHandle
 from trusted_testing.e2e import Http
+from trusted_testing.hostgate import (
+    GATE_VERIFIER_OPTIONS,
+    enrol_host,
+    enrol_host_ca,
+    gate_registrar_options,
+    https_call,
+    new_vtpm,
+    register_vtpm,
+    registered,
+    start_host_agent,
+    write_vendor_bundle,
+)
+from trusted_testing.hosttpm import EmulatedHost, VendorCa
 from trusted_testing.nova.compute_hosts import ComputeHost
 from trusted_testing.nova.deploy import ADMIN_HEADERS
 from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
 from trusted_testing.procs import wait_until
+from trusted_testing.swtpm import Swtpm
 from verifier.common.tls import client_context
+from verifier.common.tpm import Tpm
 from verifier.nova_listener.listener import (
     InstanceEndpoint,
     VerifierOperator,
@@ -82,6 +118,9 @@ class ComputePoolsStoryTest(testtools.TestCase):
     cluster: LocalCluster
     placement: PlacementClient
     nodes: dict[str, Any]
+    vendor: VendorCa
+    emulated: dict[str, EmulatedHost]
+    vtpms: list[Swtpm]
     loop: asyncio.AbstractEventLoop
     tenant: Tenant
     transport: Any
@@ -97,18 +136,40 @@ class ComputePoolsStoryTest(testtools.TestCase):
             raise testtools.TestCase.skipException(problem)
         begin = time.monotonic()
         cls.tmp = tempfile.mkdtemp(prefix="trusted-pools-story-")
+        cls.vtpms = []
+        cls.vendor = VendorCa()
+        # each compute host's platform TPM and kernel: an emulated host, whose
+        # swtpm local CA libvirt's swtpm_setup uses for the vTPMs made there
+        dirs = [os.path.join(cls.tmp, f"emulated-{i}") for i in range(2)]
+        localcas = [os.path.join(d, "swtpm-localca") for d in dirs]
         cls.nova = LibvirtNovaDeployment(
-            os.path.join(cls.tmp, "nova"), hosts=2, shutdown_timeout=3
+            os.path.join(cls.tmp, "nova"),
+            hosts=2,
+            shutdown_timeout=3,
+            localca_dirs=localcas,
         )
         os.makedirs(cls.nova.workdir)
+        cls.emulated = {
+            h.name: EmulatedHost(d, h.name, cls.vendor, localca=ca)
+            for h, d, ca in zip(cls.nova.hosts, dirs, localcas, strict=True)
+        }
+        bundle = write_vendor_bundle(cls.vendor, os.path.join(cls.tmp, "vendor.pem"))
         cls.cluster = LocalCluster(
             os.path.join(cls.tmp, "cluster"),
             nodes=0,
             interval=INTERVAL,
+            verifier_options=dict(GATE_VERIFIER_OPTIONS),
             verifier_sections={"placement": {}},
+            registrar_options=gate_registrar_options(bundle),
         )
         try:
+            for emulated in cls.emulated.values():
+                emulated.start()
             cls.nova.start()
+            # the local CA made (swtpm_localca, as at a host's first vTPM) and
+            # read by the host's kernel: measured
+            for emulated in cls.emulated.values():
+                emulated.make_vtpm(str(uuid_mod.uuid4()))
             cls.placement = PlacementClient.noauth(cls.nova.placement_url)
             cls.cluster.verifier_sections["placement"] = {
                 "trait_sync": "true",
@@ -117,10 +178,14 @@ class ComputePoolsStoryTest(testtools.TestCase):
                 "retry_interval": "0.5",
             }
             cls.cluster.start_services()
-            # each host's agent, under its compute node's provider UUID
-            cls.nodes = {
-                h.name: cls.cluster.add_node(h.provider) for h in cls.nova.hosts
-            }
+            # each host's CA enrolled with the registrar; its agent on its
+            # platform TPM, under its compute node's provider UUID
+            cls.nodes = {}
+            for i, h in enumerate(cls.nova.hosts):
+                enrol_host_ca(cls.cluster, cls.emulated[h.name])
+                cls.nodes[h.name] = start_host_agent(
+                    cls.cluster, cls.emulated[h.name], h.provider, 90 + i
+                )
             cls.image_id = cls.nova.add_blank_image()
             cls.loop = asyncio.new_event_loop()
             cls.tenant = cls.cluster.tenant()
@@ -162,6 +227,10 @@ class ComputePoolsStoryTest(testtools.TestCase):
             try:
                 cls.nova.stop()
             finally:
+                for vtpm in cls.vtpms:
+                    vtpm.stop()
+                for emulated in cls.emulated.values():
+                    emulated.stop()
                 shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @classmethod
@@ -183,17 +252,44 @@ class ComputePoolsStoryTest(testtools.TestCase):
         return resp.json() if resp.content else None
 
     def enrol(self, host: ComputeHost) -> None:
-        """The operator enrols the host (its agent's PCR 16 as measured)."""
-        policy = PcrPolicy.from_dict({"pcrs": {"16": [self.cluster.good_pcr_hex()]}})
-        self.operator(
-            "POST",
-            "/v1/hosts",
-            json={
-                "provider": host.provider,
-                "hypervisor_hostname": host.name,
-                "policy": policy.to_dict(),
-            },
+        """The operator enrols the host with its runtime and measured-boot
+        policies, made from the emulated host as it is now."""
+        directory = os.path.join(self.tmp, "policies")
+        enrol_host(self.cluster, self.emulated[host.name], host.provider, directory)
+
+    def trust(self, host: ComputeHost) -> dict[str, Any]:
+        """The registrar's trust record of ``host`` (what the verifier said)."""
+        url = f"{self.cluster.registrar_url}/v1/hosts/{host.name}/trust"
+        status, data = https_call(self.cluster, "verifier", "GET", url)
+        self.assertEqual(200, status, data)
+        return dict(data)
+
+    def new_vtpm(self, host: ComputeHost, uuid: str) -> Swtpm:
+        """A vTPM for instance ``uuid`` made on ``host`` as libvirt makes it,
+        its placement recorded at the registrar."""
+        self.vtpms.append(new_vtpm(self.cluster, self.emulated[host.name], uuid))
+        return self.vtpms[-1]
+
+    def guest_agent(self, host: ComputeHost, uuid: str) -> NodeHandle:
+        """The guest's agent on its stand-in vTPM made on ``host``, the boot
+        measured into PCR 16 as the firmware would; it registers through the
+        registrar's gate by its TPM (no client certificate)."""
+        swtpm = self.new_vtpm(host, uuid)
+        with Tpm(swtpm.tcti) as tpm:
+            tpm.pcr_extend(PCR, GOLDEN_MEASUREMENT)
+        node_dir = os.path.join(self.tmp, f"guest-{uuid}")
+        os.makedirs(node_dir)
+        node = NodeHandle(
+            uuid=uuid,
+            index=len(self.cluster.nodes) + 100,
+            dir=node_dir,
+            swtpm=swtpm,
+            port=free_port(),
+            agent_options={"cert_file": None, "key_file": None},
         )
+        self.cluster.nodes.append(node)  # stopped with the cluster
+        self.cluster.start_agent(node)
+        return node
 
     def has_trait(self, host: ComputeHost) -> bool:
         return TRAIT in self.placement.get_traits(host.provider)[1]
@@ -262,12 +358,24 @@ class ComputePoolsStoryTest(testtools.TestCase):
                 lambda h=host: self.has_trait(h), 60, what=f"{host.name} trusted"
             )
         TIMES["enrolment to both traits"] = time.monotonic() - begin
+        # the verifier told the registrar: trusted, with the CA digest each
+        # host's IMA list proves
+        for host in (a, b):
+            record = wait_until(
+                lambda h=host: (r := self.trust(h))["trusted"] and r,
+                30,
+                what=f"{host.name} trusted at the registrar",
+            )
+            proven = self.emulated[host.name].proven_ca_sha256()
+            self.assertEqual(proven, record["ca_sha256"], record)
+            self.assertEqual(host.provider, record["provider"], record)
         guest = self.boot("trusted-pool-host", enrol=True)
         x = self.nova.compute_host(guest["OS-EXT-SRV-ATTR:host"])
         y = b if x is a else a
-        # its agent (on an swtpm standing in for the vTPM of a guest that
-        # boots no OS) registers; the verifier attests it, under host x
-        self.nodes[guest["id"]] = self.cluster.add_node(guest["id"])
+        self.emulated[x.name].read_ca()  # libvirt's swtpm_localca read it
+        # its agent (on a vTPM made on x standing in for the one qemu holds)
+        # registers through the gate; the verifier attests it, under host x
+        self.nodes[guest["id"]] = self.guest_agent(x, guest["id"])
         shown = wait_until(
             lambda: (s := self.status(guest["id"]))["state"] == "attested" and s,
             60,
@@ -278,7 +386,7 @@ class ComputePoolsStoryTest(testtools.TestCase):
 
         # an unknown program runs on the guest's host
         begin = time.monotonic()
-        self.cluster.tamper(self.nodes[x.name])
+        self.emulated[x.name].run("/tmp/.x/miner", b"an unknown program")
         wait_until(lambda: not self.has_trait(x), 60, 0.05, f"{x.name}'s trait gone")
         TIMES["tamper to trait removed"] = time.monotonic() - begin
         shown = self.operator("GET", f"/v1/hosts/{x.name}")
@@ -294,8 +402,29 @@ class ComputePoolsStoryTest(testtools.TestCase):
         TIMES["tamper to guest host_untrusted"] = time.monotonic() - begin
         self.assertEqual({"name": x.name, "trusted": False}, _host(shown), shown)
 
+        # the registrar refuses new vTPMs made on x, takes those made on y
+        wait_until(lambda: not self.trust(x)["trusted"], 30, 0.1, f"{x.name} untrusted")
+        refused, taken = str(uuid_mod.uuid4()), str(uuid_mod.uuid4())
+        with self.assertRaises(RegistrationError) as ctx:
+            register_vtpm(
+                self.cluster, refused, self.new_vtpm(x, refused).tcti, self.vendor.pem()
+            )
+        self.assertIn("host_untrusted", str(ctx.exception))
+        register_vtpm(
+            self.cluster, taken, self.new_vtpm(y, taken).tcti, self.vendor.pem()
+        )
+        self.assertEqual(
+            [False, True, True, True, True],
+            [
+                registered(self.cluster, uuid)
+                for uuid in (refused, taken, guest["id"], a.provider, b.provider)
+            ],
+        )
+        self.assertTrue(self.trust(y)["trusted"])
+
         # a new trusted boot lands on the other host only
         self.assertEqual(y.name, self.boot("trusted-pool")["OS-EXT-SRV-ATTR:host"])
+        self.emulated[y.name].read_ca()
 
         # the operator moves the old guest off the untrusted host
         code, lines, err = self.evacuate(x.name)

@@ -19,7 +19,6 @@ client certificate: the registrar takes it by its vendor EK certificate
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import hashlib
 import json
@@ -34,15 +33,20 @@ from typing import Any, ClassVar
 import testtools
 
 from node_agent.exceptions import RegistrationError
-from node_agent.registration import Contact, register
-from trusted_testing.cluster import LocalCluster, free_port
+from trusted_testing.cluster import LocalCluster
 from trusted_testing.cluster_node import NodeHandle
+from trusted_testing.hostgate import (
+    gate_registrar_options,
+    https_call,
+    new_vtpm,
+    register_vtpm,
+    registered,
+    start_host_agent,
+    write_vendor_bundle,
+)
 from trusted_testing.hosttpm import CA_FILE, EmulatedHost, VendorCa
-from trusted_testing.swtpm import Swtpm, free_port_pair
-from verifier.common.http import AsyncClient
-from verifier.common.tls import client_context
+from trusted_testing.swtpm import Swtpm
 from verifier.common.tpm import Tpm
-from verifier.common.tpm_access import TpmAccess
 from verifier.protocol.ima.judge import evaluate
 from verifier.protocol.ima.policy import RuntimePolicy
 from vtpm_manager.localca import ek_ca_bundle
@@ -59,24 +63,6 @@ def _needs(*tools: str) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         raise unittest.SkipTest(f"missing: {', '.join(missing)}")
-
-
-def https_call(
-    cluster: LocalCluster, who: str | None, method: str, url: str, body: Any = None
-) -> tuple[int, Any]:
-    """``method url`` with ``who``'s certificate of the cluster's PKI (None:
-    none); (status, JSON body)."""
-    pki = cluster.pki_file
-    cert = pki(f"{who}.pem") if who else None
-    key = pki(f"{who}-key.pem") if who else None
-    context = client_context(cert, key, pki("ca.pem"))
-
-    async def go() -> tuple[int, Any]:
-        async with AsyncClient(context, 30.0) as http:
-            answer = await http.request(method, url, json=body)
-            return answer.status, answer.data
-
-    return asyncio.run(go())
 
 
 class GateFixture(testtools.TestCase):
@@ -100,20 +86,15 @@ class GateFixture(testtools.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="host-ca-gate-")
         cls.vtpms = []
         cls.vendor = VendorCa()
-        bundle = os.path.join(cls.tmp, "ek-vendors.pem")
-        with open(bundle, "wb") as f:
-            f.write(cls.vendor.pem())
+        bundle = write_vendor_bundle(
+            cls.vendor, os.path.join(cls.tmp, "ek-vendors.pem")
+        )
         cls.provider = str(uuid_mod.uuid4())
         cls.host = EmulatedHost(os.path.join(cls.tmp, HOST), HOST, cls.vendor)
         cls.cluster = LocalCluster(
             os.path.join(cls.tmp, "cluster"),
             nodes=0,
-            registrar_options={
-                "host_trust": "required",
-                "ek_ca_bundle": bundle,
-                "provider_clients": "operator",
-                "admin_clients": "operator",
-            },
+            registrar_options=gate_registrar_options(bundle),
             verifier_options=dict(cls.verifier_options),
         )
         try:
@@ -160,18 +141,10 @@ class GateFixture(testtools.TestCase):
 
     def new_vtpm(self) -> tuple[str, Swtpm]:
         """A vTPM libvirt makes on the host for a new instance Nova placed
-        there (the listener's placement record), served by its own swtpm."""
+        there (:func:`trusted_testing.hostgate.new_vtpm`)."""
         uuid = str(uuid_mod.uuid4())
-        self.host.make_vtpm(uuid)
-        state = os.path.join(self.host.dir, "vtpms", uuid, "tpm2")
-        swtpm = Swtpm(state, free_port_pair(), self.host.localca)
-        swtpm.start()
-        self.vtpms.append(swtpm)
-        status, data = self.call(
-            "operator", "PUT", f"/v1/provider/instances/{uuid}", {"host": HOST}
-        )
-        self.assertEqual(201, status, data)
-        return uuid, swtpm
+        self.vtpms.append(new_vtpm(self.cluster, self.host, uuid))
+        return uuid, self.vtpms[-1]
 
     def register_vtpm(self, uuid: str, swtpm: Swtpm) -> None:
         """The guest agent's registration (anonymous, by its TPM).
@@ -179,18 +152,7 @@ class GateFixture(testtools.TestCase):
         Raises:
             RegistrationError: the registrar refused.
         """
-        contact = Contact(
-            uuid=uuid,
-            registrar_url=self.cluster.registrar_url,
-            ca_file=self.cluster.pki_file("ca.pem"),
-            cert_file=None,
-            key_file=None,
-            tls_cert_pem=self.vendor.pem(),  # any certificate: never used here
-            host="127.0.0.1",
-            port=9,
-        )
-        tpm = TpmAccess(lambda: Tpm(swtpm.tcti, "rsa", "ecc"))
-        asyncio.run(register(contact, tpm))
+        register_vtpm(self.cluster, uuid, swtpm.tcti, self.vendor.pem())
 
     def refused_with(self, uuid: str, swtpm: Swtpm) -> str:
         with self.assertRaises(RegistrationError) as ctx:
@@ -200,29 +162,12 @@ class GateFixture(testtools.TestCase):
         return message
 
     def registered(self, uuid: str) -> bool:
-        status, data = self.call("verifier", "GET", f"/v1/agents/{uuid}")
-        return status == 200 and bool(data["activated"])
+        return registered(self.cluster, uuid)
 
     def start_host_agent(self) -> NodeHandle:
         """The real ``trusted-agent`` on the host's platform TPM, under its
-        provider UUID, without a client certificate (its identity is its
-        TPM) or a bootstrap file; registered and activated."""
-        node = NodeHandle(
-            uuid=self.provider,
-            index=90,
-            dir=self.host.dir,
-            swtpm=self.host.tpm,
-            port=free_port(),
-            kernel=self.host.kernel,
-            agent_options={"cert_file": None, "key_file": None},
-        )
-        self.cluster.nodes.append(node)  # stopped with the cluster
-        self.cluster.start_agent(node)
-        deadline = time.monotonic() + 60
-        while not self.registered(self.provider) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        self.assertTrue(self.registered(self.provider), node.log)
-        return node
+        provider UUID (:func:`trusted_testing.hostgate.start_host_agent`)."""
+        return start_host_agent(self.cluster, self.host, self.provider)
 
 
 class HostCaGateTest(GateFixture):

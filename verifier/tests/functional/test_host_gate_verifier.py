@@ -20,21 +20,20 @@ branch alone) the test is skipped.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from node_agent.exceptions import RegistrationError
-from trusted_testing.hosttpm import VendorCa
-from verifier.protocol.messages.policies import PolicyUpload
-from verifier.tests.functional.test_host_ca_gate import (
-    HOST,
-    GateFixture,
+from trusted_testing.hostgate import (
+    GATE_VERIFIER_OPTIONS,
+    enrol_host,
+    enrol_host_ca,
     https_call,
 )
-from vtpm_manager.localca import ek_ca_bundle
+from trusted_testing.hosttpm import VendorCa
+from verifier.tests.functional.test_host_ca_gate import HOST, GateFixture
 
 
 def _until(what: str, test: Callable[[], bool], timeout: float = 60.0) -> None:
@@ -51,12 +50,7 @@ class _HostGateSteps:
     with the host: each concrete class its own way)."""
 
     kept: ClassVar[str]
-    # noauth: the operator's certificate is a service (it enrols hosts) with
-    # a project of its own (its stored host policies)
-    verifier_options: ClassVar[dict[str, Any]] = {
-        "operator_clients": "operator",
-        "tenant_clients": "tenant,operator",
-    }
+    verifier_options: ClassVar[dict[str, Any]] = GATE_VERIFIER_OPTIONS
 
     def verifier(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """``method path`` on the verifier with the operator's certificate."""
@@ -70,35 +64,13 @@ class _HostGateSteps:
 
     def test_1_host_enrolled_with_both_services_and_its_agent_running(self) -> None:
         self.new_vtpm()  # swtpm_localca makes the CA and reads it: measured
-        status, data = self.call(
-            "operator",
-            "PUT",
-            f"/v1/provider/hosts/{HOST}",
-            {"ca_certificate": ek_ca_bundle(self.host.localca).decode()},
-        )
-        self.assertEqual(201, status, data)
+        enrol_host_ca(self.cluster, self.host)
         self.start_host_agent()
-        runtime, mb = self.host.write_policies(os.path.join(self.tmp, "policies"))
-        for kind, path, name in (
-            ("runtime", runtime, "compute-host"),
-            ("measured-boot", mb, "compute-host-fw"),
-        ):
-            with open(path, encoding="utf-8") as f:
-                upload = PolicyUpload(json.load(f), name).to_dict()
-            status, data = self.verifier("POST", f"/v1/policies/{kind}", upload)
-            self.assertEqual(201, status, data)
-        status, data = self.verifier(
-            "POST",
-            "/v1/hosts",
-            {
-                "provider": self.provider,
-                "hypervisor_hostname": HOST,
-                "policy": {"pcrs": {}},
-                "runtime_policy": "compute-host",
-                "mb_policy": "compute-host-fw",
-            },
+        enrol_host(
+            self.cluster, self.host, self.provider, os.path.join(self.tmp, "policies")
         )
-        self.assertEqual(201, status, data)
+        status, data = self.verifier("GET", f"/v1/hosts/{self.provider}")
+        self.assertEqual(200, status, data)
 
     def test_2_the_verifier_reports_the_host_trusted_with_its_proven_ca(
         self,
