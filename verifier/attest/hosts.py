@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +36,9 @@ from verifier.attest.registry import LiveNodes
 from verifier.attest.store import NodeStore
 from verifier.db import Host, Node
 from verifier.exceptions import ConflictError, NotFoundError
+from verifier.protocol import MalformedError
 from verifier.protocol.attestation.hosts import host_trusted
+from verifier.protocol.hostbatch import HostRound
 from verifier.protocol.messages.hosts import HostEnrolmentRequest
 
 __all__ = ["HostCommands", "HostView"]
@@ -58,17 +61,36 @@ class HostView:
     last_attested_at: float | None
     quotes_verified: int
     guests: tuple[str, ...] | None = None
+    #: the latest passing host round's batch: when it was judged, how many
+    #: guest quotes its host quote committed to, and their Merkle root
+    last_round: HostRound | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["provider"] = self.uuid
         data["as_of"] = iso8601(self.as_of)
         data["last_attested_at"] = iso8601(self.last_attested_at)
+        batch = self.last_round
+        data["last_round"] = batch and {
+            "at": iso8601(batch.at),
+            "guests": batch.size,
+            "root": batch.root.hex(),
+        }
         if self.guests is None:
             del data["guests"]
         else:
             data["guests"] = list(self.guests)
         return data
+
+
+def _round_of(host: Host) -> HostRound | None:
+    """The host row's latest passing round (None: none, or unreadable)."""
+    if not host.last_round:
+        return None
+    try:
+        return HostRound.from_dict(json.loads(host.last_round))
+    except (ValueError, MalformedError):
+        return None
 
 
 class HostCommands:
@@ -183,6 +205,7 @@ class HostCommands:
             last,
             quotes,
             guests,
+            _round_of(host),
         )
 
     def _state_of(self, host: Host, row: Node | None) -> HostView:

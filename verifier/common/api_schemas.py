@@ -101,6 +101,10 @@ _HOST = _object(
         "ca_sha256": _NULL_STR,
         "last_attested_at": _NULL_STR,
         "quotes_verified": _INT,
+        "last_round": {
+            **_object({"at": _STR, "guests": _INT, "root": _STR}),
+            "nullable": True,
+        },
     },
     guests={"type": "array", "items": _STR},
 )

@@ -38,8 +38,9 @@ own), registered through the gate; not on the vTPM libvirt made for the
 instance, whose swtpm is qemu's alone (its socket has one client, its
 state is locked by that swtpm and encrypted with the host-held secret).
 The registrar's placement records (the vTPM manager's instance hook in a
-deployment) are written here with the operator's certificate. Not here:
-batched deep quotes.
+deployment) are written here with the operator's certificate. Batched deep
+quotes: once the guest is attested, a later quote of its host commits to a
+Merkle root over its guests' good quotes (the host's ``last_round``).
 """
 
 from __future__ import annotations
@@ -383,6 +384,19 @@ class ComputePoolsStoryTest(testtools.TestCase):
             what="the guest attested",
         )
         self.assertEqual({"name": x.name, "trusted": True}, _host(shown), shown)
+        # batched deep quote: a later quote of host x commits to a Merkle
+        # root over its guests' good quotes of the interval, this one's too
+        batched = wait_until(
+            lambda: (
+                (r := self.operator("GET", f"/v1/hosts/{x.name}")["last_round"])
+                and r["guests"] >= 1
+                and r
+            ),
+            30,
+            step=0.2,
+            what=f"a round of {x.name} batching its guest's quote",
+        )
+        self.assertEqual(64, len(batched["root"]), batched)
 
         # an unknown program runs on the guest's host
         begin = time.monotonic()

@@ -70,6 +70,17 @@ class HostBatchTest(HostCase):
         assert row is not None and row.last_round is not None
         self.assertEqual(kept, HostRound.from_dict(json.loads(row.last_round)))
 
+    async def test_host_view_shows_its_last_rounds_batch(self) -> None:
+        verifier, host, _ = await self.batched_guests(3)
+        kept = verifier.host_batches.rounds[host.uuid]
+        (view,) = await verifier.hosts.list()
+        shown = view.to_dict()["last_round"]
+        self.assertEqual(
+            {"guests": 3, "root": kept.root.hex()},
+            {k: shown[k] for k in ("guests", "root")},
+        )
+        self.assertTrue(shown["at"].endswith("Z"))
+
     async def test_guest_proof_checked_under_another_host_is_refused(self) -> None:
         verifier, host, (guest,) = await self.batched_guests(1)
         kept = verifier.host_batches.rounds[host.uuid]
