@@ -7,6 +7,9 @@ has no inline comments) only when the option is first read, perhaps deep in
 a running service. :func:`load` parses the command line and the files, then
 reads every registered option once, so every such error is reported at
 start as ``<prog>: configuration error: <what>, naming the option and file``.
+A section or option that nothing reads (a misspelt ``qoute_interval``) is
+a warning at start, one line each on stderr, naming the file, the line, the
+section and the option (:func:`warn_unknown`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any, NoReturn
 
 from oslo_config import cfg
 
-__all__ = ["check_values", "fail", "load"]
+from verifier.common import conf_files
+
+__all__ = ["check_values", "fail", "load", "warn_unknown"]
 
 #: The exit status of a configuration or usage error (as argparse's).
 EXIT_CONFIG = 2
@@ -91,3 +96,23 @@ def load(
         check_values(conf)
     except ValueError as exc:
         fail(prog, str(exc))
+    warn_unknown(conf, prog)
+
+
+def warn_unknown(conf: cfg.ConfigOpts, prog: str) -> list[str]:
+    """Print one line on stderr for each section or option of ``conf``'s
+    files that nothing reads (:mod:`verifier.common.conf_files`):
+    ``<prog>: warning: FILE:LINE: [section] option: unknown option,
+    ignored (did you mean ...?)``.
+
+    Returns:
+        The lines printed.
+    """
+    try:
+        found = conf_files.unknown_settings(conf)
+    except OSError:  # read a moment ago: gone since, nothing to say
+        return []
+    lines = [f"{prog}: warning: {setting}" for setting in found]
+    for line in lines:
+        print(line, file=sys.stderr)
+    return lines
