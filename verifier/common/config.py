@@ -14,6 +14,7 @@ section and the option (:func:`warn_unknown`).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -22,7 +23,7 @@ from oslo_config import cfg
 
 from verifier.common import conf_files
 
-__all__ = ["check_values", "fail", "load", "warn_unknown"]
+__all__ = ["check_values", "fail", "fatal", "load", "setup_logging", "warn_unknown"]
 
 #: The exit status of a configuration or usage error (as argparse's).
 EXIT_CONFIG = 2
@@ -34,6 +35,67 @@ def fail(prog: str, message: str) -> NoReturn:
     line = " ".join(str(message).splitlines())
     print(f"{prog}: configuration error: {line}", file=sys.stderr)
     raise SystemExit(EXIT_CONFIG)
+
+
+def _logs_away_from_the_terminal(conf: cfg.ConfigOpts | None) -> bool:
+    """Whether oslo.log writes somewhere the operator at the terminal does
+    not look: a file, the journal, syslog (without those it writes to
+    standard output)."""
+    return conf is not None and any(
+        getattr(conf, name, None)
+        for name in ("log_file", "log_dir", "use_journal", "use_syslog")
+    )
+
+
+def fatal(
+    conf: cfg.ConfigOpts | None,
+    prog: str,
+    message: object,
+    log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+    kind: str = "configuration error",
+) -> int:
+    """Report an error that ends the command: ``<prog>: <kind>: <message>``
+    (one line) on stderr, always, and the same at ERROR in the log when it
+    goes to a file, the journal or syslog (so a ``log_file`` does not hide
+    why the command stopped, and the terminal does not get it twice).
+
+    Args:
+        conf: the command's parsed configuration (its oslo.log options;
+            None: stderr only).
+        prog: the command's name.
+        message: what went wrong (folded into one line).
+        log: the command's logger (None: stderr only).
+        kind: what kind of error, for the line.
+
+    Returns:
+        :data:`EXIT_CONFIG`, the status to exit with for a configuration
+        error.
+    """
+    line = " ".join(str(message).splitlines())
+    print(f"{prog}: {kind}: {line}", file=sys.stderr)
+    if log is not None and _logs_away_from_the_terminal(conf):
+        log.error("%s: %s", kind, line)
+    return EXIT_CONFIG
+
+
+def setup_logging(conf: cfg.ConfigOpts, prog: str, product: str) -> None:
+    """oslo.log's ``setup``; a log destination that cannot be opened (a
+    ``log_file`` in a missing directory, ...) is a configuration error:
+    one line naming the option and exit status 2, not a traceback.
+
+    Args:
+        conf: parsed, with oslo.log's options registered.
+        prog: the command's name, for the message.
+        product: oslo.log's product name.
+    """
+    from oslo_log import log  # the client role has no oslo.log
+
+    try:
+        log.setup(conf, product)
+    except OSError as exc:
+        where = "[DEFAULT] log_file" if conf.log_file else "[DEFAULT] log_dir"
+        path = exc.filename or conf.log_file or conf.log_dir
+        fail(prog, f"{where} {path}: {exc.strerror or exc}")
 
 
 def _value_error(group: str | None, name: str, exc: Exception, files: str) -> str:

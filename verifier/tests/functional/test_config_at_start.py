@@ -4,7 +4,9 @@ file, run as the real console scripts (``.venv/bin/trusted-*``).
 Each command gets a file with a misspelt option in its own section and a
 misspelt section: it names both on stderr (file, line, section, option)
 before it goes on, and here stops at the configuration error it meets next
-(exit status 2).
+(exit status 2). That error is on stderr whatever the log's destination:
+with ``log_file`` set it is in the log too, and a log file that cannot be
+opened is itself a configuration error, not a traceback.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Command(NamedTuple):
     args: tuple[str, ...]
     #: what its configuration error says (on stderr)
     error: str
+    #: whether it logs with oslo.log ([DEFAULT] log_file)
+    logs: bool = True
 
 
 COMMANDS = (
@@ -47,7 +51,8 @@ COMMANDS = (
     Command("trusted-nova-listener", "nova_listener", "", (),
             "configuration error: missing options in [nova_listener]"),
     Command("trusted-vtpm-manager", "vtpm_manager", "", ("enrol-host",),
-            "error: [vtpm_manager] cert_file, key_file and ca_file are needed"),
+            "error: [vtpm_manager] cert_file, key_file and ca_file are needed",
+            logs=False),
 )  # fmt: skip
 
 
@@ -98,3 +103,37 @@ class ConfigAtStartTest(testtools.TestCase):
             )
             self.assertIn(command.error, proc.stderr + proc.stdout, name)
             self.assertEqual(2, proc.returncode, f"{name}: {proc.stderr}")
+
+    def test_each_command_says_its_configuration_error_on_stderr_with_a_log_file(
+        self,
+    ) -> None:
+        for command in COMMANDS:
+            name = command.script
+            log = os.path.join(self.tmp, f"{name}.log")
+            _, proc = self.start(command, f"log_file = {log}")
+            self.assertEqual(2, proc.returncode, f"{name}: {proc.stderr}")
+            self.assertIn(command.error, proc.stderr, name)
+            self.assertNotIn("Traceback", proc.stderr, name)
+            if command.logs:
+                with open(log, encoding="utf-8") as handle:
+                    logged = handle.read()
+                self.assertIn(command.error.removeprefix("configuration error: "),
+                              logged, name)  # fmt: skip
+                self.assertIn(" ERROR ", logged, name)
+                self.assertEqual(1, proc.stderr.count(command.error), name)
+
+    def test_a_log_file_that_cannot_be_opened_is_a_configuration_error(self) -> None:
+        for command in COMMANDS:
+            if not command.logs:
+                continue
+            name = command.script
+            log = os.path.join(self.tmp, "missing", f"{name}.log")
+            _, proc = self.start(command, f"log_file = {log}")
+            self.assertEqual(2, proc.returncode, f"{name}: {proc.stderr}")
+            self.assertIn(
+                f"{name}: configuration error: [DEFAULT] log_file {log}: "
+                "No such file or directory",
+                proc.stderr,
+                name,
+            )
+            self.assertNotIn("Traceback", proc.stderr, name)
