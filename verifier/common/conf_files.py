@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import glob
 import importlib
 import logging
@@ -174,7 +175,8 @@ def _add(
                 known.setdefault(g, set()).add(n)
 
 
-def _plugin_options(plugin: str) -> set[str] | None:
+@functools.cache
+def _plugin_options(plugin: str) -> frozenset[str] | None:
     """keystoneauth's options of auth plugin ``plugin`` (None: keystoneauth
     is not installed or does not know the plugin)."""
     try:
@@ -186,7 +188,7 @@ def _plugin_options(plugin: str) -> set[str] | None:
         opts = loading.get_auth_plugin_conf_options(plugin)
     except errors.NoMatchingPlugin:
         return None
-    return {name for opt in opts for _, name in _names(opt, "")}
+    return frozenset(name for opt in opts for _, name in _names(opt, ""))
 
 
 def _plugin_sections(found: list[_Setting]) -> dict[str, str | None]:
@@ -251,6 +253,8 @@ def unknown_settings(conf: cfg.ConfigOpts) -> list[UnknownSetting]:
 
     Raises:
         OSError: a file cannot be read again.
+        ValueError: a file is not UTF-8 text.
+        iniparser.ParseError: a file no longer parses.
     """
     known = _registered(conf)
     per_file: list[tuple[str, list[_Setting]]] = []

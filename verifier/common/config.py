@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from oslo_config import cfg
+from oslo_config import cfg, iniparser
 
 from verifier.common import conf_files
 
@@ -172,8 +172,8 @@ def warn_unknown(conf: cfg.ConfigOpts, prog: str) -> list[str]:
     """
     try:
         found = conf_files.unknown_settings(conf)
-    except OSError:  # read a moment ago: gone since, nothing to say
-        return []
+    except (OSError, ValueError, iniparser.ParseError):
+        return []  # read a moment ago by oslo.config: changed since
     lines = [f"{prog}: warning: {setting}" for setting in found]
     for line in lines:
         print(line, file=sys.stderr)
