@@ -81,7 +81,9 @@ def fatal(
 def setup_logging(conf: cfg.ConfigOpts, prog: str, product: str) -> None:
     """oslo.log's ``setup``; a log destination that cannot be opened (a
     ``log_file`` in a missing directory, ...) is a configuration error:
-    one line naming the option and exit status 2, not a traceback.
+    one line naming the option and exit status 2, not a traceback. When the
+    log goes to a file, the journal or syslog, the warnings :func:`load`
+    printed about unknown settings are logged there too.
 
     Args:
         conf: parsed, with oslo.log's options registered.
@@ -96,6 +98,13 @@ def setup_logging(conf: cfg.ConfigOpts, prog: str, product: str) -> None:
         where = "[DEFAULT] log_file" if conf.log_file else "[DEFAULT] log_dir"
         path = exc.filename or conf.log_file or conf.log_dir
         fail(prog, f"{where} {path}: {exc.strerror or exc}")
+    if _logs_away_from_the_terminal(conf):
+        try:
+            found = conf_files.unknown_settings(conf)
+        except (OSError, ValueError, iniparser.ParseError):
+            found = []
+        for setting in found:
+            log.getLogger(__name__).warning("%s", setting)
 
 
 def _value_error(group: str | None, name: str, exc: Exception, files: str) -> str:

@@ -120,6 +120,13 @@ class ConfigAtStartTest(testtools.TestCase):
                 self.assertIn(command.error.removeprefix("configuration error: "),
                               logged, name)  # fmt: skip
                 self.assertIn(" ERROR ", logged, name)
+                self.assertIn(
+                    f" WARNING verifier.common.config [-] {self.tmp}/{name}.conf:",
+                    logged,
+                    name,
+                )
+                self.assertIn(f"[{command.section}] qoute_interval: unknown option",
+                              logged, name)  # fmt: skip
                 self.assertEqual(1, proc.stderr.count(command.error), name)
 
     def test_a_log_file_that_cannot_be_opened_is_a_configuration_error(self) -> None:
