@@ -8,7 +8,9 @@ guest image the log also goes to the serial console, which Nova's console
 log shows the tenant):
 
 * configuration (no bootstrap file and no ``registrar_url``, a malformed
-  bootstrap file, no usable node UUID, no CA): exit status 2 at once, which
+  bootstrap file, no usable node UUID, no CA): one line on stderr
+  (``trusted-agent: configuration error: ...``, also in the log when it
+  goes to a ``log_file``, the journal or syslog), exit status 2 at once, which
   the image's systemd unit does not restart; nothing will change by
   itself;
 * registrar unreachable or answering 5xx, the TPM missing or failing
@@ -288,9 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     log.register_options(conf)
     try:  # one line and exit status 2 on a configuration error
         config.load(conf, argv, "trusted-agent")
+        config.setup_logging(conf, "trusted-agent", "trusted-agent")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else config.EXIT_CONFIG
-    log.setup(conf, "trusted-agent")
     conventions.install_log_request_ids()
     try:
         agent = _start(conf)
@@ -326,11 +328,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     except (BootstrapError, MalformedError) as exc:
-        LOG.error("node agent not started: configuration error: %s", exc)
-        return config.EXIT_CONFIG
+        # on stderr whatever the log's destination (log_file: the log too)
+        return config.fatal(conf, "trusted-agent", exc, LOG)
     except (NodeAgentError, OSError) as exc:
         kind = "TPM error" if isinstance(exc, TpmError) else "error"
-        LOG.error("node agent failed: %s: %s", kind, exc)
+        config.fatal(conf, "trusted-agent", exc, LOG, kind)
         return 1
 
 

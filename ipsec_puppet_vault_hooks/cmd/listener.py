@@ -30,6 +30,7 @@ from verifier.common import config, extras, loop_errors, metrics, version, web_r
 from verifier.common import tls as tlsutil
 
 LOG = logging.getLogger(__name__)
+PROG = "trusted-revocation-listener"
 STOP_TIMEOUT = 10.0
 REDRIVEN_FILE = "redriven.jsonl"
 
@@ -51,10 +52,10 @@ def setup(argv: list[str] | None) -> cfg.ConfigOpts:
     config.load(
         conf,
         argv,
-        "trusted-revocation-listener",
+        PROG,
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    logging.setup(conf, "trusted-cloud")
+    config.setup_logging(conf, PROG, "trusted-cloud")
     return conf
 
 
@@ -131,21 +132,18 @@ async def serve(conf: cfg.ConfigOpts) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    version.exit_if_asked(argv, "trusted-revocation-listener")
+    version.exit_if_asked(argv, PROG)
     conf = setup(argv)
     if not conf.revocation_listener.transports:
-        print(
-            "configuration error: [revocation_listener] transports is empty",
-            file=sys.stderr,
+        return config.fatal(
+            conf, PROG, "[revocation_listener] transports is empty", LOG
         )
-        return 2
     try:
         uvloop.run(loop_errors.guarded(serve(conf)))
     except HooksError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
+        return config.fatal(conf, PROG, exc, LOG)
     except OSError as exc:
-        print(f"cannot start: {exc}", file=sys.stderr)
+        config.fatal(conf, PROG, exc, LOG, "cannot start")
         return 1
     # oslo.messaging's worker threads are not daemons and may still wait
     # on a dead broker: leave now (nothing unacknowledged is lost).

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import ssl
-import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -28,7 +27,7 @@ def setup(argv: list[str] | None, project: str) -> cfg.ConfigOpts:
     vconf.register_opts(conf)
     logging.register_options(conf)
     config.load(conf, argv, project)  # one line and exit 2 on any error
-    logging.setup(conf, "trusted-cloud")
+    config.setup_logging(conf, project, "trusted-cloud")
     conventions.install_log_request_ids()
     return conf
 
@@ -100,20 +99,27 @@ async def serve(
     await runner.cleanup()
 
 
-def run(main: Callable[[], Coroutine[Any, Any, None]]) -> int:
+def run(
+    main: Callable[[], Coroutine[Any, Any, None]],
+    conf: cfg.ConfigOpts | None = None,
+    prog: str = "trusted-cloud",
+) -> int:
     """Run ``main`` (transport failures logged as one line each,
-    :mod:`verifier.common.loop_errors`); configuration errors end the
-    process with a message."""
+    :mod:`verifier.common.loop_errors`); an error that ends the service is
+    one line on stderr, also logged when the log goes to a file, the
+    journal or syslog (:func:`verifier.common.config.fatal`).
+
+    Returns:
+        0 when stopped by a signal, 2 on a configuration error, 1 when the
+        service cannot start (a port in use, ...).
+    """
     try:
         uvloop.run(loop_errors.guarded(main()))
     except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
+        return config.fatal(conf, prog, exc, LOG)
     except (cfg.Error, ValueError) as exc:  # an option read after start
-        line = " ".join(str(exc).splitlines())
-        print(f"configuration error: {line}", file=sys.stderr)
-        return 2
+        return config.fatal(conf, prog, exc, LOG)
     except OSError as exc:
-        print(f"cannot start: {exc}", file=sys.stderr)
+        config.fatal(conf, prog, exc, LOG, "cannot start")
         return 1
     return 0

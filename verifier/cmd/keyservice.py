@@ -54,4 +54,4 @@ def main(argv: list[str] | None = None) -> int:
         app = make_app(service, pem, roles, auth)
         await _service.serve(app, group.host, group.port, ctx)
 
-    return _service.run(_main)
+    return _service.run(_main, conf, "trusted-keyservice")

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.register_options(conf)
     oslo_messaging.set_transport_defaults("nova")
     config.load(conf, argv, "trusted-nova-listener")
-    logging.setup(conf, "trusted-cloud")
+    config.setup_logging(conf, "trusted-nova-listener", "trusted-cloud")
     group = conf.nova_listener
     try:
         missing = [n for n in ("cert_file", "key_file", "ca_file") if not group[n]]
@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         hooks = [ext.obj for ext in manager if ext.obj is not None]
         transport = oslo_messaging.get_notification_transport(conf)
     except (ConfigError, OSError, oslo_messaging.InvalidTransportURL) as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
+        return config.fatal(conf, "trusted-nova-listener", exc, LOG)
     endpoint = InstanceEndpoint(
         VerifierOperator(group.verifier_url, context, group.timeout), hooks
     )

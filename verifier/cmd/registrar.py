@@ -70,4 +70,4 @@ def main(argv: list[str] | None = None) -> int:
         app = make_app(registrar, roles, auth, instances)
         await _service.serve(app, group.host, group.port, ctx)
 
-    return _service.run(_main)
+    return _service.run(_main, conf, "trusted-registrar")

@@ -380,4 +380,4 @@ def main(argv: list[str] | None = None) -> int:
             on_stop=process.stop,
         )
 
-    return _service.run(_main)
+    return _service.run(_main, conf, "trusted-verifier")

@@ -23,6 +23,7 @@ from verifier.common.errors import CommonError
 __all__ = [
     "DIST",
     "DRIVER_MODULES",
+    "ROLE_MODULES",
     "MissingExtraError",
     "explain",
     "extra_for",
@@ -45,8 +46,35 @@ DRIVER_MODULES: dict[str, tuple[str, ...]] = {
     "limits": ("oslo_limit",),
 }
 
+#: Deployable role extra -> the importable modules it provides (what a
+#: console script of that role checks before importing its command,
+#: :mod:`verifier.common.launch`).
+ROLE_MODULES: dict[str, tuple[str, ...]] = {
+    "agent": ("oslo_log", "tpm2_pytss"),
+    "client": (
+        "keystoneauth1",
+        "novaclient",
+        "osc_lib",
+        "openstackclient",
+        "debian",
+        "zstandard",
+    ),
+    "server": (
+        "sqlalchemy",
+        "alembic",
+        "oslo_log",
+        "uvloop",
+        "keystonemiddleware",
+        "keystoneauth1",
+        "oslo_policy",
+        "prometheus_client",
+    ),
+    "hooks": ("oslo_log", "uvloop", "prometheus_client"),
+    "vtpm": ("libvirt", "tpm2_pytss"),
+}
+
 #: Modules of the role extras that a feature of another role may miss.
-_ROLE_MODULES: dict[str, str] = {
+_ROLE_OF_MODULE: dict[str, str] = {
     "libvirt": "vtpm",
     "sqlalchemy": "server",
     "alembic": "server",
@@ -81,7 +109,7 @@ def extra_for(module: str) -> str | None:
     for extra, modules in DRIVER_MODULES.items():
         if top in modules:
             return extra
-    return _ROLE_MODULES.get(top)
+    return _ROLE_OF_MODULE.get(top)
 
 
 def _missing(extra: str) -> str | None:

@@ -29,7 +29,8 @@ from typing import IO, TYPE_CHECKING, ClassVar
 
 import testtools
 
-from verifier.tests.unit.test_install_roles import ROLES, ROOT, forbidden
+from verifier.common import extras, launch
+from verifier.tests.unit.test_install_roles import ROLES, ROOT, forbidden, modules_of
 
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "trusted-cloud", "role-venvs")
 #: Where the harness lived before it became the unshipped trusted_testing.
@@ -234,6 +235,30 @@ class _RoleChecks(_Base):
         self.assertIn("trusted-cloud", installed)
         unwanted = {_normalize(DIST_OF[m]) for m in forbidden([self.ROLE])}
         self.assertEqual(set(), installed & unwanted)
+
+    def test_other_roles_scripts_name_their_extra(self) -> None:
+        # every console script is installed in every role: another role's
+        # says in one line which extra it needs (verifier.common.launch)
+        own = modules_of([self.ROLE])
+        checked = []
+        for script, (_, role) in launch.SCRIPTS.items():
+            needed = extras.ROLE_MODULES.get(role or "", ())
+            absent = [m for m in needed if m not in own]
+            if role is None or role == self.ROLE or not absent:
+                continue
+            proc = self.venv.run(self.venv.bin(script), "--version")
+            line = proc.stderr.strip()
+            self.assertEqual(2, proc.returncode, f"{script}: {proc.stderr[-2000:]}")
+            self.assertEqual(1, len(line.splitlines()), f"{script}: {line}")
+            prefix = (
+                f"{script}: needs the '{role}' extra: "
+                f"pip install 'trusted-cloud[{role}]' (missing module "
+            )
+            self.assertTrue(line.startswith(prefix), f"{script}: {line}")
+            self.assertIn(line[len(prefix) : -1], absent, line)
+            self.assertEqual("", proc.stdout, script)
+            checked.append(script)
+        self.assertGreaterEqual(len(checked), 6, checked)
 
     def run_ok(self, *argv: str) -> str:
         proc = self.venv.run(*argv)

@@ -205,6 +205,11 @@ class RoleImportsTest(testtools.TestCase):
         self.assertIn("sqlalchemy", forbidden(["vtpm"]))
         self.check_role("vtpm")
 
+    def test_the_console_scripts_launcher_loads_no_extra(self) -> None:
+        # every script enters through it, in every role, before its role's
+        # modules are checked (verifier.common.launch)
+        self.assertEqual([], loaded(["verifier.common.launch"], forbidden([])))
+
     def test_drivers_import_only_their_own_extra(self) -> None:
         for (role, driver), modules in DRIVERS.items():
             bad = forbidden([role, driver])
