@@ -12,6 +12,7 @@ scratch vhost on the machine's RabbitMQ; Glance and Neutron are the
 from __future__ import annotations
 
 import configparser
+import contextlib
 import os
 import signal
 import subprocess
@@ -139,8 +140,12 @@ class NovaDeployment:
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
+                pass
+            # what the leader left in its group goes too: an emulated compute
+            # host's libvirtd outlived its nova-compute (and SIGTERM) before
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+            proc.wait(10)
         self.procs.clear()
         self.standins.stop()
         if self.vhost:
