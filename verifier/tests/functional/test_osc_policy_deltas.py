@@ -6,14 +6,12 @@ resolved by the command or written in the file."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
 
 from verifier.protocol.ima.policy import canonical_document
-from verifier.tests.functional import test_osc_attestation as osc
-from verifier.tests.functional.tenancy_base import KeystoneTestBase
+from verifier.tests.functional.tenancy_base import OpenStackCliCase
 
 BASE = {
     "name": "web",
@@ -27,19 +25,7 @@ DELTA = {
 }
 
 
-class OpenStackPolicyDeltaTest(KeystoneTestBase):
-    # the helpers only (importing the class would run its tests here too)
-    openstack = osc.OpenStackCliTest.openstack
-    json_of = osc.OpenStackCliTest.json_of
-
-    async def asyncSetUp(self) -> None:
-        await super().asyncSetUp()
-        url = str(self.server.make_url("")).rstrip("/")
-        service = await asyncio.to_thread(
-            self.keystone.add_service, "attestation", "trusted-cloud", url
-        )
-        self.addCleanup(self.keystone.delete_service, service)
-
+class OpenStackPolicyDeltaTest(OpenStackCliCase):
     def write(self, name: str, document: dict[str, object]) -> str:
         path = os.path.join(self.tmp, name)
         with open(path, "w") as f:
