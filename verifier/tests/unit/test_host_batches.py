@@ -131,7 +131,9 @@ class HostCaProofTest(KernelAgentCase):
         self.registrar = TrustRegistrar()
         self.traits = RecordingTraits()
 
-    async def test_ca_in_the_hosts_attested_ima_list_is_its_proven_ca(self) -> None:
+    async def host_with_its_ca(self) -> tuple[Any, Any]:
+        """A host whose kernel measured its CA file, enrolled under the
+        runtime policy of what it ran, after its first good round."""
         verifier = self.new_verifier()
         host = self.new_kernel_agent()
         host.kernel.measure(DEFAULT_CA_PATH, _CA_PEM)
@@ -142,6 +144,10 @@ class HostCaProofTest(KernelAgentCase):
         await verifier.hosts.enrol(request, "ops")
         self.quiesce(verifier)
         await verifier.rounds.attest_once(host.uuid)
+        return verifier, host
+
+    async def test_ca_in_the_hosts_attested_ima_list_is_its_proven_ca(self) -> None:
+        verifier, host = await self.host_with_its_ca()
         digest = hashlib.sha256(_CA_PEM).hexdigest()
         (view,) = await verifier.hosts.list()
         self.assertEqual(("attested", digest), (view.state, view.ca_sha256))
@@ -152,16 +158,7 @@ class HostCaProofTest(KernelAgentCase):
         )
 
     async def test_ca_swapped_on_the_host_fails_it_and_marks_it_untrusted(self) -> None:
-        verifier = self.new_verifier()
-        host = self.new_kernel_agent()
-        host.kernel.measure(DEFAULT_CA_PATH, _CA_PEM)
-        verifier.policies.add("runtime", self.good_policy(host), project="ops")
-        request = HostEnrolmentRequest(
-            host.uuid, "compute-1", PcrPolicy({}), runtime_policy="golden"
-        )
-        await verifier.hosts.enrol(request, "ops")
-        self.quiesce(verifier)
-        await verifier.rounds.attest_once(host.uuid)
+        verifier, host = await self.host_with_its_ca()
         host.kernel.measure(DEFAULT_CA_PATH, b"another CA")  # swapped
         await verifier.rounds.attest_once(host.uuid)
         (view,) = await verifier.hosts.list()
