@@ -80,13 +80,25 @@ async def serve(
     on_start: Callable[[], Awaitable[None]] | None = None,
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve ``app`` over TLS until SIGTERM or SIGINT."""
+    """Serve ``app`` over TLS until SIGTERM or SIGINT.
+
+    ``on_start`` runs before the port listens: a probe that finds the port
+    open (DevStack's, systemd's, a load balancer's) finds everything
+    started, the push endpoint included. If the port cannot be bound,
+    ``on_stop`` undoes ``on_start`` before the error ends the service.
+    """
     runner = web_runner.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    await site.start()
     if on_start is not None:
         await on_start()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except OSError:
+        if on_stop is not None:
+            await on_stop()
+        await runner.cleanup()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
