@@ -41,6 +41,7 @@ from oslo_config import cfg
 from oslo_log import log
 
 from node_agent import conf as agent_conf
+from node_agent import trial
 from node_agent.agent import Agent
 from node_agent.evidence import EvidenceReader
 from node_agent.exceptions import (
@@ -277,6 +278,28 @@ def _start(conf: cfg.ConfigOpts) -> Agent:
     return agent
 
 
+def _evidence_paths(conf: cfg.ConfigOpts) -> tuple[str | None, str | None]:
+    """The IMA list and the event log the agent sends (None: none); in
+    trial mode those ``trusted-trial`` writes (:mod:`node_agent.trial`).
+
+    Raises:
+        BootstrapError: trial mode with a hardware TPM (exit status 2).
+    """
+    agent = conf.agent
+    if not agent.trial_dir:
+        return agent.ima_log_path or None, agent.mb_log_path or None
+    try:
+        ima, mb = trial.evidence_paths(agent.trial_dir, agent.tcti)
+    except trial.TrialModeError as exc:
+        raise BootstrapError(str(exc)) from None
+    LOG.warning(
+        "TRIAL MODE: the evidence sent is the files in %s written by "
+        "trusted-trial, not this machine's kernel and firmware",
+        agent.trial_dir,
+    )
+    return ima, mb
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``trusted-agent``.
 
@@ -295,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else config.EXIT_CONFIG
     conventions.install_log_request_ids()
     try:
+        paths = _evidence_paths(conf)
         agent = _start(conf)
         # cloud-init writes the bootstrap file and its user-data copy without
         # syncing them: make them durable before the node registers, so that
@@ -305,11 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             "tenant": conf.agent.tenant_clients,
             "verifier": conf.agent.verifier_clients,
         }
-        evidence = EvidenceReader(
-            conf.agent.ima_log_path or None,
-            conf.agent.mb_log_path or None,
-            conf.agent.ima_max_bytes,
-        )
+        evidence = EvidenceReader(*paths, conf.agent.ima_max_bytes)
         push_url = None
         if conf.agent.attestation_mode == AttestationMode.PUSH:
             push_url = conf.agent.push_url or agent.bootstrap_push_url

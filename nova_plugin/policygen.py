@@ -54,7 +54,9 @@ from verifier.common.imagefiles import (
 from verifier.protocol import MalformedError
 from verifier.protocol.ima import RuntimePolicy
 from verifier.protocol.mb import MeasuredBootPolicy
+from verifier.protocol.mb import parse as parse_event_log
 from verifier.protocol.mb.authenticode import pe_authenticode_digest
+from verifier.protocol.mb.policy import policy_from_log
 
 __all__ = [
     "DEFAULT_EXCLUDES",
@@ -267,7 +269,14 @@ def add_generate_parser(policy_sub: Any) -> argparse.ArgumentParser:
         help="leave out the excludes of state written at boot",
     )
     mb = kinds.add_parser("measured-boot", help="kernel and firmware digests")
-    mb.add_argument("--kernel", required=True, help="the image's vmlinuz")
+    source = mb.add_mutually_exclusive_group(required=True)
+    source.add_argument("--kernel", help="the image's vmlinuz")
+    source.add_argument(
+        "--event-log",
+        metavar="FILE",
+        help="a known-good boot's firmware event log (binary_bios_measurements):"
+        " allow its boot applications and firmware, require its Secure Boot state",
+    )
     mb.add_argument(
         "--qemu-direct-boot", nargs=2, metavar=("INITRD", "MEMORY_MB"),
         help="qemu loads the kernel (Nova's kernel_id/ramdisk_id): the "
@@ -295,7 +304,7 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
             document, what = _runtime(args)
         else:
             document, what = _measured_boot(args)
-    except (ImageFilesError, MalformedError, ValueError) as exc:
+    except (ImageFilesError, MalformedError, ValueError, OSError) as exc:
         raise TenantError(f"policy generate {args.generate_kind}: {exc}")
     with open(args.output, "w", encoding="utf-8") as out:
         json.dump(document, out, indent=1, sort_keys=True)
@@ -327,7 +336,27 @@ def _runtime(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     )
 
 
+def _from_event_log(path: str) -> tuple[dict[str, Any], str]:
+    with open(path, "rb") as handle:
+        events = parse_event_log(handle.read()).events
+    policy = policy_from_log(events)
+    apps = len(policy.boot_applications or ())
+    blobs = len(policy.firmware or ())
+    return policy.to_dict(), (
+        f"measured-boot policy from {path}: {apps} boot applications, "
+        f"{blobs} firmware events, Secure Boot "
+        f"{ {None: 'not checked', True: 'on', False: 'off'}[policy.secure_boot] }"
+    )
+
+
 def _measured_boot(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    if args.event_log is not None:
+        if args.qemu_direct_boot or args.firmware_digest or args.secure_boot:
+            raise ValueError(
+                "--event-log takes everything from the log: no --qemu-direct-boot,"
+                " --firmware-digest or --secure-boot"
+            )
+        return _from_event_log(args.event_log)
     with open(args.kernel, "rb") as handle:
         kernel = handle.read()
     if args.qemu_direct_boot is not None:

@@ -147,7 +147,7 @@ class VmCluster(LocalCluster):
         self.server_names.append(GUEST_HOST)
         # The services start only after the guest boots (minutes on TCG):
         # until then their ports are held, so that the other test worker's
-        # random port probes (vtpm_manager.localca.free_ports) cannot pick
+        # random port probes (verifier.common.swtpm_localca.free_ports) cannot pick
         # one of them meanwhile ("[push] port ...: Address already in use").
         ports = [self.registrar_port, *self.verifier_ports, *self.push_ports]
         self._held = [_hold(port) for port in ports]

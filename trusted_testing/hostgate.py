@@ -29,11 +29,11 @@ from trusted_testing.cluster_node import NodeHandle
 from trusted_testing.hosttpm import EmulatedHost, VendorCa
 from trusted_testing.swtpm import Swtpm, free_port_pair
 from verifier.common.http import AsyncClient
+from verifier.common.swtpm_localca import ek_ca_bundle
 from verifier.common.tls import client_context
 from verifier.common.tpm import Tpm
 from verifier.common.tpm_access import TpmAccess
 from verifier.protocol.messages.policies import PolicyUpload
-from vtpm_manager.localca import ek_ca_bundle
 
 __all__ = [
     "GATE_VERIFIER_OPTIONS",

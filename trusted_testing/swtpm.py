@@ -30,7 +30,7 @@ import time
 from types import TracebackType
 
 from verifier.common.errors import TpmError
-from vtpm_manager.localca import (
+from verifier.common.swtpm_localca import (
     ek_ca_bundle,
     free_port_pair,
     free_ports,

@@ -25,10 +25,10 @@ import time
 from collections.abc import Iterator
 
 from verifier.common.errors import TpmError
+from verifier.common.swtpm_localca import free_ports, write_localca_config
 from verifier.common.tpm import Tpm
 from vtpm_manager.exceptions import SwtpmSetupError
 from vtpm_manager.identity import EkIdentity
-from vtpm_manager.localca import free_ports, write_localca_config
 
 __all__ = [
     "EkIdentity",
@@ -232,7 +232,8 @@ def read_ek(
 
 def _port_pair_below_ephemeral() -> int:
     """Loopback ports P, P+1 free now and outside the kernel's ephemeral
-    range (the EK is read on every ensure; see vtpm_manager.localca.free_ports)."""
+    range (the EK is read on every ensure; see
+    verifier.common.swtpm_localca.free_ports)."""
     try:
         return free_ports(2)
     except TpmError as exc:

@@ -156,6 +156,14 @@ _OPTS = [
         "in parts over several quotes.",
     ),
     cfg.StrOpt(
+        "trial_dir",
+        default="",
+        help="TRIAL MODE, never on a production node: send the IMA list and "
+        "event log that 'trusted-trial boot' and 'trusted-trial run' wrote in "
+        "this directory instead of ima_log_path and mb_log_path. Refused with "
+        "a hardware TPM (a 'device:' tcti).",
+    ),
+    cfg.StrOpt(
         "mb_log_path",
         default="/sys/kernel/security/tpm0/binary_bios_measurements",
         help="The firmware (UEFI) event log sent to the verifier when its "

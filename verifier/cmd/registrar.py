@@ -22,7 +22,8 @@ from verifier.registrar import Registrar, make_app
 def _build_auth(conf: cfg.ConfigOpts) -> tuple[Auth | None, NovaInstanceOwners | None]:
     """With ``[registrar] auth_strategy = keystone``: Keystone tokens on
     the read side, scoped by asking Nova whose an instance is (its
-    endpoint trusted with the system's CAs and ``ca_file``)."""
+    endpoint trusted with the system's CAs and ``ca_file``), unless
+    ``instance_owner_check = none`` (no Nova: not scoped)."""
     group = conf.registrar
     if group.auth_strategy != "keystone":
         return None, None
@@ -32,6 +33,8 @@ def _build_auth(conf: cfg.ConfigOpts) -> tuple[Auth | None, NovaInstanceOwners |
     context = tlsutil.client_context(None, None, None)
     if group.ca_file:
         context.load_verify_locations(group.ca_file)
+    if group.instance_owner_check == "none":
+        return auth, None
     return auth, NovaInstanceOwners(AsyncClient(context, 10.0), group.compute_interface)
 
 
@@ -67,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
             "verifier": group.verifier_clients,
         }
         auth, instances = _build_auth(conf)
-        app = make_app(registrar, roles, auth, instances)
+        app = make_app(
+            registrar,
+            roles,
+            auth,
+            instances,
+            unscoped=conf.registrar.instance_owner_check == "none",
+        )
         await _service.serve(app, group.host, group.port, ctx)
 
     return _service.run(_main, conf, "trusted-registrar")

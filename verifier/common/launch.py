@@ -50,6 +50,7 @@ SCRIPTS: dict[str, tuple[str, str | None]] = {
     "trusted-certs": ("verifier.cmd.certs", None),
     "trusted-ima-policy": ("verifier.cmd.ima_policy", None),
     "trusted-agent": ("node_agent.cmd", "agent"),
+    "trusted-trial": ("node_agent.trial.cli", "agent"),
     "trusted-tenant": ("nova_plugin.cmd", "client"),
     "trusted-nova": ("nova_plugin.nova_cmd", "client"),
     "trusted-revocation-listener": ("ipsec_puppet_vault_hooks.cmd.listener", "hooks"),
@@ -127,6 +128,10 @@ def trusted_ima_policy() -> int:
 
 def trusted_agent() -> int:
     return launch("trusted-agent")
+
+
+def trusted_trial() -> int:
+    return launch("trusted-trial")
 
 
 def trusted_tenant() -> int:

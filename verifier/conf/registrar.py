@@ -115,6 +115,27 @@ _OPTS = [
         "unchanged.",
     ),
     cfg.StrOpt(
+        "instance_owner_check",
+        default="nova",
+        choices=[
+            (
+                "nova",
+                "a project-scoped caller reads only the registrations of its "
+                "project's instances, asked of Nova with its token",
+            ),
+            (
+                "none",
+                "no Nova (bare-metal nodes, compute hosts, a trial): a "
+                "project-scoped caller reads every registration (public keys "
+                "and certificates only; enrolment still ties a node to the "
+                "enrolling project at the verifier)",
+            ),
+        ],
+        help="auth_strategy keystone only: how a registration is tied to "
+        "the project reading it (the verifier's [verifier] "
+        "instance_owner_check is the same choice for enrolments).",
+    ),
+    cfg.StrOpt(
         "compute_interface",
         default="public",
         help="auth_strategy keystone: the endpoint interface of Nova's "

@@ -68,6 +68,8 @@ from verifier.registrar.service import AgentRecord, Registrar, Registration
 
 _KEY = web.AppKey("registrar", Registrar)
 _INSTANCES = web.AppKey("instances", NovaInstanceOwners)
+#: ``[registrar] instance_owner_check = none``: Keystone callers unscoped
+_UNSCOPED = web.AppKey("unscoped", bool)
 
 
 def _record(rec: AgentRecord) -> RegistrationRecord:
@@ -135,6 +137,8 @@ def _owner_check(request: web.Request) -> NovaInstanceOwners | None:
     """
     who = keystone_caller(request)
     if who is None or who.scope is None:
+        return None
+    if request.app[_UNSCOPED]:
         return None
     instances = request.app.get(_INSTANCES)
     if instances is None:
@@ -295,6 +299,8 @@ def make_app(
     roles: Mapping[str, Collection[str]] | None = None,
     auth: Auth | None = None,
     instances: NovaInstanceOwners | None = None,
+    *,
+    unscoped: bool = False,
 ) -> web.Application:
     """The registrar's aiohttp application.
 
@@ -307,11 +313,14 @@ def make_app(
         auth: Keystone tokens for the read side (None: certificates only).
         instances: asks Nova whose an instance is, to scope what a
             Keystone caller reads.
+        unscoped: a Keystone caller reads every registration
+            (``instance_owner_check = none``: no Nova to ask).
     """
     certificates = authz_middleware(roles) if roles is not None else None
     middlewares = [error_middleware, tokens_or_certificates(auth, certificates)]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = registrar
+    app[_UNSCOPED] = unscoped
     if instances is not None:
         app[_INSTANCES] = instances
     app.router.add_post("/v1/agents/{uuid}", _register)

@@ -159,6 +159,17 @@ class MainTest(testtools.TestCase):
         self.assertEqual(2, code)
         self.assertIn("is not a UUID", text)
 
+    def test_trial_mode_with_a_hardware_tpm_exits_2_before_registering(self):
+        code, text = self.run_main(
+            registrar_url="https://127.0.0.1:1",
+            tcti="device:/dev/tpmrm0",
+            trial_dir=self.dir,
+        )
+        self.assertEqual(2, code)
+        self.assertIn("trial_dir is for a software TPM", text)
+        self.assertNotIn("registered", text)
+        self.assertNotIn("Traceback", text)
+
     def test_push_mode_without_push_url_exits_2(self):
         code, text = self.run_main(
             registrar_url="https://127.0.0.1:1", attestation_mode="push"

@@ -39,6 +39,7 @@ from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
 from trusted_testing.registrar import ThreadRegistrar
 from trusted_testing.softtpm import SoftTpm
 from verifier.common.http import BlockingClient
+from verifier.common.swtpm_localca import ek_ca_bundle
 from verifier.exceptions import RequestError
 from verifier.nova_listener.listener import instance_host, instance_uuid, make_listener
 from verifier.protocol import EvidenceError
@@ -48,7 +49,6 @@ from verifier.registrar.service import Registration
 from vtpm_manager import cmd as vtpm_cmd
 from vtpm_manager.identity import EkIdentity
 from vtpm_manager.instance_hook import VtpmInstanceHook
-from vtpm_manager.localca import ek_ca_bundle
 from vtpm_manager.registrar_client import ProviderRegistrarClient
 from vtpm_manager.swtpm_state import create_state, read_ek
 

@@ -12,6 +12,7 @@ import tarfile
 import fixtures
 import testtools
 
+from node_agent.trial.eventlog import sample_log
 from nova_plugin import cmd
 from nova_plugin.policygen import (
     DEFAULT_EXCLUDES,
@@ -177,6 +178,35 @@ class TestGenerateCli(testtools.TestCase):
             document = json.load(handle)
         self.assertEqual([digest.hex()], document["boot_applications"])
         self.assertIs(False, document["secure_boot"])
+
+    def test_measured_boot_from_a_known_good_event_log(self) -> None:
+        log_path = os.path.join(self.dir, "binary_bios_measurements")
+        with open(log_path, "wb") as out:
+            out.write(sample_log(secure_boot=True, bootloader=b"grub", kernel=b"linux"))
+        argv = ["policy", "generate", "measured-boot", "--event-log", log_path]
+        self.assertEqual(0, cmd.main([*argv, "-o", self.out]))
+        with open(self.out, encoding="utf-8") as handle:
+            document = json.load(handle)
+        self.assertEqual(
+            sorted(hashlib.sha256(b).hexdigest() for b in (b"grub", b"linux")),
+            sorted(document["boot_applications"]),
+        )
+        self.assertIs(True, document["secure_boot"])
+        self.assertEqual(1, len(document["firmware"]))
+
+    def test_event_log_takes_no_other_source_and_garbage_is_one_line(self) -> None:
+        log_path = os.path.join(self.dir, "log")
+        with open(log_path, "wb") as out:
+            out.write(b"\x00garbage, not an event log")
+        argv = ["policy", "generate", "measured-boot", "--event-log", log_path]
+        self.assertEqual(1, cmd.main([*argv, "-o", self.out]))
+        self.assertIn("policy generate measured-boot", self.err.getvalue())
+        self.assertEqual(1, cmd.main([*argv, "--secure-boot", "on", "-o", self.out]))
+        self.assertIn("takes everything from the log", self.err.getvalue())
+        missing = ["policy", "generate", "measured-boot", "--event-log", "/nonexistent"]
+        self.assertEqual(1, cmd.main([*missing, "-o", self.out]))
+        self.assertNotIn("Traceback", self.err.getvalue())
+        self.assertFalse(os.path.exists(self.out))
 
     def test_bad_input_is_one_line_not_a_traceback(self) -> None:
         argv = ["policy", "generate", "runtime", "--tar", self.out, "--name", "x"]

@@ -47,6 +47,7 @@ __all__ = [
     "MeasuredBootPolicy",
     "check",
     "evaluate",
+    "policy_from_log",
     "secure_boot_state",
 ]
 
@@ -169,6 +170,37 @@ def secure_boot_state(events: Iterable[Event]) -> tuple[Event, bool] | None:
             if var.name == "SecureBoot":
                 return event, var.data == b"\x01"
     return None
+
+
+def policy_from_log(events: Iterable[Event]) -> MeasuredBootPolicy:
+    """The policy a known-good boot's event log passes: its boot
+    applications, its firmware events and its Secure Boot state (``None``
+    where the log has none of a kind: that part is then not checked).
+
+    Raises:
+        MalformedError: an event of those kinds has no sha256 digest, or the
+            SecureBoot variable event does not parse.
+    """
+    events = tuple(events)
+    apps: set[bytes] = set()
+    firmware: set[bytes] = set()
+    for event in events:
+        if event.event_type == EV_EFI_BOOT_SERVICES_APPLICATION:
+            kind = apps
+        elif event.event_type in _FIRMWARE_EVENTS:
+            kind = firmware
+        else:
+            continue
+        digest = event.digests.get("sha256")
+        if digest is None:
+            raise _bad(f"event {event.index} ({event.type_name}) has no sha256 digest")
+        kind.add(digest)
+    state = secure_boot_state(events)
+    return MeasuredBootPolicy(
+        frozenset(apps) or None,
+        frozenset(firmware) or None,
+        None if state is None else state[1],
+    )
 
 
 def _check_digest(

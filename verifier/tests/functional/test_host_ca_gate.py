@@ -46,10 +46,10 @@ from trusted_testing.hostgate import (
 )
 from trusted_testing.hosttpm import CA_FILE, EmulatedHost, VendorCa
 from trusted_testing.swtpm import Swtpm
+from verifier.common.swtpm_localca import ek_ca_bundle
 from verifier.common.tpm import Tpm
 from verifier.protocol.ima.judge import evaluate
 from verifier.protocol.ima.policy import RuntimePolicy
-from vtpm_manager.localca import ek_ca_bundle
 
 HOST = "compute-a"
 

@@ -68,7 +68,7 @@ OPPORTUNISTIC = ("oslo_log",)
 
 #: Role -> the modules its console scripts and default plugins load.
 ROLES = {
-    "agent": ["node_agent.cmd", "node_agent.server"],
+    "agent": ["node_agent.cmd", "node_agent.server", "node_agent.trial.cli"],
     "client": ["nova_plugin.cmd", "nova_plugin.nova_cmd", "nova_plugin.osc"],
     "server": [
         "verifier.cmd.registrar",

@@ -101,7 +101,7 @@ class MissingRoleExtraTest(testtools.TestCase):
             )
             self.assertEqual("", proc.stdout, name)
             checked += 1
-        self.assertEqual(10, checked)
+        self.assertEqual(11, checked)
 
     def test_a_base_script_runs_without_any_role_extra(self) -> None:
         hidden = tuple(sorted({m for ms in extras.ROLE_MODULES.values() for m in ms}))

@@ -33,7 +33,7 @@ from verifier.protocol.mb import (
     startup_locality,
 )
 from verifier.protocol.mb import eventlog as ev
-from verifier.protocol.mb.policy import EFI_GLOBAL_VARIABLE
+from verifier.protocol.mb.policy import EFI_GLOBAL_VARIABLE, policy_from_log
 from verifier.protocol.mb.replay import STARTUP_LOCALITY
 
 BOOTLOADER = b"grubx64.efi image"
@@ -293,6 +293,23 @@ class PolicyTest(testtools.TestCase):
         self.assertEqual([], evaluate(self.policy(), events))
         check(self.policy(), events)
         check(MeasuredBootPolicy(), events)
+
+    def test_policy_from_a_known_good_log_passes_it_and_refuses_others(self) -> None:
+        good = parse(sample_log()).events
+        policy = policy_from_log(good)
+        self.assertEqual(self.policy(), policy)
+        self.assertEqual([], evaluate(policy, good))
+        for other in (
+            sample_log(bootloader=b"evil grub"),
+            sample_log(kernel=b"another kernel"),
+            sample_log(secure_boot=False),
+        ):
+            self.assertEqual(1, len(evaluate(policy, parse(other).events)))
+
+    def test_policy_from_a_log_without_those_events_checks_nothing_of_them(
+        self,
+    ) -> None:
+        self.assertEqual(MeasuredBootPolicy(), policy_from_log(()))
 
     def test_wrong_bootloader(self) -> None:
         events = parse(sample_log(bootloader=b"evil grub")).events

@@ -19,6 +19,7 @@ import testtools
 from aiohttp.test_utils import TestClient, TestServer
 
 from trusted_testing.softtpm import SoftTpm
+from verifier.common.swtpm_localca import ek_ca_bundle
 from verifier.db import make_engine, upgrade
 from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol.hosttrust import HostTrustMode
@@ -26,7 +27,6 @@ from verifier.protocol.tpm import TpmPublic
 from verifier.registrar import Registrar, make_app
 from verifier.registrar.service import Registration
 from vtpm_manager.identity import EkIdentity
-from vtpm_manager.localca import ek_ca_bundle
 from vtpm_manager.swtpm_state import create_state, read_ek
 
 CERT = "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"

@@ -24,6 +24,7 @@ import testtools
 from aiohttp.test_utils import TestClient, TestServer
 
 from trusted_testing.softtpm import SoftTpm
+from verifier.common.swtpm_localca import ek_ca_bundle
 from verifier.db import make_engine, upgrade
 from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol.hosttrust import HostTrust, HostTrustMode, issuer_file_part
@@ -31,7 +32,6 @@ from verifier.registrar import Registrar, make_app
 from verifier.registrar.service import Registration
 from verifier.tests.unit.test_registrar_host_bound import CERT, _vtpm
 from vtpm_manager.identity import EkIdentity
-from vtpm_manager.localca import ek_ca_bundle
 
 PROVIDER = str(uuid_mod.uuid4())
 

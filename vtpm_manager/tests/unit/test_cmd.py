@@ -13,9 +13,9 @@ import libvirt
 import testtools
 
 from trusted_testing.registrar import ThreadRegistrar
+from verifier.common.swtpm_localca import ek_ca_bundle
 from verifier.exceptions import NotFoundError
 from vtpm_manager import cmd
-from vtpm_manager.localca import ek_ca_bundle
 from vtpm_manager.swtpm_state import create_state
 from vtpm_manager.tests.unit.test_domain_xml import TPM12, _domain
 

@@ -1,4 +1,5 @@
-"""The compute host's swtpm local CA: the configuration ``swtpm_setup``
+"""A swtpm local CA (a compute host's, the trial mode's, the tests'): the
+configuration ``swtpm_setup``
 and ``swtpm_localca`` run with (the way libvirt runs them, but kept in a
 directory of the caller's, never ``/etc/swtpm-localca.conf``), the CA
 certificates that sign the vTPMs' EK certificates, and free local ports
@@ -23,7 +24,7 @@ import shutil
 import socket
 import tempfile
 
-from vtpm_manager.exceptions import SwtpmSetupError
+from verifier.common.errors import TpmError
 
 __all__ = ["ek_ca_bundle", "free_port_pair", "free_ports", "write_localca_config"]
 
@@ -63,7 +64,7 @@ def free_ports(count: int = 1) -> int:
         The port P.
 
     Raises:
-        SwtpmSetupError: If no free run of ports was found.
+        TpmError: If no free run of ports was found.
     """
     top = max(_ephemeral_low() - count, 10001)
     for _ in range(200):
@@ -83,7 +84,7 @@ def free_ports(count: int = 1) -> int:
                 sock.close()
         _HANDED_OUT.extend(range(port, port + count))
         return port
-    raise SwtpmSetupError(f"no {count} free consecutive TCP ports found on {_HOST}")
+    raise TpmError(f"no {count} free consecutive TCP ports found on {_HOST}")
 
 
 def free_port_pair() -> int:
@@ -149,7 +150,7 @@ def ek_ca_bundle(localca_dir: str) -> bytes:
         certificate when there is one, PEM encoded.
 
     Raises:
-        SwtpmSetupError: If the local CA has not been created yet.
+        TpmError: If the local CA has not been created yet.
     """
     bundle = b""
     for name in (_ISSUER_CERT, _ROOT_CERT):
@@ -159,7 +160,7 @@ def ek_ca_bundle(localca_dir: str) -> bytes:
                 data = pem.read()
         except FileNotFoundError:
             if name == _ISSUER_CERT:
-                raise SwtpmSetupError(f"ek_ca_bundle: no local CA in {localca_dir}")
+                raise TpmError(f"ek_ca_bundle: no local CA in {localca_dir}")
             continue
         bundle += data if data.endswith(b"\n") else data + b"\n"
     return bundle

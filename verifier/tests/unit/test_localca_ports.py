@@ -1,4 +1,4 @@
-"""vtpm_manager.localca.free_ports: probed ports are not reserved, so the
+"""verifier.common.swtpm_localca.free_ports: probed ports are not reserved, so the
 same process must not hand out one it handed out a moment ago (the demo's
 registrar and a node agent were once given the same port)."""
 
@@ -9,7 +9,7 @@ from unittest import mock
 
 import testtools
 
-from vtpm_manager import localca
+from verifier.common import swtpm_localca as localca
 
 
 class FreePortsTest(testtools.TestCase):
