@@ -26,6 +26,7 @@ author = "Trusted Cloud developers"
 
 extensions = [
     "oslo_config.sphinxext",
+    "oslo_policy.sphinxext",
 ]
 
 # No external tool (graphviz, mermaid) is needed: diagrams are ASCII in
