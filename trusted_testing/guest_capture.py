@@ -8,14 +8,9 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from verifier.protocol.mb import MeasuredBootPolicy, secure_boot_state
-from verifier.protocol.mb.eventlog import (
-    EV_EFI_BOOT_SERVICES_APPLICATION,
-    EV_EFI_PLATFORM_FIRMWARE_BLOB,
-    EV_EFI_PLATFORM_FIRMWARE_BLOB2,
-    EV_S_CRTM_VERSION,
-    Event,
-)
+from verifier.protocol.mb import MeasuredBootPolicy
+from verifier.protocol.mb.eventlog import Event
+from verifier.protocol.mb.policy import policy_from_log
 
 _QUOTE_FIELDS = ("ak_public", "nonce", "attest", "signature")
 
@@ -103,25 +98,7 @@ class Capture:
 def measured_boot_reference(
     events: tuple[Event, ...] | list[Event],
 ) -> MeasuredBootPolicy:
-    """A measured-boot policy that pins what a known-good boot measured.
-
-    Args:
-        events: The known-good log's events.
-
-    Returns:
-        A policy allowing exactly its boot applications (OVMF measures the
-        kernel it loads as one) and firmware blobs, and its Secure Boot state.
-    """
-    firmware = {
-        EV_S_CRTM_VERSION,
-        EV_EFI_PLATFORM_FIRMWARE_BLOB,
-        EV_EFI_PLATFORM_FIRMWARE_BLOB2,
-    }
-    apps = frozenset(
-        e.digests["sha256"]
-        for e in events
-        if e.event_type == EV_EFI_BOOT_SERVICES_APPLICATION
-    )
-    blobs = frozenset(e.digests["sha256"] for e in events if e.event_type in firmware)
-    state = secure_boot_state(events)
-    return MeasuredBootPolicy(apps, blobs, None if state is None else state[1])
+    """A measured-boot policy that pins what a known-good boot measured:
+    the product's own :func:`verifier.protocol.mb.policy.policy_from_log`
+    (``trusted-tenant policy generate measured-boot --event-log``)."""
+    return policy_from_log(events)
