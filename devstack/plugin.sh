@@ -226,22 +226,57 @@ function _trusted_wait_for_port {
     done
 }
 
+# _trusted_install_unit service conf - the shipped unit of service
+# (etc/systemd/<service>.service) in TRUSTED_SYSTEMD_DIR, with a drop-in that
+# points it at this DevStack: its user, its scripts and configuration file,
+# and its data and configuration directories writable (the verifier writes
+# its event-signing key there)
+function _trusted_install_unit {
+    local service=$1 conf=$2
+    local unit=$TRUSTED_SYSTEMD_DIR/$service.service
+    local dropin
+    dropin=$(mktemp)
+    cat > "$dropin" <<UNIT
+[Service]
+User=$STACK_USER
+Group=$(id -gn "$STACK_USER")
+SupplementaryGroups=
+ExecStart=
+ExecStart=$TRUSTED_BIN_DIR/$service --config-file $conf
+ReadWritePaths=$TRUSTED_CLOUD_DATA_DIR $TRUSTED_CLOUD_CONF_DIR
+UNIT
+    sudo install -m 644 "$TRUSTED_CLOUD_DIR/etc/systemd/$service.service" "$unit"
+    sudo install -d -m 755 "$unit.d"
+    sudo install -m 644 "$dropin" "$unit.d/devstack.conf"
+    rm -f "$dropin"
+}
+
+# _trusted_start service conf - run the service: under its shipped unit
+# (TRUSTED_SYSTEMD_UNITS=True) or DevStack's devstack@ unit (run_process)
+function _trusted_start {
+    local service=$1 conf=$2
+    if [[ "$TRUSTED_SYSTEMD_UNITS" == "True" ]]; then
+        _trusted_install_unit "$service" "$conf"
+        sudo systemctl daemon-reload
+        sudo systemctl enable --now "$service.service"
+    else
+        run_process "$service" "$TRUSTED_BIN_DIR/$service --config-file $conf"
+    fi
+}
+
 # start_trusted_cloud - the registrar first (the verifier and the agent call
 # it), then the verifier, then the agent
 function start_trusted_cloud {
     if is_service_enabled trusted-registrar; then
-        run_process trusted-registrar \
-            "$TRUSTED_BIN_DIR/trusted-registrar --config-file $TRUSTED_REGISTRAR_CONF"
+        _trusted_start trusted-registrar "$TRUSTED_REGISTRAR_CONF"
         _trusted_wait_for_port "$TRUSTED_REGISTRAR_HOST" "$TRUSTED_REGISTRAR_PORT"
     fi
     if is_service_enabled trusted-verifier; then
-        run_process trusted-verifier \
-            "$TRUSTED_BIN_DIR/trusted-verifier --config-file $TRUSTED_VERIFIER_CONF"
+        _trusted_start trusted-verifier "$TRUSTED_VERIFIER_CONF"
         _trusted_wait_for_port "$TRUSTED_VERIFIER_HOST" "$TRUSTED_VERIFIER_PORT"
     fi
     if is_service_enabled trusted-agent; then
-        run_process trusted-agent \
-            "$TRUSTED_BIN_DIR/trusted-agent --config-file $TRUSTED_AGENT_CONF"
+        _trusted_start trusted-agent "$TRUSTED_AGENT_CONF"
     fi
 }
 
@@ -249,7 +284,12 @@ function start_trusted_cloud {
 function stop_trusted_cloud {
     local service
     for service in trusted-agent trusted-verifier trusted-registrar; do
-        if is_service_enabled "$service"; then
+        if ! is_service_enabled "$service"; then
+            continue
+        fi
+        if [[ "$TRUSTED_SYSTEMD_UNITS" == "True" ]]; then
+            sudo systemctl stop "$service.service"
+        else
             stop_process "$service"
         fi
     done
@@ -258,6 +298,17 @@ function stop_trusted_cloud {
 # cleanup_trusted_cloud - configuration, keys, certificates and databases
 function cleanup_trusted_cloud {
     sudo rm -rf "$TRUSTED_CLOUD_CONF_DIR" "$TRUSTED_CLOUD_DATA_DIR"
+    if [[ "$TRUSTED_SYSTEMD_UNITS" == "True" ]]; then
+        local service
+        for service in trusted-agent trusted-verifier trusted-registrar; do
+            if [[ -e "$TRUSTED_SYSTEMD_DIR/$service.service" ]]; then
+                sudo systemctl disable "$service.service"
+                sudo rm -rf "$TRUSTED_SYSTEMD_DIR/$service.service" \
+                    "$TRUSTED_SYSTEMD_DIR/$service.service.d"
+            fi
+        done
+        sudo systemctl daemon-reload
+    fi
 }
 
 if is_service_enabled trusted-registrar trusted-verifier trusted-agent; then

@@ -154,3 +154,33 @@ function get_or_create_endpoint {
 function configure_keystone_authtoken_middleware {
     _fake_record configure_keystone_authtoken_middleware "$@"
 }
+
+# systemctl (TRUSTED_SYSTEMD_UNITS=True): recorded; "enable --now" and
+# "start" of a service named in $FAKE_DEVSTACK_RUN really start the command
+# line of the unit's last ExecStart= (its drop-ins' included, as systemd
+# reads them) like run_process, and "stop" stops it like stop_process.
+function systemctl {
+    _fake_record systemctl "$@"
+    local unit=${*: -1}
+    local service=${unit%.service}
+    case "$1" in
+        start | enable)
+            if [[ "$1" == enable && "$2" != --now ]]; then
+                return 0
+            fi
+            if [[ ",${FAKE_DEVSTACK_RUN:-}," == *",${service},"* ]]; then
+                local command
+                command=$(cat "$TRUSTED_SYSTEMD_DIR/$unit" \
+                    "$TRUSTED_SYSTEMD_DIR/$unit.d/"*.conf 2>/dev/null \
+                    | sed -n 's/^ExecStart=\(..*\)$/\1/p' | tail -1)
+                mkdir -p "$FAKE_DEVSTACK_DIR/pids"
+                # shellcheck disable=SC2086
+                setsid $command > "$FAKE_DEVSTACK_DIR/$service.log" 2>&1 &
+                echo $! > "$FAKE_DEVSTACK_DIR/pids/$service"
+            fi
+            ;;
+        stop)
+            stop_process "$service"
+            ;;
+    esac
+}

@@ -146,7 +146,13 @@ class Verifier:
         self.policies = policies or PolicyStore(engine, clock=clock, quotas=quotas)
         self.nodes = LiveNodes(store)
         self.write_behind = WriteBehind(store, self.nodes)
-        self.pump = OutboxPump(outbox, self._ownership.owns, settings.outbox_interval)
+        self.pump = OutboxPump(
+            outbox,
+            self._ownership.owns,
+            settings.outbox_interval,
+            settings.event_retention_days,
+            clock,
+        )
         self.log = LogReader(engine)
         self.log_pump = LogPump(
             LogSequencer(engine, signing_key, clock),

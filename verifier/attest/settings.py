@@ -54,6 +54,8 @@ class VerifierSettings:
             passes (a committed change wakes it at once).
         log_retention_days: the log's entries older than this lose their
             bodies (0: kept for ever).
+        event_retention_days: delivered events older than this are
+            deleted from the outbox (0: kept for ever).
 
     Raises:
         ValueError: an unknown ``unreachable_action``.
@@ -71,6 +73,7 @@ class VerifierSettings:
     trust_window: float | None = None
     log_interval: float = 1.0
     log_retention_days: float = 0.0
+    event_retention_days: float = 0.0
 
     def __post_init__(self) -> None:
         try:
@@ -122,6 +125,7 @@ class VerifierSettings:
             trust_window=group.trust_window or None,
             log_interval=group.log_interval,
             log_retention_days=group.log_retention_days,
+            event_retention_days=group.event_retention_days,
             push_rules=PushRules(
                 challenge_ttl=push.challenge_ttl,
                 min_gap=push.min_interval,

@@ -244,6 +244,16 @@ _OPTS = [
         "starts after them (its complete_from says where). 0 keeps every "
         "entry for ever.",
     ),
+    cfg.IntOpt(
+        "event_retention_days",
+        default=0,
+        min=0,
+        help="Days the events table (GET /v1/events, the outbox of "
+        "revocation and other signed events) keeps a delivered event; "
+        "older delivered events are deleted once an hour. An event not yet "
+        "delivered to every notifier is never deleted. 0 keeps every event "
+        "for ever.",
+    ),
     cfg.FloatOpt(
         "log_interval",
         default=1.0,

@@ -215,6 +215,19 @@ class Outbox:
             return "; ".join(errors)
         return None
 
+    def prune(self, before: float) -> int:
+        """Delete the delivered events created before ``before`` (event
+        retention); an undelivered event stays whatever its age. Returns
+        how many were deleted."""
+        with Session(self._engine) as session, session.begin():
+            result = session.execute(
+                sa.delete(OutboxEvent).where(
+                    OutboxEvent.delivered_at.is_not(None),
+                    OutboxEvent.created_at < before,
+                )
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
     def backlog(self) -> tuple[int, float | None]:
         """How many events are undelivered, and when the oldest of them was
         created (None: none is)."""

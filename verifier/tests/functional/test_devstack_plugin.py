@@ -37,6 +37,7 @@ from trusted_testing.cluster import free_port
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 DEVSTACK = os.path.join(REPO, "devstack")
+SYSTEMD = os.path.join(REPO, "etc", "systemd")
 BIN = os.path.dirname(sys.executable)
 
 # What the fake does for a phase; "$0" and "$1" are the files to source.
@@ -467,6 +468,77 @@ class DevstackServicesTest(_PluginTestCase):
         self.assertFalse(_listening(ds.registrar_port))
         self.assertFalse(_listening(ds.verifier_port))
         self.assertFalse(_listening(ds.push_port))
+
+    def test_shipped_systemd_units_run_the_services(self) -> None:
+        # TRUSTED_SYSTEMD_UNITS=True: the shipped units (etc/systemd) with a
+        # drop-in, enabled and started with systemctl instead of run_process
+        ds = self.devstack(NO_KEYSTONE)
+        units = os.path.join(ds.root, "systemd")
+        os.makedirs(units)
+        ds.env.update(TRUSTED_SYSTEMD_UNITS="True", TRUSTED_SYSTEMD_DIR=units)
+        ds.stack("post-config")
+        calls = ds.phase("stack", "extra")
+        self.assertEqual([], _calls(calls, "run_process"))
+        self.assertEqual(
+            [
+                ["daemon-reload"],
+                ["enable", "--now", "trusted-registrar.service"],
+                ["daemon-reload"],
+                ["enable", "--now", "trusted-verifier.service"],
+            ],
+            _calls(calls, "systemctl"),
+        )
+        for service in ("trusted-registrar", "trusted-verifier"):
+            unit = os.path.join(units, f"{service}.service")
+            with (
+                open(unit) as f,
+                open(os.path.join(SYSTEMD, f"{service}.service")) as g,
+            ):
+                self.assertEqual(g.read(), f.read())  # the shipped unit, as is
+            with open(os.path.join(f"{unit}.d", "devstack.conf")) as f:
+                dropin = f.read()
+            conf = ds.conf(service.replace("trusted-", "") + ".conf")
+            self.assertIn(
+                f"ExecStart=\nExecStart={BIN}/{service} --config-file {conf}\n",
+                dropin,
+            )
+            self.assertIn(f"User={getpass.getuser()}\n", dropin)
+            # the real systemd-analyze takes the unit and its drop-in
+            verify = subprocess.run(
+                ["systemd-analyze", "verify", "--man=no", unit],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            self.assertEqual(
+                (0, ""), (verify.returncode, verify.stdout + verify.stderr), unit
+            )
+        # the unit's command line (the drop-in's) is what runs: the verifier
+        # answers the tenant over mTLS
+        url = f"https://127.0.0.1:{ds.verifier_port}/v1/nodes"
+        tenant = (
+            os.path.join(ds.pki, "tenant.pem"),
+            os.path.join(ds.pki, "tenant-key.pem"),
+        )
+        ca = os.path.join(ds.pki, "ca.pem")
+        self.assertEqual(
+            200, requests.get(url, cert=tenant, verify=ca, timeout=10).status_code
+        )
+
+        calls = ds.phase("unstack")
+        self.assertEqual(
+            [
+                ["stop", "trusted-verifier.service"],
+                ["stop", "trusted-registrar.service"],
+            ],
+            _calls(calls, "systemctl"),
+        )
+        self.assertFalse(_listening(ds.verifier_port))
+        calls = ds.phase("clean")
+        self.assertIn(
+            ["disable", "trusted-verifier.service"], _calls(calls, "systemctl")
+        )
+        self.assertEqual([], os.listdir(units))
 
     def test_test_config_gives_the_tenant_cli_its_environment(self) -> None:
         # no Keystone here: the verifier takes the tenant certificate (noauth)

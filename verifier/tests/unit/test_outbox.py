@@ -218,3 +218,53 @@ class OutboxTest(testtools.TestCase):
         self.assertEqual(1, outbox.dispatch_once())
         self.assertEqual(1, len(good.events))
         self.assertEqual(3, len(flaky.events))
+
+
+class EventRetentionTest(OutboxTest):
+    """``[verifier] event_retention_days``: delivered events past it go;
+    undelivered ones stay whatever their age."""
+
+    def test_prune_deletes_only_delivered_events_older_than_the_cut(self) -> None:
+        old_delivered = self.add_event(self.node_a)
+        old_pending = self.add_event(self.node_b)
+        cut = self.clock.now + 0.5
+        young_delivered = self.add_event(self.node_a)
+        with Session(self.engine) as session, session.begin():
+            for signed in (old_delivered, young_delivered):
+                row = session.get(OutboxEvent, signed.event.id)
+                assert row is not None
+                row.delivered_at = self.clock.now
+        outbox = Outbox(self.engine, [], clock=self.clock)
+        self.assertEqual(1, outbox.prune(cut))
+        self.assertEqual(
+            {old_pending.event.id, young_delivered.event.id}, set(self.rows())
+        )
+        self.assertEqual(0, outbox.prune(cut))  # nothing left to delete
+
+    def test_pump_prunes_at_most_hourly_and_never_without_retention(self) -> None:
+        from verifier.attest.delivery import PRUNE_EVERY, OutboxPump
+
+        outbox = Outbox(self.engine, [self.notifier("a")], clock=self.clock)
+        self.add_event(self.node_a)
+        self.add_event(self.node_b)
+        outbox.dispatch_once()  # both delivered
+        now = [self.clock.now]
+        day = 86400.0
+        kept = OutboxPump(outbox, lambda _: True, 0.1, 0, lambda: now[0])
+        pump = OutboxPump(outbox, lambda _: True, 0.1, 30, lambda: now[0])
+        now[0] += 29 * day
+        self.assertEqual(0, pump.prune_if_due())  # younger than 30 days
+        self.assertEqual(2, len(self.rows()))
+        now[0] += 2 * day
+        self.assertEqual(0, kept.prune_if_due())  # 0: kept for ever
+        self.assertEqual(2, len(self.rows()))
+        self.assertEqual(2, pump.prune_if_due())
+        self.assertEqual({}, self.rows())
+        self.add_event(self.node_a)  # as old, delivered after the last pass
+        outbox.dispatch_once()
+        now[0] += PRUNE_EVERY - 1  # the last pass was under an hour ago
+        self.assertEqual(0, pump.prune_if_due())
+        self.assertEqual(1, len(self.rows()))
+        now[0] += 1
+        self.assertEqual(1, pump.prune_if_due())
+        self.assertEqual({}, self.rows())
