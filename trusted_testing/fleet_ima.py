@@ -23,7 +23,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
-from trusted_testing.ima import boot_aggregate_entry, make_entry
+from node_agent.trial.ima import boot_aggregate_entry, make_entry
 from verifier.protocol.ima.log import IMA_PCR
 from verifier.protocol.messages.quote import ImaPart
 

@@ -132,7 +132,7 @@ def _ima_evidence(data: bytes) -> object:
 
 
 def _ima_seeds() -> list[bytes]:
-    from trusted_testing.ima import make_entry, to_ascii, to_binary
+    from node_agent.trial.ima import make_entry, to_ascii, to_binary
 
     entries = [make_entry("/bin/sh", b"/bin/sh"), make_entry("/usr/bin/x", b"x")]
     return [to_ascii(entries).encode(), to_binary(entries)]
@@ -169,7 +169,7 @@ def _event_log(data: bytes) -> object:
 
 
 def _event_log_seeds() -> list[bytes]:
-    from trusted_testing.eventlog import LegacyLogWriter, sample_log
+    from node_agent.trial.eventlog import LegacyLogWriter, sample_log
     from verifier.protocol.mb import eventlog as ev
 
     legacy = LegacyLogWriter().add(0, ev.EV_S_CRTM_VERSION, b"1\x00")

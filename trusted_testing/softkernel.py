@@ -15,8 +15,8 @@ import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 
-from trusted_testing.eventlog import sample_log
-from trusted_testing.ima import boot_aggregate_entry, make_entry
+from node_agent.trial.eventlog import sample_log
+from node_agent.trial.ima import boot_aggregate_entry, make_entry
 from verifier.protocol.ima import ImaEntry
 from verifier.protocol.mb import parse
 from verifier.protocol.mb.eventlog import EV_NO_ACTION

@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
-from trusted_testing.ima import (  # noqa: E402
+from node_agent.trial.ima import (  # noqa: E402
     boot_aggregate_entry,
     make_entry,
     pcr_values,

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 import sqlalchemy as sa  # noqa: E402
 
-from trusted_testing.ima import make_entry  # noqa: E402
+from node_agent.trial.ima import make_entry  # noqa: E402
 from verifier.attest.policies import PolicyStore  # noqa: E402
 from verifier.db import StoredPolicy, make_engine, upgrade  # noqa: E402
 from verifier.protocol.ima import RuntimePolicy, evaluate  # noqa: E402

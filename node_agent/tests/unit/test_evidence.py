@@ -10,7 +10,7 @@ import tempfile
 import testtools
 
 from node_agent.evidence import EvidenceReader, ImaLogReader
-from trusted_testing.ima import make_entry, to_ascii, to_binary
+from node_agent.trial.ima import make_entry, to_ascii, to_binary
 from trusted_testing.softtpm import SoftTpm
 from verifier.protocol.evidence import ima_evidence
 from verifier.protocol.messages.quote import ImaPart, QuoteAnswer

@@ -29,6 +29,8 @@ import tempfile
 
 import testtools
 
+from trusted_testing.docpages import bash_blocks
+
 ROOT = os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 )
@@ -41,27 +43,6 @@ TIMEOUT = 1500
 _NOT_COPIED = shutil.ignore_patterns(
     ".venv", ".stestr", ".demo", "build", "*.egg-info", "__pycache__", ".tox"
 )
-
-
-def bash_blocks(text: str) -> list[str]:
-    """The page's ``.. code-block:: bash`` blocks, dedented, in order."""
-    blocks: list[str] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        if lines[i].strip() != ".. code-block:: bash":
-            i += 1
-            continue
-        indent = len(lines[i]) - len(lines[i].lstrip()) + 3
-        i += 1
-        body: list[str] = []
-        while i < len(lines) and (
-            not lines[i].strip() or lines[i].startswith(" " * indent)
-        ):
-            body.append(lines[i][indent:])
-            i += 1
-        blocks.append("\n".join(body).strip("\n"))
-    return blocks
 
 
 def _apt_packages() -> set[str]:

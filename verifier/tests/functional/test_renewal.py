@@ -24,25 +24,15 @@ from cryptography import x509
 
 from trusted_testing.cluster import PCR, wait_until
 from trusted_testing.cluster_case import ClusterTestCase
+from trusted_testing.docpages import named_block
 from verifier.protocol import PcrPolicy
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-PAGE = os.path.join(REPO, "doc", "source", "admin", "renewal.rst")
 PAYLOAD = b"#!/bin/sh\necho renewed\n"
 
 
 def page_block(name: str) -> list[str]:
     """The command lines of the page's ``code-block`` named ``name``."""
-    with open(PAGE, encoding="utf-8") as f:
-        page = f.read()
-    found = re.search(
-        rf"\.\. code-block:: console\n   :name: {re.escape(name)}\n\n"
-        r"((?:    .*\n|\n)+)",
-        page,
-    )
-    if found is None:
-        raise AssertionError(f"{PAGE}: no code block named {name}")
-    return [line[4:] for line in found.group(1).splitlines() if line.strip()]
+    return named_block("admin/renewal.rst", name)
 
 
 def served_serial(port: int) -> int:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import hashlib
 import time
 
+from node_agent.trial.eventlog import sample_log
 from nova_plugin.exceptions import AttestationFailedError, ServiceError
 from trusted_testing.cluster import NodeHandle, wait_until
 from trusted_testing.cluster_case import ClusterTestCase
-from trusted_testing.eventlog import sample_log
 from trusted_testing.softkernel import BOOTLOADER, KERNEL, SoftKernel
 from verifier.common.tpm import Tpm
 from verifier.protocol import PcrPolicy

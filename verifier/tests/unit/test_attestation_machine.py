@@ -23,8 +23,8 @@ import hypothesis
 import testtools
 from hypothesis import strategies as st
 
-from trusted_testing.eventlog import sample_log
-from trusted_testing.ima import boot_aggregate_entry, make_entry, pcr_values, to_ascii
+from node_agent.trial.eventlog import sample_log
+from node_agent.trial.ima import boot_aggregate_entry, make_entry, pcr_values, to_ascii
 from trusted_testing.softtpm import SoftTpm
 from verifier.protocol import (
     AttestationKey,

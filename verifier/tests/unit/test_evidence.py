@@ -8,8 +8,8 @@ import hashlib
 
 import testtools
 
-from trusted_testing.eventlog import sample_log
-from trusted_testing.ima import (
+from node_agent.trial.eventlog import sample_log
+from node_agent.trial.ima import (
     boot_aggregate_entry,
     make_entry,
     pcr_values,

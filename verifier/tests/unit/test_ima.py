@@ -7,7 +7,7 @@ import testtools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trusted_testing.ima import (
+from node_agent.trial.ima import (
     boot_aggregate_entry,
     make_entry,
     pcr_values,

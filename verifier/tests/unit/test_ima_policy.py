@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
-from trusted_testing.ima import boot_aggregate_entry, make_entry
+from node_agent.trial.ima import boot_aggregate_entry, make_entry
 from verifier.protocol import EvidenceError, MalformedError
 from verifier.protocol.ima import (
     ImaKey,

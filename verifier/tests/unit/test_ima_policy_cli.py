@@ -13,7 +13,7 @@ import testtools
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from trusted_testing.ima import (
+from node_agent.trial.ima import (
     boot_aggregate_entry,
     make_entry,
     to_ascii,

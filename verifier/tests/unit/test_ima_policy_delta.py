@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
-from trusted_testing.ima import boot_aggregate_entry, make_entry
+from node_agent.trial.ima import boot_aggregate_entry, make_entry
 from verifier.protocol import EvidenceError, MalformedError
 from verifier.protocol.ima import (
     ImaEntry,

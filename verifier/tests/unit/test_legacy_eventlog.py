@@ -9,7 +9,7 @@ import struct
 
 import testtools
 
-from trusted_testing.eventlog import LegacyLogWriter, LogWriter
+from node_agent.trial.eventlog import LegacyLogWriter, LogWriter
 from verifier.protocol import EvidenceError, MalformedError
 from verifier.protocol.evidence import check_measured_boot
 from verifier.protocol.mb import eventlog as ev

@@ -14,7 +14,7 @@ import testtools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trusted_testing.eventlog import (
+from node_agent.trial.eventlog import (
     LogWriter,
     efi_variable_data,
     sample_log,

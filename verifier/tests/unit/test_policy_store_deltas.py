@@ -12,7 +12,7 @@ import fixtures
 import testtools
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from trusted_testing.ima import make_entry
+from node_agent.trial.ima import make_entry
 from verifier.attest.policies import PolicyStore
 from verifier.attest.quotas import Quotas
 from verifier.db import make_engine, upgrade
