@@ -67,7 +67,9 @@ class RegisterWithRetryTest(testtools.TestCase):
         self.retry(agent)
         lines = self.warnings()
         self.assertEqual(30, len(lines), self.logs.output)
-        for attempt, (line, delay) in enumerate(zip(lines, self.sleeps, strict=True), 1):
+        for attempt, (line, delay) in enumerate(
+            zip(lines, self.sleeps, strict=True), 1
+        ):
             self.assertIn(f"(attempt {attempt}, ", line)
             self.assertIn("registrar unreachable", line)
             self.assertIn(f"next attempt in {delay:.0f} s", line)
