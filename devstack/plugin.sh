@@ -29,6 +29,10 @@ function install_trusted_cloud {
         extras+=",agent"
     fi
     setup_develop "$TRUSTED_CLOUD_DIR" "$extras"
+    # configure_keystone_authtoken_middleware sets memcached_servers: its
+    # client library, which the server extra does not bring (without it
+    # the services refuse to start: doc/source/admin/tenancy.rst)
+    pip_install python-memcached
 }
 
 # _trusted_cloud_pki - the operator CA and one mTLS certificate per party

@@ -16,9 +16,13 @@ log shows the tenant):
 * registrar unreachable or answering 5xx, the TPM missing or failing
   (a vTPM that comes late), or the registrar refusing (it may be
   reconfigured, e.g. given the EK anchors, or a stale registration
-  deleted): retried for as long as the agent runs, with a backoff capped at
-  :data:`BACKOFF_MAX` seconds; each new reason is logged once, the same
-  reason again at most every :data:`REPEAT_LOG` seconds;
+  deleted): retried for as long as the agent runs (documented forever),
+  with a backoff capped at :data:`BACKOFF_MAX` seconds; each failed attempt
+  is logged with its number, its cause and when the next one comes;
+* a TCTI that cannot be loaded (a typo in the module name before ``:`` or
+  in its options): a configuration error, as above (:mod:`node_agent.tcti`);
+  a TPM that does not answer yet is retried as the registrar is. tpm2-tss's
+  own ``ERROR`` lines are kept off the terminal (``TSS2_LOG``);
 * a payload that does not decrypt or unpack: the share that completed the
   pair is refused (the tenant or the verifier sees the code), nothing runs,
   and ``GET /v1/status`` keeps the reason (``last_error``).
@@ -51,6 +55,7 @@ from node_agent.exceptions import (
     TpmError,
 )
 from node_agent.server import make_app
+from node_agent.tcti import check_tcti, quiet_tss_log
 from verifier.common import (
     config,
     conventions,
@@ -59,14 +64,15 @@ from verifier.common import (
     version,
     web_runner,
 )
+from verifier.common.errors import TctiConfigError
 from verifier.protocol import MalformedError
 from verifier.protocol.attestation import AttestationMode
 from verifier.protocol.messages.abe import AbeKeyDelivery
 
 LOG = logging.getLogger(__name__)
+#: Seconds before the second attempt to register, and the most between
+#: two attempts (each failed attempt is logged: a line at least this often).
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
-#: Seconds between two log lines for the same, still failing, reason.
-REPEAT_LOG = 600.0
 
 
 def tpm_hint(tcti: str) -> str:
@@ -97,39 +103,48 @@ async def register_with_retry(
 ) -> None:
     """Register and activate, retrying with a capped backoff until it works.
 
+    Every failed attempt is logged (WARNING) with its number, its cause and
+    when the next one comes: a line at least every :data:`BACKOFF_MAX`
+    seconds for as long as the cause lasts.
+
     Args:
         agent: the agent.
         sleep: waits between attempts (tests pass a recorder).
-        clock: seconds, for spacing repeated log lines.
+        clock: seconds since some start, for the time the first attempt
+            failed (logged with the later ones).
         hint: a clearer reason for TPM errors (e.g. no device), or ''.
 
     Raises:
-        BootstrapError: the registrar or its CA is not configured.
+        BootstrapError: the registrar or its CA is not configured, or the
+            TCTI cannot be loaded (:class:`TctiConfigError`).
     """
-    delay, attempt = BACKOFF_FIRST, 0
-    last_reason, last_logged = "", 0.0
+    delay, attempt, first_failure = BACKOFF_FIRST, 0, 0.0
     while True:
         attempt += 1
         try:
             await agent.register()
             break
+        except TctiConfigError as exc:
+            raise BootstrapError(str(exc)) from exc
         except (RegistrationError, TpmError) as exc:
             reason = _reason(exc, hint())
         # Logged outside the except block: oslo.log would append the
         # exception a second time.
-        now = clock()
-        if reason != last_reason or now - last_logged >= REPEAT_LOG:
-            LOG.warning(
-                "registration of node %s failed (attempt %d): %s; retrying "
-                "with backoff up to %.0f s",
-                agent.uuid,
-                attempt,
-                reason,
-                BACKOFF_MAX,
-            )
-            last_reason, last_logged = reason, now
+        if attempt == 1:
+            first_failure = clock()
+        LOG.warning(
+            "registration of node %s failed (attempt %d, failing for %.0f s): "
+            "%s; next attempt in %.0f s",
+            agent.uuid,
+            attempt,
+            clock() - first_failure,
+            reason,
+            delay,
+        )
         await sleep(delay)
         delay = min(delay * 2, BACKOFF_MAX)
+    if attempt > 1:
+        LOG.info("registration of node %s succeeded at attempt %d", agent.uuid, attempt)
     LOG.info("registered and activated AK for node %s", agent.uuid)
 
 
@@ -266,6 +281,7 @@ def _start(conf: cfg.ConfigOpts) -> Agent:
         BootstrapError: not configured (see :func:`main`).
         MalformedError: ``uuid`` is not a UUID.
     """
+    check_tcti(conf.agent.tcti)
     agent = Agent.from_conf(conf)
     if not agent.registrar_url:
         where = conf.agent.bootstrap_file or "no bootstrap file"
@@ -308,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         other failure.
     """
     version.exit_if_asked(argv, "trusted-agent")
+    quiet_tss_log()
     conf = cfg.ConfigOpts()
     agent_conf.register_opts(conf)
     log.register_options(conf)

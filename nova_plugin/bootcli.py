@@ -146,13 +146,13 @@ def _policy_arguments(ours: Group) -> None:
         "--runtime-policy",
         metavar="<name>",
         help="a runtime (IMA) policy stored with the verifier ('trusted-tenant "
-        "policy add runtime'): every quote's IMA list is checked against it",
+        "policy add'): every quote's IMA list is checked against it",
     )
     ours.add_argument(
         "--mb-policy",
         metavar="<name>",
         help="a measured-boot policy stored with the verifier ('trusted-tenant "
-        "policy add measured-boot'): every quote's boot event log is checked",
+        "policy add --kind measured-boot'): every quote's boot event log is checked",
     )
 
 

@@ -198,6 +198,15 @@ class Keystone:
             raise RuntimeError(f"token for {user}@{project}: HTTP {status}")
         return headers["X-Subject-Token"]
 
+    def revoke_token(self, token: str) -> None:
+        """Revoke ``token`` (``DELETE /v3/auth/tokens``, as the admin)."""
+        req = urllib.request.Request(self.url + "/auth/tokens", method="DELETE")
+        req.add_header("X-Auth-Token", self.admin_token())
+        req.add_header("X-Subject-Token", token)
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            if resp.status != 204:
+                raise RuntimeError(f"revoke token: HTTP {resp.status}")
+
     def admin_token(self) -> str:
         if self._admin_token is None:
             self._admin_token = self.token("admin", ADMIN_PASSWORD, "admin")

@@ -15,11 +15,20 @@ client's request are passed in, so a client cannot forge identity headers.
 bad token (401) or answers 503 when it cannot ask Keystone; the adapter
 reads that status and the API answers with its own JSON body (``401
 unauthorized`` with ``WWW-Authenticate``, or ``503 auth_unavailable``).
+
+A Keystone that accepts connections and never answers would hold each
+request for ever with keystonemiddleware's own defaults (no timeout):
+:data:`MIDDLEWARE_DEFAULTS` gives each request to Keystone
+``http_connect_timeout`` seconds and ``http_request_max_retries`` more
+tries, so that a hung Keystone answers ``503 auth_unavailable`` within
+about (retries + 1) x timeout seconds (21 s with the defaults; half a
+second between the tries).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import io
 import json
 import logging
@@ -32,9 +41,15 @@ from oslo_config import cfg
 from oslo_context import context
 
 from verifier.common import conventions
-from verifier.exceptions import RequestError, VerifierError
+from verifier.exceptions import ConfigError, RequestError, VerifierError
 
-__all__ = ["KeystoneAuthenticator", "KeystoneContext", "register_opts"]
+__all__ = [
+    "MIDDLEWARE_DEFAULTS",
+    "KeystoneAuthenticator",
+    "KeystoneContext",
+    "register_opts",
+    "set_middleware_defaults",
+]
 
 _TOKEN_HEADERS = {"X-Auth-Token": "HTTP_X_AUTH_TOKEN",
                   "X-Service-Token": "HTTP_X_SERVICE_TOKEN"}  # fmt: skip
@@ -42,11 +57,33 @@ _StartResponse = Callable[..., Any]
 LOG = logging.getLogger(__name__)
 
 
+#: Our defaults for keystonemiddleware's options (``[keystone_authtoken]``):
+#: seconds for each request to Keystone (its own default: none, wait for
+#: ever) and how many more tries a request that times out gets.
+MIDDLEWARE_DEFAULTS: dict[str, int] = {
+    "http_connect_timeout": 10,
+    "http_request_max_retries": 1,
+}
+_GROUP = "keystone_authtoken"
+
+
 def register_opts(conf: cfg.ConfigOpts) -> None:
     """Register ``[keystone_authtoken]`` (and the auth plugin's options)
-    on ``conf`` as keystonemiddleware does for its services."""
+    on ``conf`` as keystonemiddleware does for its services, with
+    :data:`MIDDLEWARE_DEFAULTS`."""
     for group, opts in auth_token.list_opts():
         conf.register_opts(opts, group=group)
+    for name, value in MIDDLEWARE_DEFAULTS.items():
+        conf.set_default(name, value, group=_GROUP)
+
+
+def set_middleware_defaults() -> None:
+    """:data:`MIDDLEWARE_DEFAULTS` on keystonemiddleware's own option
+    objects: the ``oslo.config.opts.defaults`` hook, so that the sample
+    configurations that ``oslo-config-generator`` writes show them."""
+    from keystonemiddleware.auth_token import _opts
+
+    cfg.set_defaults(_opts._OPTS, **MIDDLEWARE_DEFAULTS)
 
 
 class _KeystoneUnavailableError(VerifierError):
@@ -73,14 +110,46 @@ def _inner(environ: dict[str, Any], start_response: _StartResponse) -> Iterable[
     return [b""]
 
 
+def _check_token_cache(group: Any) -> None:
+    """A shared token cache whose client library is not installed fails
+    every request (HTTP 500, keystonemiddleware imports it at the first
+    token): a configuration error at start instead.
+
+    Raises:
+        ConfigError: ``memcached_servers`` is set and the module that
+            keystonemiddleware needs for it is not installed.
+    """
+    if not group.memcached_servers:
+        return
+    if group.memcache_sasl_enabled:
+        needed = {"bmemcached": "python-binary-memcached"}
+    else:
+        needed = {"memcache": "python-memcached"}
+        if group.memcache_use_advanced_pool:
+            needed["oslo_cache"] = "oslo.cache"
+    for module, package in needed.items():
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(
+                f"[keystone_authtoken] memcached_servers needs the {package} "
+                f"package, which is not installed (pip install {package}), "
+                "or leave memcached_servers unset for the in-process token "
+                "cache"
+            )
+
+
 class KeystoneAuthenticator:
     """Validates Keystone tokens with keystonemiddleware's ``auth_token``.
 
     Args:
         conf: the service configuration with ``[keystone_authtoken]``.
+
+    Raises:
+        ConfigError: ``memcached_servers`` without its client library.
     """
 
     def __init__(self, conf: cfg.ConfigOpts) -> None:
+        register_opts(conf)
+        _check_token_cache(conf.keystone_authtoken)
         self._middleware = auth_token.AuthProtocol(
             _inner, {"oslo_config_config": conf, "delay_auth_decision": False}
         )

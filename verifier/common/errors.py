@@ -12,6 +12,7 @@ __all__ = [
     "ConflictError",
     "NotFoundError",
     "RequestError",
+    "TctiConfigError",
     "TpmError",
     "TransportError",
     "unknown_node",
@@ -74,3 +75,9 @@ class TpmError(CommonError):
 
     The message names the failed operation and the underlying cause.
     """
+
+
+class TctiConfigError(TpmError):
+    """The TCTI string names no loadable TCTI module or a configuration
+    that module rejects (``swtmp:...``, ``swtpm:prt=2321``): no retry can
+    help, unlike a TPM that does not answer yet."""

@@ -44,7 +44,7 @@ from verifier.common import _http11
 from verifier.common._http11 import HttpFramingError, Origin, Response, ResponseParser
 from verifier.common._http_pool import Pool
 from verifier.common.errors import TransportError
-from verifier.common.tls import PinMismatchError, check_pin
+from verifier.common.tls import PinMismatchError, check_pin, refusal_hint
 
 __all__ = [
     "MAX_ANSWER",
@@ -244,10 +244,13 @@ class _ClientBase:
                 data = None
         return Answer(response.status, response.headers, body, data)
 
-    @staticmethod
-    def _failure(method: str, url: str, exc: BaseException) -> TransportError:
+    def _failure(self, method: str, url: str, exc: BaseException) -> TransportError:
         where = url.split("?", 1)[0][:200]
-        return TransportError(f"{method} {where}: {_describe(exc)}")
+        reason = _describe(exc)
+        hint = refusal_hint(self._context, exc) if url.startswith("https:") else ""
+        if hint:  # TLS 1.3: a refused certificate shows as a reset or an alert
+            reason = f"{hint} ({reason})"
+        return TransportError(f"{method} {where}: {reason}")
 
 
 class AsyncClient(_ClientBase):

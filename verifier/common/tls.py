@@ -18,7 +18,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from verifier.common._tls_watch import log_refusals, warn_if_expiring
+from verifier.common._tls_watch import (
+    log_refusals,
+    refusal_hint,
+    remember_client_certificate,
+    warn_if_expiring,
+)
 from verifier.common.errors import CommonError
 
 __all__ = [
@@ -29,6 +34,7 @@ __all__ = [
     "pinned_der",
     "pinning_client_context",
     "private_pem",
+    "refusal_hint",
     "self_signed_builder",
     "self_signed_certificate",
     "server_context",
@@ -117,6 +123,7 @@ def client_context(
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if cert_file:
         ctx.load_cert_chain(cert_file, key_file)
+        remember_client_certificate(ctx, cert_file)
     return ctx
 
 
@@ -128,6 +135,7 @@ def pinned_client_context(
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.check_hostname = False  # the certificate itself is pinned
     ctx.load_cert_chain(cert_file, key_file)
+    remember_client_certificate(ctx, cert_file)
     return ctx
 
 
@@ -169,6 +177,7 @@ def pinning_client_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE  # pinned below, by exact DER comparison
     ctx.load_cert_chain(cert_file, key_file)
+    remember_client_certificate(ctx, cert_file)
     return ctx
 
 

@@ -40,9 +40,10 @@ from tpm2_pytss import (
     TPMU_HA,
     TSS2_Exception,
 )
+from tpm2_pytss.constants import TSS2_RC
 from tpm2_pytss.utils import NoSuchIndex, NVReadEK, create_ek_template
 
-from verifier.common.errors import TpmError
+from verifier.common.errors import TctiConfigError, TpmError
 from verifier.common.tpm_templates import (
     ak_template,
     der_length,
@@ -67,6 +68,37 @@ _QUOTE_ATTEMPTS = 3
 _NULL_SCHEME = TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL)
 
 
+#: What the TCTI loader answers for a module it cannot load or a
+#: configuration string the module refuses (a connection that fails is
+#: TCTI_RC_IO_ERROR: the TPM may come later).
+_TCTI_CONFIG_RCS = frozenset(
+    {
+        TSS2_RC.TCTI_RC_BAD_VALUE,
+        TSS2_RC.TCTI_RC_NOT_SUPPORTED,
+        TSS2_RC.TCTI_RC_BAD_REFERENCE,
+    }
+)
+
+
+def _open(tcti: str) -> ESAPI:
+    """An ESAPI context on ``tcti``.
+
+    Raises:
+        TctiConfigError: no such TCTI module, or a configuration it rejects.
+        TpmError: the TPM does not answer (yet).
+    """
+    try:
+        return ESAPI(tcti)
+    except TSS2_Exception as exc:
+        if exc.rc in _TCTI_CONFIG_RCS:
+            raise TctiConfigError(
+                f"TCTI {tcti!r} cannot be loaded ({exc}): the module name "
+                "before ':' or its options are wrong (e.g. "
+                "'device:/dev/tpmrm0' or 'swtpm:host=127.0.0.1,port=2321')"
+            ) from exc
+        raise TpmError(f"the TPM at {tcti!r} does not answer ({exc})") from exc
+
+
 @contextlib.contextmanager
 def _tss(operation: str) -> Iterator[None]:
     """Translate TSS exceptions raised in the block into TpmError."""
@@ -85,6 +117,8 @@ class Tpm:
         ak_alg: ``"ecc"`` (P-256 ECDSA AK) or ``"rsa"`` (RSA 2048 RSASSA AK).
 
     Raises:
+        TctiConfigError: If ``tcti`` names no loadable TCTI or a
+            configuration it rejects.
         TpmError: If the TPM cannot be opened or the algorithms are unknown.
     """
 
@@ -99,8 +133,7 @@ class Tpm:
         self._ek_cert_index: int | None = None
         self._ak: ESYS_TR | None = None
         self._ak_pub: TPM2B_PUBLIC | None = None
-        with _tss("open TPM"):
-            self._ctx: ESAPI | None = ESAPI(tcti)
+        self._ctx: ESAPI | None = _open(tcti)
         try:
             self._flush_all()
         except TpmError:

@@ -12,6 +12,8 @@ import testtools
 
 from node_agent import cmd
 from node_agent.exceptions import BootstrapError, RegistrationError, TpmError
+from node_agent.tcti import TSS2_LOG_QUIET, quiet_tss_log
+from verifier.common.errors import TctiConfigError
 
 
 class _FlakyAgent:
@@ -56,16 +58,29 @@ class RegisterWithRetryTest(testtools.TestCase):
         self.assertEqual(13, agent.attempts)
         self.assertEqual([1, 2, 4, 8, 16, 32] + [60] * 6, self.sleeps)
         self.assertEqual(max(self.sleeps), cmd.BACKOFF_MAX)
-        # the same reason is logged once (12 attempts in 5 minutes)
-        self.assertEqual(1, len(self.warnings()), self.logs.output)
 
-    def test_same_reason_is_logged_again_after_a_while(self):
+    def test_every_attempt_is_logged_with_its_cause_and_the_next_one(self):
+        # issue 33: the registrar down was logged once, then nothing for
+        # 10 minutes
         down = RegistrationError("registrar unreachable", retryable=True)
         agent = _FlakyAgent([down] * 30)
         self.retry(agent)
         lines = self.warnings()
-        self.assertGreater(len(lines), 1)
-        self.assertLess(len(lines), 5)
+        self.assertEqual(30, len(lines), self.logs.output)
+        for attempt, (line, delay) in enumerate(
+            zip(lines, self.sleeps, strict=True), 1
+        ):
+            self.assertIn(f"(attempt {attempt}, ", line)
+            self.assertIn("registrar unreachable", line)
+            self.assertIn(f"next attempt in {delay:.0f} s", line)
+        self.assertIn(f"failing for {sum(self.sleeps[:-1]):.0f} s", lines[-1])
+        self.assertIn("succeeded at attempt 31", self.logs.output)
+
+    def test_tcti_that_cannot_be_loaded_is_not_retried(self):
+        agent = _FlakyAgent([TctiConfigError("TCTI 'swtmp:' cannot be loaded")])
+        error = self.assertRaises(BootstrapError, self.retry, agent)
+        self.assertIn("TCTI 'swtmp:' cannot be loaded", str(error))
+        self.assertEqual([], self.sleeps)
 
     def test_each_new_reason_is_logged(self):
         errors = [
@@ -89,6 +104,14 @@ class RegisterWithRetryTest(testtools.TestCase):
             "no TPM device /nonexistent/tpm", cmd.tpm_hint("device:/nonexistent/tpm")
         )
         self.assertEqual("", cmd.tpm_hint("swtpm:host=127.0.0.1,port=1"))
+
+    def test_tss_log_is_off_unless_the_user_set_it(self):
+        environ = {}
+        quiet_tss_log(environ)
+        self.assertEqual(TSS2_LOG_QUIET, environ["TSS2_LOG"])
+        environ = {"TSS2_LOG": "all+debug"}
+        quiet_tss_log(environ)
+        self.assertEqual("all+debug", environ["TSS2_LOG"])
 
 
 class MainTest(testtools.TestCase):
@@ -188,6 +211,14 @@ class MainTest(testtools.TestCase):
         stderr.stream.flush()
         text = stderr.getDetails()["stderr"].as_text()
         self.assertIn("attestation_mode", text)
+        self.assertNotIn("Traceback", text)
+
+    def test_tcti_module_typo_exits_2_naming_it(self):
+        code, text = self.run_main(
+            tcti="swtmp:host=127.0.0.1,port=2321", registrar_url="https://127.0.0.1:1"
+        )
+        self.assertEqual(2, code)
+        self.assertIn("no TCTI module 'swtmp' can be loaded", text)
         self.assertNotIn("Traceback", text)
 
     def test_missing_config_dir_exits_2(self):

@@ -103,9 +103,12 @@ class KeystoneTestBase(VerifierServiceBase):
         )  # fmt: skip
         atexit.register(_stop_shared)
 
-    def service_conf(self, auth_url: str | None = None) -> cfg.ConfigOpts:
+    def service_conf(
+        self, auth_url: str | None = None, extra: str = ""
+    ) -> cfg.ConfigOpts:
         """The verifier's configuration with ``[keystone_authtoken]``
-        (``auth_url``: another Keystone than the test's)."""
+        (``auth_url``: another Keystone than the test's; ``extra``: more
+        lines of that group)."""
         path = os.path.join(self.tmp, "verifier.conf")
         with open(path, "w") as f:
             f.write(
@@ -117,7 +120,7 @@ class KeystoneTestBase(VerifierServiceBase):
                 "username = attestation\npassword = attestation-secret\n"
                 "project_name = service\n"
                 "user_domain_id = default\nproject_domain_id = default\n"
-                "service_token_roles_required = true\ninterface = public\n"
+                "service_token_roles_required = true\ninterface = public\n" + extra
             )
         conf = cfg.ConfigOpts()
         vconf.register_opts(conf)

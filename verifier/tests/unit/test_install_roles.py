@@ -172,6 +172,63 @@ class ExtrasTableTest(testtools.TestCase):
             self.assertEqual(set(modules), modules_of([extra]), extra)
 
 
+def install_rst_table() -> dict[str, tuple[str, list[str]]]:
+    """doc/source/install.rst's "What each role installs" table: extra ->
+    (its "for" column, the distributions of its "adds" column)."""
+    with open(os.path.join(ROOT, "doc", "source", "install.rst")) as f:
+        text = f.read()
+    section = text.split("What each role installs\n", 1)[1]
+    lines = section.splitlines()
+    rules = [i for i, line in enumerate(lines) if re.fullmatch(r"=+( +=+)+", line)]
+    header, body, end = rules[0], rules[1], rules[2]
+    columns = [m.start() for m in re.finditer(r"=+", lines[header])]
+    rows: dict[str, list[str]] = {}
+    last = ""
+    for line in lines[body + 1 : end]:
+        cells = [
+            line[a:b].strip()
+            for a, b in zip(columns, [*columns[1:], None], strict=True)
+        ]
+        if cells[0]:
+            last = cells[0]
+            rows[last] = [cells[1], cells[2]]
+        else:
+            rows[last][0] += " " + cells[1]
+            rows[last][1] += " " + cells[2]
+    table = {}
+    for extra, (used_for, adds) in rows.items():
+        adds = re.sub(r"\(.*?\)", "", adds)  # notes such as "(and gpgv ...)"
+        dists = [re.sub(r"\[.*\]", "", d).strip() for d in adds.split(",")]
+        table[extra] = (used_for, [d for d in dists if d])
+    return table
+
+
+class InstallDocTableTest(testtools.TestCase):
+    """install.rst's role table is setup.cfg's extras (issue 33: it was
+    stale: the server's Keystone and policy libraries, the hooks'
+    prometheus-client and the whole ``limits`` extra were missing)."""
+
+    def test_the_table_lists_each_extra_with_what_it_adds(self) -> None:
+        table = install_rst_table()
+        cfg = setup_cfg_extras()
+        self.assertEqual(list(cfg), list(table))
+        for extra, dists in cfg.items():
+            self.assertEqual(sorted(dists), sorted(table[extra][1]), extra)
+
+    def test_each_console_script_is_in_its_role_row(self) -> None:
+        from verifier.common.launch import SCRIPTS
+
+        table = install_rst_table()
+        for script, (_, role) in SCRIPTS.items():
+            rows = [
+                e for e, (used_for, _) in table.items() if f"``{script}``" in used_for
+            ]
+            if role is None:
+                self.assertEqual([], rows, f"{script} needs no extra")
+            else:
+                self.assertIn(role, rows, script)
+
+
 class RoleImportsTest(testtools.TestCase):
     """A fresh interpreter imports each role's modules and nothing of the
     others' extras."""
