@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import os
 
+from node_agent.exceptions import NodeAgentError
+
 __all__ = ["EVENT_LOG", "IMA_LIST", "TrialModeError", "evidence_paths"]
 
 #: the file names the kernel gives them under securityfs
@@ -30,7 +32,7 @@ IMA_LIST = "ascii_runtime_measurements"
 EVENT_LOG = "binary_bios_measurements"
 
 
-class TrialModeError(Exception):
+class TrialModeError(NodeAgentError):
     """The trial mode was asked for where it must not run."""
 
 

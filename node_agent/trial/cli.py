@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from node_agent.exceptions import NodeAgentError
 from node_agent.trial import EVENT_LOG, IMA_LIST
 from node_agent.trial.eventlog import sample_log
 from node_agent.trial.ima import boot_aggregate_entry, make_entry
@@ -36,7 +37,7 @@ BOOTLOADER = b"grubx64.efi of the trial image"
 KERNEL = b"vmlinuz of the trial image"
 
 
-class TrialError(Exception):
+class TrialError(NodeAgentError):
     """swtpm, the TPM or a file failed (exit status 1)."""
 
 
