@@ -107,11 +107,12 @@ class SbatLevel:
 
     Attributes:
         datestamp: the header's datestamp (``2023012900``), an integer.
-        components: component name -> the lowest generation allowed.
+        components: (component name, lowest generation allowed) pairs,
+            in the text's order.
     """
 
     datestamp: int
-    components: dict[str, int]
+    components: tuple[tuple[str, int], ...]
 
     @classmethod
     def from_text(cls, text: str, where: str) -> SbatLevel:
@@ -144,7 +145,7 @@ class SbatLevel:
             components[fields[0]] = int(fields[1])
         if len(header[2]) > 18:
             raise bad(1, "datestamp too long")
-        return cls(int(header[2]), components)
+        return cls(int(header[2]), tuple(components.items()))
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> SbatLevel:
@@ -166,8 +167,9 @@ class SbatLevel:
         out: list[str] = []
         if self.datestamp < minimum.datestamp:
             out.append(f"datestamp {self.datestamp} < {minimum.datestamp}")
-        for name, generation in sorted(minimum.components.items()):
-            have = self.components.get(name)
+        mine = dict(self.components)
+        for name, generation in sorted(minimum.components):
+            have = mine.get(name)
             if have is None:
                 out.append(f"{name} missing (want >= {generation})")
             elif have < generation:
@@ -177,5 +179,5 @@ class SbatLevel:
     def to_text(self) -> str:
         """The CSV form (header version 1)."""
         lines = [f"sbat,1,{self.datestamp}"]
-        lines += [f"{n},{g}" for n, g in self.components.items()]
+        lines += [f"{n},{g}" for n, g in self.components]
         return "\n".join(lines) + "\n"

@@ -165,7 +165,7 @@ def _cmdlines(value: Any) -> tuple[frozenset[str], tuple[re.Pattern[str], ...]] 
     return frozenset(exact), tuple(patterns)
 
 
-def _mok(value: Any) -> dict[str, frozenset[bytes]] | None:
+def _mok(value: Any) -> tuple[tuple[str, frozenset[bytes]], ...] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -181,7 +181,7 @@ def _mok(value: Any) -> dict[str, frozenset[bytes]] | None:
         if allowed is None:
             raise _bad(f"mok.{name} must be a list")
         out[name] = allowed
-    return out
+    return tuple(sorted(out.items()))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -194,7 +194,7 @@ class SecureBootChain:
     dbx: frozenset[str] | None = None
     authorities: frozenset[tuple[str, str]] | None = None
     sbat_level: SbatLevel | None = None
-    mok: dict[str, frozenset[bytes]] | None = None
+    mok: tuple[tuple[str, frozenset[bytes]], ...] | None = None
     shim: frozenset[bytes] | None = None
     grub: frozenset[bytes] | None = None
     kernels: frozenset[bytes] | None = None
@@ -253,7 +253,7 @@ class SecureBootChain:
         if self.sbat_level is not None:
             out["sbat_level"] = self.sbat_level.to_text()
         if self.mok is not None:
-            out["mok"] = {n: sorted(d.hex() for d in v) for n, v in self.mok.items()}
+            out["mok"] = {n: sorted(d.hex() for d in v) for n, v in self.mok}
         for key in ("shim", "grub", "kernels", "initrds"):
             digests = getattr(self, key)
             if digests is not None:
@@ -374,6 +374,7 @@ class SecureBootChain:
 
     def _mok_lists(self, events: Sequence[Event]) -> list[Failure]:
         assert self.mok is not None
+        mok = dict(self.mok)
         failures: list[Failure] = []
         seen = set()
         for event in events:
@@ -383,7 +384,7 @@ class SecureBootChain:
             if name not in MOK_VARIABLES:
                 continue
             seen.add(name)
-            allowed = self.mok.get(name)
+            allowed = mok.get(name)
             digest = event.digests.get("sha256", b"")
             if allowed is None:
                 failures.append(
@@ -397,7 +398,7 @@ class SecureBootChain:
                         f"among the policy's {len(allowed)} allowed",
                     )
                 )
-        for name in sorted(set(self.mok) - seen):
+        for name in sorted(set(mok) - seen):
             failures.append(
                 Failure(None, "EV_IPL", f"{name} not measured in PCR 14", 14)
             )
