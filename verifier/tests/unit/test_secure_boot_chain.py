@@ -22,7 +22,15 @@ from trusted_testing.secureboot_log import (
     cert_pem,
 )
 from verifier.protocol import EvidenceError, MalformedError
-from verifier.protocol.mb import MeasuredBootPolicy, check, efisig, evaluate, parse
+from verifier.protocol.evidence import check_measured_boot
+from verifier.protocol.mb import (
+    MeasuredBootPolicy,
+    check,
+    efisig,
+    evaluate,
+    parse,
+    replay,
+)
 from verifier.protocol.mb.bootstrings import SbatLevel, ipl_string
 from verifier.protocol.mb.chain import mok_empty
 from verifier.protocol.mb.eventlog import EV_IPL, Event
@@ -433,3 +441,46 @@ class BootStringsTest(testtools.TestCase):
 
 def vars_of(text: Any) -> tuple[str, str]:
     return text.kind, text.text
+
+
+class MokPcrTest(testtools.TestCase):
+    """The MOK lists are logged in PCR 14: a policy that checks them has
+    PCR 14 quoted and replayed, so their digests are covered."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.boot = SecureBootBoot()
+        self.log = self.boot.build()
+        self.policy = MeasuredBootPolicy.from_dict(self.boot.policy())
+        replayed = replay(parse(self.log).events, ("sha256",), (*range(10), 14))
+        self.pcrs = replayed["sha256"]
+
+    def test_quoted_pcr_14_that_replays_passes(self) -> None:
+        check_measured_boot(self.log, self.pcrs, self.policy)
+
+    def test_pcr_14_not_quoted_is_refused(self) -> None:
+        pcrs = {i: v for i, v in self.pcrs.items() if i != 14}
+        exc = self.assertRaises(
+            EvidenceError, check_measured_boot, self.log, pcrs, self.policy
+        )
+        self.assertEqual("pcr_selection", exc.reason)
+        self.assertIn("PCR 14 must be quoted", exc.detail)
+
+    def test_mok_digest_rewritten_in_the_log_does_not_replay(self) -> None:
+        mok = efisig.signature_list(
+            efisig.EFI_CERT_X509, uuid.uuid4(), [cert_der("Machine owner key")]
+        )
+        quoted = SecureBootBoot(moklist=mok)  # what the TPM saw
+        pcrs = replay(parse(quoted.build()).events, ("sha256",), (*range(10), 14))
+        exc = self.assertRaises(
+            EvidenceError, check_measured_boot, self.log, pcrs["sha256"], self.policy
+        )
+        self.assertEqual("mb_pcr_mismatch", exc.reason)
+        self.assertIn("PCR 14", exc.detail)
+
+    def test_a_policy_checking_mok_has_pcr_14_quoted(self) -> None:
+        from verifier.protocol.attestation.machine import _quoted_pcrs
+
+        self.assertIn(14, _quoted_pcrs((16,), False, self.policy))
+        plain = MeasuredBootPolicy.from_dict({"secure_boot": True})
+        self.assertEqual((*range(10), 16), _quoted_pcrs((16,), False, plain))
