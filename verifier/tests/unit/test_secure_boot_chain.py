@@ -484,3 +484,39 @@ class MokPcrTest(testtools.TestCase):
         self.assertIn(14, _quoted_pcrs((16,), False, self.policy))
         plain = MeasuredBootPolicy.from_dict({"secure_boot": True})
         self.assertEqual((*range(10), 16), _quoted_pcrs((16,), False, plain))
+
+
+class DocExampleTest(testtools.TestCase):
+    """The user guide's example (doc/source/user/policies.rst) is a valid
+    policy meaning what the page says."""
+
+    def test_debian_chain_example_parses(self) -> None:
+        import json
+        import os
+        import re
+
+        from trusted_testing.docpages import DOC
+
+        with open(os.path.join(DOC, "user", "policies.rst"), encoding="utf-8") as f:
+            text = f.read()
+        found = re.search(
+            r"\.\. code-block:: json\n   :name: debian-chain-policy\n\n"
+            r"((?:   .*\n|\n)+)",
+            text,
+        )
+        assert found is not None, "no debian-chain-policy block"
+        policy = MeasuredBootPolicy.from_dict(json.loads(found.group(1)))
+        chain = policy.chain
+        assert chain is not None and chain.kernel_cmdlines is not None
+        self.assertEqual(2, len(chain.kernels or ()))
+        self.assertEqual(
+            {"MokList", "MokListX", "MokListTrusted"}, set(dict(chain.mok or ()))
+        )
+        (pattern,) = chain.kernel_cmdlines[1]
+        line = (
+            "BOOT_IMAGE=/boot/vmlinuz-6.1.0-21-amd64 "
+            "root=UUID=6b1a3e0c-2f44-4a57-9d3e-51c0a3a2d7e1 ro"
+        )
+        self.assertIsNotNone(pattern.fullmatch(line))
+        self.assertIsNotNone(pattern.fullmatch(line + " quiet"))
+        self.assertIsNone(pattern.fullmatch(line + " init=/bin/sh"))
