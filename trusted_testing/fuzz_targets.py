@@ -177,6 +177,70 @@ def _event_log_seeds() -> list[bytes]:
     return [sample_log(), sample_log(locality=None, banks=("sha256",)), legacy.build()]
 
 
+def _efi_signature_list(data: bytes) -> object:
+    from verifier.protocol.mb import efisig
+
+    entries = efisig.parse_signature_lists(data, "event 1 (db)")
+    return [entry.key for entry in entries]
+
+
+def _efi_signature_list_seeds() -> list[bytes]:
+    import uuid
+
+    from trusted_testing.secureboot_log import cert_der
+    from verifier.protocol.mb import efisig
+
+    owner = uuid.UUID(int=7)
+    certs = efisig.signature_list(efisig.EFI_CERT_X509, owner, [cert_der("fuzz")])
+    hashes = efisig.signature_list(efisig.EFI_CERT_SHA256, owner, [b"\1" * 32] * 3)
+    return [certs + hashes, hashes, b""]
+
+
+def _ipl_string(data: bytes) -> object:
+    """GRUB's and shim's EV_IPL strings, and shim's SbatLevel."""
+    from verifier.protocol.mb.bootstrings import SbatLevel, ipl_string
+    from verifier.protocol.mb.eventlog import EV_IPL, Event
+
+    event = Event(3, 8, EV_IPL, {"sha256": hashlib.sha256(data).digest()}, data)
+    text = ipl_string(event)
+    text.matches_digest(event)
+    try:
+        level = SbatLevel.from_bytes(data, "event 3")
+    except errors.MalformedError:
+        return text
+    return level.shortfalls(SbatLevel.from_text("sbat,1,2023012900\ngrub,3\n", "p"))
+
+
+def _ipl_string_seeds() -> list[bytes]:
+    return [
+        b"grub_cmd: linux /boot/vmlinuz root=/dev/vda1 ro\0",
+        b"kernel_cmdline: BOOT_IMAGE=/boot/vmlinuz ro quiet\0",
+        b"/boot/initrd.img-6.1.0-18-amd64\0",
+        b"sbat,1,2023012900\nshim,2\ngrub,3\ngrub.debian,4\n",
+    ]
+
+
+@functools.lru_cache(maxsize=1)
+def _chain_policy() -> Any:
+    from trusted_testing.secureboot_log import SecureBootBoot
+    from verifier.protocol.mb import MeasuredBootPolicy
+
+    return MeasuredBootPolicy.from_dict(SecureBootBoot().policy())
+
+
+def _secure_boot_log(data: bytes) -> object:
+    """A Secure Boot chain's log judged by a policy pinning all of it."""
+    from verifier.protocol.mb import evaluate, parse
+
+    return evaluate(_chain_policy(), parse(data).events)
+
+
+def _secure_boot_log_seeds() -> list[bytes]:
+    from trusted_testing.secureboot_log import SecureBootBoot
+
+    return [SecureBootBoot().build(), SecureBootBoot(secure_boot=False).build()]
+
+
 # -- policies ----------------------------------------------------------------------
 
 
@@ -206,6 +270,12 @@ def _sealing_policy(data: bytes) -> object:
     return satisfies(tree, ["region=eu", "hv=kvm"])
 
 
+def _chain_document() -> dict[str, Any]:
+    from trusted_testing.secureboot_log import SecureBootBoot
+
+    return SecureBootBoot().policy()
+
+
 def _policy_seeds() -> dict[str, list[bytes]]:
     digest = "sha256:" + "ab" * 32
     return {
@@ -221,7 +291,10 @@ def _policy_seeds() -> dict[str, list[bytes]]:
                 }
             )
         ],
-        "mb": [_dump({"secure_boot": True, "boot_applications": ["ab" * 32]})],
+        "mb": [
+            _dump({"secure_boot": True, "boot_applications": ["ab" * 32]}),
+            _dump(_chain_document()),
+        ],
         "sealing": [
             b"region=eu and (hv=kvm or hv=xen)",
             b"2 of (a=1, b=2, c=3)",
@@ -241,6 +314,9 @@ def _targets() -> dict[str, Target]:
         Target("ima_binary", _ima_binary, _ima_seeds),
         Target("ima_evidence", _ima_evidence, _ima_evidence_seeds),
         Target("event_log", _event_log, _event_log_seeds),
+        Target("efi_signature_list", _efi_signature_list, _efi_signature_list_seeds),
+        Target("ipl_string", _ipl_string, _ipl_string_seeds),
+        Target("secure_boot_log", _secure_boot_log, _secure_boot_log_seeds),
         Target("pcr_policy", _pcr_policy, lambda: policy()["pcr"]),
         Target("runtime_policy", _runtime_policy, lambda: policy()["runtime"]),
         Target("mb_policy", _mb_policy, lambda: policy()["mb"]),

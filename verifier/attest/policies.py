@@ -91,6 +91,32 @@ def _parse(
         raise RequestError("bad_policy", exc.detail) from None
 
 
+def _check_min_dbx(policy: MeasuredBootPolicy, minimum: frozenset[str]) -> None:
+    """A policy pinning the Secure Boot keys lists at least the operator's
+    minimum dbx.
+
+    Raises:
+        RequestError: ``bad_policy`` naming what the dbx lacks.
+    """
+    chain = policy.chain
+    if not minimum or chain is None or chain.pk is None:
+        return
+    if chain.dbx is None:
+        raise RequestError(
+            "bad_policy",
+            f"dbx missing: this verifier requires a dbx at least as recent as "
+            f"its minimum ({len(minimum)} entries)",
+        )
+    missing = sorted(minimum - chain.dbx)
+    if missing:
+        more = f" (+{len(missing) - 3} more)" if len(missing) > 3 else ""
+        raise RequestError(
+            "bad_policy",
+            f"dbx older than this verifier's minimum: lacks {len(missing)} of its "
+            f"{len(minimum)} entries: {', '.join(missing[:3])}{more}",
+        )
+
+
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise NotFoundError(
@@ -166,6 +192,8 @@ class PolicyStore:
         max_entries: refuse runtime policies with more entries.
         clock: wall clock.
         quotas: per-project limits of policies and their bytes.
+        min_dbx: dbx entry keys (:mod:`verifier.protocol.mb.efisig`) a
+            measured-boot policy that pins ``pk`` must list in its ``dbx``.
     """
 
     def __init__(
@@ -175,8 +203,10 @@ class PolicyStore:
         max_entries: int = 5_000_000,
         clock: Callable[[], float] = time.time,
         quotas: Quotas | None = None,
+        min_dbx: frozenset[str] = frozenset(),
     ) -> None:
         self.engine = engine
+        self._min_dbx = min_dbx
         self._quotas = quotas or Quotas()
         self._keys = tuple(signing_keys)
         self._max_entries = max_entries
@@ -216,6 +246,8 @@ class PolicyStore:
         ref = _base_ref(kind, document)
         base = None if ref is None else self._delta_base(ref, project)
         parsed, entries = _parse(kind, document, self._max_entries, base)
+        if isinstance(parsed, MeasuredBootPolicy):
+            _check_min_dbx(parsed, self._min_dbx)
         name, body, version = self._identify(parsed, name)
         self._check_signature(body, signature)
         digest = hashlib.sha256(body).hexdigest()

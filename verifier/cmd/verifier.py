@@ -45,7 +45,9 @@ from verifier.keyservice.keys import load_mac_key
 from verifier.notify import Outbox, load_notifiers
 from verifier.policies import make_enforcer
 from verifier.policies.base import OBSERVER_ROLE
+from verifier.protocol.errors import MalformedError
 from verifier.protocol.ima.signing import VerifyingKey
+from verifier.protocol.mb.efisig import key_from_text
 from verifier.protocol.push import PushRules
 
 if TYPE_CHECKING:
@@ -119,6 +121,34 @@ def _load_public_key(path: str) -> VerifyingKey:
     return key
 
 
+def load_min_dbx(path: str | None) -> frozenset[str]:
+    """The ``mb_min_dbx_file`` entries (empty when unset).
+
+    Raises:
+        ConfigError: the file cannot be read or has a bad entry (naming
+            the line).
+    """
+    if not path:
+        return frozenset()
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"[verifier] mb_min_dbx_file {path}: {exc}") from None
+    keys = set()
+    for number, line in enumerate(lines, start=1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            keys.add(key_from_text(text, f"line {number}"))
+        except MalformedError as exc:
+            raise ConfigError(
+                f"[verifier] mb_min_dbx_file {path}: {exc.detail}"
+            ) from None
+    return frozenset(keys)
+
+
 def _quotas(conf: cfg.ConfigOpts) -> Quotas:
     """The ``[quota]`` limits (from Keystone's unified limits, or the
     configuration)."""
@@ -175,7 +205,13 @@ def build(conf: cfg.ConfigOpts) -> tuple[Verifier, str]:
         ownership=make_ownership(
             group.coordination_url, group.member_id, group.coordination_group
         ),
-        policies=PolicyStore(engine, keys, group.policy_max_entries, quotas=quotas),
+        policies=PolicyStore(
+            engine,
+            keys,
+            group.policy_max_entries,
+            quotas=quotas,
+            min_dbx=load_min_dbx(group.mb_min_dbx_file),
+        ),
         abe=build_abe(conf, agents),
         quotas=quotas,
         traits=build_traits(conf),

@@ -226,6 +226,15 @@ _OPTS = [
         min=1,
         help="Largest runtime policy accepted (digests, excludes and keys).",
     ),
+    cfg.StrOpt(
+        "mb_min_dbx_file",
+        help="File of the dbx entries every measured-boot policy that pins "
+        "the Secure Boot keys (pk) must list in its dbx: the oldest "
+        "revocation list the operator accepts. One entry a line "
+        "(sha256:<hex>, x509:<sha256 hex>, <type GUID>:<sha256 hex>; "
+        "# starts a comment). A policy whose dbx lacks any is refused "
+        "with 400 bad_policy. Unset: no minimum.",
+    ),
     cfg.ListOpt(
         "policy_signing_keys",
         default=[],

@@ -44,6 +44,7 @@ from verifier.protocol.messages.quote import (
 __all__ = [
     "BOOT_PCRS",
     "MAX_IMA_BYTES",
+    "MOK_PCR",
     "MAX_MB_LOG_BYTES",
     "ImaEvidence",
     "check_ima",
@@ -56,6 +57,8 @@ __all__ = [
 
 #: The PCRs a measured-boot log replays into (and boot_aggregate covers).
 BOOT_PCRS = tuple(range(10))
+#: shim's MOK lists: quoted and replayed too when a policy checks them.
+MOK_PCR = 14
 
 
 class ImaEvidence:
@@ -182,7 +185,8 @@ def check_measured_boot(
 ) -> None:
     """Replay the firmware event log into PCRs 0-9 and judge it.
 
-    Every quoted PCR among 0-9 must equal the log's replay (sha256 bank).
+    Every quoted PCR among 0-9 (and 14, shim's MOK lists, when quoted) must
+    equal the log's replay (sha256 bank).
     A legacy SHA-1 log replays the sha256 bank only when it extends nothing
     (e.g. a lone ``StartupLocality`` event): its events carry SHA-1
     digests, and quotes cover the sha256 bank.
@@ -196,11 +200,18 @@ def check_measured_boot(
     """
     parsed = parse(log)
     events = parsed.events
-    quoted = {i: v for i, v in pcr_values.items() if i in BOOT_PCRS}
-    if not quoted:
+    pcrs = (*BOOT_PCRS, MOK_PCR) if MOK_PCR in pcr_values else BOOT_PCRS
+    quoted = {i: v for i, v in pcr_values.items() if i in pcrs}
+    if not any(i in BOOT_PCRS for i in quoted):
         raise EvidenceError("pcr_selection", "no PCR among 0-9 was quoted")
+    if policy is not None and policy.chain is not None and policy.chain.mok:
+        if MOK_PCR not in quoted:
+            raise EvidenceError(
+                "pcr_selection",
+                f"the policy checks shim's MOK lists: PCR {MOK_PCR} must be quoted",
+            )
     try:
-        replayed = replay_boot(events, ("sha256",), BOOT_PCRS)["sha256"]
+        replayed = replay_boot(events, ("sha256",), pcrs)["sha256"]
     except EvidenceError as exc:
         if parsed.format != LEGACY_SHA1:
             raise

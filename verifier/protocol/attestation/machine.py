@@ -16,6 +16,7 @@ from verifier.protocol.attestation.verdict import (
 from verifier.protocol.errors import EvidenceError, MalformedError
 from verifier.protocol.evidence import (
     BOOT_PCRS,
+    MOK_PCR,
     check_ima,
     check_measured_boot,
     extend_ima,
@@ -49,14 +50,25 @@ _SET_BACK = frozenset({NodeState.FAILED, NodeState.UNREACHABLE})
 _FIRST_TRUST = frozenset({NodeState.REGISTERED, NodeState.BOOTSTRAPPING})
 
 
+def _quoted_pcrs(
+    policy_pcrs: tuple[int, ...], ima: bool, mb: MeasuredBootPolicy | None
+) -> tuple[int, ...]:
+    mok = mb is not None and mb.chain is not None and bool(mb.chain.mok)
+    return _selection(policy_pcrs, ima, mb is not None, mok)
+
+
 @functools.lru_cache(maxsize=4096)
-def _quoted_pcrs(policy_pcrs: tuple[int, ...], ima: bool, mb: bool) -> tuple[int, ...]:
+def _selection(
+    policy_pcrs: tuple[int, ...], ima: bool, mb: bool, mok: bool
+) -> tuple[int, ...]:
     # one shared tuple per distinct selection, not one per node
     pcrs = set(policy_pcrs)
     if ima:
         pcrs.add(IMA_PCR)
     if mb:
         pcrs.update(BOOT_PCRS)
+    if mok:
+        pcrs.add(MOK_PCR)  # shim's MOK lists
     return tuple(sorted(pcrs))
 
 
@@ -141,7 +153,7 @@ class NodeAttestation:
         self._silent_since: float | None = None  # first unanswered round
         self._rounds = 0
         self._mb_boot: int | None = None  # reset count of the boot whose log passed
-        self._pcrs = _quoted_pcrs(policy.pcrs, runtime is not None, mb is not None)
+        self._pcrs = _quoted_pcrs(policy.pcrs, runtime is not None, mb)
         #: the hot state changed since it was last written behind; whoever
         #: writes it (:meth:`snapshot`) clears this
         self.dirty = False
@@ -392,7 +404,7 @@ class NodeAttestation:
             self._ima_first = None
         self.runtime = runtime
         self.mb = mb
-        self._pcrs = _quoted_pcrs(self.policy.pcrs, runtime is not None, mb is not None)
+        self._pcrs = _quoted_pcrs(self.policy.pcrs, runtime is not None, mb)
 
     def revoked_elsewhere(self) -> None:
         """The stored node is revoked (by another verifier, or its tenant

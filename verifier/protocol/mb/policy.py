@@ -11,13 +11,22 @@ not checked):
 * ``secure_boot``: the required Secure Boot state, read from the
   ``EV_EFI_VARIABLE_DRIVER_CONFIG`` event of the EFI global variable
   ``SecureBoot`` (data ``01`` = enabled). ``true`` requires it enabled;
-  ``false`` requires it absent or disabled.
+  ``false`` requires it absent or disabled;
+* the Secure Boot chain of a disk image (shim, GRUB, a signed kernel):
+  ``pk``, ``kek``, ``db``, ``dbx``, ``authorities``, ``sbat_level``,
+  ``mok``, ``shim``, ``grub``, ``kernels``, ``kernel_cmdlines``,
+  ``initrds`` -- see :mod:`verifier.protocol.mb.chain`. Pinning any key
+  database requires ``pk`` and ``secure_boot: true``.
 
 JSON form::
 
     {"boot_applications": ["<sha256 hex>", ...],
      "firmware": ["<sha256 hex>", ...],
-     "secure_boot": true}
+     "secure_boot": true,
+     "pk": ["x509:<sha256 of the certificate>"], ...}
+
+Unknown keys are refused, naming them; a document of the first three keys
+only keeps the meaning it always had.
 
 The digests compared are the logged sha256-bank digests; replay the log
 against quoted PCRs first (:mod:`verifier.protocol.mb.replay`) so they can
@@ -27,11 +36,15 @@ be trusted.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verifier.protocol.errors import EvidenceError, MalformedError
+from verifier.protocol.mb._failure import Failure
+from verifier.protocol.mb.chain import CHAIN_KEYS, SecureBootChain
 from verifier.protocol.mb.eventlog import (
     EV_EFI_BOOT_SERVICES_APPLICATION,
     EV_EFI_PLATFORM_FIRMWARE_BLOB,
@@ -57,7 +70,7 @@ _STRUCT = "measured-boot policy"
 _FIRMWARE_EVENTS = frozenset(
     {EV_S_CRTM_VERSION, EV_EFI_PLATFORM_FIRMWARE_BLOB, EV_EFI_PLATFORM_FIRMWARE_BLOB2}
 )
-_KEYS = frozenset({"boot_applications", "firmware", "secure_boot"})
+_KEYS = frozenset({"boot_applications", "firmware", "secure_boot", *CHAIN_KEYS})
 
 
 def _bad(detail: str) -> MalformedError:
@@ -84,26 +97,6 @@ def _digests(value: Any, where: str) -> frozenset[bytes] | None:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Failure:
-    """One policy violation.
-
-    Attributes:
-        index: index of the offending event, or ``None`` if the failure is
-            about a missing event.
-        event_type: the ``EV_*`` name of the event (or of the missing one).
-        reason: what is wrong.
-    """
-
-    index: int | None
-    event_type: str
-    reason: str
-
-    def __str__(self) -> str:
-        where = "log" if self.index is None else f"event {self.index}"
-        return f"{where} ({self.event_type}): {self.reason}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class MeasuredBootPolicy:
     """A measured-boot policy; see the module doc.
 
@@ -112,18 +105,22 @@ class MeasuredBootPolicy:
             ``None`` to allow any.
         firmware: allowed sha256 digests of firmware events, or ``None``.
         secure_boot: the required Secure Boot state, or ``None``.
+        chain: the Secure Boot chain checks, or ``None``.
     """
 
     boot_applications: frozenset[bytes] | None = None
     firmware: frozenset[bytes] | None = None
     secure_boot: bool | None = None
+    chain: SecureBootChain | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MeasuredBootPolicy:
         """Build from the JSON form.
 
         Raises:
-            MalformedError: unknown keys, wrong types or bad digests.
+            MalformedError: unknown keys, wrong types, bad digests or
+                entries, a key database pinned without ``pk``, or ``pk``
+                without ``secure_boot: true``.
         """
         if not isinstance(data, Mapping):
             raise _bad("must be a JSON object")
@@ -133,10 +130,14 @@ class MeasuredBootPolicy:
         secure_boot = data.get("secure_boot")
         if secure_boot is not None and not isinstance(secure_boot, bool):
             raise _bad("secure_boot must be true, false or null")
+        chain = SecureBootChain.from_dict(data)
+        if chain is not None and chain.pk is not None and secure_boot is not True:
+            raise _bad("secure_boot must be true when pk is set")
         return cls(
             _digests(data.get("boot_applications"), "boot_applications"),
             _digests(data.get("firmware"), "firmware"),
             secure_boot,
+            chain,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,11 +146,14 @@ class MeasuredBootPolicy:
         def show(digests: frozenset[bytes] | None) -> list[str] | None:
             return None if digests is None else sorted(d.hex() for d in digests)
 
-        return {
+        out: dict[str, Any] = {
             "boot_applications": show(self.boot_applications),
             "firmware": show(self.firmware),
             "secure_boot": self.secure_boot,
         }
+        if self.chain is not None:
+            out.update(self.chain.to_dict())
+        return out
 
 
 def secure_boot_state(events: Iterable[Event]) -> tuple[Event, bool] | None:
@@ -210,19 +214,32 @@ def _check_digest(
         return None
     digest = event.digests.get("sha256")
     if digest is None:
-        return Failure(event.index, event.type_name, "no sha256 digest")
+        return Failure(event.index, event.type_name, "no sha256 digest", event.pcr)
     if digest not in allowed:
         return Failure(
-            event.index, event.type_name, f"{what} digest {digest.hex()} not allowed"
+            event.index,
+            event.type_name,
+            f"{what} digest {digest.hex()} not allowed",
+            event.pcr,
         )
     return None
+
+
+def _digest_matches(event: Event) -> bool:
+    """Firmware measures a variable event's whole ``UEFI_VARIABLE_DATA``:
+    its data is believed only when it hashes to the logged digest."""
+    digest = event.digests.get("sha256")
+    return digest is not None and hmac.compare_digest(
+        hashlib.sha256(event.data).digest(), digest
+    )
 
 
 def evaluate(policy: MeasuredBootPolicy, events: Iterable[Event]) -> list[Failure]:
     """Every violation of ``policy`` by ``events`` (empty when it passes).
 
     Raises:
-        MalformedError: the SecureBoot variable event does not parse.
+        MalformedError: the SecureBoot variable event, or a structure the
+            chain policy reads, does not parse (naming the event and field).
     """
     events = tuple(events)
     failures: list[Failure] = []
@@ -239,15 +256,31 @@ def evaluate(policy: MeasuredBootPolicy, events: Iterable[Event]) -> list[Failur
         name = "EV_EFI_VARIABLE_DRIVER_CONFIG"
         if state is None:
             if policy.secure_boot:
-                failures.append(Failure(None, name, "SecureBoot variable not measured"))
+                failures.append(
+                    Failure(None, name, "SecureBoot variable not measured", 7)
+                )
+        elif not _digest_matches(state[0]):
+            failures.append(
+                Failure(
+                    state[0].index,
+                    name,
+                    "SecureBoot event data does not match its sha256 digest",
+                    state[0].pcr,
+                )
+            )
         elif state[1] != policy.secure_boot:
             want = "enabled" if policy.secure_boot else "disabled"
             have = "enabled" if state[1] else "disabled"
             failures.append(
                 Failure(
-                    state[0].index, name, f"Secure Boot is {have}, policy wants {want}"
+                    state[0].index,
+                    name,
+                    f"Secure Boot is {have}, policy wants {want}",
+                    state[0].pcr,
                 )
             )
+    if policy.chain is not None:
+        failures += policy.chain.evaluate(events)
     return failures
 
 
