@@ -8,7 +8,9 @@ before it.
   StartupLocality of 4, and contradictory start records are refused;
 * the format is told by the Spec ID signature, not by the PCR of the first
   event (a TDX CCEL log), and errors name the format seen, the event and
-  the field.
+  the field;
+* IMA's sha1 boot_aggregate covers PCRs 0-7 of the sha1 bank, any other
+  bank's PCRs 0-9 (Linux >= 5.8).
 
 The same start values on a real swtpm: test_eventlog_swtpm (functional).
 """
@@ -26,7 +28,8 @@ from node_agent.trial.eventlog import (
     efi_variable_data,
     spec_id_data,
 )
-from verifier.protocol import MalformedError
+from node_agent.trial.ima import boot_aggregate_entry, make_entry
+from verifier.protocol import EvidenceError, MalformedError, ima
 from verifier.protocol.evidence import check_measured_boot
 from verifier.protocol.mb import eventlog as ev
 from verifier.protocol.mb import parse, replay, startup_locality
@@ -278,4 +281,59 @@ class ErrorsNameEventAndFieldTest(testtools.TestCase):
         exc = self.assertRaises(MalformedError, lambda: event.variable)
         self.assertIn(
             "event 1: UnicodeNameLength 10 and VariableDataLength 1", exc.detail
+        )
+
+
+class BootAggregateRuleTest(testtools.TestCase):
+    """Linux >= 5.8, ima_calc_boot_aggregate_tfm: PCRs 0-7 of the bank, and
+    PCRs 8-9 only when the bank is not sha1."""
+
+    @staticmethod
+    def _bank(bank: str) -> list[bytes]:
+        # PCRs 8 and 9 (GRUB's commands, the kernel) are not zero
+        return [_h(bank, bytes([i])) for i in range(10)]
+
+    def test_sha1_boot_aggregate_covers_pcrs_0_to_7(self) -> None:
+        pcrs = self._bank("sha1")
+        want = hashlib.sha1(b"".join(pcrs[:8])).digest()
+        self.assertEqual(want, ima.boot_aggregate(pcrs, "sha1"))
+        self.assertEqual(want, ima.boot_aggregate(pcrs[:8], "sha1"))
+        entry = boot_aggregate_entry(pcrs, algorithm="sha1")
+        self.assertEqual(want, entry.digest)
+        ima.check_boot_aggregate(entry, pcrs, bank="sha1")
+        # the pre-5.8 reading (0-9) of a sha1 aggregate is refused
+        wrong = make_entry(
+            "boot_aggregate",
+            algorithm="sha1",
+            digest=hashlib.sha1(b"".join(pcrs)).digest(),
+        )
+        exc = self.assertRaises(
+            EvidenceError, ima.check_boot_aggregate, wrong, pcrs, bank="sha1"
+        )
+        self.assertIn(
+            "sha1 boot_aggregate does not match the quoted PCRs 0-7", exc.detail
+        )
+
+    def test_sha256_boot_aggregate_covers_pcrs_0_to_9(self) -> None:
+        pcrs = self._bank("sha256")
+        want = hashlib.sha256(b"".join(pcrs)).digest()
+        self.assertEqual(want, ima.boot_aggregate(pcrs, "sha256"))
+        entry = boot_aggregate_entry(pcrs)
+        ima.check_boot_aggregate(entry, pcrs)
+        pcrs[9] = bytes(32)  # the kernel changed: the aggregate must not match
+        exc = self.assertRaises(EvidenceError, ima.check_boot_aggregate, entry, pcrs)
+        self.assertIn(
+            "sha256 boot_aggregate does not match the quoted PCRs 0-9", exc.detail
+        )
+
+    def test_sha1_boot_aggregate_against_a_sha256_quote_names_the_bank(self) -> None:
+        entry = boot_aggregate_entry(self._bank("sha1"), algorithm="sha1")
+        exc = self.assertRaises(
+            EvidenceError, ima.check_boot_aggregate, entry, self._bank("sha256")
+        )
+        self.assertEqual("ima_boot_aggregate", exc.reason)
+        self.assertIn(
+            "boot_aggregate is sha1 (over the sha1 bank's PCRs 0-7), the quote "
+            "covers the sha256 bank",
+            exc.detail,
         )
