@@ -7,6 +7,7 @@ sends its commands from locality 0.)"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -14,11 +15,22 @@ import tempfile
 
 import testtools
 
-from node_agent.trial.eventlog import LogWriter
+from node_agent.trial.eventlog import LegacyLogWriter, LogWriter
 from trusted_testing.swtpm import Swtpm, free_port_pair
+from verifier.common.tpm import Tpm
+from verifier.protocol import (
+    AttestationKey,
+    EvidenceError,
+    PcrPolicy,
+    Quote,
+    TpmPublic,
+    verify_quote,
+)
+from verifier.protocol.evidence import check_measured_boot
 from verifier.protocol.mb import eventlog as ev
 from verifier.protocol.mb import parse, replay
 from verifier.protocol.mb.replay import STARTUP_LOCALITY
+from verifier.protocol.quote import QuoteVerdict
 
 HCRTM_DATA = b"H-CRTM measured before TPM2_Startup"
 
@@ -98,3 +110,96 @@ class PcrZeroStartOnSwtpmTest(testtools.TestCase):
         # Replayed from zero, as before this rule, PCR 0 does not match.
         events = parse(log.build()).events[2:]
         self.assertNotEqual(tpm[0], replay(events, banks=("sha256",))["sha256"][0])
+
+
+class Sha1BankQuoteOnSwtpmTest(testtools.TestCase):
+    """Issue 32 item 5 on real TPMs: a legacy SHA-1 log judged against a
+    quote over the sha1 and sha256 banks of a TPM manufactured with both,
+    and the sha256-only fallback of a TPM manufactured with sha256 alone
+    (swtpm_setup's default here: the local CA configuration)."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls.tmp = tempfile.mkdtemp(prefix="test-sha1-bank-swtpm-")
+        ca = os.path.join(cls.tmp, "localca")
+        cls.both = Swtpm(
+            os.path.join(cls.tmp, "both"), free_port_pair(), ca, pcr_banks="sha1,sha256"
+        )
+        cls.sha256 = Swtpm(os.path.join(cls.tmp, "sha256"), free_port_pair(), ca)
+        try:
+            cls.both.start()
+            cls.sha256.start()
+        except Exception:
+            cls.both.stop()
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.both.stop()
+        cls.sha256.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        super().tearDownClass()
+
+    @staticmethod
+    def _boot(swtpm: Swtpm) -> bytes:
+        """Extend what a TCG 1.2-format firmware measures, each bank with its
+        own hash; return the (sha1-only) log it writes."""
+        env = dict(os.environ, TPM2TOOLS_TCTI=swtpm.tcti)
+        log = LegacyLogWriter()
+        measured = [(0, ev.EV_S_CRTM_VERSION, b"1\x00")]
+        measured += [(pcr, ev.EV_SEPARATOR, bytes(4)) for pcr in range(8)]
+        for pcr, event_type, data in measured:
+            log.add(pcr, event_type, data)
+            digests = f"sha256={hashlib.sha256(data).hexdigest()}"
+            if swtpm.pcr_banks:
+                digests = f"sha1={hashlib.sha1(data).hexdigest()}," + digests
+            subprocess.run(
+                ["tpm2_pcrextend", f"{pcr}:{digests}"],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+        return log.build()
+
+    def _quote(self, swtpm: Swtpm) -> QuoteVerdict:
+        nonce = os.urandom(16)
+        with Tpm(swtpm.tcti) as tpm:
+            raw = tpm.quote(nonce, list(range(10)), ("sha256", "sha1"))
+            ak = AttestationKey(TpmPublic.from_bytes(tpm.ak_public()), True)
+        wire = Quote.from_dict(raw.to_dict())  # what the verifier receives
+        return verify_quote(wire, ak=ak, qualifying_data=nonce, policy=PcrPolicy({}))
+
+    def test_legacy_log_judged_against_a_sha1_and_sha256_quote_on_swtpm(self) -> None:
+        log = self._boot(self.both)
+        verdict = self._quote(self.both)
+        self.assertEqual(set(range(10)), set(verdict.bank_values["sha1"]))
+        check_measured_boot(log, verdict.pcr_values, None, verdict.bank_values)
+        # another log than the one the TPM measured is refused on sha1
+        other = LegacyLogWriter().add(0, ev.EV_S_CRTM_VERSION, b"2\x00").build()
+        exc = self.assertRaises(
+            EvidenceError,
+            check_measured_boot,
+            other,
+            verdict.pcr_values,
+            None,
+            verdict.bank_values,
+        )
+        self.assertIn("sha1 bank: PCR 0", exc.detail)
+
+    def test_tpm_without_sha1_bank_quotes_sha256_only_on_swtpm(self) -> None:
+        log = self._boot(self.sha256)
+        verdict = self._quote(self.sha256)
+        self.assertEqual({}, dict(verdict.bank_values))
+        exc = self.assertRaises(
+            EvidenceError,
+            check_measured_boot,
+            log,
+            verdict.pcr_values,
+            None,
+            verdict.bank_values,
+        )
+        self.assertEqual("mb_missing_digest", exc.reason)
+        self.assertIn("no active sha1 bank", exc.detail)
