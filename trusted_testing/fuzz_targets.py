@@ -93,7 +93,15 @@ def _quote_answer(data: bytes) -> object:
 
 def _quote_seeds() -> list[bytes]:
     answer = _node()[4]
-    return [_dump(answer), _dump({"quote": answer["quote"]}), b"{}"]
+    # a quote carrying sha1 values as well (issue 32)
+    banks = {"sha1": {"16": "00" * 20}}
+    two_banks = dict(answer, quote=dict(answer["quote"], banks=banks))
+    return [
+        _dump(answer),
+        _dump({"quote": answer["quote"]}),
+        b"{}",
+        _dump(two_banks),
+    ]
 
 
 # -- IMA -------------------------------------------------------------------------
