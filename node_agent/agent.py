@@ -239,8 +239,16 @@ class Agent:
 
     # -- quotes ------------------------------------------------------------
 
-    async def quote(self, nonce: bytes, pcrs: list[int], with_csr: bool) -> QuoteAnswer:
-        """Quote ``pcrs`` with the nonce bound to NK (and the CSR).
+    async def quote(
+        self,
+        nonce: bytes,
+        pcrs: list[int],
+        with_csr: bool,
+        banks: tuple[str, ...] = ("sha256",),
+    ) -> QuoteAnswer:
+        """Quote ``pcrs`` with the nonce bound to NK (and the CSR), in the
+        sha256 bank and the other ``banks`` asked for (sha1) that the TPM
+        has active.
 
         Returns:
             The answer: the quote, NK and (only if asked) the CSR.
@@ -250,8 +258,18 @@ class Agent:
         """
         bound = (self.nk_public, self.csr_der) if with_csr else (self.nk_public,)
         qualifying = bind_nonce(nonce, *bound)
-        raw = await self.tpm.run(lambda tpm: tpm.quote(qualifying, list(pcrs)))
-        quote = Quote(raw.attest, raw.signature, dict(raw.pcr_values))
+        if banks == ("sha256",):
+            raw = await self.tpm.run(lambda tpm: tpm.quote(qualifying, list(pcrs)))
+        else:
+            raw = await self.tpm.run(
+                lambda tpm: tpm.quote(qualifying, list(pcrs), banks)
+            )
+        quote = Quote(
+            raw.attest,
+            raw.signature,
+            dict(raw.pcr_values),
+            {bank: dict(values) for bank, values in raw.bank_values.items()},
+        )
         return QuoteAnswer(quote, self.nk_public, self.csr_der if with_csr else None)
 
     # -- bootstrap -----------------------------------------------------------

@@ -166,7 +166,9 @@ class PushLoop:
 
     async def _answer(self, challenge: ChallengeMessage) -> EvidenceResult:
         asked = challenge.request
-        answer = await self.agent.quote(asked.nonce, list(asked.pcrs), asked.csr)
+        answer = await self.agent.quote(
+            asked.nonce, list(asked.pcrs), asked.csr, asked.banks
+        )
         if asked.ima_from is not None or asked.mb:
             answer = await asyncio.to_thread(
                 self.evidence.add_to, answer, asked.ima_from, asked.mb

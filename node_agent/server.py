@@ -66,7 +66,9 @@ async def _quote(request: web.Request) -> web.Response:
     except QuoteRequestError as exc:
         raise RequestError(exc.code, exc.detail) from exc
     try:
-        answer = await request.app[_KEY].quote(asked.nonce, list(asked.pcrs), asked.csr)
+        answer = await request.app[_KEY].quote(
+            asked.nonce, list(asked.pcrs), asked.csr, asked.banks
+        )
     except TpmError as exc:
         raise RequestError("tpm_error", str(exc), 503)
     if asked.ima_from is not None or asked.mb:  # read after the quote: a superset

@@ -110,7 +110,12 @@ class EvilTpm:
     def close(self) -> None:
         pass
 
-    def quote(self, qualifying_data: bytes, pcrs: list[int]) -> Quote:
+    def quote(
+        self,
+        qualifying_data: bytes,
+        pcrs: list[int],
+        banks: tuple[str, ...] = ("sha256",),
+    ) -> Quote:
         self.quotes += 1
         if self.attack == "foreign_ak":
             return SoftTpm().quote(qualifying_data, tuple(pcrs))
@@ -119,7 +124,7 @@ class EvilTpm:
         golden = {i: self.soft.pcrs[i] for i in pcrs}
         if self.attack == "lie_pcrs" and self.soft.pcrs[16] == self.golden:
             self.soft.extend(16, b"\x01" * 32)  # the node really changed
-        quote = self.soft.quote(qualifying_data, tuple(pcrs))
+        quote = self.soft.quote(qualifying_data, tuple(pcrs), banks)
         if self.first is None:
             self.first = quote
         if self.attack == "replay":

@@ -93,7 +93,15 @@ def _quote_answer(data: bytes) -> object:
 
 def _quote_seeds() -> list[bytes]:
     answer = _node()[4]
-    return [_dump(answer), _dump({"quote": answer["quote"]}), b"{}"]
+    # a quote carrying sha1 values as well (issue 32)
+    banks = {"sha1": {"16": "00" * 20}}
+    two_banks = dict(answer, quote=dict(answer["quote"], banks=banks))
+    return [
+        _dump(answer),
+        _dump({"quote": answer["quote"]}),
+        b"{}",
+        _dump(two_banks),
+    ]
 
 
 # -- IMA -------------------------------------------------------------------------
@@ -169,12 +177,28 @@ def _event_log(data: bytes) -> object:
 
 
 def _event_log_seeds() -> list[bytes]:
-    from node_agent.trial.eventlog import LegacyLogWriter, sample_log
+    from node_agent.trial.eventlog import LegacyLogWriter, LogWriter, sample_log
     from verifier.protocol.mb import eventlog as ev
+    from verifier.protocol.mb.replay import STARTUP_LOCALITY
 
     legacy = LegacyLogWriter().add(0, ev.EV_S_CRTM_VERSION, b"1\x00")
     legacy.add(0, ev.EV_SEPARATOR, bytes(4))
-    return [sample_log(), sample_log(locality=None, banks=("sha256",)), legacy.build()]
+    legacy.add(ev.NOT_EXTENDED, ev.EV_EFI_ACTION, b"note")
+    # H-CRTM start, events extended into no PCR, a Spec ID event outside
+    # PCR 0 (issue 32, item 4)
+    hcrtm = LogWriter().add(0, ev.EV_NO_ACTION, STARTUP_LOCALITY + b"\x04")
+    hcrtm.add(0, ev.EV_EFI_HCRTM_EVENT, b"HCRTM")
+    hcrtm.add(ev.NOT_EXTENDED, ev.EV_NO_ACTION, b"NvIndexInstance\x00")
+    hcrtm.add(ev.NOT_EXTENDED, ev.EV_EFI_ACTION, b"note")
+    hcrtm.add(0, ev.EV_SEPARATOR, bytes(4))
+    ccel = LogWriter(("sha384",), spec_id_pcr=1).add(1, ev.EV_EFI_ACTION, b"x")
+    return [
+        sample_log(),
+        sample_log(locality=None, banks=("sha256",)),
+        legacy.build(),
+        hcrtm.build(),
+        ccel.build(),
+    ]
 
 
 def _efi_signature_list(data: bytes) -> object:

@@ -94,6 +94,8 @@ class SoftTpm:
         self._selections: dict[tuple[int, ...], tuple[t.PcrSelection, ...]] = {}
         self._tails: dict[tuple[int, ...], tuple[tuple[bytes, ...], bytes]] = {}
         self.pcrs = {i: bytes(32) for i in range(24)}
+        #: the sha1 bank, extended only by :meth:`extend_sha1`.
+        self.sha1_pcrs = {i: bytes(20) for i in range(24)}
         self.clock = 1000
         self.reset_count = 0
         self.restart_count = 0
@@ -101,8 +103,20 @@ class SoftTpm:
     def extend(self, index: int, digest: bytes) -> None:
         self.pcrs[index] = hashlib.sha256(self.pcrs[index] + digest).digest()
 
-    def quote(self, qualifying_data: bytes, pcrs: tuple[int, ...]) -> Quote:
-        """Quote ``pcrs`` (sha256 bank) with ``qualifying_data``.
+    def extend_sha1(self, index: int, digest: bytes) -> None:
+        """Extend PCR ``index`` of the sha1 bank with a 20-byte digest."""
+        self.sha1_pcrs[index] = hashlib.sha1(
+            self.sha1_pcrs[index] + digest, usedforsecurity=False
+        ).digest()
+
+    def quote(
+        self,
+        qualifying_data: bytes,
+        pcrs: tuple[int, ...],
+        banks: tuple[str, ...] = ("sha256",),
+    ) -> Quote:
+        """Quote ``pcrs`` (sha256 bank, and the sha1 bank too when ``banks``
+        names it) with ``qualifying_data``.
 
         The TPMS_ATTEST is marshalled from parts kept between quotes (the
         fleet emulator quotes thousands of times a second on the cores the
@@ -110,6 +124,8 @@ class SoftTpm:
         selection and values the selection and digest that end it. The
         bytes are those :meth:`quote_structured` builds field by field.
         """
+        if tuple(banks) != ("sha256",):
+            return self.quote_structured(qualifying_data, pcrs, banks)
         self.clock += 17
         values, tail = self._quote_tail(pcrs)
         attest = b"".join(
@@ -148,12 +164,23 @@ class SoftTpm:
             cached = self._tails[pcrs] = (current, tail)
         return dict(zip(indexes, current, strict=True)), cached[1]
 
-    def quote_structured(self, qualifying_data: bytes, pcrs: tuple[int, ...]) -> Quote:
+    def quote_structured(
+        self,
+        qualifying_data: bytes,
+        pcrs: tuple[int, ...],
+        banks: tuple[str, ...] = ("sha256",),
+    ) -> Quote:
         """:meth:`quote` built field by field with :class:`TpmAttest`, for
-        the test that the kept parts give the same bytes."""
+        the test that the kept parts give the same bytes, and for quotes
+        over more banks than sha256."""
         self.clock += 17
-        selection = selection_for(pcrs)
+        selection = selection_for(pcrs, banks)
         values = {i: self.pcrs[i] for i in selection[0].pcrs}
+        extra: dict[str, dict[int, bytes]] = {}
+        if "sha1" in banks:
+            extra["sha1"] = {i: self.sha1_pcrs[i] for i in selection[0].pcrs}
+        quoted = list(values.values())
+        quoted += [v for bank in extra.values() for v in bank.values()]
         attest = t.TpmAttest(
             magic=t.TPM_GENERATED_VALUE,
             type=t.ST_ATTEST_QUOTE,
@@ -164,9 +191,9 @@ class SoftTpm:
             ),
             firmware_version=FIRMWARE,
             pcr_select=selection,
-            pcr_digest=t.pcr_digest(t.ALG_SHA256, values.values()),
+            pcr_digest=t.pcr_digest(t.ALG_SHA256, quoted),
         ).to_bytes()
-        return Quote(attest, self.sign(attest).to_bytes(), values)
+        return Quote(attest, self.sign(attest).to_bytes(), values, extra)
 
     def sign(self, data: bytes) -> t.TpmSignature:
         key = self.ak_key

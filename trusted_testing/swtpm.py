@@ -85,10 +85,23 @@ class Swtpm:
         ek_alg: ``"rsa"`` or ``"ecc"``; with ``"ecc"`` swtpm_setup is given
             ``--ecc``. swtpm_setup always creates an RSA 2048 and an ECC
             NIST P-384 EK with certificates in either case.
+        startup_clear: swtpm sends ``TPM2_Startup(CLEAR)`` itself when it
+            starts; False leaves that to the caller, who may first run an
+            H-CRTM sequence (:meth:`hash_sequence`) as a platform does.
+        pcr_banks: the PCR banks active when the TPM is manufactured
+            (``swtpm_setup --pcr-banks``, e.g. ``"sha1,sha256"``); default
+            the local CA configuration's (sha256 only).
     """
 
     def __init__(
-        self, state_dir: str, port: int, localca_dir: str, ek_alg: str = "rsa"
+        self,
+        state_dir: str,
+        port: int,
+        localca_dir: str,
+        ek_alg: str = "rsa",
+        *,
+        startup_clear: bool = True,
+        pcr_banks: str | None = None,
     ) -> None:
         if ek_alg not in EK_ALGS:
             raise TpmError(f"Swtpm: unsupported ek_alg {ek_alg!r}")
@@ -96,6 +109,8 @@ class Swtpm:
         self.port = port
         self.localca_dir = os.path.abspath(localca_dir)
         self.ek_alg = ek_alg
+        self.startup_clear = startup_clear
+        self.pcr_banks = pcr_banks
         self.log_path = os.path.join(self.state_dir, "swtpm.log")
         self.setup_log_path = os.path.join(self.state_dir, "swtpm_setup.log")
         self._proc: subprocess.Popen[bytes] | None = None
@@ -159,6 +174,8 @@ class Swtpm:
             cmd.append("--create-platform-cert")
         if self.ek_alg == "ecc":
             cmd.append("--ecc")
+        if self.pcr_banks:
+            cmd += ["--pcr-banks", self.pcr_banks]
         with open(self.setup_log_path, "ab") as log:
             try:
                 return subprocess.run(
@@ -195,7 +212,7 @@ class Swtpm:
             "--tpmstate",
             f"dir={self.state_dir}",
             "--flags",
-            "not-need-init,startup-clear",
+            "not-need-init,startup-clear" if self.startup_clear else "not-need-init",
         ]
         with open(self.log_path, "ab") as log:
             try:
@@ -228,6 +245,30 @@ class Swtpm:
             f"swtpm did not listen on {_HOST}:{self.port} within "
             f"{_START_TIMEOUT:.0f} s: {_tail(self.log_path)}"
         )
+
+    def _ioctl(self, *args: str, data: bytes | None = None) -> None:
+        cmd = ["swtpm_ioctl", "--tcp", f"{_HOST}:{self.port + 1}", *args]
+        try:
+            result = subprocess.run(
+                cmd, input=data, capture_output=True, timeout=_SETUP_TIMEOUT
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise TpmError(f"swtpm_ioctl could not run: {exc}")
+        if result.returncode != 0:
+            raise TpmError(
+                f"swtpm_ioctl {' '.join(args)} failed: "
+                f"{result.stderr.decode(errors='replace').strip()}"
+            )
+
+    def hash_sequence(self, data: bytes) -> None:
+        """Run an H-CRTM sequence (``_TPM_Hash_Start``, ``_TPM_Hash_Data``,
+        ``_TPM_Hash_End``) over ``data``, before ``TPM2_Startup``: PCR 0 of
+        every bank becomes ``H(00..04 || H(data))``.
+
+        Raises:
+            TpmError: swtpm_ioctl failed.
+        """
+        self._ioctl("-h", "-", data=data)
 
     def stop(self) -> None:
         """Terminate swtpm (SIGTERM, then SIGKILL after a timeout) and reap it."""

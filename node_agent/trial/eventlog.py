@@ -59,13 +59,18 @@ class LogWriter:
 
     Args:
         banks: the banks to log a digest for, in order.
+        spec_id_pcr: the PCRIndex of the Spec ID event (0 in a TPM's log;
+            other values stand for logs, such as a TDX CCEL, that number
+            their registers differently).
     """
 
-    def __init__(self, banks: Sequence[str] = ("sha1", "sha256")) -> None:
+    def __init__(
+        self, banks: Sequence[str] = ("sha1", "sha256"), spec_id_pcr: int = 0
+    ) -> None:
         self.banks = tuple(banks)
         spec = spec_id_data(self.banks)
         self._out = bytearray(
-            struct.pack("<II20sI", 0, EV_NO_ACTION, bytes(20), len(spec))
+            struct.pack("<II20sI", spec_id_pcr, EV_NO_ACTION, bytes(20), len(spec))
         )
         self._out += spec
 

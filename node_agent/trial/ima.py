@@ -73,10 +73,17 @@ def make_entry(
     return ImaEntry.from_template(pcr, template, thash, data)
 
 
-def boot_aggregate_entry(pcrs: list[bytes], template: str = "ima-ng") -> ImaEntry:
-    """The first entry for the given PCR 0-9 values of the SHA-256 bank."""
-    digest = hashlib.sha256(b"".join(pcrs)).digest()
-    return make_entry(BOOT_AGGREGATE, template=template, digest=digest)
+def boot_aggregate_entry(
+    pcrs: list[bytes], template: str = "ima-ng", algorithm: str = "sha256"
+) -> ImaEntry:
+    """The first entry for the given PCR 0-9 values of the ``algorithm``
+    bank, as Linux >= 5.8 computes it: over PCRs 0-7 only for sha1 (written
+    apart from :mod:`verifier.protocol.ima.replay`)."""
+    count = 8 if algorithm == "sha1" else 10
+    digest = hashlib.new(algorithm, b"".join(pcrs[:count])).digest()
+    return make_entry(
+        BOOT_AGGREGATE, template=template, digest=digest, algorithm=algorithm
+    )
 
 
 def to_binary(entries: list[ImaEntry]) -> bytes:

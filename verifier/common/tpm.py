@@ -46,9 +46,9 @@ from tpm2_pytss.utils import NoSuchIndex, NVReadEK, create_ek_template
 from verifier.common.errors import TctiConfigError, TpmError
 from verifier.common.tpm_templates import (
     ak_template,
+    bank_selection,
     der_length,
     same_public,
-    sha256_selection,
 )
 from verifier.protocol.quote import Quote
 
@@ -356,19 +356,28 @@ class Tpm:
 
     # -- PCRs and quotes -----------------------------------------------------
 
-    def _read_pcrs(self, indices: Sequence[int]) -> tuple[set[int], dict[int, bytes]]:
-        """Read SHA-256 PCRs, returning the update counters seen and values."""
+    def _read_pcrs(
+        self, indices: Sequence[int], bank: str = "sha256"
+    ) -> tuple[set[int], dict[int, bytes]]:
+        """Read PCRs of a bank, returning the update counters seen and
+        values."""
         wanted = sorted(set(indices))
         counters: set[int] = set()
         values: dict[int, bytes] = {}
         for start in range(0, len(wanted), _PCR_READ_MAX):
             chunk = wanted[start : start + _PCR_READ_MAX]
-            counter, _, digests = self.ctx.pcr_read(sha256_selection(chunk))
+            counter, _, digests = self.ctx.pcr_read(bank_selection(chunk, (bank,)))
             if len(digests) != len(chunk):
                 raise TpmError(f"PCR read returned {len(digests)} of {len(chunk)}")
             counters.add(int(counter))
             values.update(zip(chunk, (bytes(d) for d in digests), strict=True))
         return counters, values
+
+    def _bank_active(self, bank: str, pcrs: Sequence[int]) -> bool:
+        """Whether the TPM has ``pcrs`` allocated in ``bank``."""
+        with _tss("PCR read"):
+            _, _, digests = self.ctx.pcr_read(bank_selection(pcrs[:1], (bank,)))
+        return len(digests) == 1
 
     def pcr_read(self, indices: Iterable[int]) -> dict[int, bytes]:
         """Read PCR values of the SHA-256 bank.
@@ -401,8 +410,13 @@ class Tpm:
         with _tss("PCR extend"):
             self.ctx.pcr_extend(ESYS_TR(index), TPML_DIGEST_VALUES(digests=[value]))
 
-    def quote(self, qualifying_data: bytes, pcrs: Sequence[int]) -> Quote:
-        """Quote SHA-256 PCRs with the AK and read their values.
+    def quote(
+        self,
+        qualifying_data: bytes,
+        pcrs: Sequence[int],
+        banks: Sequence[str] = ("sha256",),
+    ) -> Quote:
+        """Quote PCRs with the AK and read their values.
 
         The quote is retried (up to 3 attempts) if a PCR changed between the
         quote and the read-back.
@@ -410,16 +424,24 @@ class Tpm:
         Args:
             qualifying_data: Nonce placed in TPMS_ATTEST.extraData.
             pcrs: PCR indices to quote.
+            banks: ``("sha256",)``, or ``("sha256", "sha1")`` to quote the
+                same PCRs of the sha1 bank as well. A TPM whose sha1 bank is
+                not active (it was manufactured without it) quotes sha256
+                only, as if sha1 had not been asked for.
 
         Returns:
-            The quote, its signature and the matching PCR values, in the
-            form the agent hands over (:class:`verifier.protocol.Quote`).
+            The quote, its signature and the matching PCR values (the sha1
+            ones in ``bank_values``), in the form the agent hands over
+            (:class:`verifier.protocol.Quote`).
 
         Raises:
             TpmError: On TSS failure or if the PCRs keep changing.
         """
         pcrs = sorted(set(pcrs))
-        selection = sha256_selection(pcrs)
+        banks = tuple(banks)
+        if banks != ("sha256",) and not self._bank_active(banks[-1], pcrs):
+            banks = ("sha256",)
+        selection = bank_selection(pcrs, banks)
         ak = self._load_ak()
         with _tss("quote"):
             for _ in range(_QUOTE_ATTEMPTS):
@@ -428,6 +450,12 @@ class Tpm:
                     ak, selection, TPM2B_DATA(qualifying_data), _NULL_SCHEME
                 )
                 after, values = self._read_pcrs(pcrs)
+                extra = {}
+                for bank in banks[1:]:
+                    counters, extra[bank] = self._read_pcrs(pcrs, bank)
+                    after |= counters
                 if len(before | after) == 1:
-                    return Quote(bytes(attest), bytes(signature.marshal()), values)
+                    return Quote(
+                        bytes(attest), bytes(signature.marshal()), values, extra
+                    )
         raise TpmError(f"quote: PCRs kept changing over {_QUOTE_ATTEMPTS} attempts")

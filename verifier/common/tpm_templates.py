@@ -5,7 +5,7 @@ TPMT_PUBLIC areas, and the length of a DER object read from NV."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tpm2_pytss import (
     TPM2_ALG,
@@ -30,7 +30,14 @@ from tpm2_pytss import (
 
 from verifier.common.errors import TpmError
 
-__all__ = ["ak_template", "der_length", "same_public", "sha256_selection"]
+__all__ = [
+    "BANK_ALGS",
+    "ak_template",
+    "bank_selection",
+    "der_length",
+    "same_public",
+    "sha256_selection",
+]
 
 _AK_ATTRIBUTES = (
     TPMA_OBJECT.FIXEDTPM
@@ -110,6 +117,23 @@ def sha256_selection(indices: Iterable[int]) -> TPML_PCR_SELECTION:
         raise TpmError(f"invalid PCR selection {pcrs}")
     sel = TPMS_PCR_SELECTION(hash=TPM2_ALG.SHA256, pcrs=pcrs)
     return TPML_PCR_SELECTION(pcrSelections=[sel])
+
+
+#: The banks a quote may cover, by name (sha256 first, always).
+BANK_ALGS = {"sha256": TPM2_ALG.SHA256, "sha1": TPM2_ALG.SHA1}
+
+
+def bank_selection(indices: Iterable[int], banks: Sequence[str]) -> TPML_PCR_SELECTION:
+    """Build a selection of the given PCR indices in each of ``banks``
+    (``sha256``, ``sha1``), in that order."""
+    pcrs = sorted(set(indices))
+    if not pcrs or not all(0 <= index < 24 for index in pcrs):
+        raise TpmError(f"invalid PCR selection {pcrs}")
+    if not banks or any(b not in BANK_ALGS for b in banks):
+        raise TpmError(f"invalid PCR banks {list(banks)}")
+    return TPML_PCR_SELECTION(
+        pcrSelections=[TPMS_PCR_SELECTION(hash=BANK_ALGS[b], pcrs=pcrs) for b in banks]
+    )
 
 
 def same_public(a: TPMT_PUBLIC, b: TPMT_PUBLIC) -> bool:

@@ -30,6 +30,7 @@ from verifier.protocol.ima import (
 )
 from verifier.protocol.ima import check as check_runtime_policy
 from verifier.protocol.ima.log import IMA_PCR
+from verifier.protocol.ima.replay import SHA1_BOOT_PCRS
 from verifier.protocol.mb import MeasuredBootPolicy, check_against_pcrs, parse
 from verifier.protocol.mb import check as check_mb_policy
 from verifier.protocol.mb import replay as replay_boot
@@ -51,6 +52,7 @@ __all__ = [
     "check_measured_boot",
     "extend_ima",
     "ima_evidence",
+    "is_legacy_log",
     "parse_ima_evidence",
     "parse_mb_log",
 ]
@@ -140,13 +142,16 @@ def check_ima(
     pcr_values: Mapping[int, bytes],
     policy: RuntimePolicy | None,
     first_entry: ImaEntry | None = None,
+    bank_values: Mapping[str, Mapping[int, bytes]] | None = None,
 ) -> ReplayState:
     """Replay the new IMA entries up to the quoted PCR 10 and judge them.
 
     Only the entries the quote covers are consumed (the list is read after
     the quote, so it may run ahead); the rest come again next round. When
-    entry 0 is consumed and PCRs 0-9 were quoted, ``boot_aggregate`` must
-    match them.
+    entry 0 is consumed and its bank's boot PCRs were quoted,
+    ``boot_aggregate`` must match them: a sha1 aggregate the sha1 bank's
+    PCRs 0-7 (when the quote covers that bank), any other the sha256 bank's
+    PCRs 0-9.
 
     Args:
         state: what earlier quotes of this boot verified.
@@ -156,6 +161,8 @@ def check_ima(
         first_entry: entry 0 when an earlier part of this list consumed it
             (:func:`extend_ima`) before any quote could check it: its
             ``boot_aggregate`` is checked against this quote's PCRs 0-9.
+        bank_values: the verified values of the other banks quoted
+            (``{"sha1": {...}}``).
 
     Returns:
         The new state to keep for the next quote.
@@ -173,35 +180,64 @@ def check_ima(
     new = replay_to_pcr(state, evidence.entries, quoted)
     covered = evidence.entries[: new.count - state.count]
     entry0 = covered[0] if state.count == 0 and covered else first_entry
-    if entry0 is not None and all(i in pcr_values for i in BOOT_PCRS):
+    sha1 = (bank_values or {}).get("sha1", {})
+    if entry0 is not None and entry0.digest_algorithm == "sha1" and sha1:
+        if all(i in sha1 for i in SHA1_BOOT_PCRS):
+            check_boot_aggregate(entry0, [sha1[i] for i in SHA1_BOOT_PCRS], "sha1")
+    elif entry0 is not None and all(i in pcr_values for i in BOOT_PCRS):
         check_boot_aggregate(entry0, [pcr_values[i] for i in BOOT_PCRS])
     if policy is not None and covered:
         check_runtime_policy(policy, covered, state.count)
     return new
 
 
+def is_legacy_log(log: bytes) -> bool:
+    """Whether ``log`` is a legacy SHA-1 log, judged against the sha1 bank.
+
+    Raises:
+        MalformedError: the log does not parse.
+    """
+    return parse(log).format == LEGACY_SHA1
+
+
 def check_measured_boot(
-    log: bytes, pcr_values: Mapping[int, bytes], policy: MeasuredBootPolicy | None
+    log: bytes,
+    pcr_values: Mapping[int, bytes],
+    policy: MeasuredBootPolicy | None,
+    bank_values: Mapping[str, Mapping[int, bytes]] | None = None,
 ) -> None:
     """Replay the firmware event log into PCRs 0-9 and judge it.
 
-    Every quoted PCR among 0-9 (and 14, shim's MOK lists, when quoted) must
-    equal the log's replay (sha256 bank).
-    A legacy SHA-1 log replays the sha256 bank only when it extends nothing
-    (e.g. a lone ``StartupLocality`` event): its events carry SHA-1
-    digests, and quotes cover the sha256 bank.
+    Every quoted PCR among 0-9 (and 14, shim's MOK lists, when quoted)
+    must equal the log's replay: in the sha256 bank for a crypto-agile log,
+    in the sha1 bank for a legacy SHA-1 log (its events carry SHA-1 digests
+    only), which the quote must then cover (``bank_values``). Without a
+    sha1 quote a legacy log is judged against the sha256 bank only when it
+    extends nothing (e.g. a lone ``StartupLocality`` event).
+
+    Args:
+        log: the binary event log.
+        pcr_values: the verified, quoted sha256 PCR values.
+        policy: the measured-boot policy, or None to check the replay only.
+        bank_values: the verified values of the other banks quoted
+            (``{"sha1": {...}}``).
 
     Raises:
-        MalformedError: the log does not parse (naming the format seen and
-            the event).
-        EvidenceError: ``mb_pcr_mismatch`` naming the PCR,
+        MalformedError: the log does not parse (naming the format seen, the
+            event and the field).
+        EvidenceError: ``mb_pcr_mismatch`` naming the PCR (and the bank),
             ``mb_missing_digest`` (naming the format of a legacy log), or
             ``mb_policy`` naming the events the policy refuses.
     """
     parsed = parse(log)
     events = parsed.events
-    pcrs = (*BOOT_PCRS, MOK_PCR) if MOK_PCR in pcr_values else BOOT_PCRS
-    quoted = {i: v for i, v in pcr_values.items() if i in pcrs}
+    sha1 = (bank_values or {}).get("sha1", {})
+    if parsed.format == LEGACY_SHA1 and sha1:
+        bank, values = "sha1", sha1
+    else:
+        bank, values = "sha256", pcr_values
+    pcrs = (*BOOT_PCRS, MOK_PCR) if MOK_PCR in values else BOOT_PCRS
+    quoted = {i: v for i, v in values.items() if i in pcrs}
     if not any(i in BOOT_PCRS for i in quoted):
         raise EvidenceError("pcr_selection", "no PCR among 0-9 was quoted")
     if policy is not None and policy.chain is not None and policy.chain.mok:
@@ -211,15 +247,21 @@ def check_measured_boot(
                 f"the policy checks shim's MOK lists: PCR {MOK_PCR} must be quoted",
             )
     try:
-        replayed = replay_boot(events, ("sha256",), pcrs)["sha256"]
+        replayed = replay_boot(events, (bank,), pcrs)[bank]
     except EvidenceError as exc:
         if parsed.format != LEGACY_SHA1:
             raise
         raise EvidenceError(
             exc.reason,
             f"{exc.detail}: a {LEGACY_SHA1} log (no Spec ID Event03) has SHA-1 "
-            "digests only, and quotes cover the sha256 bank",
+            "digests only, and the quote covers the sha256 bank only (the node's "
+            "TPM has no active sha1 bank, or its agent does not quote it)",
         ) from None
-    check_against_pcrs(replayed, quoted)
+    try:
+        check_against_pcrs(replayed, quoted)
+    except EvidenceError as exc:
+        if bank == "sha256":
+            raise
+        raise EvidenceError(exc.reason, f"sha1 bank: {exc.detail}") from None
     if policy is not None:
         check_mb_policy(policy, events)

@@ -36,6 +36,7 @@ from verifier.protocol.tpm import (
     ALG_RSA,
     ALG_RSAPSS,
     ALG_RSASSA,
+    ALG_SHA1,
     ALG_SHA256,
     ATTR_DECRYPT,
     ATTR_FIXED_PARENT,
@@ -48,10 +49,11 @@ from verifier.protocol.tpm import (
     TpmAttest,
     TpmPublic,
     TpmSignature,
-    pcr_values_digest,
+    pcr_banks_digest,
 )
 
 __all__ = [
+    "EXTRA_BANKS",
     "AttestationKey",
     "ClockState",
     "Quote",
@@ -62,6 +64,9 @@ __all__ = [
 ]
 
 _BIND_LABEL = b"trusted-cloud quote v1\x00"
+#: The banks a quote may cover besides sha256, by name: sha1, for legacy
+#: SHA-1 event logs and sha1 IMA boot aggregates (issue 32).
+EXTRA_BANKS = {"sha1": ALG_SHA1}
 _ACCEPTED_HASHES = {ALG_SHA256: hashes.SHA256}
 _ECDSA_PREHASHED = ec.ECDSA(Prehashed(hashes.SHA256()))
 _AK_ATTRS = ATTR_FIXED_TPM | ATTR_FIXED_PARENT | ATTR_RESTRICTED | ATTR_SIGN
@@ -213,22 +218,37 @@ def _b64(field: str, value: object) -> bytes:
 class Quote:
     """A quote as a node hands it over: attest, signature, PCR values.
 
+    The wire form carries the sha256 values as ``pcrs`` and the values of
+    any other bank quoted (:data:`EXTRA_BANKS`) under ``banks``, only when
+    there are some: a verifier that knows no ``banks`` never asks for them
+    and reads the answer as before.
+
     Attributes:
         attest: the TPMS_ATTEST bytes the signature covers.
         signature: the marshalled TPMT_SIGNATURE.
         pcr_values: sha256-bank values the node claims for the quoted PCRs.
+        bank_values: bank name (``sha1``) -> values of that bank's quoted
+            PCRs, for a quote over more banks than sha256.
     """
 
     attest: bytes
     signature: bytes
     pcr_values: Mapping[int, bytes]
+    bank_values: Mapping[str, Mapping[int, bytes]] = dataclasses.field(
+        default_factory=dict
+    )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "attest": base64.b64encode(self.attest).decode(),
             "signature": base64.b64encode(self.signature).decode(),
-            "pcrs": {str(i): v.hex() for i, v in sorted(self.pcr_values.items())},
+            "pcrs": _hex_pcrs(self.pcr_values),
         }
+        if self.bank_values:
+            out["banks"] = {
+                bank: _hex_pcrs(values) for bank, values in self.bank_values.items()
+            }
+        return out
 
     @classmethod
     def from_dict(cls, data: object) -> Quote:
@@ -239,22 +259,40 @@ class Quote:
         """
         if not isinstance(data, Mapping):
             raise MalformedError("quote", "must be an object")
-        pcrs = data.get("pcrs", {})
-        if not isinstance(pcrs, Mapping) or len(pcrs) > 24:
-            raise MalformedError("quote", "'pcrs' must be an object of at most 24")
-        values = {}
-        for key, text in pcrs.items():
-            try:
-                values[int(key)] = bytes.fromhex(text)
-            except (TypeError, ValueError):
+        values = _parse_pcrs("pcrs", data.get("pcrs", {}))
+        banks = data.get("banks", {})
+        if not isinstance(banks, Mapping):
+            raise MalformedError("quote", "'banks' must be an object")
+        extra = {}
+        for bank, pcrs in banks.items():
+            if bank not in EXTRA_BANKS:
                 raise MalformedError(
-                    "quote", f"PCR {key!r}: not an index and hex value"
+                    "quote", f"'banks': {bank!r} is not one of {sorted(EXTRA_BANKS)}"
                 )
+            extra[bank] = _parse_pcrs(f"banks.{bank}", pcrs)
         attest = _b64("attest", data.get("attest"))
         signature = _b64("signature", data.get("signature"))
         if len(attest) > 4096 or len(signature) > 1024:
             raise MalformedError("quote", "attest or signature too large")
-        return cls(attest, signature, values)
+        return cls(attest, signature, values, extra)
+
+
+def _hex_pcrs(values: Mapping[int, bytes]) -> dict[str, str]:
+    return {str(i): v.hex() for i, v in sorted(values.items())}
+
+
+def _parse_pcrs(field: str, pcrs: object) -> dict[int, bytes]:
+    if not isinstance(pcrs, Mapping) or len(pcrs) > 24:
+        raise MalformedError("quote", f"'{field}' must be an object of at most 24")
+    values = {}
+    for key, text in pcrs.items():
+        try:
+            values[int(key)] = bytes.fromhex(text)
+        except (TypeError, ValueError):
+            raise MalformedError(
+                "quote", f"'{field}': PCR {key!r}: not an index and hex value"
+            )
+    return values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +302,10 @@ class QuoteVerdict:
     attest: TpmAttest
     clock: ClockState
     pcr_values: Mapping[int, bytes]
+    #: bank name -> verified values of the other banks quoted (sha1).
+    bank_values: Mapping[str, Mapping[int, bytes]] = dataclasses.field(
+        default_factory=dict
+    )
 
     def __bool__(self) -> bool:
         return True
@@ -334,20 +376,32 @@ def _check_clock(info: ClockInfo, previous: ClockState | None) -> None:
         )
 
 
-def _check_pcrs(attest: TpmAttest, quote: Quote, policy: PcrPolicy) -> dict[int, bytes]:
+def _check_pcrs(
+    attest: TpmAttest, quote: Quote, policy: PcrPolicy
+) -> tuple[dict[int, bytes], dict[str, dict[int, bytes]]]:
     selection = attest.pcr_select
-    if len(selection) != 1 or selection[0].hash_alg != policy.hash_alg:
+    algs = [bank.hash_alg for bank in selection]
+    extra_algs = {alg: name for name, alg in EXTRA_BANKS.items()}
+    if (
+        algs.count(policy.hash_alg) != 1
+        or len(set(algs)) != len(algs)
+        or any(a != policy.hash_alg and a not in extra_algs for a in algs)
+    ):
         raise EvidenceError(
-            "pcr_selection", "quote must select exactly the sha256 bank"
+            "pcr_selection",
+            "quote must select the sha256 bank once, and at most the sha1 bank besides",
         )
-    quoted = selection[0].pcrs
+    quoted = next(b.pcrs for b in selection if b.hash_alg == policy.hash_alg)
     missing = set(policy.pcrs) - set(quoted)
     if missing:
         raise EvidenceError(
             "pcr_selection", f"policy PCRs {sorted(missing)} not quoted"
         )
+    by_alg: dict[int, Mapping[int, bytes]] = {policy.hash_alg: quote.pcr_values}
+    for name, values in quote.bank_values.items():
+        by_alg[EXTRA_BANKS[name]] = values
     try:
-        digest = pcr_values_digest(selection, quote.pcr_values)
+        digest = pcr_banks_digest(selection, by_alg)
     except MalformedError as exc:
         raise EvidenceError("pcr_values", exc.detail)
     if not hmac.compare_digest(digest, attest.pcr_digest):
@@ -364,7 +418,12 @@ def _check_pcrs(attest: TpmAttest, quote: Quote, policy: PcrPolicy) -> dict[int,
         raise EvidenceError(
             "pcr_policy", f"the node reported {shown}: not allowed by the policy"
         )
-    return values
+    extra = {
+        extra_algs[bank.hash_alg]: {i: by_alg[bank.hash_alg][i] for i in bank.pcrs}
+        for bank in selection
+        if bank.hash_alg != policy.hash_alg
+    }
+    return values, extra
 
 
 def verify_quote(
@@ -404,11 +463,17 @@ def verify_quote(
         raise EvidenceError(
             "nonce_mismatch", "quote does not carry this request's nonce"
         )
-    values = _check_pcrs(attest, quote, policy)
+    values, extra = _check_pcrs(attest, quote, policy)
     _check_clock(attest.clock_info, previous_clock)
-    return QuoteVerdict(attest, ClockState.from_info(attest.clock_info), values)
+    return QuoteVerdict(attest, ClockState.from_info(attest.clock_info), values, extra)
 
 
-def selection_for(pcrs: tuple[int, ...]) -> tuple[PcrSelection, ...]:
-    """The single-bank sha256 selection of ``pcrs``."""
-    return (PcrSelection(ALG_SHA256, tuple(sorted(set(pcrs)))),)
+def selection_for(
+    pcrs: tuple[int, ...], banks: tuple[str, ...] = ("sha256",)
+) -> tuple[PcrSelection, ...]:
+    """The selection of ``pcrs`` in the sha256 bank and, in order, the
+    other ``banks`` named (:data:`EXTRA_BANKS`)."""
+    indexes = tuple(sorted(set(pcrs)))
+    out = [PcrSelection(ALG_SHA256, indexes)]
+    out += [PcrSelection(EXTRA_BANKS[b], indexes) for b in banks if b != "sha256"]
+    return tuple(out)

@@ -48,6 +48,7 @@ __all__ = [
     "TpmPublic",
     "TpmSignature",
     "hash_for_alg",
+    "pcr_banks_digest",
     "pcr_digest",
 ]
 
@@ -456,6 +457,38 @@ def make_public(
     curve = _CURVE_IDS[key.curve.name]
     body = m.u16(curve) + m.u16(ALG_NULL) + point
     return TpmPublic.from_tpmt(m.u16(ALG_ECC) + head + body)
+
+
+def pcr_banks_digest(
+    selection: tuple[PcrSelection, ...],
+    values: Mapping[int, Mapping[int, bytes]],
+    digest_alg: int = ALG_SHA256,
+) -> bytes:
+    """pcrDigest over the values of a selection of one or more banks, as
+    TPM2_Quote computes it: the quote's hash (``digest_alg``) over every
+    selected PCR's value, bank after bank in the selection's order.
+
+    Args:
+        selection: the quote's PCR selection.
+        values: TPM_ALG_ID of a bank -> PCR index -> value.
+        digest_alg: the hash of the AK's signing scheme.
+
+    Raises:
+        MalformedError: a selected PCR has no value or the wrong size.
+    """
+    h = hashlib.new(hash_for_alg(digest_alg))
+    for bank in selection:
+        name = hash_for_alg(bank.hash_alg)
+        size = hashlib.new(name).digest_size
+        bank_values = values.get(bank.hash_alg, {})
+        for index in bank.pcrs:
+            value = bank_values.get(index)
+            if value is None or len(value) != size:
+                raise MalformedError(
+                    "PCR values", f"{name} PCR {index} missing or not {size} bytes"
+                )
+            h.update(value)
+    return h.digest()
 
 
 def pcr_values_digest(

@@ -2,6 +2,8 @@
 
 import asyncio
 import base64
+import dataclasses
+import hashlib
 import json
 import os
 import stat
@@ -55,8 +57,8 @@ class SoftTpmAdapter:
     def activate_credential(self, blob, secret):
         return self.soft.activate_credential(blob, secret)
 
-    def quote(self, qualifying_data, pcrs):
-        return self.soft.quote(qualifying_data, tuple(pcrs))
+    def quote(self, qualifying_data, pcrs, banks=("sha256",)):
+        return self.soft.quote(qualifying_data, tuple(pcrs), banks)
 
     def close(self):
         self.closed += 1
@@ -353,6 +355,54 @@ class TestAgentApi(AgentTestBase):
         self.assertEqual(200, status)
         self.assertEqual({"quote", "nk", "csr"}, set(body))
         self.assertEqual({"16", "17"}, set(body["quote"]["pcrs"]))
+
+    def test_quote_without_banks_is_the_sha256_form(self):
+        # what a verifier that knows no "banks" asks and reads (issue 32)
+        nonce = os.urandom(8).hex()
+        status, body = self._request("GET", f"/v1/quote?nonce={nonce}&pcrs=0,16")
+        self.assertEqual(200, status)
+        self.assertEqual({"attest", "signature", "pcrs"}, set(body["quote"]))
+
+    def test_quote_over_the_sha1_bank_too(self):
+        # issue 32 item 5: a legacy SHA-1 log is judged against sha1 PCRs
+        self.tpm.soft.extend_sha1(0, hashlib.sha1(b"crtm").digest())
+        nonce = os.urandom(8)
+        status, body = self._request(
+            "GET", f"/v1/quote?nonce={nonce.hex()}&pcrs=0,16&banks=sha256,sha1"
+        )
+        self.assertEqual(200, status, body)
+        quote = Quote.from_dict(body["quote"])
+        ak = AttestationKey(TpmPublic.from_bytes(self.tpm.ak_public()), True)
+        nk = base64.b64decode(body["nk"])
+        verdict = verify_quote(
+            quote,
+            ak=ak,
+            qualifying_data=bind_nonce(nonce, nk),
+            policy=PcrPolicy({16: frozenset({bytes(32)})}),
+        )
+        self.assertEqual(
+            {0: self.tpm.soft.sha1_pcrs[0], 16: bytes(20)}, verdict.bank_values["sha1"]
+        )
+        self.assertEqual({0: bytes(32), 16: bytes(32)}, dict(verdict.pcr_values))
+        # the sha1 values are covered by the signature
+        lying = {**quote.bank_values["sha1"], 0: bytes(20)}
+        exc = self.assertRaises(
+            EvidenceError,
+            verify_quote,
+            dataclasses.replace(quote, bank_values={"sha1": lying}),
+            ak=ak,
+            qualifying_data=bind_nonce(nonce, nk),
+            policy=PcrPolicy({16: frozenset({bytes(32)})}),
+        )
+        self.assertEqual("pcr_digest_mismatch", exc.reason)
+
+    def test_bad_banks(self):
+        nonce = "00" * 16
+        for banks in ("sha384", "sha1", "sha256,sha256", "sha256,md5"):
+            result = self._request(
+                "GET", f"/v1/quote?nonce={nonce}&pcrs=16&banks={banks}"
+            )
+            self._assert_error(400, "bad_banks", result, "banks")
 
     def test_bad_nonce_hex(self):
         result = self._request("GET", "/v1/quote?nonce=zz11223344556677&pcrs=16")

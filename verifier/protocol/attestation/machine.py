@@ -21,6 +21,7 @@ from verifier.protocol.evidence import (
     check_measured_boot,
     extend_ima,
     ima_evidence,
+    is_legacy_log,
 )
 from verifier.protocol.ima import ReplayState, RuntimePolicy
 from verifier.protocol.ima.log import IMA_PCR, ImaEntry
@@ -40,6 +41,8 @@ __all__ = ["NodeAttestation"]
 #: How much of an agent's error message a verdict repeats.
 _MAX_ERROR = 300
 _NOTHING_REPLAYED = ReplayState()  # shared: frozen
+_SHA256 = ("sha256",)
+_WITH_SHA1 = ("sha256", "sha1")
 
 
 #: The states a good quote brings a node back from.
@@ -98,6 +101,7 @@ class NodeAttestation:
     """
 
     __slots__ = (
+        "_banks",
         "_clock",
         "_failure_reason",
         "_ima",
@@ -153,6 +157,9 @@ class NodeAttestation:
         self._silent_since: float | None = None  # first unanswered round
         self._rounds = 0
         self._mb_boot: int | None = None  # reset count of the boot whose log passed
+        #: the banks quoted: sha1 too once the node showed a legacy SHA-1
+        #: firmware log or a sha1 IMA boot aggregate (issue 32)
+        self._banks: tuple[str, ...] = _SHA256
         self._pcrs = _quoted_pcrs(policy.pcrs, runtime is not None, mb)
         #: the hot state changed since it was last written behind; whoever
         #: writes it (:meth:`snapshot`) clears this
@@ -228,7 +235,9 @@ class NodeAttestation:
         if self.mb is not None:
             boot = self._clock.reset_count if self._clock is not None else None
             mb = self._mb_boot is None or self._mb_boot != boot
-        return QuoteRequest(nonce, self._pcrs, not self._v_released, ima_from, mb)
+        return QuoteRequest(
+            nonce, self._pcrs, not self._v_released, ima_from, mb, self._banks
+        )
 
     def judge(
         self,
@@ -481,8 +490,12 @@ class NodeAttestation:
             _agent_error(answer.mb_error, "mb_log_unavailable")
             if answer.mb_log is None:
                 complete = False  # asked before the reboot was known
+            elif self._ask_sha1(request, quoted, is_legacy_log(answer.mb_log)):
+                complete = False  # a legacy SHA-1 log: ask for the sha1 bank
             else:
-                check_measured_boot(answer.mb_log, quoted.pcr_values, self.mb)
+                check_measured_boot(
+                    answer.mb_log, quoted.pcr_values, self.mb, quoted.bank_values
+                )
                 self._mb_boot = reset
         if self.runtime is not None:
             if request.ima_from is None:
@@ -498,11 +511,34 @@ class NodeAttestation:
                     self._ima_first = evidence.entries[0]
                 self._ima = extend_ima(self._ima, evidence, self.runtime)
                 return False
+            first = self._ima_first
+            if self._ima.count == 0 and evidence.entries:
+                first = evidence.entries[0]
+            sha1 = first is not None and first.digest_algorithm == "sha1"
+            if self._ask_sha1(request, quoted, sha1):
+                return False  # a sha1 boot_aggregate: ask for the sha1 bank
             self._ima = check_ima(
-                self._ima, evidence, quoted.pcr_values, self.runtime, self._ima_first
+                self._ima,
+                evidence,
+                quoted.pcr_values,
+                self.runtime,
+                self._ima_first,
+                quoted.bank_values,
             )
             self._ima_first = None
         return complete
+
+    def _ask_sha1(
+        self, request: QuoteRequest, quoted: QuoteVerdict, needed: bool
+    ) -> bool:
+        """Whether to ask again with the sha1 bank quoted too: the evidence
+        ``needed`` it and this quote was not asked over it. A node asked
+        over it that still sends no sha1 values (an older agent, a TPM
+        without the bank) is judged on sha256 and fails naming why."""
+        if not needed or "sha1" in request.banks or "sha1" in quoted.bank_values:
+            return False
+        self._banks = _WITH_SHA1
+        return True
 
     def _passed(
         self,

@@ -23,8 +23,11 @@ from verifier.protocol.ima.log import IMA_PCR, ImaEntry
 
 __all__ = [
     "BOOT_AGGREGATE",
+    "BOOT_PCRS",
+    "SHA1_BOOT_PCRS",
     "ReplayState",
     "boot_aggregate",
+    "boot_aggregate_pcrs",
     "check_against_pcr",
     "check_boot_aggregate",
     "replay",
@@ -146,29 +149,62 @@ def check_against_pcr(state: ReplayState, quoted_pcr10_sha256: bytes) -> None:
         )
 
 
+#: The PCRs the boot aggregate covers, by its algorithm: the kernel's
+#: ``ima_calc_boot_aggregate_tfm`` hashes PCRs 0-7 of the bank, and PCRs 8-9
+#: as well only for a bank other than sha1 (Linux 5.8 on; a sha1 aggregate
+#: over 0-7 keeps one value for a boot across kernels before and after).
+SHA1_BOOT_PCRS = tuple(range(8))
+BOOT_PCRS = tuple(range(10))
+
+
+def boot_aggregate_pcrs(algorithm: str) -> tuple[int, ...]:
+    """The PCRs a boot aggregate of ``algorithm`` covers: 0-7 for sha1, 0-9
+    for any other bank."""
+    return SHA1_BOOT_PCRS if algorithm == "sha1" else BOOT_PCRS
+
+
 def boot_aggregate(pcrs: Sequence[bytes], algorithm: str = "sha256") -> bytes:
-    """The boot aggregate over PCRs 0-9 of one bank (TPM 2.0 kernels >= 5.8).
+    """The boot aggregate of one bank, as the kernel computes it.
 
     Args:
-        pcrs: the bank's PCR 0..9 values, in order.
+        pcrs: the bank's PCR 0..9 values in order (PCR 0..7 suffice for
+            sha1, whose aggregate covers only those).
         algorithm: the bank's (and the entry's digest) algorithm.
     """
-    if len(pcrs) != 10:
-        raise ValueError("boot_aggregate covers PCRs 0-9")
-    return hashlib.new(algorithm, b"".join(pcrs)).digest()
+    covered = boot_aggregate_pcrs(algorithm)
+    if len(pcrs) not in (len(covered), len(BOOT_PCRS)):
+        raise ValueError(f"a {algorithm} boot_aggregate covers PCRs 0-{covered[-1]}")
+    return hashlib.new(algorithm, b"".join(pcrs[: len(covered)])).digest()
 
 
-def check_boot_aggregate(entry: ImaEntry, pcrs: Sequence[bytes]) -> None:
-    """Require ``entry`` to be the boot aggregate of the quoted PCRs 0-9.
+def check_boot_aggregate(
+    entry: ImaEntry, pcrs: Sequence[bytes], bank: str = "sha256"
+) -> None:
+    """Require ``entry`` to be the boot aggregate of the quoted PCRs.
 
-    ``pcrs`` must come from the bank of ``entry.digest_algorithm``.
+    Args:
+        entry: IMA entry 0.
+        pcrs: the quoted PCR 0..9 values of ``bank``.
+        bank: the bank ``pcrs`` come from; it must be the entry's
+            algorithm (a sha1 aggregate is over the sha1 bank's PCRs 0-7).
 
     Raises:
-        EvidenceError: ``ima_boot_aggregate``.
+        EvidenceError: ``ima_boot_aggregate`` naming the algorithm and the
+            PCRs, or the bank that would have to be quoted.
     """
-    if entry.path != BOOT_AGGREGATE or not hmac.compare_digest(
-        entry.digest, boot_aggregate(pcrs, entry.digest_algorithm)
-    ):
+    algorithm = entry.digest_algorithm
+    covered = boot_aggregate_pcrs(algorithm)
+    span = f"PCRs 0-{covered[-1]}"
+    if entry.path != BOOT_AGGREGATE:
+        raise EvidenceError("ima_boot_aggregate", "entry 0 is not boot_aggregate")
+    if algorithm != bank:
         raise EvidenceError(
-            "ima_boot_aggregate", "boot_aggregate does not match PCRs 0-9"
+            "ima_boot_aggregate",
+            f"boot_aggregate is {algorithm} (over the {algorithm} bank's {span}), "
+            f"the quote covers the {bank} bank",
+        )
+    if not hmac.compare_digest(entry.digest, boot_aggregate(pcrs, algorithm)):
+        raise EvidenceError(
+            "ima_boot_aggregate",
+            f"{algorithm} boot_aggregate does not match the quoted {span}",
         )

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import hmac
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -422,11 +421,8 @@ def _variables(
 def _forged(event: Event) -> Failure | None:
     """The variable data must hash to the logged digest (EDK2 and shim
     measure the whole ``UEFI_VARIABLE_DATA``)."""
-    digest = event.digests.get("sha256")
-    if digest is None or not hmac.compare_digest(
-        hashlib.sha256(event.data).digest(), digest
-    ):
-        return _fail(event, "event data does not match its sha256 digest")
+    if not event.data_matches_digest():
+        return _fail(event, "event data does not match its logged digest")
     return None
 
 

@@ -15,7 +15,19 @@ Platform Firmware Profile, section 10). All integers are little-endian.
   ``StartupLocality`` event, or an ordinary measurement; a log may hold a
   ``StartupLocality`` event and nothing else.
 
-Errors name the format seen and the index of the offending event. Bank
+The format is told by the first event's data, not by its PCR index: a log
+whose first event carries the ``Spec ID Event03`` signature is crypto-agile
+wherever that event says it goes (a TDX CCEL log numbers its measurement
+registers differently from a TPM's PCRs).
+
+An event whose PCRIndex is ``0xFFFFFFFF`` (:data:`NOT_EXTENDED`) was logged
+but extended into no PCR (PFP section 10.4.5: ``EV_NO_ACTION`` variants and
+some platforms' informational events); it is parsed and never replayed
+(:attr:`Event.extended`).
+
+Errors name the format seen, the index of the offending event and the field
+of the structure (``PCRIndex``, ``EventSize``, ``digests[1].AlgorithmId``,
+``numberOfAlgorithms``...). Bank
 names are the TCG's (``sm3_256`` for ``TPM_ALG_SM3_256``; hashlib calls it
 ``sm3``, see :data:`HASHLIB_NAMES`).
 
@@ -25,6 +37,8 @@ Pure and I/O-free like the rest of :mod:`verifier.protocol`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import struct
 import uuid
 
@@ -36,11 +50,13 @@ __all__ = [
     "EVENT_TYPE_NAMES",
     "HASHLIB_NAMES",
     "LEGACY_SHA1",
+    "NOT_EXTENDED",
     "EV_EFI_ACTION",
     "EV_EFI_BOOT_SERVICES_APPLICATION",
     "EV_EFI_BOOT_SERVICES_DRIVER",
     "EV_EFI_GPT_EVENT",
     "EV_EFI_HANDOFF_TABLES",
+    "EV_EFI_HCRTM_EVENT",
     "EV_EFI_PLATFORM_FIRMWARE_BLOB",
     "EV_EFI_PLATFORM_FIRMWARE_BLOB2",
     "EV_EFI_VARIABLE_AUTHORITY",
@@ -128,10 +144,16 @@ VARIABLE_EVENTS = frozenset(
 )
 
 SPEC_ID_SIGNATURE = b"Spec ID Event03\x00"
+#: The PCRIndex of an event extended into no PCR.
+NOT_EXTENDED = 0xFFFFFFFF
+#: The highest PCR index an extending event may name.
+MAX_PCR = 31
 _STRUCT = "TCG event log"
 _MAX_EVENT_SIZE = 16 * 1024 * 1024
 _MAX_DIGESTS = 16
 _LEGACY_HEADER = struct.Struct("<II20sI")
+_AGILE = f"{CRYPTO_AGILE} log"
+_LEGACY = f"{LEGACY_SHA1} log (no Spec ID Event03)"
 
 
 def event_type_name(event_type: int) -> str:
@@ -179,7 +201,7 @@ class Event:
 
     Attributes:
         index: position in the log (0 is the Spec ID event).
-        pcr: the PCR index extended.
+        pcr: the PCR index extended (:data:`NOT_EXTENDED` for none).
         event_type: the raw ``EV_*`` value.
         digests: bank name (``sha1``, ``sha256``...) -> logged digest.
         data: the event data.
@@ -195,6 +217,24 @@ class Event:
     def type_name(self) -> str:
         """The ``EV_*`` name of :attr:`event_type`."""
         return event_type_name(self.event_type)
+
+    @property
+    def extended(self) -> bool:
+        """Whether the event was extended into :attr:`pcr`: not for
+        ``EV_NO_ACTION`` events nor for PCRIndex :data:`NOT_EXTENDED`."""
+        return self.event_type != EV_NO_ACTION and self.pcr != NOT_EXTENDED
+
+    def data_matches_digest(self) -> bool:
+        """Whether :attr:`data` hashes to the logged digest, for events
+        whose whole data is what was measured (EFI variables, GRUB's
+        strings): their data is believed only then. The sha256 digest is
+        used, or the sha1 one of a legacy SHA-1 log that has no other."""
+        for bank in ("sha256", "sha1"):
+            digest = self.digests.get(bank)
+            if digest is not None:
+                mine = hashlib.new(bank, self.data).digest()
+                return hmac.compare_digest(mine, digest)
+        return False
 
     @property
     def variable(self) -> EfiVariable | None:
@@ -237,53 +277,104 @@ def parse_efi_variable(data: bytes, where: str = "event") -> EfiVariable:
     """Parse a ``UEFI_VARIABLE_DATA``.
 
     Raises:
-        MalformedError: truncated, trailing bytes or a bad name.
+        MalformedError: truncated, trailing bytes or a bad name, naming
+            ``where`` and the field.
     """
     structure = "UEFI_VARIABLE_DATA"
     if len(data) < 32:
-        raise MalformedError(structure, f"{where}: truncated header")
+        raise MalformedError(
+            structure,
+            f"{where}: VariableName, UnicodeNameLength, VariableDataLength: "
+            f"truncated ({len(data)} of 32 bytes)",
+        )
     name_len, data_len = struct.unpack_from("<QQ", data, 16)
     end = 32 + 2 * name_len + data_len
     if end != len(data):
         raise MalformedError(
-            structure, f"{where}: sizes give {end} bytes, have {len(data)}"
+            structure,
+            f"{where}: UnicodeNameLength {name_len} and VariableDataLength "
+            f"{data_len} give {end} bytes, the event data has {len(data)}",
         )
     try:
         name = data[32 : 32 + 2 * name_len].decode("utf-16-le")
     except UnicodeDecodeError:
-        raise MalformedError(structure, f"{where}: name is not UTF-16") from None
+        raise MalformedError(structure, f"{where}: UnicodeName: not UTF-16") from None
     return EfiVariable(
         uuid.UUID(bytes_le=bytes(data[:16])), name, bytes(data[32 + 2 * name_len :])
     )
 
 
-def _parse_spec_id(data: bytes) -> SpecIdEvent:
-    def bad(detail: str) -> MalformedError:
-        return MalformedError(_STRUCT, f"event 0 (Spec ID): {detail}")
+class _Fault:
+    """Builds the errors of one event: ``<format> log: event <i>: ...``."""
 
-    if len(data) < 28 or data[:16] != SPEC_ID_SIGNATURE:
-        raise bad("not a Spec ID Event03 (not a crypto-agile log)")
+    __slots__ = ("prefix",)
+
+    def __init__(self, fmt: str, index: int, what: str = "") -> None:
+        self.prefix = f"{fmt}: event {index}{what}"
+
+    def __call__(self, field: str, problem: str) -> MalformedError:
+        return MalformedError(_STRUCT, f"{self.prefix}: {field}: {problem}")
+
+
+def _u32(view: memoryview, off: int, fault: _Fault, field: str) -> int:
+    if off + 4 > len(view):
+        raise fault(field, f"truncated ({len(view) - off} of 4 bytes)")
+    value: int = struct.unpack_from("<I", view, off)[0]
+    return value
+
+
+def _check_pcr(pcr: int, fault: _Fault) -> None:
+    if pcr > MAX_PCR and pcr != NOT_EXTENDED:
+        raise fault(
+            "PCRIndex",
+            f"{pcr:#x} is not a PCR (0-{MAX_PCR}, or {NOT_EXTENDED:#x} for an "
+            "event extended into none)",
+        )
+
+
+def _event_data(view: memoryview, off: int, size: int, fault: _Fault) -> bytes:
+    if size > _MAX_EVENT_SIZE or off + size > len(view):
+        raise fault(
+            "EventSize", f"{size} exceeds the log ({len(view) - off} bytes left)"
+        )
+    return bytes(view[off : off + size])
+
+
+def _parse_spec_id(data: bytes) -> SpecIdEvent:
+    fault = _Fault(_AGILE, 0, " (Spec ID Event03)")
+    if len(data) < 28:
+        raise fault(
+            "platformClass, specVersion, uintnSize, numberOfAlgorithms",
+            f"truncated ({len(data)} of 28 bytes)",
+        )
     platform_class, minor, major, errata, uintn, count = struct.unpack_from(
         "<IBBBBI", data, 16
     )
     if not 1 <= count <= _MAX_DIGESTS:
-        raise bad(f"bad numberOfAlgorithms {count}")
+        raise fault("numberOfAlgorithms", f"{count} is not 1-{_MAX_DIGESTS}")
     off = 28
     sizes: dict[int, int] = {}
-    for _ in range(count):
+    for i in range(count):
+        field = f"digestSizes[{i}]"
         if off + 4 > len(data):
-            raise bad("truncated algorithm list")
+            raise fault(field, f"truncated (declares {count} algorithms)")
         alg, size = struct.unpack_from("<HH", data, off)
         off += 4
         known = ALGORITHMS.get(alg)
-        if alg in sizes or size == 0 or (known is not None and known[1] != size):
-            raise bad(f"bad algorithm {alg:#06x} of size {size}")
+        if alg in sizes:
+            raise fault(field, f"algorithmId {alg:#06x} declared twice")
+        if size == 0 or (known is not None and known[1] != size):
+            raise fault(field, f"digestSize {size} is wrong for {alg:#06x}")
         sizes[alg] = size
     if off + 1 > len(data):
-        raise bad("truncated vendorInfoSize")
+        raise fault("vendorInfoSize", "truncated")
     vendor_len = data[off]
     if off + 1 + vendor_len != len(data):
-        raise bad("vendorInfoSize does not match the event size")
+        raise fault(
+            "vendorInfoSize",
+            f"{vendor_len} does not match the EventSize ({len(data) - off - 1} "
+            "bytes left)",
+        )
     return SpecIdEvent(
         platform_class,
         (major, minor, errata),
@@ -296,6 +387,9 @@ def _parse_spec_id(data: bytes) -> SpecIdEvent:
 def parse(raw: bytes) -> EventLog:
     """Parse a binary event log, crypto-agile or legacy SHA-1.
 
+    The format is crypto-agile when the first event's data starts with the
+    ``Spec ID Event03`` signature, whatever its PCRIndex; else legacy SHA-1.
+
     Args:
         raw: the log bytes. Trailing zero padding (some firmwares pad the
             log area) is ignored.
@@ -305,27 +399,29 @@ def parse(raw: bytes) -> EventLog:
 
     Raises:
         MalformedError: a truncated or inconsistent event, naming the format
-            seen and the event's index.
+            seen, the event's index and the field.
     """
     view = memoryview(raw)
-    if len(view) < _LEGACY_HEADER.size:
+    header = _LEGACY_HEADER.size
+    if len(view) < header:
         raise MalformedError(
-            _STRUCT, f"event 0: truncated header ({len(view)} bytes in all)"
+            _STRUCT,
+            f"event 0: truncated header ({len(view)} bytes in all): PCRIndex, "
+            f"EventType, digest, EventSize take {header}",
         )
-    pcr, etype, sha1, size = _LEGACY_HEADER.unpack_from(view, 0)
-    off = _LEGACY_HEADER.size
-    first = bytes(view[off : off + size])
-    if pcr != 0 or etype != EV_NO_ACTION or not first.startswith(SPEC_ID_SIGNATURE):
+    if bytes(view[header : header + len(SPEC_ID_SIGNATURE)]) != SPEC_ID_SIGNATURE:
         return _parse_legacy(view)
-    if size > len(view) - off:
-        raise MalformedError(_STRUCT, f"{CRYPTO_AGILE} log: event 0: truncated")
-    off += size
-    try:
-        spec_id = _parse_spec_id(first)
-    except MalformedError as exc:
-        raise MalformedError(_STRUCT, f"{CRYPTO_AGILE} log: {exc.detail}") from None
-    events = [Event(0, 0, EV_NO_ACTION, {"sha1": sha1}, first)]
+    pcr, etype, sha1, size = _LEGACY_HEADER.unpack_from(view, 0)
+    fault = _Fault(_AGILE, 0, " (Spec ID Event03)")
+    if etype != EV_NO_ACTION:
+        raise fault(
+            "EventType", f"{event_type_name(etype)}, the Spec ID event is EV_NO_ACTION"
+        )
+    first = _event_data(view, header, size, fault)
+    spec_id = _parse_spec_id(first)
+    events = [Event(0, pcr, EV_NO_ACTION, {"sha1": sha1}, first)]
     sizes = spec_id.digest_sizes
+    off = header + size
     while off < len(view):
         index = len(events)
         if not any(view[off:]):
@@ -337,27 +433,22 @@ def parse(raw: bytes) -> EventLog:
 
 def _parse_legacy(view: memoryview) -> EventLog:
     """A log of ``TCG_PCR_EVENT`` entries only (see the module docstring)."""
-
-    def bad(index: int, detail: str) -> MalformedError:
-        return MalformedError(
-            _STRUCT, f"{LEGACY_SHA1} log (no Spec ID Event03): event {index}: {detail}"
-        )
-
     events: list[Event] = []
     off, end = 0, len(view)
     while off < end:
         index = len(events)
         if index and not any(view[off:]):
             break  # zero padding after the last event
-        if off + _LEGACY_HEADER.size > end:
-            raise bad(index, "truncated header")
-        pcr, etype, sha1, size = _LEGACY_HEADER.unpack_from(view, off)
+        fault = _Fault(_LEGACY, index)
+        pcr = _u32(view, off, fault, "PCRIndex")
+        _check_pcr(pcr, fault)
+        etype = _u32(view, off + 4, fault, "EventType")
+        if off + 28 > end:
+            raise fault("digest", f"truncated ({end - off - 8} of 20 bytes)")
+        sha1 = bytes(view[off + 8 : off + 28])
+        size = _u32(view, off + 28, fault, "EventSize")
         off += _LEGACY_HEADER.size
-        if size > _MAX_EVENT_SIZE or off + size > end:
-            raise bad(index, f"eventSize {size} exceeds the log")
-        if pcr > 31:
-            raise bad(index, f"bad PCR index {pcr}")
-        data = bytes(view[off : off + size])
+        data = _event_data(view, off, size, fault)
         off += size
         events.append(Event(index, pcr, etype, {"sha1": sha1}, data))
     return EventLog(None, tuple(events), LEGACY_SHA1)
@@ -366,39 +457,37 @@ def _parse_legacy(view: memoryview) -> EventLog:
 def _parse_event2(
     view: memoryview, off: int, index: int, sizes: dict[int, int]
 ) -> tuple[Event, int]:
-    def bad(detail: str) -> MalformedError:
-        return MalformedError(_STRUCT, f"{CRYPTO_AGILE} log: event {index}: {detail}")
-
+    fault = _Fault(_AGILE, index)
     end = len(view)
-    if off + 12 > end:
-        raise bad("truncated header")
-    pcr, etype, count = struct.unpack_from("<III", view, off)
+    pcr = _u32(view, off, fault, "PCRIndex")
+    _check_pcr(pcr, fault)
+    etype = _u32(view, off + 4, fault, "EventType")
+    count = _u32(view, off + 8, fault, "digests.count")
     off += 12
     if count > _MAX_DIGESTS:
-        raise bad(f"too many digests ({count})")
+        raise fault("digests.count", f"{count} is more than {_MAX_DIGESTS}")
     digests: dict[str, bytes] = {}
-    for _ in range(count):
+    for i in range(count):
         if off + 2 > end:
-            raise bad("truncated digest list")
+            raise fault(f"digests[{i}].hashAlg", "truncated")
         (alg,) = struct.unpack_from("<H", view, off)
         off += 2
         size = sizes.get(alg)
         if size is None:
-            raise bad(f"algorithm {alg:#06x} not declared by the Spec ID event")
+            raise fault(
+                f"digests[{i}].hashAlg",
+                f"{alg:#06x} is not declared by the Spec ID event",
+            )
         if off + size > end:
-            raise bad("truncated digest")
+            raise fault(
+                f"digests[{i}].digest", f"truncated ({end - off} of {size} bytes)"
+            )
         name = ALGORITHMS.get(alg, (f"alg_{alg:#06x}", size))[0]
         if name in digests:
-            raise bad(f"duplicate {name} digest")
+            raise fault(f"digests[{i}].hashAlg", f"a second {name} digest")
         digests[name] = bytes(view[off : off + size])
         off += size
-    if off + 4 > end:
-        raise bad("truncated eventSize")
-    (size,) = struct.unpack_from("<I", view, off)
+    size = _u32(view, off, fault, "EventSize")
     off += 4
-    if size > _MAX_EVENT_SIZE or off + size > end:
-        raise bad(f"eventSize {size} exceeds the log")
-    if pcr > 31:
-        raise bad(f"bad PCR index {pcr}")
-    data = bytes(view[off : off + size])
+    data = _event_data(view, off, size, fault)
     return Event(index, pcr, etype, digests, data), off + size

@@ -36,8 +36,6 @@ be trusted.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -225,15 +223,6 @@ def _check_digest(
     return None
 
 
-def _digest_matches(event: Event) -> bool:
-    """Firmware measures a variable event's whole ``UEFI_VARIABLE_DATA``:
-    its data is believed only when it hashes to the logged digest."""
-    digest = event.digests.get("sha256")
-    return digest is not None and hmac.compare_digest(
-        hashlib.sha256(event.data).digest(), digest
-    )
-
-
 def evaluate(policy: MeasuredBootPolicy, events: Iterable[Event]) -> list[Failure]:
     """Every violation of ``policy`` by ``events`` (empty when it passes).
 
@@ -259,12 +248,12 @@ def evaluate(policy: MeasuredBootPolicy, events: Iterable[Event]) -> list[Failur
                 failures.append(
                     Failure(None, name, "SecureBoot variable not measured", 7)
                 )
-        elif not _digest_matches(state[0]):
+        elif not state[0].data_matches_digest():
             failures.append(
                 Failure(
                     state[0].index,
                     name,
-                    "SecureBoot event data does not match its sha256 digest",
+                    "SecureBoot event data does not match its logged digest",
                     state[0].pcr,
                 )
             )

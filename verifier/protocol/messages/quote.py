@@ -5,6 +5,12 @@ node's agent for a quote with a :class:`QuoteRequest`, sent as the query
 string::
 
     ?nonce=<hex, 8..32 bytes>&pcrs=16,17&csr=0|1[&ima_from=N][&mb=1]
+     [&banks=sha256,sha1]
+
+``banks`` asks for the PCRs in the sha1 bank as well as sha256 (for a
+legacy SHA-1 event log or a sha1 IMA boot aggregate); without it the quote
+covers sha256 only, so agents and verifiers that do not know it keep
+working: an older agent ignores it and answers with a sha256 quote.
 
 The agent answers with a :class:`QuoteAnswer`::
 
@@ -35,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from verifier.protocol.errors import MalformedError
-from verifier.protocol.quote import Quote
+from verifier.protocol.quote import EXTRA_BANKS, Quote
 
 __all__ = [
     "MAX_IMA_BYTES",
@@ -66,7 +72,7 @@ class QuoteRequestError(MalformedError):
 
     Attributes:
         code: the agent's stable error code (``bad_nonce``, ``bad_pcrs``,
-            ``bad_csr``, ``bad_mb``, ``bad_ima_from``).
+            ``bad_csr``, ``bad_mb``, ``bad_ima_from``, ``bad_banks``).
     """
 
     def __init__(self, code: str, detail: str) -> None:
@@ -89,6 +95,8 @@ class QuoteRequest:
         csr: bind the agent's identity CSR too, and send it.
         ima_from: send the IMA list from this entry index (None: no list).
         mb: send the firmware (measured-boot) event log.
+        banks: the banks to quote ``pcrs`` in: ``("sha256",)``, or
+            ``("sha256", "sha1")``.
 
     Raises:
         QuoteRequestError: naming the bad field.
@@ -99,6 +107,7 @@ class QuoteRequest:
     csr: bool = False
     ima_from: int | None = None
     mb: bool = False
+    banks: tuple[str, ...] = ("sha256",)
 
     def __post_init__(self) -> None:
         if not isinstance(self.nonce, bytes) or not (
@@ -124,6 +133,17 @@ class QuoteRequest:
         index = self.ima_from
         if index is not None and (type(index) is not int or index < 0):
             raise QuoteRequestError("bad_ima_from", "'ima_from' must be an entry index")
+        banks = self.banks
+        if (
+            not isinstance(banks, tuple)
+            or not banks
+            or banks[0] != "sha256"
+            or len(set(banks)) != len(banks)
+            or any(b not in EXTRA_BANKS for b in banks[1:])
+        ):
+            raise QuoteRequestError(
+                "bad_banks", "'banks' must be sha256, or sha256,sha1"
+            )
 
     def to_query(self) -> dict[str, str]:
         """The query string's parameters (``csr`` always, the others when
@@ -137,6 +157,8 @@ class QuoteRequest:
             query["ima_from"] = str(self.ima_from)
         if self.mb:
             query["mb"] = "1"
+        if self.banks != ("sha256",):
+            query["banks"] = ",".join(self.banks)
         return query
 
     @classmethod
@@ -146,14 +168,16 @@ class QuoteRequest:
 
         Raises:
             QuoteRequestError: naming the bad parameter, checked in the order
-                nonce, pcrs, csr, ima_from, mb.
+                nonce, pcrs, csr, ima_from, mb, banks.
         """
+        banks = query.get("banks")
         return cls(
             _parse_nonce(query.get("nonce")),
             _parse_pcrs(query.get("pcrs")),
             _parse_flag(query.get("csr"), "csr"),
             _parse_index(query.get("ima_from")),
             _parse_flag(query.get("mb"), "mb"),
+            tuple(banks.split(",")) if banks else ("sha256",),
         )
 
 

@@ -93,7 +93,7 @@ class HonestNode:
         nonce = request.nonce if nonce is None else nonce
         csr = self.csr if request.csr else None
         bound = (self.nk, csr) if csr is not None else (self.nk,)
-        quote = self.tpm.quote(bind_nonce(nonce, *bound), request.pcrs)
+        quote = self.tpm.quote(bind_nonce(nonce, *bound), request.pcrs, request.banks)
         ima = None
         if request.ima_from is not None:
             first = request.ima_from if request.ima_from <= len(self.ima) else 0

@@ -232,13 +232,22 @@ class QuoteAttackTest(testtools.TestCase):
         quote = self.tpm.quote(self.qd, (16,))
         self._assert_evidence("pcr_selection", quote, policy=policy)
 
-    def test_quote_of_two_banks_is_rejected(self) -> None:
+    def test_quote_of_sha1_bank_without_its_values_is_rejected(self) -> None:
+        # sha256 and sha1 may be quoted together (issue 32), but then the
+        # sha1 values must be reported and match the signed digest
         quote = self.tpm.quote(self.qd, (16,))
         attest = TpmAttest.from_bytes(quote.attest)
         banks = attest.pcr_select + (t.PcrSelection(t.ALG_SHA1, (16,)),)
-        self._assert_evidence(
-            "pcr_selection", _resign(self.tpm, quote, pcr_select=banks)
-        )
+        self._assert_evidence("pcr_values", _resign(self.tpm, quote, pcr_select=banks))
+
+    def test_quote_of_other_banks_is_rejected(self) -> None:
+        quote = self.tpm.quote(self.qd, (16,))
+        attest = TpmAttest.from_bytes(quote.attest)
+        for extra in (t.ALG_SHA384, t.ALG_SHA256):
+            banks = attest.pcr_select + (t.PcrSelection(extra, (16,)),)
+            self._assert_evidence(
+                "pcr_selection", _resign(self.tpm, quote, pcr_select=banks)
+            )
 
     def test_quote_of_sha1_bank_is_rejected(self) -> None:
         quote = self.tpm.quote(self.qd, (16,))

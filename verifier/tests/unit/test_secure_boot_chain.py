@@ -216,7 +216,7 @@ class ForgedLogTextTest(testtools.TestCase):
         failures = judge_events(spliced, golden.policy())
         self.assertEqual(1, len(failures), str(failures))
         self.assertIn(
-            "PCR 7): event data does not match its sha256 digest", failures[0]
+            "PCR 7): event data does not match its logged digest", failures[0]
         )
 
     def test_cmdline_text_rewritten_in_the_log_is_refused(self) -> None:
@@ -253,7 +253,7 @@ class ForgedLogTextTest(testtools.TestCase):
         spliced = relabel(events, name + b"\x00", name + b"\x01")
         failures = judge_events(spliced, {"secure_boot": True})
         self.assertEqual(1, len(failures), str(failures))
-        self.assertIn("SecureBoot event data does not match its sha256", failures[0])
+        self.assertIn("SecureBoot event data does not match its logged digest", failures[0])
 
 
 class ChainPolicyDocumentTest(testtools.TestCase):
