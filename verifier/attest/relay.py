@@ -188,6 +188,10 @@ class TenantRelay:
         request = self.ledger.carry(node.uuid, fetch, self._clock())
         if request is None:  # pragma: no cover - asked just now
             raise RelayError("not_asked", f"no identity ask for node {node.uuid}")
+        # written through before the agent is asked: a take-up of the node
+        # meanwhile (the quote loop adopting it reloads its relay state from
+        # the store) keeps this ask and its challenge
+        self._save(node.uuid)
         try:
             answer = await self._agents.call(
                 "GET",

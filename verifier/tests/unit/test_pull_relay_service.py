@@ -126,6 +126,18 @@ class PullRelayServiceTest(PullRelayBase):
         self.assertIsNone(held.share.payload)  # nothing kept once accepted
         self.assertNotIn(self.u, held.share.u)  # only ever the envelope
 
+    async def test_node_adopted_while_its_agent_answers_keeps_the_tenants_ask(
+        self,
+    ) -> None:
+        # the quote loop takes the node up (its relay state reloaded from
+        # the shared store) while the verifier waits for the agent's
+        # identity quote: the answer still meets the tenant's ask (it was a
+        # 400 identity_not_asked, seen in a loaded CI run of trusted-nova boot)
+        self.relay.follow_handovers()
+        self.fake.answer_hook = lambda answer: self.relay.adopted(self.fake.uuid)
+        nonce = await self._ask()
+        self.assertEqual(self.agent.nk_public, self._tenant_checks(nonce))
+
     async def test_identity_relay_for_another_projects_polled_node_is_refused(
         self,
     ) -> None:

@@ -253,7 +253,9 @@ class ForgedLogTextTest(testtools.TestCase):
         spliced = relabel(events, name + b"\x00", name + b"\x01")
         failures = judge_events(spliced, {"secure_boot": True})
         self.assertEqual(1, len(failures), str(failures))
-        self.assertIn("SecureBoot event data does not match its logged digest", failures[0])
+        self.assertIn(
+            "SecureBoot event data does not match its logged digest", failures[0]
+        )
 
 
 class ChainPolicyDocumentTest(testtools.TestCase):
