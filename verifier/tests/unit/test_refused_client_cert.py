@@ -16,10 +16,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import os
-import tempfile
 import threading
-import unittest
 import uuid as uuid_mod
 
 import fixtures
@@ -32,8 +29,7 @@ from node_agent.tests.unit.test_agent import SoftTpmAdapter
 from nova_plugin.tests.unit.test_tenant_cli import run_tenant
 from verifier.common import tls as tlsutil
 from verifier.common.tpm_access import TpmAccess
-from verifier.tests.unit.test_tls_resumption import _issue
-from verifier.tests.unit.test_tls_watch import _ca
+from verifier.tests.unit.test_tls_watch import CertDirCase, _ca
 
 
 class _Service(threading.Thread):
@@ -67,14 +63,9 @@ class _Service(threading.Thread):
         self.join(timeout=30)
 
 
-class RefusedClientCertificateTest(unittest.TestCase):
+class RefusedClientCertificateTest(CertDirCase):
     def setUp(self) -> None:
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        self.tmp = tmp.name
-        self.now = datetime.datetime.now(datetime.UTC)
-        self.ca_key, ca_pem = _ca("test CA")
-        self.ca_file = self._write("ca", b"", ca_pem)[1]
+        super().setUp()
         key, cert = self._cert("server", datetime.timedelta(days=365))
         self.service = _Service(tlsutil.server_context(cert, key, self.ca_file))
         self.logs = fixtures.FakeLogger(name="verifier.common.tls", level=logging.INFO)
@@ -84,21 +75,6 @@ class RefusedClientCertificateTest(unittest.TestCase):
         self.service.ready.wait(timeout=60)
         self.addCleanup(self.service.stop)
         self.url = f"https://127.0.0.1:{self.service.port}"
-
-    def _write(self, name: str, key: bytes, cert: bytes) -> tuple[str, str]:
-        key_file = os.path.join(self.tmp, f"{name}-key.pem")
-        cert_file = os.path.join(self.tmp, f"{name}.pem")
-        if key:
-            tlsutil.write_private(key_file, key)
-        with open(cert_file, "wb") as f:
-            f.write(cert)
-        return key_file, cert_file
-
-    def _cert(
-        self, name: str, valid_for: datetime.timedelta, ca: object = None
-    ) -> tuple[str, str]:
-        key, cert = _issue(ca or self.ca_key, name, self.now + valid_for, ["127.0.0.1"])
-        return self._write(name, key, cert)
 
     def tenant(self, key_file: str, cert_file: str) -> tuple[int, str]:
         return run_tenant(

@@ -48,7 +48,10 @@ def _ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, bytes]:
     return key, cert.public_bytes(serialization.Encoding.PEM)
 
 
-class TlsWatchTest(unittest.TestCase):
+class CertDirCase(unittest.TestCase):
+    """A temporary directory with a test CA (``ca_file``) and certificates
+    it issues on demand (:meth:`_cert`)."""
+
     def setUp(self) -> None:
         tmp = tempfile.TemporaryDirectory()
         self.addCleanup(tmp.cleanup)
@@ -72,6 +75,8 @@ class TlsWatchTest(unittest.TestCase):
         key, cert = _issue(ca or self.ca_key, name, self.now + valid_for, ["127.0.0.1"])
         return self._write(name, key, cert)
 
+
+class TlsWatchTest(CertDirCase):
     def _server_context(self, valid_for: datetime.timedelta) -> ssl.SSLContext:
         key_file, cert_file = self._cert("server", valid_for)
         return tlsutil.server_context(cert_file, key_file, self.ca_file)
