@@ -47,6 +47,9 @@ COMMANDS = {
     "trusted-nova",
     "trusted-puppet-autosign",
     "trusted-vtpm-manager",
+    # trial mode: serves a software TPM in the foreground for a first try,
+    # never a production daemon (doc/source/getting-started.rst)
+    "trusted-trial",
 }
 
 
