@@ -279,7 +279,12 @@ class VerifierServiceBase(unittest.IsolatedAsyncioTestCase):
     def _good_pcr16() -> bytes:
         return hashlib.sha256(bytes(32) + MEASUREMENT).digest()
 
-    def new_verifier(self, notifiers: list[Notifier] | None = None) -> Verifier:
+    def new_verifier(
+        self, notifiers: list[Notifier] | None = None, **parts: Any
+    ) -> Verifier:
+        """A verifier on this test's database, stopped at tear-down;
+        ``parts`` are Verifier's keyword parts (``ownership``,
+        ``policies``...)."""
         outbox = Outbox(
             self.engine, [self.notifier] if notifiers is None else notifiers
         )
@@ -291,6 +296,7 @@ class VerifierServiceBase(unittest.IsolatedAsyncioTestCase):
             outbox,
             self.ca,
             VerifierSettings(interval=0.01, max_unreachable=3),
+            **parts,
         )
         self.verifiers.append(verifier)
         return verifier

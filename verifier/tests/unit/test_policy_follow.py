@@ -286,22 +286,7 @@ class PolicyFollowTest(KernelAgentCase):
         self.assertEqual("1", agent.quote_requests[-1]["mb"])  # judged with it
 
     def new_verifier_owning_nothing(self) -> Any:
-        from verifier.attest import Verifier
-        from verifier.attest.settings import VerifierSettings
-        from verifier.notify import Outbox
-
-        verifier = Verifier(
-            self.engine,
-            self.signing_key,
-            self.registrar,  # type: ignore[arg-type]
-            self.agents,  # type: ignore[arg-type]
-            Outbox(self.engine, [self.notifier]),
-            self.ca,
-            VerifierSettings(interval=0.01, max_unreachable=3),
-            ownership=NoNodes(),
-        )
-        self.verifiers.append(verifier)
-        return verifier
+        return self.new_verifier(ownership=NoNodes())
 
     # -- set-policy -----------------------------------------------------------------
 

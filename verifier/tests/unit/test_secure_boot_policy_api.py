@@ -17,11 +17,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from trusted_testing.auth import open_auth
 from trusted_testing.secureboot_log import SecureBootBoot
 from verifier.api.verifier_app import make_app as verifier_app
-from verifier.attest import Verifier, VerifierSettings
 from verifier.attest.policies import PolicyStore
 from verifier.cmd.verifier import load_min_dbx
 from verifier.exceptions import ConfigError
-from verifier.notify import Outbox
 from verifier.tests.unit.test_attest_service import VerifierServiceBase
 
 PATH = "/v1/policies/measured-boot"
@@ -35,17 +33,9 @@ class ChainPolicyApiTest(VerifierServiceBase):
         self.minimum = frozenset("sha256:" + h.hex() for h in self.boot.dbx[:4])
 
     def _app(self) -> web.Application:
-        verifier = Verifier(
-            self.engine,
-            self.signing_key,
-            self.registrar,  # type: ignore[arg-type]
-            self.agents,  # type: ignore[arg-type]
-            Outbox(self.engine, [self.notifier]),
-            self.ca,
-            VerifierSettings(interval=0.01, max_unreachable=3),
-            policies=PolicyStore(self.engine, min_dbx=self.minimum),
+        verifier = self.new_verifier(
+            policies=PolicyStore(self.engine, min_dbx=self.minimum)
         )
-        self.verifiers.append(verifier)
         return verifier_app(verifier, "PEM", open_auth())
 
     async def _post(self, policy: dict[str, Any]) -> tuple[int, Any]:
