@@ -265,6 +265,33 @@ def _secure_boot_log_seeds() -> list[bytes]:
     return [SecureBootBoot().build(), SecureBootBoot(secure_boot=False).build()]
 
 
+def _shim_image(data: bytes) -> object:
+    """shim's built-in lists and SBAT levels read from a PE file."""
+    from verifier.protocol.mb.shim import mok_digests, shim_builtins
+
+    return mok_digests(shim_builtins(data))
+
+
+def _shim_image_seeds() -> list[bytes]:
+    from trusted_testing.secureboot_log import (
+        cert_der,
+        coff_image,
+        sbat_section,
+        vendor_cert_section,
+    )
+
+    level = sbat_section("sbat,1,2024010900\nshim,4\n", "sbat,1,2024040900\n")
+    return [
+        coff_image(
+            [
+                (b".text", b"\x90" * 16),
+                (b".vendor_cert", vendor_cert_section(cert_der("fuzz"), b"")),
+                (b".sbatlevel", level),
+            ]
+        )
+    ]
+
+
 # -- policies ----------------------------------------------------------------------
 
 
@@ -341,6 +368,7 @@ def _targets() -> dict[str, Target]:
         Target("efi_signature_list", _efi_signature_list, _efi_signature_list_seeds),
         Target("ipl_string", _ipl_string, _ipl_string_seeds),
         Target("secure_boot_log", _secure_boot_log, _secure_boot_log_seeds),
+        Target("shim_image", _shim_image, _shim_image_seeds),
         Target("pcr_policy", _pcr_policy, lambda: policy()["pcr"]),
         Target("runtime_policy", _runtime_policy, lambda: policy()["runtime"]),
         Target("mb_policy", _mb_policy, lambda: policy()["mb"]),

@@ -28,6 +28,7 @@ import dataclasses
 import datetime
 import functools
 import hashlib
+import struct
 import uuid
 from typing import Any
 
@@ -50,7 +51,14 @@ from verifier.protocol.mb.eventlog import (
 )
 from verifier.protocol.mb.policy import EFI_GLOBAL_VARIABLE
 
-__all__ = ["SecureBootBoot", "cert_der", "cert_pem"]
+__all__ = [
+    "SecureBootBoot",
+    "cert_der",
+    "cert_pem",
+    "coff_image",
+    "sbat_section",
+    "vendor_cert_section",
+]
 
 KERNEL_PATH = "/boot/vmlinuz-6.1.0-18-amd64"
 INITRD_PATH = "/boot/initrd.img-6.1.0-18-amd64"
@@ -274,3 +282,41 @@ class SecureBootBoot:
             ],
             "initrds": [hashlib.sha256(self.initrd).hexdigest()],
         }
+
+
+def coff_image(sections: list[tuple[bytes, bytes]]) -> bytes:
+    """A PE image (no optional header) of ``(name, data)`` sections; names
+    longer than eight bytes go into the string table (``/N``), as the
+    linker writes them."""
+    head = bytearray(0x400)
+    head[:2] = b"MZ"
+    struct.pack_into("<I", head, 0x3C, 0x80)
+    head[0x80 : 0x80 + 4] = b"PE\0\0"
+    struct.pack_into("<HH", head, 0x80 + 4, 0x8664, len(sections))
+    body, strings = bytearray(), bytearray(4)
+    for i, (name, data) in enumerate(sections):
+        if len(name) > 8:
+            field = f"/{len(strings)}".encode()
+            strings += name + b"\0"
+        else:
+            field = name
+        entry = (0x80 + 24) + 40 * i
+        head[entry : entry + 8] = field.ljust(8, b"\0")
+        offset = len(head) + len(body)
+        struct.pack_into("<IIII", head, entry + 8, len(data), 0, len(data), offset)
+        body += data
+    symbols = len(head) + len(body)
+    struct.pack_into("<II", head, 0x80 + 12, symbols, 0)
+    struct.pack_into("<I", strings, 0, len(strings))
+    return bytes(head + body + strings)
+
+
+def vendor_cert_section(cert: bytes, dbx: bytes) -> bytes:
+    """shim's ``.vendor_cert`` section (see verifier.protocol.mb.shim)."""
+    return struct.pack("<IIII", len(cert), len(dbx), 16, 16 + len(cert)) + cert + dbx
+
+
+def sbat_section(previous: str, latest: str) -> bytes:
+    """shim's ``.sbatlevel`` section (see verifier.protocol.mb.shim)."""
+    first = previous.encode() + b"\0"
+    return struct.pack("<III", 0, 8, 8 + len(first)) + first + latest.encode() + b"\0"
