@@ -31,6 +31,7 @@ swtpm local CA, so the EK certificate chains to that CA.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -68,6 +69,18 @@ CLOUD_INIT_DONE = re.compile(
 AGENT_LOGGED = re.compile(r"^.*\btrusted-agent\[\d+\]: .*$", re.M)
 # Escape sequences of the firmware and of systemd's coloured status lines.
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[@-Z\\-_])")
+
+
+@dataclasses.dataclass(frozen=True)
+class Firmware:
+    """UEFI firmware in two flash images, as libvirt gives it for
+    ``<loader type='pflash' secure='yes'>`` + ``<nvram template=...>``: the
+    code (read-only) and the template of the guest's variable store (copied
+    into the work directory: the guest's NVRAM, kept across relaunches).
+    The guest then boots its disk, not a kernel given to qemu."""
+
+    code: str
+    vars_template: str
 
 
 class VmGuestError(Exception):
@@ -141,6 +154,7 @@ class VmGuest:
         vendor_data: str | None = None,
         localca_dir: str | None = None,
         allow_reboot: bool = False,
+        firmware: Firmware | None = None,
     ) -> None:
         """Prepare (but do not start) a guest.
 
@@ -159,6 +173,9 @@ class VmGuest:
                 signed by it (see the module doc). None: no EK certificate.
             allow_reboot: A guest reboot or a reset restarts the guest
                 (else qemu exits, ``-no-reboot``).
+            firmware: Boot the disk (a whole-disk image) with this UEFI
+                firmware in flash, SMM on (Secure Boot builds need it);
+                None: OVMF as ``-bios`` and the image's kernel given to qemu.
         """
         self.image = image
         self.user_data = user_data
@@ -174,6 +191,7 @@ class VmGuest:
         self.vendor_data = vendor_data
         self.localca_dir = localca_dir
         self.allow_reboot = allow_reboot
+        self.firmware = firmware
         self.workdir = ""
         #: guest port -> the host port (on 127.0.0.1) forwarded to it
         self.ports = dict(self.forward)
@@ -211,6 +229,19 @@ class VmGuest:
         return os.path.join(self.workdir, "tpm")
 
     @property
+    def nvram(self) -> str:
+        """The guest's UEFI variable store (with ``firmware``)."""
+        return os.path.join(self.workdir, "vars.fd")
+
+    def replace_nvram(self, template: str) -> None:
+        """Start the next launch from another variable store (call between
+        :meth:`kill` and :meth:`relaunch`): e.g. one without keys, which
+        turns Secure Boot off."""
+        if self._qemu is not None:
+            raise VmGuestError("replace_nvram: qemu is running (kill first)")
+        shutil.copyfile(template, self.nvram)
+
+    @property
     def serial_log(self) -> str:
         """Path of the raw serial console file."""
         return os.path.join(self.workdir, "serial.log")
@@ -236,6 +267,8 @@ class VmGuest:
         disk = os.path.join(self.workdir, "disk.qcow2")
         meta = f"instance-id: {self.instance_id}\nlocal-hostname: trusted-guest\n"
         make_seed(seed, self.user_data, meta, self.vendor_data)
+        if self.firmware is not None:
+            shutil.copyfile(self.firmware.vars_template, self.nvram)
         self._check(
             ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
              "-b", self.image.qcow2, disk],
@@ -264,18 +297,18 @@ class VmGuest:
         )
         work = self.workdir
         reboot = [] if self.allow_reboot else ["-no-reboot"]
+        nic = "virtio-net-pci,netdev=n0" + (",romfile=" if self.firmware else "")
         self.started = time.monotonic()
         self._qemu = self._spawn(
             ["qemu-system-x86_64",
-             "-machine", "q35,accel=tcg", "-smp", "1", "-m", str(self.memory_mb),
-             "-bios", OVMF, "-display", "none", "-monitor", "none", *reboot,
-             "-kernel", self.image.kernel, "-initrd", self.image.initrd,
-             "-append", f"{self.image.cmdline} {self.extra_cmdline}".strip(),
+             "-smp", "1", "-m", str(self.memory_mb),
+             *self._boot_args(),
+             "-display", "none", "-monitor", "none", *reboot,
              "-serial", f"file:{self.serial_log}",
              *tpm_qemu_args(self._tpm_sock),
-             "-drive", f"file={work}/disk.qcow2,if=virtio,format=qcow2",
              "-drive", f"file={work}/seed.iso,if=virtio,format=raw,readonly=on",
-             "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0",
+             "-netdev", netdev,
+             "-device", nic,
              "-qmp", f"unix:{work}/qmp.sock,server=on,wait=off",
              "-chardev", f"socket,path={work}/qga.sock,server=on,wait=off,id=qga0",
              "-device", "virtio-serial",
@@ -283,6 +316,28 @@ class VmGuest:
             "qemu.out",
             "qemu-system-x86",
         )  # fmt: skip
+
+    def _boot_args(self) -> list[str]:
+        """The firmware and the boot disk: a direct kernel boot, or the disk
+        under UEFI in flash (the disk first in the boot order; the NIC then
+        has no PXE option ROM)."""
+        disk = f"file={self.workdir}/disk.qcow2,format=qcow2"
+        if self.firmware is None:
+            return [
+                "-machine", "q35,accel=tcg", "-bios", OVMF,
+                "-kernel", self.image.kernel, "-initrd", self.image.initrd,
+                "-append", f"{self.image.cmdline} {self.extra_cmdline}".strip(),
+                "-drive", f"{disk},if=virtio",
+            ]  # fmt: skip
+        code = f"if=pflash,format=raw,unit=0,readonly=on,file={self.firmware.code}"
+        return [
+            "-machine", "q35,accel=tcg,smm=on",
+            "-global", "driver=cfi.pflash01,property=secure,value=on",
+            "-drive", code,
+            "-drive", f"if=pflash,format=raw,unit=1,file={self.nvram}",
+            "-drive", f"{disk},if=none,id=disk0",
+            "-device", "virtio-blk-pci,drive=disk0,bootindex=0",
+        ]  # fmt: skip
 
     def kill(self) -> None:
         """Kill qemu and swtpm without warning (a host crash); the disk,

@@ -47,7 +47,12 @@ from nova_plugin.policygen import (
 from nova_plugin.tenant import Tenant
 from trusted_testing.cluster import LocalCluster
 from trusted_testing.guest_vm import VmImage
-from trusted_testing.guest_vm_boot import AGENT_PORT, CLOUD_INIT_DONE, VmGuest
+from trusted_testing.guest_vm_boot import (
+    AGENT_PORT,
+    CLOUD_INIT_DONE,
+    Firmware,
+    VmGuest,
+)
 from trusted_testing.swtpm import ek_ca_bundle, free_ports
 from verifier.common.imagefiles import cpio_files, tar_files
 from verifier.protocol import PcrPolicy, split
@@ -345,10 +350,15 @@ class StoryNode:
         payload: bytes,
         allow_reboot: bool = False,
         policy_name: str = "image",
+        firmware: Firmware | None = None,
+        mb_policy: dict[str, Any] | None = None,
     ) -> StoryNode:
         """Start the VM (``cluster`` prepared), then the services. A push
         cluster's VM gets no forwarded port at all. The runtime policy built
-        from the image is named ``policy_name``."""
+        from the image is named ``policy_name``. ``firmware``: boot the
+        image's disk under that UEFI firmware (a whole-disk image);
+        ``mb_policy``: the measured-boot policy instead of the direct-boot
+        kernel's."""
         contact = None if cluster.push_port is not None else free_ports(1)
         seed = trusted_nova_seed(cluster, payload, contact)
         guest = VmGuest(
@@ -359,6 +369,7 @@ class StoryNode:
             forward={} if contact is None else {AGENT_PORT: contact},
             localca_dir=cluster.localca,
             allow_reboot=allow_reboot,
+            firmware=firmware,
         )
         guest.start()
         node = cls(cluster, guest, uuid, payload, seed.key)
@@ -367,6 +378,8 @@ class StoryNode:
             node.runtime_policy, node.mb_policy = image_policies(
                 image, payload, policy_name, guest.memory_mb
             )
+            if mb_policy is not None:
+                node.mb_policy = mb_policy
         except BaseException:
             guest.stop()
             raise
@@ -399,17 +412,24 @@ class StoryNode:
             + self.guest.console()[-3000:]
         )
 
-    def enrol(self, runtime_ref: str | None = None, mb_ref: str = "image-mb") -> None:
+    def enrol(
+        self,
+        runtime_ref: str | None = None,
+        mb_ref: str = "image-mb",
+        runtime: bool = True,
+    ) -> None:
         """The tenant stores its policies (the runtime policy under its name,
         ``image`` unless :meth:`boot` said otherwise; ``image-mb``) and enrols
         the node with ``runtime_ref`` (default: that name) and ``mb_ref`` (a
         bare name follows the newest version, ``NAME@VERSION`` pins): V to the
         verifier, the identity quote through its relay, U alone to the agent
-        (it has the sealed payload from its user-data)."""
+        (it has the sealed payload from its user-data). ``runtime=False``:
+        no runtime policy at all (measured boot and PCRs only)."""
 
         async def enrol(tenant: Tenant) -> None:
             name = str(self.runtime_policy["name"])
-            await tenant.add_policy("runtime", self.runtime_policy, name)
+            if runtime:
+                await tenant.add_policy("runtime", self.runtime_policy, name)
             await tenant.add_policy("measured-boot", self.mb_policy, "image-mb")
             record = await tenant.identity(self.uuid)
             policy, mode = PcrPolicy({}), AttestationMode(self.mode)
@@ -418,7 +438,7 @@ class StoryNode:
                 self.uuid,
                 v_share,
                 policy,
-                runtime_ref or str(self.runtime_policy["name"]),
+                (runtime_ref or name) if runtime else None,
                 mb_ref,
                 mode=mode,
                 u_commitment=commit_u(self.uuid, u_share),
@@ -441,15 +461,17 @@ class StoryNode:
         self.mark(str(status["state"]))
         return status
 
-    def bootstrap(self, timeout: float, runtime_ref: str | None = None) -> None:
-        """:meth:`wait_registered`, :meth:`enrol` (with ``runtime_ref``),
-        :meth:`wait_attested` and :meth:`wait_payload`.
+    def bootstrap(
+        self, timeout: float, runtime_ref: str | None = None, runtime: bool = True
+    ) -> None:
+        """:meth:`wait_registered`, :meth:`enrol` (with ``runtime_ref`` and
+        ``runtime``), :meth:`wait_attested` and :meth:`wait_payload`.
 
         Raises:
             AssertionError: a step failed or did not end in ``timeout`` s.
         """
         self.wait_registered(timeout)
-        self.enrol(runtime_ref)
+        self.enrol(runtime_ref, runtime=runtime)
         status = self.wait_attested(timeout)
         if status["state"] != "attested":
             raise AssertionError(f"the node was not attested: {status}")
