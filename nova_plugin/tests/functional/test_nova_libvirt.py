@@ -457,8 +457,9 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
         Boot firmware (``<loader secure='yes'/>``, no path); libvirt 9.0
         picks Debian's descriptor with Microsoft's keys enrolled, turns SMM
         on, copies its variable store, and OVMF enforces Secure Boot: its
-        own UEFI shell is refused with "Security Violation". ``optional``
-        is the same here (libvirt reports Secure Boot support)."""
+        own UEFI shell is refused with "Security Violation". A hard reboot
+        keeps that firmware and its variables. ``optional`` is the same
+        here (libvirt reports Secure Boot support)."""
         uuid = self._boot("trusted-vtpm", image=self._uefi_image("required"))
         self.assertEqual(
             ("efi", "yes", {"secure": "yes"}, None, None),
@@ -473,6 +474,36 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
             r'BdsDxe: failed to start Boot\d+ "EFI Internal Shell" from '
             r".*: Security Violation",
         )
+        # a hard reboot redefines the domain from the running one: Nova
+        # names the firmware libvirt picked, keeps its variable store, and
+        # Secure Boot is still enforced
+        self._hard_reboot(uuid)
+        os_element = self._nova_os(uuid)
+        nvram = os_element.find("nvram")
+        assert nvram is not None
+        self.assertEqual(
+            (
+                None,
+                None,
+                {"type": "pflash", "readonly": "yes", "secure": "yes"},
+                "/usr/share/OVMF/OVMF_CODE_4M.ms.fd",
+                nvram,
+            ),
+            self._firmware_request(os_element),
+        )
+        self.assertEqual(
+            (
+                "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
+                f"/var/lib/libvirt/qemu/nvram/{dom.findtext('name')}_VARS.fd",
+            ),
+            (nvram.get("template"), nvram.text),
+        )
+        self.assertIsNotNone(  # SMM, copied from the running domain
+            nova_guest_xml(self.nova.log("nova-compute"), uuid).find("features/smm")
+        )
+        self._check_secure_boot_firmware(ET.fromstring(self.nova.domain_xml(uuid)))
+        text = wait_for_console(console, "No bootable option", ACTIVE_TIMEOUT)
+        self.assertIn("Security Violation", text)
         self._delete(uuid)
         uuid = self._boot("trusted-vtpm", image=self._uefi_image("optional"))
         self.assertEqual(
@@ -480,6 +511,33 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
             self._firmware_request(self._nova_os(uuid)),
         )
         self._check_secure_boot_firmware(ET.fromstring(self.nova.domain_xml(uuid)))
+
+    def _hard_reboot(self, uuid: str) -> None:
+        """Reboot ``uuid`` (HARD) and wait until Nova is done with it."""
+        log = self.nova.log("nova-compute")
+        marker = f"[instance: {uuid}] End _get_guest_xml xml="
+        with open(log, encoding="utf-8") as f:
+            defined = f.read().count(marker)
+        resp = self.nova.request(
+            "POST", f"/servers/{uuid}/action", json={"reboot": {"type": "HARD"}}
+        )
+        self.assertEqual(202, resp.status_code, resp.text)
+        deadline = time.monotonic() + ACTIVE_TIMEOUT
+        server: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            server = self.nova.server(uuid)
+            with open(log, encoding="utf-8") as f:
+                redefined = f.read().count(marker) > defined
+            if (
+                server is not None
+                and redefined
+                and server["status"] in ("ACTIVE", "ERROR")
+                and server.get("OS-EXT-STS:task_state") is None
+            ):
+                break
+            time.sleep(1)
+        assert server is not None
+        self.assertEqual("ACTIVE", server["status"], server.get("fault"))
 
     def _check_secure_boot_firmware(self, dom: ET.Element) -> None:
         """The running domain has the firmware of Debian's descriptor with
