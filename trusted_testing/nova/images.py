@@ -46,10 +46,12 @@ def guest_image(
     Glance stand-in; returns the root image's ID.
 
     The guest boots with SeaBIOS, Nova's default, not UEFI: for
-    ``hw_firmware_type=uefi`` Nova 34 writes ``<os firmware='efi'>``
-    together with ``<loader secure='no'>``, which libvirt 9.0 refuses
-    ("loader attribute 'secure' cannot be specified when firmware
-    autoselection is enabled"; libvirt 9.2 accepts it). ``properties``
+    ``hw_firmware_type=uefi`` without Secure Boot Nova 34 writes ``<os
+    firmware='efi'>`` together with ``<loader secure='no'>``, which
+    libvirt 9.0 refuses ("loader attribute 'secure' cannot be specified
+    when firmware autoselection is enabled"); with ``os_secure_boot=
+    required`` OVMF enforces Secure Boot with Microsoft's keys (see
+    doc/source/admin/vtpm.rst, "UEFI and Secure Boot"). ``properties``
     adds image properties (e.g. ``hw_qemu_guest_agent``)."""
     kernel_id, ramdisk_id, image_id = (str(uuid_mod.uuid4()) for _ in range(3))
     base = _base()

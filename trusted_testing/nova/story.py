@@ -22,8 +22,8 @@ reach it and, in pull mode, the contact address the verifier reaches the
 agent at; in push mode (server metadata ``trusted_attestation=push``) the
 verifier's push endpoint instead.
 
-The measured-boot policy fits SeaBIOS, Nova's firmware here (UEFI is not
-possible with libvirt 9.0, see
+The measured-boot policy fits SeaBIOS, Nova's firmware here (UEFI needs
+Secure Boot with libvirt 9.0, see
 :meth:`~trusted_testing.nova.libvirt_deploy.LibvirtNovaDeployment.
 add_guest_image`): SeaBIOS measures itself and its boot actions, not the
 kernel qemu loads, so the policy allows no UEFI boot application and

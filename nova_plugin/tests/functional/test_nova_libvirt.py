@@ -9,7 +9,9 @@ guest_vm`). A flavor with ``hw:tpm_version=2.0`` gets a vTPM that Nova
 and libvirt make — nothing of ours touches it: the domain XML carries an
 encrypted TPM 2.0 emulator, the encryption key lives in the key manager,
 the state under the host's ``/var/lib/libvirt/swtpm``, and deleting the
-server removes all three.
+server removes all three. The same deployment pins what Nova 34 and
+libvirt 9.0 do with ``hw_firmware_type=uefi`` with and without Secure
+Boot (doc/source/admin/vtpm.rst, "UEFI and Secure Boot").
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ from oslo_config import cfg
 
 from trusted_testing import rabbit
 from trusted_testing.guest_vm import build
+from trusted_testing.nova.firmware import (
+    firmware_descriptor,
+    nova_guest_xml,
+    wait_for_console,
+)
 from trusted_testing.nova.libvirt_deploy import LibvirtNovaDeployment
 from trusted_testing.registrar import ThreadRegistrar
 from trusted_testing.softtpm import SoftTpm
@@ -155,11 +162,13 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
 
     # -- helpers ----------------------------------------------------------------
 
-    def _boot(self, flavor: str, status: str = "ACTIVE") -> str:
+    def _boot(
+        self, flavor: str, status: str = "ACTIVE", image: str | None = None
+    ) -> str:
         body = {
             "server": {
                 "name": f"vtpm-{flavor}",
-                "imageRef": self.image_id,
+                "imageRef": image or self.image_id,
                 "flavorRef": flavor,
                 "networks": "none",
             }
@@ -412,3 +421,175 @@ class NovaLibvirtVtpmTest(testtools.TestCase):
                 datetime.datetime.now(datetime.UTC),
             )
         self.assertEqual("ek_certificate_missing", ctx.exception.reason)
+
+    # -- UEFI and Secure Boot (doc/source/admin/vtpm.rst) ------------------------
+
+    def _uefi_image(self, secure_boot: str | None) -> str:
+        """A blank disk with Nova's UEFI image properties (no OS: what is
+        pinned is what Nova writes, what libvirt does and what OVMF says)."""
+        properties = {"hw_firmware_type": "uefi", "hw_machine_type": "q35"}
+        if secure_boot is not None:
+            properties["os_secure_boot"] = secure_boot
+        return self.nova.add_blank_image(properties)
+
+    def _nova_os(self, uuid: str) -> ET.Element:
+        """The ``<os>`` element Nova handed libvirt for ``uuid``."""
+        dom = nova_guest_xml(self.nova.log("nova-compute"), uuid)
+        os_element = dom.find("os")
+        assert os_element is not None
+        return os_element
+
+    def _firmware_request(self, os_element: ET.Element) -> tuple[Any, ...]:
+        """(firmware, secure-boot feature, loader attributes, loader path,
+        nvram) of an ``<os>`` element."""
+        feature = os_element.find("firmware/feature[@name='secure-boot']")
+        loader = os_element.find("loader")
+        return (
+            os_element.get("firmware"),
+            None if feature is None else feature.get("enabled"),
+            None if loader is None else dict(loader.attrib),
+            None if loader is None else loader.text,
+            os_element.find("nvram"),
+        )
+
+    def test_uefi_secure_boot_required_runs_ovmf_with_microsoft_keys(self) -> None:
+        """``os_secure_boot=required``: Nova asks libvirt to pick a Secure
+        Boot firmware (``<loader secure='yes'/>``, no path); libvirt 9.0
+        picks Debian's descriptor with Microsoft's keys enrolled, turns SMM
+        on, copies its variable store, and OVMF enforces Secure Boot: its
+        own UEFI shell is refused with "Security Violation". A hard reboot
+        keeps that firmware and its variables. ``optional`` is the same
+        here (libvirt reports Secure Boot support)."""
+        uuid = self._boot("trusted-vtpm", image=self._uefi_image("required"))
+        self.assertEqual(
+            ("efi", "yes", {"secure": "yes"}, None, None),
+            self._firmware_request(self._nova_os(uuid)),
+        )
+        dom, _secret = self._tpm(uuid)  # with the vTPM of the flavor
+        self._check_secure_boot_firmware(dom)
+        console = os.path.join(self.nova.workdir, "instances", uuid, "console.log")
+        text = wait_for_console(console, "No bootable option", ACTIVE_TIMEOUT)
+        self.assertRegex(
+            text,
+            r'BdsDxe: failed to start Boot\d+ "EFI Internal Shell" from '
+            r".*: Security Violation",
+        )
+        # a hard reboot redefines the domain from the running one: Nova
+        # names the firmware libvirt picked, keeps its variable store, and
+        # Secure Boot is still enforced
+        self._hard_reboot(uuid)
+        os_element = self._nova_os(uuid)
+        nvram = os_element.find("nvram")
+        assert nvram is not None
+        self.assertEqual(
+            (
+                None,
+                None,
+                {"type": "pflash", "readonly": "yes", "secure": "yes"},
+                "/usr/share/OVMF/OVMF_CODE_4M.ms.fd",
+                nvram,
+            ),
+            self._firmware_request(os_element),
+        )
+        self.assertEqual(
+            (
+                "/usr/share/OVMF/OVMF_VARS_4M.ms.fd",
+                f"/var/lib/libvirt/qemu/nvram/{dom.findtext('name')}_VARS.fd",
+            ),
+            (nvram.get("template"), nvram.text),
+        )
+        self.assertIsNotNone(  # SMM, copied from the running domain
+            nova_guest_xml(self.nova.log("nova-compute"), uuid).find("features/smm")
+        )
+        self._check_secure_boot_firmware(ET.fromstring(self.nova.domain_xml(uuid)))
+        text = wait_for_console(console, "No bootable option", ACTIVE_TIMEOUT)
+        self.assertIn("Security Violation", text)
+        self._delete(uuid)
+        uuid = self._boot("trusted-vtpm", image=self._uefi_image("optional"))
+        self.assertEqual(
+            ("efi", "yes", {"secure": "yes"}, None, None),
+            self._firmware_request(self._nova_os(uuid)),
+        )
+        self._check_secure_boot_firmware(ET.fromstring(self.nova.domain_xml(uuid)))
+
+    def _hard_reboot(self, uuid: str) -> None:
+        """Reboot ``uuid`` (HARD) and wait until Nova is done with it."""
+        log = self.nova.log("nova-compute")
+        marker = f"[instance: {uuid}] End _get_guest_xml xml="
+        with open(log, encoding="utf-8") as f:
+            defined = f.read().count(marker)
+        resp = self.nova.request(
+            "POST", f"/servers/{uuid}/action", json={"reboot": {"type": "HARD"}}
+        )
+        self.assertEqual(202, resp.status_code, resp.text)
+        deadline = time.monotonic() + ACTIVE_TIMEOUT
+        server: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            server = self.nova.server(uuid)
+            with open(log, encoding="utf-8") as f:
+                redefined = f.read().count(marker) > defined
+            if (
+                server is not None
+                and redefined
+                and server["status"] in ("ACTIVE", "ERROR")
+                and server.get("OS-EXT-STS:task_state") is None
+            ):
+                break
+            time.sleep(1)
+        assert server is not None
+        self.assertEqual("ACTIVE", server["status"], server.get("fault"))
+
+    def _check_secure_boot_firmware(self, dom: ET.Element) -> None:
+        """The running domain has the firmware of Debian's descriptor with
+        Secure Boot on and Microsoft's keys enrolled."""
+        live = dom.find("os")
+        assert live is not None
+        loader = live.find("loader")
+        nvram = live.find("nvram")
+        assert loader is not None and nvram is not None
+        self.assertIsNone(live.get("firmware"))  # resolved by libvirt
+        self.assertEqual(
+            {"readonly": "yes", "secure": "yes", "type": "pflash"},
+            dict(loader.attrib),
+        )
+        self.assertEqual("/usr/share/OVMF/OVMF_CODE_4M.ms.fd", loader.text)
+        name, descriptor = firmware_descriptor(str(loader.text))
+        self.assertEqual("40-edk2-x86_64-secure-enrolled.json", name)
+        self.assertTrue(
+            {"secure-boot", "enrolled-keys", "requires-smm"}
+            <= set(descriptor["features"])
+        )
+        self.assertEqual(
+            descriptor["mapping"]["nvram-template"]["filename"],
+            nvram.get("template"),
+        )
+        self.assertEqual(
+            f"/var/lib/libvirt/qemu/nvram/{dom.findtext('name')}_VARS.fd",
+            nvram.text,
+        )
+        smm = dom.find("features/smm")
+        assert smm is not None
+        self.assertEqual("on", smm.get("state"))
+
+    def test_uefi_without_secure_boot_is_refused_by_libvirt(self) -> None:
+        """``hw_firmware_type=uefi`` without Secure Boot (and
+        ``os_secure_boot=disabled``): Nova writes ``<loader secure='no'/>``
+        next to ``<os firmware='efi'>``, which libvirt 9.0 refuses when it
+        defines the domain; the build fails and no domain is left."""
+        for secure_boot in (None, "disabled"):
+            uuid = self._boot(
+                "trusted-vtpm", status="ERROR", image=self._uefi_image(secure_boot)
+            )
+            self.assertEqual(
+                ("efi", "no", {"secure": "no"}, None, None),
+                self._firmware_request(self._nova_os(uuid)),
+            )
+            self.assertNotIn(uuid, self.nova.virsh("list", "--all", "--uuid").split())
+            with open(self.nova.log("nova-compute"), encoding="utf-8") as f:
+                log = f.read()
+            self.assertIn(
+                f"[instance: {uuid}] Instance failed to spawn: "
+                "libvirt.libvirtError: loader attribute 'secure' cannot be "
+                "specified when firmware autoselection is enabled",
+                log,
+            )
