@@ -44,14 +44,11 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from typing import Any
 
-import testtools
 from testtools.content import text_content
 
 from trusted_testing.apt_repo import (
@@ -64,7 +61,7 @@ from trusted_testing.apt_repo import (
 )
 from trusted_testing.cluster import _script
 from trusted_testing.guest_vm import build
-from trusted_testing.guest_vm_boot import VmGuest
+from trusted_testing.guest_vm_case import VmStoryCase
 from trusted_testing.guest_vm_story import (
     AWAY_AND_BACK,
     IMA_LIST,
@@ -120,21 +117,17 @@ def page_commands() -> dict[str, list[str]]:
     return found
 
 
-class TestGuestPatching(testtools.TestCase):
+class TestGuestPatching(VmStoryCase):
     """One VM through a patch: see the module doc."""
 
-    cluster: VmCluster
-    node: StoryNode
     repo: AptRepo
-    tmp: str
     old: str
     new: str
     debs: list[Deb]
+    prefix = "guest-patching-"
 
     @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="guest-patching-")
+    def start_story(cls) -> None:
         image = build()
         try:
             cls._fetch_debs()
@@ -143,23 +136,19 @@ class TestGuestPatching(testtools.TestCase):
             cls._fetch_debs()
         cls.repo = AptRepo(os.path.join(cls.tmp, "repo"))
         cls.cluster = VmCluster(os.path.join(cls.tmp, "cluster"), INTERVAL)
-        try:
-            cls.repo.publish(cls.debs)
-            cls.repo.serve()
-            cls.cluster.prepare()
-            cls.node = StoryNode.boot(
-                cls.cluster,
-                image,
-                str(uuid.uuid4()),
-                PAYLOAD,
-                allow_reboot=True,
-                policy_name="web",
-            )
-            cls.node.bootstrap(BOOT_TIMEOUT, runtime_ref="web@1")
-            cls._configure_apt()
-        except BaseException:
-            cls._stop()
-            raise
+        cls.repo.publish(cls.debs)
+        cls.repo.serve()
+        cls.cluster.prepare()
+        cls.node = StoryNode.boot(
+            cls.cluster,
+            image,
+            str(uuid.uuid4()),
+            PAYLOAD,
+            allow_reboot=True,
+            policy_name="web",
+        )
+        cls.node.bootstrap(BOOT_TIMEOUT, runtime_ref="web@1")
+        cls._configure_apt()
 
     @classmethod
     def _fetch_debs(cls) -> None:
@@ -189,29 +178,13 @@ class TestGuestPatching(testtools.TestCase):
         return cls.repo.source_line(cls.repo.guest_url(), KEYRING)
 
     @classmethod
-    def tearDownClass(cls) -> None:
-        cls._stop()
-        super().tearDownClass()
-
-    @classmethod
     def _stop(cls) -> None:
-        node = getattr(cls, "node", None)
-        if node is not None:
-            node.guest.stop()
-        cls.cluster.stop()
-        cls.repo.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        repo = getattr(cls, "repo", None)
+        if repo is not None:
+            repo.close()
+        super()._stop()
 
     # -- helpers --------------------------------------------------------------
-
-    @property
-    def guest(self) -> VmGuest:
-        return self.node.guest
-
-    def status(self) -> dict[str, Any]:
-        found = self.cluster.node_status(self.node.uuid)
-        assert found is not None
-        return dict(found)
 
     def tenant(self, *argv: str) -> subprocess.CompletedProcess[str]:
         """``trusted-tenant argv`` as the tenant runs it."""

@@ -16,17 +16,13 @@ next push), never revoked; and an unknown program revokes the node.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 import uuid
-from typing import Any
-
-import testtools
 
 from nova_plugin.policygen import PAYLOAD_PATH
 from trusted_testing.guest_vm import build
 from trusted_testing.guest_vm_boot import AGENT_PORT
+from trusted_testing.guest_vm_case import VmStoryCase
 from trusted_testing.guest_vm_story import AWAY_AND_BACK, StoryNode, VmCluster
 
 INTERVAL = 3.0
@@ -39,44 +35,18 @@ echo "payload ran on node $TRUSTED_NODE_UUID as $(id -un)"
 """
 
 
-class TestPushGuestStory(testtools.TestCase):
+class TestPushGuestStory(VmStoryCase):
     """One VM in push mode; the steps run in order."""
 
-    cluster: VmCluster
-    node: StoryNode
-    tmp: str
+    prefix = "guest-push-"
 
     @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="guest-push-")
+    def start_story(cls) -> None:
         image = build()
         cls.cluster = VmCluster(os.path.join(cls.tmp, "cluster"), INTERVAL, push=True)
-        try:
-            cls.cluster.prepare()
-            cls.node = StoryNode.boot(cls.cluster, image, str(uuid.uuid4()), PAYLOAD)
-            cls.node.bootstrap(BOOT_TIMEOUT)
-        except BaseException:
-            cls._stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls._stop()
-        super().tearDownClass()
-
-    @classmethod
-    def _stop(cls) -> None:
-        node = getattr(cls, "node", None)
-        if node is not None:
-            node.guest.stop()
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def status(self) -> dict[str, Any]:
-        found = self.cluster.node_status(self.node.uuid)
-        assert found is not None
-        return dict(found)
+        cls.cluster.prepare()
+        cls.node = StoryNode.boot(cls.cluster, image, str(uuid.uuid4()), PAYLOAD)
+        cls.node.bootstrap(BOOT_TIMEOUT)
 
     def test_1_nothing_is_forwarded_and_nothing_listens_in_the_guest(self) -> None:
         self.assertEqual("push", self.node.mode)

@@ -29,13 +29,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 import time
 import uuid
-from typing import Any
-
-import testtools
 
 from nova_plugin.policygen import PAYLOAD_PATH
 from trusted_testing.guest_sb import (
@@ -47,7 +42,7 @@ from trusted_testing.guest_sb import (
     reference_policy,
 )
 from trusted_testing.guest_vm import build
-from trusted_testing.guest_vm_boot import VmGuest
+from trusted_testing.guest_vm_case import VmStoryCase
 from trusted_testing.guest_vm_story import MB_LOG, StoryNode, VmCluster
 from verifier.protocol.mb import MeasuredBootPolicy, parse
 from verifier.protocol.mb.policy import evaluate, secure_boot_state
@@ -76,57 +71,27 @@ open(path, "wb").write(data[:offset])
 """
 
 
-class TestSecureBootGuest(testtools.TestCase):
+class TestSecureBootGuest(VmStoryCase):
     """One Secure Boot VM through its story (module doc); in order."""
 
-    cluster: VmCluster
-    node: StoryNode
     sb: SbImage
-    tmp: str
+    prefix = "guest-sb-"
 
     @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="guest-sb-")
+    def start_story(cls) -> None:
         cls.sb = build_secure_boot(build())
         cls.cluster = VmCluster(os.path.join(cls.tmp, "cluster"), INTERVAL)
-        try:
-            cls.cluster.prepare()
-            cls.node = StoryNode.boot(
-                cls.cluster,
-                cls.sb.image,
-                str(uuid.uuid4()),
-                PAYLOAD,
-                allow_reboot=True,
-                firmware=SECURE_BOOT,
-                mb_policy=reference_policy(cls.sb),
-            )
-            cls.node.bootstrap(BOOT_TIMEOUT, runtime=False)
-        except BaseException:
-            cls._stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls._stop()
-        super().tearDownClass()
-
-    @classmethod
-    def _stop(cls) -> None:
-        node = getattr(cls, "node", None)
-        if node is not None:
-            node.guest.stop()
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @property
-    def guest(self) -> VmGuest:
-        return self.node.guest
-
-    def status(self) -> dict[str, Any]:
-        found = self.cluster.node_status(self.node.uuid)
-        assert found is not None
-        return dict(found)
+        cls.cluster.prepare()
+        cls.node = StoryNode.boot(
+            cls.cluster,
+            cls.sb.image,
+            str(uuid.uuid4()),
+            PAYLOAD,
+            allow_reboot=True,
+            firmware=SECURE_BOOT,
+            mb_policy=reference_policy(cls.sb),
+        )
+        cls.node.bootstrap(BOOT_TIMEOUT, runtime=False)
 
     def guest_log(self) -> bytes:
         self.guest.agent.wait_ready(BOOT_TIMEOUT)

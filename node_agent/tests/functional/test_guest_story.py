@@ -27,17 +27,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 import time
 import uuid
-from typing import Any
-
-import testtools
 
 from nova_plugin.policygen import PAYLOAD_PATH
 from trusted_testing.guest_vm import build
-from trusted_testing.guest_vm_boot import VmGuest
+from trusted_testing.guest_vm_case import VmStoryCase
 from trusted_testing.guest_vm_story import (
     AWAY_AND_BACK,
     IMA_LIST,
@@ -63,52 +58,21 @@ touch /run/trusted-payload-ran
 """
 
 
-class _VmCase(testtools.TestCase):
+class _VmCase(VmStoryCase):
     """One VM and its services for the class."""
 
-    cluster: VmCluster
-    node: StoryNode
-    tmp: str
     payload_out: bytes
 
     @classmethod
-    def setUpClass(cls) -> None:
-        super().setUpClass()
-        cls.tmp = tempfile.mkdtemp(prefix="guest-story-")
+    def start_story(cls) -> None:
         image = build()
         cls.cluster = VmCluster(os.path.join(cls.tmp, "cluster"), INTERVAL)
-        try:
-            cls.cluster.prepare()
-            cls.node = StoryNode.boot(
-                cls.cluster, image, str(uuid.uuid4()), PAYLOAD, allow_reboot=True
-            )
-            cls.node.bootstrap(BOOT_TIMEOUT)
-            cls.payload_out = cls.node.guest.agent.read_file(PAYLOAD_PATH + ".out")
-        except BaseException:
-            cls._stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls._stop()
-        super().tearDownClass()
-
-    @classmethod
-    def _stop(cls) -> None:
-        node = getattr(cls, "node", None)
-        if node is not None:
-            node.guest.stop()
-        cls.cluster.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @property
-    def guest(self) -> VmGuest:
-        return self.node.guest
-
-    def status(self) -> dict[str, Any]:
-        found = self.cluster.node_status(self.node.uuid)
-        assert found is not None
-        return dict(found)
+        cls.cluster.prepare()
+        cls.node = StoryNode.boot(
+            cls.cluster, image, str(uuid.uuid4()), PAYLOAD, allow_reboot=True
+        )
+        cls.node.bootstrap(BOOT_TIMEOUT)
+        cls.payload_out = cls.node.guest.agent.read_file(PAYLOAD_PATH + ".out")
 
     def boot_id(self) -> str:
         return self.guest.agent.read_file("/proc/sys/kernel/random/boot_id").decode()
