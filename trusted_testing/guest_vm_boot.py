@@ -299,16 +299,17 @@ class VmGuest:
         reboot = [] if self.allow_reboot else ["-no-reboot"]
         nic = "virtio-net-pci,netdev=n0" + (",romfile=" if self.firmware else "")
         self.started = time.monotonic()
+        machine, boot, disk = self._boot_args()
         self._qemu = self._spawn(
             ["qemu-system-x86_64",
-             "-smp", "1", "-m", str(self.memory_mb),
-             *self._boot_args(),
-             "-display", "none", "-monitor", "none", *reboot,
+             "-machine", machine, "-smp", "1", "-m", str(self.memory_mb),
+             *boot, "-display", "none", "-monitor", "none", *reboot,
+             *self._kernel_args(),
              "-serial", f"file:{self.serial_log}",
              *tpm_qemu_args(self._tpm_sock),
+             *disk,
              "-drive", f"file={work}/seed.iso,if=virtio,format=raw,readonly=on",
-             "-netdev", netdev,
-             "-device", nic,
+             "-netdev", netdev, "-device", nic,
              "-qmp", f"unix:{work}/qmp.sock,server=on,wait=off",
              "-chardev", f"socket,path={work}/qga.sock,server=on,wait=off,id=qga0",
              "-device", "virtio-serial",
@@ -317,26 +318,33 @@ class VmGuest:
             "qemu-system-x86",
         )  # fmt: skip
 
-    def _boot_args(self) -> list[str]:
-        """The firmware and the boot disk: a direct kernel boot, or the disk
-        under UEFI in flash (the disk first in the boot order; the NIC then
-        has no PXE option ROM)."""
-        disk = f"file={self.workdir}/disk.qcow2,format=qcow2"
+    def _boot_args(self) -> tuple[str, list[str], list[str]]:
+        """The machine, the firmware and the boot disk: OVMF as ``-bios``
+        for a direct kernel boot (the argv this harness always had), or
+        UEFI in flash with SMM and the disk first in the boot order."""
+        disk = f"file={self.workdir}/disk.qcow2"
         if self.firmware is None:
-            return [
-                "-machine", "q35,accel=tcg", "-bios", OVMF,
-                "-kernel", self.image.kernel, "-initrd", self.image.initrd,
-                "-append", f"{self.image.cmdline} {self.extra_cmdline}".strip(),
-                "-drive", f"{disk},if=virtio",
-            ]  # fmt: skip
+            direct = ["-drive", f"{disk},if=virtio,format=qcow2"]
+            return "q35,accel=tcg", ["-bios", OVMF], direct
         code = f"if=pflash,format=raw,unit=0,readonly=on,file={self.firmware.code}"
-        return [
-            "-machine", "q35,accel=tcg,smm=on",
+        firmware = [
             "-global", "driver=cfi.pflash01,property=secure,value=on",
             "-drive", code,
             "-drive", f"if=pflash,format=raw,unit=1,file={self.nvram}",
-            "-drive", f"{disk},if=none,id=disk0",
+        ]  # fmt: skip
+        boot_disk = [
+            "-drive", f"{disk},if=none,id=disk0,format=qcow2",
             "-device", "virtio-blk-pci,drive=disk0,bootindex=0",
+        ]  # fmt: skip
+        return "q35,accel=tcg,smm=on", firmware, boot_disk
+
+    def _kernel_args(self) -> list[str]:
+        """The kernel qemu loads (none when the firmware boots the disk)."""
+        if self.firmware is not None:
+            return []
+        return [
+            "-kernel", self.image.kernel, "-initrd", self.image.initrd,
+            "-append", f"{self.image.cmdline} {self.extra_cmdline}".strip(),
         ]  # fmt: skip
 
     def kill(self) -> None:
