@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from verifier.common.bootdisk import read_boot_chain
-from verifier.common.diskimage import DiskImageError, FileImage
+from verifier.common.diskimage import DiskImageError, FileImage, MissingFileError
 from verifier.common.ovmfvars import read_variables
 from verifier.protocol.mb import MeasuredBootPolicy, efisig
 from verifier.protocol.mb.authenticode import pe_authenticode_digest
@@ -97,9 +97,9 @@ def measured_boot_from_image(
                 for device, path in entry.initrds:
                     data = chain.disk.read(device, path)
                     initrds.add(hashlib.sha256(data).hexdigest())
-            except FileNotFoundError as exc:
+            except MissingFileError as exc:
                 raise DiskImageError(
-                    f"menu entry {entry.title!r}: {exc.args[0]} not found"
+                    f"menu entry {entry.title!r}: {exc.path} not found"
                 ) from None
             cmdlines.add(entry.cmdline)
     document: dict[str, Any] = {

@@ -26,6 +26,8 @@ __all__ = [
     "build_disk",
     "debian_esp_cfg",
     "debian_signed_chain",
+    "ext4_volume",
+    "fat_volume",
     "qcow2",
     "synthetic_pe",
 ]
@@ -200,7 +202,8 @@ def _run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
-def _esp(path: str, files: Mapping[str, bytes], size_mb: int, fat: int) -> None:
+def fat_volume(path: str, files: Mapping[str, bytes], size_mb: int, fat: int) -> None:
+    """``mkfs.vfat -F FAT`` then ``mmd``/``mcopy`` of ``files``."""
     _run("mkfs.vfat", "-F", str(fat), "-n", "ESP", "-C", path, str(size_mb * 1024))
     made = set()
     with tempfile.TemporaryDirectory() as tmp:
@@ -217,14 +220,16 @@ def _esp(path: str, files: Mapping[str, bytes], size_mb: int, fat: int) -> None:
             _run("mcopy", "-i", path, local, "::/" + "/".join(parts))
 
 
-def _root(
+def ext4_volume(
     path: str,
     files: Mapping[str, bytes],
     links: Mapping[str, str],
     size_mb: int,
     root_uuid: str,
-    options: tuple[str, ...],
+    options: tuple[str, ...] = (),
+    fs_type: str = "ext4",
 ) -> None:
+    """``mke2fs -t FS_TYPE -d``: a file system of ``files`` and ``links``."""
     with tempfile.TemporaryDirectory() as tree:
         for name, data in files.items():
             target = os.path.join(tree, name.strip("/"))
@@ -236,8 +241,8 @@ def _root(
             os.makedirs(os.path.dirname(where), exist_ok=True)
             os.symlink(target, where)
         _run(
-            "mkfs.ext4", "-q", "-F", "-U", root_uuid, "-L", "root", *options,
-            "-d", tree, path, f"{size_mb}M",
+            "mke2fs", "-q", "-F", "-t", fs_type, "-U", root_uuid, "-L", "root",
+            *options, "-d", tree, path, f"{size_mb}M",
         )  # fmt: skip
 
 
@@ -261,8 +266,10 @@ def build_disk(
     root_end = root_start + root_mb * 2048 - 1
     with tempfile.TemporaryDirectory() as tmp:
         esp, root = os.path.join(tmp, "esp.img"), os.path.join(tmp, "root.img")
-        _esp(esp, esp_files, esp_mb, fat)
-        _root(root, root_files, root_links or {}, root_mb, root_uuid, ext4_options)
+        fat_volume(esp, esp_files, esp_mb, fat)
+        ext4_volume(
+            root, root_files, root_links or {}, root_mb, root_uuid, ext4_options
+        )
         with open(path, "wb") as disk:
             disk.truncate((root_end + 1 + 2048) * 512)
         _run(

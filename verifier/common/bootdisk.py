@@ -23,6 +23,7 @@ from verifier.common.diskimage import (
     ESP_TYPE,
     Disk,
     DiskImageError,
+    MissingFileError,
     Partition,
     gpt_partitions,
     open_disk,
@@ -74,7 +75,7 @@ class BootDisk:
         """A file on ``device`` (see :class:`verifier.common.grubcfg.Devices`)."""
         fs = self._open(device)
         if fs is None:
-            raise FileNotFoundError(f"({device}): no file system this reader reads")
+            raise MissingFileError(f"({device}){path}")
         return fs.read_file(path)
 
     def exists(self, device: str, path: str) -> bool:
@@ -137,7 +138,7 @@ def read_boot_chain(image: Disk) -> BootChainFiles:
     shim = esp.read_file(f"{directory}/{name}")
     try:
         grub = esp.read_file(f"{directory}/grubx64.efi")
-    except FileNotFoundError:
+    except MissingFileError:
         raise DiskImageError(f"no GRUB ({directory}/grubx64.efi) beside shim") from None
     where = directory
     if not esp.exists(f"{where}/grub.cfg"):

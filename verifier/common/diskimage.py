@@ -33,6 +33,7 @@ __all__ = [
     "Disk",
     "DiskImageError",
     "FileImage",
+    "MissingFileError",
     "Partition",
     "Qcow2Image",
     "Slice",
@@ -60,6 +61,18 @@ _CACHE = 64
 class DiskImageError(CommonError):
     """A disk image, a file system in it, its GRUB configuration or an
     OVMF variable store cannot be read (or uses what is not supported)."""
+
+
+class MissingFileError(DiskImageError):
+    """No such file (or device) in the image.
+
+    Attributes:
+        path: the path looked up.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path}: no such file")
+        self.path = path
 
 
 class Disk(Protocol):

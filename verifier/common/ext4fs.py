@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 import uuid
 
-from verifier.common.diskimage import Disk, DiskImageError
+from verifier.common.diskimage import Disk, DiskImageError, MissingFileError
 
 __all__ = ["Ext4FileSystem"]
 
@@ -209,7 +209,7 @@ class Ext4FileSystem:
                 raise DiskImageError(f"ext4: {path}: not a directory on the way")
             number = self._find(inode, part, path)
             if number is None:
-                raise FileNotFoundError(path)
+                raise MissingFileError(path)
             child = self._inode(number)
             if _mode(child) == _S_IFLNK:
                 links += 1
@@ -240,7 +240,7 @@ class Ext4FileSystem:
         """Whether ``path`` names a file, directory or working link."""
         try:
             self._resolve(path)
-        except FileNotFoundError:
+        except MissingFileError:
             return False
         return True
 
@@ -248,7 +248,7 @@ class Ext4FileSystem:
         """The contents of the regular file at ``path``, links followed.
 
         Raises:
-            FileNotFoundError: no such file.
+            MissingFileError: no such file.
             DiskImageError: not a regular file, or a damaged file system.
         """
         inode = self._resolve(path)

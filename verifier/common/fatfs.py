@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from verifier.common.diskimage import Disk, DiskImageError
+from verifier.common.diskimage import Disk, DiskImageError, MissingFileError
 
 __all__ = ["FatFileSystem"]
 
@@ -149,7 +149,7 @@ class FatFileSystem:
                 if wanted in (e.name.casefold(), e.short.casefold())
             ]
             if not found:
-                raise FileNotFoundError(path)
+                raise MissingFileError(path)
             entry = found[0]
         return entry
 
@@ -157,7 +157,7 @@ class FatFileSystem:
         """Whether ``path`` names a file or directory."""
         try:
             self._lookup(path)
-        except FileNotFoundError:
+        except MissingFileError:
             return False
         return True
 
@@ -165,7 +165,7 @@ class FatFileSystem:
         """The contents of the file at ``path`` (``/``-separated).
 
         Raises:
-            FileNotFoundError: no such file.
+            MissingFileError: no such file.
             DiskImageError: a directory, or a damaged volume.
         """
         entry = self._lookup(path)

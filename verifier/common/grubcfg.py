@@ -36,7 +36,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from verifier.common.diskimage import DiskImageError
+from verifier.common.diskimage import DiskImageError, MissingFileError
 from verifier.common.grubscript import Block, Command, If, Statement, Word, parse
 
 __all__ = ["Devices", "GrubMenu", "MenuEntry", "grub_menu", "loader_cmdline"]
@@ -73,7 +73,7 @@ class Devices(Protocol):
         """A file's contents.
 
         Raises:
-            FileNotFoundError: no such file or device.
+            MissingFileError: no such file or device.
             DiskImageError: unreadable.
         """
 
@@ -206,7 +206,7 @@ class _Runner:
         name = f"({device}){path}"
         try:
             raw = self._devices.read(device, path)
-        except FileNotFoundError:
+        except MissingFileError:
             raise DiskImageError(f"GRUB: {name} not found") from None
         text = raw.decode("utf-8", "replace")
         self._run(parse(text, name), ctx, name, True, None, depth)
@@ -301,7 +301,7 @@ class _Runner:
                 return self._devices.exists(device, path)
             try:
                 return bool(self._devices.read(device, path))
-            except (FileNotFoundError, DiskImageError):
+            except MissingFileError:
                 return False
         return None
 
@@ -431,7 +431,7 @@ class _Runner:
         device, file = self._path(path, ctx, where)
         try:
             raw = self._devices.read(device, file)
-        except FileNotFoundError:
+        except MissingFileError:
             return
         for line in raw.decode("utf-8", "replace").split("\n")[1:]:
             pair = _ASSIGN.fullmatch(line)
