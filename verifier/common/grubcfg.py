@@ -43,6 +43,8 @@ __all__ = ["Devices", "GrubMenu", "MenuEntry", "grub_menu", "loader_cmdline"]
 
 _MAX_DEPTH = 16
 _MAX_STEPS = 100_000
+#: Variables never known here: ``$?`` (no command's status is known).
+_UNKNOWN = frozenset({"?"})
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _HARMLESS = frozenset(
     "insmod rmmod echo terminal_output terminal_input terminal serial loadfont "
@@ -128,7 +130,8 @@ class _Context:
 
     def child(self) -> _Context:
         names = self.exported - self.uncertain
-        return _Context({n: self.vars.get(n, "") for n in names}, set(names), set())
+        values = {n: self.vars.get(n, "") for n in names}
+        return _Context(values, set(names), set(_UNKNOWN))
 
 
 @dataclasses.dataclass(slots=True)
@@ -487,7 +490,7 @@ def grub_menu(devices: Devices, device: str, path: str, prefix: str) -> GrubMenu
     env = {f: "y" for f in _FEATURES}
     env.update(root=device, prefix=prefix, cmdpath=prefix)
     env.update(grub_platform="efi", grub_cpu="x86_64")
-    ctx = _Context(env, set(env), {"?"})  # $?: no command's status is known
+    ctx = _Context(env, set(env), set(_UNKNOWN))
     runner = _Runner(devices)
     runner.run_file(device, path, ctx, 0)
     runner.menu(ctx, 0)
