@@ -224,7 +224,7 @@ def ext4_volume(
     path: str,
     files: Mapping[str, bytes],
     links: Mapping[str, str],
-    size_mb: int,
+    size: str,
     root_uuid: str,
     options: tuple[str, ...] = (),
     fs_type: str = "ext4",
@@ -242,7 +242,7 @@ def ext4_volume(
             os.symlink(target, where)
         _run(
             "mke2fs", "-q", "-F", "-t", fs_type, "-U", root_uuid, "-L", "root",
-            *options, "-d", tree, path, f"{size_mb}M",
+            *options, "-d", tree, path, size,
         )  # fmt: skip
 
 

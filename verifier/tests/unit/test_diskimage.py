@@ -96,7 +96,7 @@ class TestExt4(_Images):
         }
         path = os.path.join(self.tmp, name)
         bootimage.ext4_volume(
-            path, files, links, 16, bootimage.ROOT_UUID, options, fs_type
+            path, files, links, "16M", bootimage.ROOT_UUID, options, fs_type
         )
         # index the large directory (htree), as the kernel would
         subprocess.run(["e2fsck", "-fyD", path], capture_output=True, check=False)
