@@ -268,7 +268,7 @@ def build_disk(
         esp, root = os.path.join(tmp, "esp.img"), os.path.join(tmp, "root.img")
         fat_volume(esp, esp_files, esp_mb, fat)
         ext4_volume(
-            root, root_files, root_links or {}, root_mb, root_uuid, ext4_options
+            root, root_files, root_links or {}, f"{root_mb}M", root_uuid, ext4_options
         )
         with open(path, "wb") as disk:
             disk.truncate((root_end + 1 + 2048) * 512)

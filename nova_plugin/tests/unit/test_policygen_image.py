@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import struct
 import tempfile
@@ -21,6 +22,7 @@ from nova_plugin import cmd
 from nova_plugin.imagepolicy import key_databases
 from nova_plugin.policygen import measured_boot_from_image
 from trusted_testing import bootimage
+from trusted_testing.docpages import named_block
 from verifier.common.diskimage import DiskImageError
 from verifier.protocol.mb import MeasuredBootPolicy
 from verifier.protocol.mb.authenticode import pe_authenticode_digest
@@ -158,6 +160,20 @@ class TestImagePolicy(testtools.TestCase):
         self.assertEqual(
             [pe_authenticode_digest(files["shim"]).hex()], document["shim"]
         )
+
+    def test_the_user_guide_command_runs_as_written(self) -> None:
+        (line,) = named_block("user/measured-boot.rst", "image-policy")
+        argv = shlex.split(line)
+        self.assertEqual("trusted-tenant", argv[0])
+        bootimage.qcow2(self.raw, os.path.join(self.dir, "debian-12.qcow2"))
+        shutil.copy(_MS_VARS, os.path.join(self.dir, "OVMF_VARS_4M.ms.fd"))
+        self.addCleanup(os.chdir, os.getcwd())
+        os.chdir(self.dir)
+        self.assertEqual(0, cmd.main(argv[1:]), self.err.getvalue())
+        with open(os.path.join(self.dir, "debian-mb.json"), encoding="utf-8") as f:
+            document = json.load(f)
+        self.assertEqual(measured_boot_from_image(self.raw, _MS_VARS), document)
+        self.assertIn("1 kernels, 2 command lines, 1 initrds", self.stdout.getvalue())
 
     # -- bad input: one line, exit status 2 ----------------------------------
 
