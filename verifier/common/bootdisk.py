@@ -5,8 +5,9 @@ measured-boot --image``).
 
 * shim: ``EFI/debian/shimx64.efi``, else the removable-media path
   ``EFI/BOOT/BOOTX64.EFI``; GRUB: ``grubx64.efi`` beside it; its first
-  configuration: ``grub.cfg`` beside it, else ``EFI/debian/grub.cfg``
-  (GRUB's ``$prefix`` is the directory it was loaded from);
+  configuration: ``EFI/debian/grub.cfg`` (Debian's signed GRUB has the
+  prefix ``/EFI/debian`` built in, also when started from ``EFI/BOOT``),
+  else ``grub.cfg`` beside GRUB;
 * the other partitions are GRUB's ``hd0,gptN`` devices (the ESP's
   number too), read as ext2/3/4 when GRUB's ``search`` or a path names
   them; :mod:`verifier.common.grubcfg` runs the configuration.
@@ -140,9 +141,9 @@ def read_boot_chain(image: Disk) -> BootChainFiles:
         grub = esp.read_file(f"{directory}/grubx64.efi")
     except MissingFileError:
         raise DiskImageError(f"no GRUB ({directory}/grubx64.efi) beside shim") from None
-    where = directory
-    if not esp.exists(f"{where}/grub.cfg"):
-        where = "EFI/debian"
+    # Debian's signed GRUB has /EFI/debian built in as its prefix, wherever
+    # it was loaded from; another GRUB reads the directory it is in
+    where = "EFI/debian" if esp.exists("EFI/debian/grub.cfg") else directory
     prefix = f"({disk.esp})/{where}"
     config = f"/{where}/grub.cfg"
     menu = grub_menu(disk, disk.esp, config, prefix)

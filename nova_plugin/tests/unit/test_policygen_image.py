@@ -47,6 +47,7 @@ def _disk(
     grub_cfg: str | None = None,
     esp_type: str = "ef00",
     shim_dir: str = "EFI/debian",
+    extra_esp: dict[str, bytes] | None = None,
 ) -> dict[str, bytes]:
     """An image of one kernel ``version``; its boot files by name."""
     shim, grub = _chain()
@@ -61,6 +62,7 @@ def _disk(
         f"{shim_dir}/{shim_name}": shim,
         f"{shim_dir}/grubx64.efi": grub,
         f"{shim_dir}/grub.cfg": bootimage.debian_esp_cfg().encode(),
+        **(extra_esp or {}),
     }
     root = {
         f"boot/vmlinuz-{version}": files["kernel"],
@@ -174,6 +176,19 @@ class TestImagePolicy(testtools.TestCase):
             document = json.load(f)
         self.assertEqual(measured_boot_from_image(self.raw, _MS_VARS), document)
         self.assertIn("1 kernels, 2 command lines, 1 initrds", self.stdout.getvalue())
+
+    def test_debian_grub_reads_efi_debian_also_from_the_removable_path(self) -> None:
+        path = os.path.join(self.dir, "both.raw")
+        _disk(
+            path,
+            _OLD,
+            shim_dir="EFI/BOOT",
+            extra_esp={
+                "EFI/BOOT/grub.cfg": b"menuentry 'x' {\n\tfwsetup\n}\n",
+                "EFI/debian/grub.cfg": bootimage.debian_esp_cfg().encode(),
+            },
+        )
+        self.assertEqual(2, len(measured_boot_from_image(path)["kernel_cmdlines"]))
 
     # -- bad input: one line, exit status 2 ----------------------------------
 
