@@ -43,6 +43,7 @@ __all__ = ["Devices", "GrubMenu", "MenuEntry", "grub_menu", "loader_cmdline"]
 
 _MAX_DEPTH = 16
 _MAX_STEPS = 100_000
+_MAX_WORDS = 1 << 16
 #: Variables never known here: ``$?`` (no command's status is known).
 _UNKNOWN = frozenset({"?"})
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
@@ -181,6 +182,8 @@ class _Runner:
                     current = None
             if current is not None:
                 out.append(current)
+        if sum(len(a) for a in out) > _MAX_WORDS:
+            raise DiskImageError(f"GRUB: a command expands to over {_MAX_WORDS} bytes")
         return out, tainted
 
     def _error(self, where: tuple[str, int], detail: str) -> DiskImageError:

@@ -173,5 +173,8 @@ class TestRefusals(testtools.TestCase):
         self.assertRaises(DiskImageError, parse, "if true; then\necho\n", "t")
         self.assertRaises(DiskImageError, parse, "}\n", "t")
 
+    def test_doubling_a_variable_is_bounded(self) -> None:
+        self._refused("set a=xxxxxxxx\n" + "set a=$a$a\n" * 40, "expands to over")
+
     def test_configfile_recursion_is_bounded(self) -> None:
         self._refused("configfile /boot/grub/grub.cfg\n", "nested")
