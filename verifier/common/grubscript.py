@@ -22,6 +22,12 @@ _MAX_TEXT = 1 << 20
 _MAX_DEPTH = 32
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[?#]")
 _SPECIAL = " \t\r\n;{}"
+#: Runs of characters that are only text: unquoted, in '...', in "...".
+_RUNS = {
+    "": re.compile(r"[^\s;'\"\\$]+"),
+    "'": re.compile(r"[^']+"),
+    '"': re.compile(r'[^"\\$]+'),
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -129,6 +135,13 @@ def _lex_word(text: str, i: int, line: int, where: str) -> tuple[Word, int, int]
         ch = text[i]
         if not quote and ch in " \t\r\n;":
             break
+        run = _RUNS[quote].match(text, i)
+        if run is not None:  # plain characters, taken at once
+            chunk = run.group(0)
+            line += chunk.count("\n")
+            segs.append(Segment(chunk, quoted=bool(quote)))
+            i = run.end()
+            continue
         if ch == "\n":
             line += 1
         if quote == "'":
