@@ -19,6 +19,7 @@ device. Any defect raises :class:`~verifier.common.diskimage.DiskImageError`.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from verifier.common.diskimage import (
     ESP_TYPE,
@@ -54,6 +55,9 @@ class BootDisk:
         self._fs: dict[str, _FileSystem | None] = {}
 
     def _open(self, device: str) -> _FileSystem | None:
+        # GRUB takes (hd0,2) for (hd0,gpt2), with or without parentheses
+        match = re.fullmatch(r"\(?hd0,(?:gpt)?([0-9]{1,4})\)?", device)
+        device = f"hd0,gpt{int(match.group(1))}" if match else device
         if device in self._fs:
             return self._fs[device]
         part: Partition | None = self._parts.get(device)

@@ -190,6 +190,17 @@ class TestImagePolicy(testtools.TestCase):
         )
         self.assertEqual(2, len(measured_boot_from_image(path)["kernel_cmdlines"]))
 
+    def test_grub_device_spellings_name_the_same_partition(self) -> None:
+        from verifier.common.bootdisk import BootDisk
+        from verifier.common.diskimage import FileImage
+
+        with open(self.raw, "rb") as handle:
+            disk = BootDisk(FileImage(handle))
+            want = disk.read("hd0,gpt2", "/boot/grub/grub.cfg")
+            for device in ("hd0,2", "(hd0,gpt2)", "(hd0,2)"):
+                self.assertEqual(want, disk.read(device, "/boot/grub/grub.cfg"))
+            self.assertFalse(disk.exists("hd1,gpt2", "/boot/grub/grub.cfg"))
+
     # -- bad input: one line, exit status 2 ----------------------------------
 
     def _refused(self, words: str, *argv: str) -> None:
