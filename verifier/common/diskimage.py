@@ -98,13 +98,13 @@ def _check_range(size: int, offset: int, length: int, what: str) -> None:
 class BytesImage:
     """A raw image held in memory (tests, fuzzing)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         self._data = data
         self.size = len(data)
 
     def read(self, offset: int, length: int) -> bytes:
         _check_range(self.size, offset, length, "image")
-        return self._data[offset : offset + length]
+        return bytes(self._data[offset : offset + length])
 
 
 class FileImage:

@@ -228,12 +228,12 @@ class TestGptAndQcow2(_Images):
         rng = random.Random(32)
         hot = [0x1C0, 0x200, 0x400, 1 << 20, (1 << 20) + 0x4000, (35 << 20) + 0x400]
         for _ in range(150):
-            data = bytearray(raw)
-            for _ in range(rng.randint(1, 8)):
-                at = rng.choice(hot) + rng.randrange(512)
-                data[at] = rng.randrange(256)
+            spots = [rng.choice(hot) + rng.randrange(512) for _ in range(8)]
+            saved = [raw[at] for at in spots]
+            for at in spots[: rng.randint(1, 8)]:
+                raw[at] = rng.randrange(256)
             try:
-                for part in gpt_partitions(BytesImage(bytes(data))):
+                for part in gpt_partitions(BytesImage(raw)):
                     fs = (
                         FatFileSystem(part.disk)
                         if part.type_guid == ESP_TYPE
@@ -243,3 +243,5 @@ class TestGptAndQcow2(_Images):
                     fs.exists("/boot/grub/grub.cfg")
             except DiskImageError:
                 pass
+            for at, byte in zip(reversed(spots), reversed(saved), strict=True):
+                raw[at] = byte
