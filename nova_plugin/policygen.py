@@ -44,6 +44,8 @@ from nova_plugin.debpolicy import (
     rule_excludes,
 )
 from nova_plugin.exceptions import TenantError, UsageError
+from nova_plugin.imagepolicy import measured_boot_from_image
+from verifier.common.diskimage import DiskImageError
 from verifier.common.imagefiles import (
     Digests,
     ImageFilesError,
@@ -64,6 +66,7 @@ __all__ = [
     "PAYLOAD_PATH",
     "add_generate_parser",
     "generate",
+    "measured_boot_from_image",
     "measured_boot_policy",
     "qemu_direct_boot_kernel",
     "runtime_policy",
@@ -268,9 +271,19 @@ def add_generate_parser(policy_sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="leave out the excludes of state written at boot",
     )
-    mb = kinds.add_parser("measured-boot", help="kernel and firmware digests")
+    mb = kinds.add_parser(
+        "measured-boot",
+        help="kernel and firmware digests, or a disk image's Secure Boot chain",
+    )
     source = mb.add_mutually_exclusive_group(required=True)
     source.add_argument("--kernel", help="the image's vmlinuz")
+    source.add_argument(
+        "--image",
+        metavar="FILE",
+        help="a raw or qcow2 whole-disk image booted by shim and GRUB under "
+        "Secure Boot: pin shim, GRUB, every kernel, command line and initrd "
+        "its GRUB menu boots",
+    )
     source.add_argument(
         "--event-log",
         metavar="FILE",
@@ -288,6 +301,16 @@ def add_generate_parser(policy_sub: Any) -> argparse.ArgumentParser:
         "default: firmware not checked)",
     )  # fmt: skip
     mb.add_argument("--secure-boot", choices=("on", "off"), help="require this state")
+    mb.add_argument(
+        "--vars", metavar="OVMF_VARS.fd",
+        help="with --image: the OVMF variable store the VM starts with; pins its "
+        "PK, KEK, db and dbx (default: the key databases are not pinned)",
+    )  # fmt: skip
+    mb.add_argument(
+        "--keep", metavar="FILE",
+        help="with --image: a previous version of the policy whose kernels, "
+        "command lines and initrds stay allowed (kernel rollover)",
+    )  # fmt: skip
     for cmd in (run, mb):
         cmd.add_argument("-o", "--output", required=True, help="JSON to write")
     return gen
@@ -304,6 +327,8 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
             document, what = _runtime(args)
         else:
             document, what = _measured_boot(args)
+    except UsageError:
+        raise
     except (ImageFilesError, MalformedError, ValueError, OSError) as exc:
         raise TenantError(f"policy generate {args.generate_kind}: {exc}")
     with open(args.output, "w", encoding="utf-8") as out:
@@ -349,7 +374,37 @@ def _from_event_log(path: str) -> tuple[dict[str, Any], str]:
     )
 
 
+def _from_image(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    if args.qemu_direct_boot or args.firmware_digest or args.secure_boot:
+        raise UsageError(
+            "--image takes the chain from the image: no --qemu-direct-boot,"
+            " --firmware-digest or --secure-boot"
+        )
+    try:
+        keep = None
+        if args.keep is not None:
+            with open(args.keep, encoding="utf-8") as handle:
+                keep = json.load(handle)
+        document = measured_boot_from_image(args.image, args.vars, keep)
+    except (DiskImageError, MalformedError, OSError, ValueError) as exc:
+        raise UsageError(f"policy generate measured-boot --image: {exc}") from None
+    keys = (
+        "PK, KEK, db and dbx pinned from " + args.vars
+        if args.vars
+        else "key databases not pinned (no --vars)"
+    )
+    return document, (
+        f"measured-boot policy from {args.image}: shim, GRUB, "
+        f"{len(document['kernels'])} kernels, {len(document['kernel_cmdlines'])} "
+        f"command lines, {len(document['initrds'])} initrds; Secure Boot on; {keys}"
+    )
+
+
 def _measured_boot(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    if args.image is None and (args.vars or args.keep):
+        raise ValueError("--vars and --keep go with --image")
+    if args.image is not None:
+        return _from_image(args)
     if args.event_log is not None:
         if args.qemu_direct_boot or args.firmware_digest or args.secure_boot:
             raise ValueError(

@@ -31,11 +31,13 @@ class Target:
         name: its name on the command line.
         run: the entry point, given the fuzzer's bytes.
         seeds: valid (or nearly valid) inputs to start from.
+        max_len: the input size it needs at least (0: the command line's).
     """
 
     name: str
     run: Callable[[bytes], object]
     seeds: Callable[[], Sequence[bytes]]
+    max_len: int = 0
 
 
 def run_one(target: Target, data: bytes) -> None:

@@ -20,6 +20,7 @@ from trusted_testing.fuzz_common import NODE, Target, run_one
 from trusted_testing.fuzz_common import dump_json as _dump
 from trusted_testing.fuzz_common import load_json as _json
 from trusted_testing.fuzz_common import node as _node
+from trusted_testing.fuzz_diskimage import diskimage_targets
 from trusted_testing.fuzz_hostbatch import hostbatch_targets
 from trusted_testing.fuzz_translog import translog_targets
 from trusted_testing.fuzz_wire import wire_targets
@@ -376,6 +377,7 @@ def _targets() -> dict[str, Target]:
         *wire_targets(),
         *translog_targets(),
         *hostbatch_targets(),
+        *diskimage_targets(),
     ]
     return {t.name: t for t in entries}
 

@@ -66,6 +66,7 @@ def _fuzz(name: str, runs: int, corpus: str | None, max_len: int) -> None:
             fuzz_targets.run_one(target, data)
 
         seeds = list(target.seeds())
+        max_len = max(max_len, target.max_len)
     corpus = corpus or tempfile.mkdtemp(prefix=f"fuzz-{name}-")
     os.makedirs(corpus, exist_ok=True)
     for i, seed in enumerate(seeds):

@@ -15,6 +15,12 @@ bus or libvirt.
   agent's certificate pinned;
 - :mod:`verifier.common.plugins`: the extension points other packages
   implement (revocation notifiers, Nova instance hooks);
+- :mod:`verifier.common.bootdisk`: a whole-disk image's Secure Boot chain
+  (shim, GRUB, what GRUB's menu boots), read in pure Python by
+  :mod:`~verifier.common.diskimage` (raw, qcow2, GPT),
+  :mod:`~verifier.common.fatfs`, :mod:`~verifier.common.ext4fs`,
+  :mod:`~verifier.common.grubcfg`; :mod:`~verifier.common.ovmfvars` reads
+  an OVMF variable store; every defect is a ``DiskImageError``;
 - :mod:`verifier.common.tpm` (needs ``tpm2-pytss``): a TPM device or
   swtpm, for the agent, the vTPM manager and host-TPM monitoring.
 
