@@ -11,9 +11,14 @@ and, with ``--vars``, the OVMF variable store the VM starts with.
 * ``kernel_cmdlines``: the exact text GRUB measures in PCR 8 for each
   entry (``kernel_cmdline: <path> <args>``);
 * ``initrds``: sha256 of each initrd file (PCR 9);
+* ``mok``: what shim logs in PCR 14 when no machine owner key is enrolled
+  (its vendor certificate and revocations, read from the shim binary:
+  :mod:`verifier.protocol.mb.shim`); ``sbat_level``: the SBAT level shim
+  applies by default (its *previous* level);
 * ``secure_boot``: true; with the variable store, ``pk``, ``kek``, ``db``
-  (exactly these entries) and ``dbx`` (at least these) -- without it the
-  key databases are not pinned.
+  (exactly these entries), ``dbx`` (at least these) and ``authorities``
+  (a ``db`` certificate verified shim, shim's vendor certificate GRUB and
+  the kernels) -- without it the key databases are not pinned.
 
 A kernel update is a new policy version: ``keep`` unions the previous
 document's kernels, command lines and initrds so the old and the new
@@ -34,6 +39,7 @@ from verifier.common.ovmfvars import read_variables
 from verifier.protocol.mb import MeasuredBootPolicy, efisig
 from verifier.protocol.mb.authenticode import pe_authenticode_digest
 from verifier.protocol.mb.chain import DATABASES
+from verifier.protocol.mb.shim import mok_digests, shim_builtins
 
 __all__ = ["KEPT_KEYS", "key_databases", "measured_boot_from_image"]
 
@@ -102,6 +108,7 @@ def measured_boot_from_image(
                     f"menu entry {entry.title!r}: {exc.path} not found"
                 ) from None
             cmdlines.add(entry.cmdline)
+    shim = shim_builtins(chain.shim)
     document: dict[str, Any] = {
         "secure_boot": True,
         "shim": [pe_authenticode_digest(chain.shim).hex()],
@@ -109,16 +116,31 @@ def measured_boot_from_image(
         "kernels": sorted(kernels),
         "kernel_cmdlines": sorted(cmdlines),
         "initrds": sorted(initrds),
+        "mok": {name: [d.hex()] for name, d in mok_digests(shim).items()},
     }
+    if shim.sbat_previous is not None:
+        document["sbat_level"] = shim.sbat_previous
     if vars_path is not None:
         if os.path.getsize(vars_path) > 64 << 20:
             raise DiskImageError(f"{vars_path}: not an OVMF variable store (size)")
         with open(vars_path, "rb") as handle:
             document.update(key_databases(handle.read()))
+        document["authorities"] = _authorities(document["db"], shim.vendor_cert)
     if keep is not None:
         _merge_kept(document, keep)
     MeasuredBootPolicy.from_dict(document)  # what the verifier will accept
     return document
+
+
+def _authorities(db: list[str], vendor_cert: bytes | None) -> list[dict[str, str]]:
+    """Who may verify each binary: a certificate of ``db`` (shim) and
+    shim's vendor certificate (GRUB and the kernels, logged as
+    ``MokListRT``)."""
+    out = [{"variable": "db", "entry": key} for key in db if key.startswith("x509:")]
+    if vendor_cert:
+        key = efisig.entry_key(efisig.EFI_CERT_X509, vendor_cert)
+        out.append({"variable": "MokListRT", "entry": key})
+    return sorted(out, key=lambda a: (a["variable"], a["entry"]))
 
 
 def _merge_kept(document: dict[str, Any], keep: Mapping[str, Any]) -> None:

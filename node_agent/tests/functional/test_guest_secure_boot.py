@@ -6,8 +6,10 @@ One VM (OVMF's Secure Boot build with Microsoft's keys, a swtpm vTPM with
 an EK certificate) for the class; the steps run in order:
 
 1. the tenant enrols it with the measured-boot policy generated from the
-   image: attested, the payload runs;
-2. that policy passes the guest's own firmware event log, line by line;
+   image (``trusted-tenant policy generate measured-boot --image DISK
+   --vars OVMF_VARS_4M.ms.fd``): attested, the payload runs;
+2. that policy passes the guest's own firmware event log, line by line,
+   and holds what the build put on the disk;
 3. Secure Boot turned off in the variable store: Debian's GRUB then starts
    the kernel without its EFI stub, so the guest has no firmware event log
    at all: revoked, the reason names the missing log;
@@ -32,6 +34,7 @@ import re
 import time
 import uuid
 
+from nova_plugin.imagepolicy import measured_boot_from_image
 from nova_plugin.policygen import PAYLOAD_PATH
 from trusted_testing.guest_sb import (
     OVMF_VARS_PLAIN,
@@ -89,7 +92,7 @@ class TestSecureBootGuest(VmStoryCase):
             PAYLOAD,
             allow_reboot=True,
             firmware=SECURE_BOOT,
-            mb_policy=reference_policy(cls.sb),
+            mb_policy=measured_boot_from_image(cls.sb.disk, OVMF_VARS_SB),
         )
         cls.node.bootstrap(BOOT_TIMEOUT, runtime=False)
 
@@ -127,6 +130,11 @@ class TestSecureBootGuest(VmStoryCase):
         self.assertTrue(found[1])
         policy = MeasuredBootPolicy.from_dict(self.node.mb_policy)
         self.assertEqual([], evaluate(policy, events))
+        # the generator read from the disk what the build put on it
+        reference = reference_policy(self.sb)
+        self.assertEqual(reference, {k: self.node.mb_policy[k] for k in reference})
+        for key in ("pk", "kek", "db", "dbx", "authorities"):
+            self.assertTrue(self.node.mb_policy[key], key)
         # each part of the chain was judged from a real event
         kinds = {(e.pcr, e.event_type) for e in events}
         for pcr in (4, 7, 8, 9, 14):

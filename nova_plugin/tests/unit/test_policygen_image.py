@@ -24,9 +24,10 @@ from nova_plugin.policygen import measured_boot_from_image
 from trusted_testing import bootimage
 from trusted_testing.docpages import named_block
 from verifier.common.diskimage import DiskImageError
-from verifier.protocol.mb import MeasuredBootPolicy
+from verifier.protocol.mb import MeasuredBootPolicy, efisig
 from verifier.protocol.mb.authenticode import pe_authenticode_digest
 from verifier.protocol.mb.chain import SecureBootChain
+from verifier.protocol.mb.shim import mok_digests, shim_builtins
 
 _MS_VARS = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
 _BLANK_VARS = "/usr/share/OVMF/OVMF_VARS_4M.fd"
@@ -128,6 +129,20 @@ class TestImagePolicy(testtools.TestCase):
             keys = key_databases(handle.read())
         for key in ("pk", "kek", "db", "dbx"):
             self.assertEqual(keys[key], document[key])
+        # shim's own lists and SBAT level; who verified what
+        builtins = shim_builtins(self.files["shim"])
+        self.assertEqual(
+            {k: [v.hex()] for k, v in mok_digests(builtins).items()}, document["mok"]
+        )
+        self.assertEqual(builtins.sbat_previous, document["sbat_level"])
+        vendor = efisig.entry_key(efisig.EFI_CERT_X509, builtins.vendor_cert or b"")
+        self.assertIn(
+            {"variable": "MokListRT", "entry": vendor}, document["authorities"]
+        )
+        self.assertEqual(
+            sorted(k for k in keys["db"] if k.startswith("x509:")),
+            [a["entry"] for a in document["authorities"] if a["variable"] == "db"],
+        )
         self.assertIsNotNone(SecureBootChain.from_dict(document))
         policy = MeasuredBootPolicy.from_dict(document)
         self.assertEqual(

@@ -2,9 +2,10 @@
 with Microsoft's keys, Debian's shim 16.1, GRUB 2.06 and signed 6.1 kernel
 (``trusted_testing/fixtures/secure-boot``, written by
 ``tools/guest/capture-secure-boot.py`` from a real boot; ``capture.json``
-says what produced it).
+says what produced it), and the policy ``trusted-tenant policy generate
+measured-boot --image DISK --vars OVMF_VARS_4M.ms.fd`` made from that disk.
 
-The policy of that image passes; each field of it, changed as a tenant's
+The generated policy passes; each field of it, changed as a tenant's
 different expectation would change it, fails naming the event and what was
 expected. What the real log taught (and the synthetic logs had wrong): shim
 logs GRUB's authority as ``MokListRT`` (its vendor certificate, owned by
