@@ -10,15 +10,11 @@
    events per second over ``--repeat`` rounds of ``--boots`` boots each,
    beside the same log judged by a policy of ``secure_boot`` only (the
    chain's own cost is the difference).
-2. **Generating the policy from a disk image** (``--image FILE``, with
-   ``--vars`` for the key databases): median seconds of
-   ``trusted-tenant policy generate measured-boot --image`` in process.
-
+Generating the policy from a disk image: ``tools/bench/mb_image_policy.py``.
 Boot to attested of the Secure Boot guest against the direct-boot guest:
 ``tools/bench/guest_vm.py --secure-boot``.
 
     .venv/bin/python tools/bench/secure_boot.py [--boots 2000] [--repeat 5]
-        [--image DISK.qcow2 [--vars OVMF_VARS.fd]]
 """
 
 from __future__ import annotations
@@ -65,8 +61,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--boots", type=int, default=2000, help="logs per round")
     parser.add_argument("--repeat", type=int, default=5, help="rounds")
-    parser.add_argument("--image", help="a disk image to generate a policy from")
-    parser.add_argument("--vars", help="its OVMF variable store")
     args = parser.parse_args()
     with open(os.path.join(HERE, "binary_bios_measurements"), "rb") as handle:
         raw = handle.read()
@@ -83,16 +77,6 @@ def main() -> int:
             f"{events / median:10.0f} events/s "
             f"(min {min(per) * 1e6:.1f}, max {max(per) * 1e6:.1f} us; "
             f"{args.repeat} rounds of {args.boots})"
-        )
-    if args.image:
-        from nova_plugin.policygen import measured_boot_from_image
-
-        per = rounds(
-            lambda: measured_boot_from_image(args.image, args.vars), 1, args.repeat
-        )
-        print(
-            f"policy from {os.path.basename(args.image)}: median "
-            f"{statistics.median(per):.2f} s (min {min(per):.2f}, max {max(per):.2f})"
         )
     return 0
 
