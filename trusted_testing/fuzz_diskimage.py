@@ -17,6 +17,7 @@ import struct
 import subprocess
 import tempfile
 from collections.abc import Callable
+from typing import Any
 
 from trusted_testing.fuzz_common import Target
 
@@ -60,11 +61,10 @@ def _gpt(data: bytes) -> object:
     return [p.disk.read(0, min(512, p.disk.size)) for p in parts]
 
 
-def _fat(data: bytes) -> object:
-    from verifier.common.diskimage import BytesImage, MissingFileError
-    from verifier.common.fatfs import FatFileSystem
+def _read_paths(fs: Any) -> list[bytes]:
+    """Each of :data:`_PATHS` the file system has."""
+    from verifier.common.diskimage import MissingFileError
 
-    fs = FatFileSystem(BytesImage(_padded(data)))
     out = []
     for path in _PATHS:
         try:
@@ -72,20 +72,20 @@ def _fat(data: bytes) -> object:
         except MissingFileError:
             pass
     return out
+
+
+def _fat(data: bytes) -> object:
+    from verifier.common.diskimage import BytesImage
+    from verifier.common.fatfs import FatFileSystem
+
+    return _read_paths(FatFileSystem(BytesImage(_padded(data))))
 
 
 def _ext4(data: bytes) -> object:
-    from verifier.common.diskimage import BytesImage, MissingFileError
+    from verifier.common.diskimage import BytesImage
     from verifier.common.ext4fs import Ext4FileSystem
 
-    fs = Ext4FileSystem(BytesImage(_padded(data)))
-    out = []
-    for path in _PATHS:
-        try:
-            out.append(fs.read_file(path))
-        except MissingFileError:
-            pass
-    return out
+    return _read_paths(Ext4FileSystem(BytesImage(_padded(data))))
 
 
 class _Files:
