@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 from trusted_testing.guest_vm import ImageError, VmImage, build
+from trusted_testing.nocloud import make_seed
 from trusted_testing.procs import spawn
 from trusted_testing.qemu import (
     OVMF,
@@ -98,44 +99,6 @@ def clean_console(raw: bytes) -> str:
     """
     text = raw.decode("utf-8", errors="replace").replace("\r", "")
     return _ANSI.sub("", text)
-
-
-def make_seed(
-    path: str,
-    user_data: str | bytes,
-    meta_data: str,
-    vendor_data: str | None = None,
-) -> None:
-    """Write a NoCloud seed: an ISO 9660 volume labelled ``cidata``.
-
-    Args:
-        path: The ISO file to create.
-        user_data: The user-data (a cloud-config, or a MIME multipart).
-        meta_data: The meta-data (YAML: ``instance-id``, ``local-hostname``).
-        vendor_data: The vendor-data, if any (the cloud provider's part).
-
-    Raises:
-        VmGuestError: If xorriso is missing or fails.
-    """
-    with tempfile.TemporaryDirectory(prefix="seed-") as tree:
-        files = [("user-data", user_data), ("meta-data", meta_data)]
-        if vendor_data is not None:
-            files.append(("vendor-data", vendor_data))
-        for name, text in files:
-            with open(os.path.join(tree, name), "wb") as handle:
-                handle.write(text.encode() if isinstance(text, str) else text)
-        argv = ["xorriso", "-as", "mkisofs", "-quiet", "-o", path]
-        argv += ["-volid", "cidata", "-joliet", "-rock", tree]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        except FileNotFoundError as exc:
-            raise VmGuestError(
-                "xorriso is missing: install the Debian package xorriso"
-            ) from exc
-        if done.returncode:
-            raise VmGuestError(
-                f"xorriso failed ({done.returncode}): {done.stderr[-500:]}"
-            )
 
 
 class VmGuest:
