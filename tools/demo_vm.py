@@ -24,6 +24,7 @@ from tools.demo import say, step  # noqa: E402
 from trusted_testing.guest_vm import ImageError, build  # noqa: E402
 from trusted_testing.guest_vm_boot import VmGuestError  # noqa: E402
 from trusted_testing.guest_vm_story import StoryNode, VmCluster  # noqa: E402
+from trusted_testing.nocloud import SeedError  # noqa: E402
 
 INTERVAL = 3.0
 PAYLOAD = b"""#!/bin/sh
@@ -87,7 +88,7 @@ def main() -> int:
         cluster = VmCluster(os.path.join(tmp, "cluster"), INTERVAL)
         try:
             story(cluster)
-        except (ImageError, VmGuestError, AssertionError) as exc:
+        except (ImageError, VmGuestError, SeedError, AssertionError) as exc:
             say(f"\nThe demo stopped: {exc}")
             return 1
         finally:
