@@ -90,6 +90,23 @@ class TestRealSecureBootLog(testtools.TestCase):
         pattern = r"/boot/vmlinuz-6\.1\.0-\d+-amd64 root=LABEL=cloudimg-rootfs ro .*"
         self.assertEqual([], self.reasons(kernel_cmdlines=[{"pattern": pattern}]))
 
+    def test_kernel_rollover_admits_the_old_boot_until_the_old_kernel_is_dropped(
+        self,
+    ) -> None:
+        # version 2 of the policy: the running kernel and an updated one
+        new_cmdline = "/boot/vmlinuz-6.1.0-57-amd64 root=LABEL=cloudimg-rootfs ro"
+        rollover = {
+            "kernels": [*self.document["kernels"], OTHER],
+            "kernel_cmdlines": [*self.document["kernel_cmdlines"], new_cmdline],
+            "initrds": [*self.document["initrds"], OTHER],
+        }
+        self.assertEqual([], self.reasons(**rollover))
+        # version 3: the old kernel dropped; a node still booting it is refused
+        dropped = {k: v[-1:] for k, v in rollover.items()}
+        reasons = self.reasons(**dropped)
+        for needle in ("kernel", "kernel command line", "initrd"):
+            self.assertTrue(any(needle in r for r in reasons), (needle, reasons))
+
     def test_another_initrd_is_refused(self) -> None:
         self.assert_refused("initrd", initrds=[OTHER])
 
