@@ -24,7 +24,9 @@ The node is enrolled with a measured-boot policy and no runtime (IMA)
 policy: what it pins is the boot chain. A kernel update inside the guest
 (``dpkg -i`` of a 400 MB kernel package, then ``update-initramfs``) took
 over six minutes under TCG, so it is not a step here: kernel rollover is
-tested on the policy (a new version allowing old and new kernels).
+tested on the policy, against this guest's real log
+(``verifier/tests/unit/test_secure_boot_real_log.py``) and through the
+generator's ``--keep`` (``nova_plugin/tests/unit/test_policygen_image.py``).
 """
 
 from __future__ import annotations
