@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 
 from verifier.protocol.mb import MeasuredBootPolicy
@@ -102,3 +103,15 @@ def measured_boot_reference(
     the product's own :func:`verifier.protocol.mb.policy.policy_from_log`
     (``trusted-tenant policy generate measured-boot --event-log``)."""
     return policy_from_log(events)
+
+
+def package_version(name: str) -> str:
+    """The installed version of a Debian package (what produced a fixture),
+    or ``unknown``."""
+    done = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown"

@@ -21,7 +21,6 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
@@ -29,20 +28,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 from trusted_testing.guest import CMDLINE, Guest  # noqa: E402
+from trusted_testing.guest_capture import package_version  # noqa: E402
 
 DEFAULT_OUT = os.path.join(
     os.path.dirname(os.path.dirname(HERE)), "trusted_testing", "fixtures", "guest"
 )
-
-
-def _package_version(name: str) -> str:
-    done = subprocess.run(
-        ["dpkg-query", "-W", "-f=${Version}", name],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() or "unknown"
 
 
 def main() -> int:
@@ -66,9 +56,9 @@ def main() -> int:
         "captured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "kernel": kernel,
         "cmdline": CMDLINE,
-        "ovmf": _package_version("ovmf"),
-        "qemu": _package_version("qemu-system-x86"),
-        "swtpm": _package_version("swtpm"),
+        "ovmf": package_version("ovmf"),
+        "qemu": package_version("qemu-system-x86"),
+        "swtpm": package_version("swtpm"),
         "expected_failures": failures,
     }
     with open(os.path.join(args.out, "capture.json"), "w", encoding="ascii") as handle:

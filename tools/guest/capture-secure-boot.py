@@ -23,7 +23,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from nova_plugin.imagepolicy import measured_boot_from_image  # noqa: E402
+from trusted_testing.guest_capture import package_version  # noqa: E402
 from trusted_testing.guest_sb import (  # noqa: E402
     OVMF_VARS_SB,
     SECURE_BOOT,
@@ -41,16 +41,6 @@ from trusted_testing.guest_vm_story import MB_LOG  # noqa: E402
 from verifier.protocol.mb import MeasuredBootPolicy, evaluate, parse  # noqa: E402
 
 OUT = os.path.join(ROOT, "trusted_testing", "fixtures", "secure-boot")
-
-
-def _version(package: str) -> str:
-    done = subprocess.run(
-        ["dpkg-query", "-W", "-f=${Version}", package],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return done.stdout.strip() or "not installed"
 
 
 def main() -> int:
@@ -80,9 +70,9 @@ def main() -> int:
         "the measured-boot policy of that image",
         "captured": datetime.date.today().isoformat(),
         "command": "tools/guest/capture-secure-boot.py",
-        "ovmf": _version("ovmf") + " (OVMF_CODE_4M.ms.fd, OVMF_VARS_4M.ms.fd)",
-        "qemu-system-x86": _version("qemu-system-x86"),
-        "swtpm": _version("swtpm"),
+        "ovmf": package_version("ovmf") + " (OVMF_CODE_4M.ms.fd, OVMF_VARS_4M.ms.fd)",
+        "qemu-system-x86": package_version("qemu-system-x86"),
+        "swtpm": package_version("swtpm"),
         "boot loaders": sb.versions,
         "kernel": sb.kernel,
         "initrd": sb.initrd,
