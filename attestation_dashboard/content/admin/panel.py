@@ -1,0 +1,9 @@
+from django.utils.translation import gettext_lazy as _
+import horizon
+
+
+class Attestation(horizon.Panel):
+    name = _("Attestation")
+    slug = "attestation"
+    permissions = ("openstack.roles.admin",)
+    policy_rules = (("attestation", "attestation:all_projects"),)
