@@ -100,7 +100,7 @@ class DetailView(tables.DataTableView):
         return bool(policy.check(policy_rule("policy:check"), self.request))
 
     def post(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        if request.POST.get("action") != "dry_run":
+        if request.POST.get("dry_run") != "1":
             return super().post(request, *args, **kwargs)
         if self._kind() != "runtime" or not self._may_check():
             raise http.Http404("no dry run here")
