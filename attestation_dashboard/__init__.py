@@ -18,7 +18,9 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 #: The oslo.policy rules of the API, for Horizon's ``POLICY_FILES``.
 POLICY_FILE = os.path.join(_HERE, "conf", "attestation_policy.yaml")
 #: The same rules as Horizon's ``DEFAULT_POLICY_FILES`` want them.
-DEFAULT_POLICY_FILE = os.path.join(_HERE, "conf", "default_policies", "attestation.yaml")
+DEFAULT_POLICY_FILE = os.path.join(
+    _HERE, "conf", "default_policies", "attestation.yaml"
+)
 
 
 def enabled_files() -> list[str]:

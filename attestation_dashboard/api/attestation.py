@@ -173,7 +173,11 @@ class Node:
             return ""
         name = _text(self.host.get("name"))
         trusted = self.host.get("trusted")
-        verdict = {True: "trusted", False: "untrusted"}.get(trusted, "unknown")
+        verdict = (
+            "unknown"
+            if not isinstance(trusted, bool)
+            else ("trusted" if trusted else "untrusted")
+        )
         return f"{verdict} ({name})" if name else verdict
 
     @property
@@ -484,7 +488,9 @@ def node_history(request: Any, uuid: str) -> list[HistoryEntry]:
 
 def revoke_node(request: Any, uuid: str, detail: str) -> Node:
     body = {"detail": detail}
-    return Node.from_dict(_call(request, "POST", _node_path(uuid) + "/revoke", None, body))
+    return Node.from_dict(
+        _call(request, "POST", _node_path(uuid) + "/revoke", None, body)
+    )
 
 
 def delete_node(request: Any, uuid: str) -> None:
@@ -499,12 +505,16 @@ def set_node_policy(request: Any, uuid: str, changes: Mapping[str, str | None]) 
     return Node.from_dict(_call(request, "PUT", path, None, dict(changes)))
 
 
-def policy_list(request: Any, kinds: Sequence[str] = POLICY_KINDS) -> list[PolicyVersion]:
+def policy_list(
+    request: Any, kinds: Sequence[str] = POLICY_KINDS
+) -> list[PolicyVersion]:
     """Every stored version of the user's project's policies."""
-    out = []
+    out: list[PolicyVersion] = []
     for kind in kinds:
         data = _mapping(_call(request, "GET", f"/policies/{kind}"))
-        out.extend(PolicyVersion.from_dict(row, kind) for row in data.get("policies") or ())
+        out.extend(
+            PolicyVersion.from_dict(row, kind) for row in data.get("policies") or ()
+        )
     return out
 
 
@@ -515,7 +525,9 @@ def policy_get(request: Any, kind: str, ref: str) -> PolicyVersion:
     return PolicyVersion.from_dict(_call(request, "GET", path), kind)
 
 
-def policy_upload(request: Any, kind: str, name: str, document: object) -> PolicyVersion:
+def policy_upload(
+    request: Any, kind: str, name: str, document: object
+) -> PolicyVersion:
     """Store ``document`` as the next version of ``name``."""
     body = {"policy": document, "name": name}
     path = f"/policies/{quote(kind, safe='')}"

@@ -58,7 +58,7 @@ def fetch(
     request: Any,
     call: Callable[..., T],
     *args: Any,
-    default: T,
+    default: Any,
     empty_if_missing: bool = False,
 ) -> T:
     """``call(request, *args)``, or ``default`` after the page was told
@@ -73,4 +73,5 @@ def fetch(
             raise http.Http404(exc.message)
     except AttestationRefusedError as exc:
         refused(request, exc)
-    return default
+    out: T = default
+    return out

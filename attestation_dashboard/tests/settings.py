@@ -1,11 +1,11 @@
 """Django settings of the dashboard's unit tests: Horizon's own test
 settings with the attestation panels enabled from this package."""
 
+import openstack_dashboard.enabled
 from openstack_dashboard.test.settings import *  # noqa: F403
+from openstack_dashboard.utils import settings as settings_utils
 
 import attestation_dashboard.enabled
-import openstack_dashboard.enabled
-from openstack_dashboard.utils import settings as settings_utils
 
 # Horizon's test settings enabled its own panels: enable them again with ours
 _plugins = HORIZON_CONFIG.pop("plugins", [])  # noqa: F405

@@ -38,7 +38,10 @@ class HostRow:
 
     @property
     def trust(self) -> str:
-        verdict = {True: "trusted", False: "untrusted"}.get(self.host.trusted, "unknown")
+        trusted = self.host.trusted
+        verdict = (
+            "unknown" if trusted is None else "trusted" if trusted else "untrusted"
+        )
         reason = self.host.failure_reason
         return f"{verdict}: {reason}" if reason else verdict
 

@@ -47,7 +47,9 @@ class IndexView(tables.MultiTableView):
             if node.host_name:
                 guests.setdefault(node.host_name, []).append(node.uuid)
         return [
-            admin_tables.HostRow(h, tuple(sorted(guests.get(h.hypervisor_hostname, []))))
+            admin_tables.HostRow(
+                h, tuple(sorted(guests.get(h.hypervisor_hostname, [])))
+            )
             for h in hosts
         ]
 

@@ -81,5 +81,7 @@ class ChangePolicyForm(forms.SelfHandlingForm):
         except AttestationRefusedError as exc:
             self.api_error(exc.message)
             return False
-        messages.success(request, _("The policies of node %s changed.") % data["node_id"])
+        messages.success(
+            request, _("The policies of node %s changed.") % data["node_id"]
+        )
         return True

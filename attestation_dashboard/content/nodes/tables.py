@@ -45,11 +45,11 @@ class RevokeNode(tables.BatchAction):
 
     @staticmethod
     def action_present(count: int) -> str:
-        return ngettext_lazy("Revoke Node", "Revoke Nodes", count)  # type: ignore[no-any-return]
+        return ngettext_lazy("Revoke Node", "Revoke Nodes", count)
 
     @staticmethod
     def action_past(count: int) -> str:
-        return ngettext_lazy("Revoked Node", "Revoked Nodes", count)  # type: ignore[no-any-return]
+        return ngettext_lazy("Revoked Node", "Revoked Nodes", count)
 
     def allowed(self, request: Any, datum: Any = None) -> bool:
         return datum is None or datum.state not in FINAL_STATES
@@ -65,11 +65,11 @@ class DeleteNode(tables.DeleteAction):
 
     @staticmethod
     def action_present(count: int) -> str:
-        return ngettext_lazy("Delete Node", "Delete Nodes", count)  # type: ignore[no-any-return]
+        return ngettext_lazy("Delete Node", "Delete Nodes", count)
 
     @staticmethod
     def action_past(count: int) -> str:
-        return ngettext_lazy("Deleted Node", "Deleted Nodes", count)  # type: ignore[no-any-return]
+        return ngettext_lazy("Deleted Node", "Deleted Nodes", count)
 
     def delete(self, request: Any, obj_id: str) -> None:
         api.delete_node(request, obj_id)

@@ -58,13 +58,16 @@ class UploadPolicyForm(forms.SelfHandlingForm):
     name = forms.CharField(
         label=_("Name"),
         max_length=_MAX_NAME,
-        help_text=_("A new version of this name if it exists (the nodes that "
-                    "follow the name switch to it)."),
+        help_text=_(
+            "A new version of this name if it exists (the nodes that "
+            "follow the name switch to it)."
+        ),
     )
     policy_file = forms.FileField(
         label=_("Policy file (JSON)"),
-        help_text=_("What 'trusted-ima-policy' or 'openstack attestation policy' "
-                    "generate."),
+        help_text=_(
+            "What 'trusted-ima-policy' or 'openstack attestation policy' generate."
+        ),
     )
 
     def clean_policy_file(self) -> Any:

@@ -1,5 +1,5 @@
-from django.utils.translation import gettext_lazy as _
 import horizon
+from django.utils.translation import gettext_lazy as _
 
 
 class Policies(horizon.Panel):

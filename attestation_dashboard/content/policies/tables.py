@@ -74,7 +74,9 @@ class PoliciesFilter(tables.FilterAction):
 
 
 def _detail_url(row: PolicyRow) -> str:
-    return reverse("horizon:project:attestation_policies:detail", args=[row.kind, row.name])
+    return reverse(
+        "horizon:project:attestation_policies:detail", args=[row.kind, row.name]
+    )
 
 
 class PoliciesTable(tables.DataTable):

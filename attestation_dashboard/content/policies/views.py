@@ -81,7 +81,9 @@ class DetailView(tables.DataTableView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         kind = self._kind()
-        shown = common.fetch(self.request, api.policy_get, kind, self._ref(), default=None)
+        shown = common.fetch(
+            self.request, api.policy_get, kind, self._ref(), default=None
+        )
         context.update(
             kind=kind,
             name=self.kwargs["name"],

@@ -5,11 +5,11 @@ points at a :class:`FakeApi` on loopback."""
 from __future__ import annotations
 
 import copy
-from urllib3.connection import HTTPConnection
 from typing import Any
 
 from openstack_auth import policy as auth_policy
 from openstack_dashboard.test import helpers
+from urllib3.connection import HTTPConnection
 
 from attestation_dashboard.tests.unit.fakeapi import FakeApi
 
@@ -36,7 +36,12 @@ def node(uuid: str = NODE, state: str = "attested", **extra: Any) -> dict[str, A
         "interval": None,
         "host": {"name": "compute-1", "trusted": True, "as_of": "2026-11-29T07:00:00Z"},
         "policies": {
-            "runtime": {"name": "web", "version": 2, "digest": "ab" * 32, "follows": True},
+            "runtime": {
+                "name": "web",
+                "version": 2,
+                "digest": "ab" * 32,
+                "follows": True,
+            },
             "measured-boot": None,
         },
     }
@@ -90,4 +95,6 @@ class ViewTestCase(helpers.TestCase):
         self.api.routes[(method, "/v1" + path)] = (status, body)
 
     def messages_of(self, response: Any) -> list[str]:
-        return [str(m) for m in response.context["messages"]] if response.context else []
+        return (
+            [str(m) for m in response.context["messages"]] if response.context else []
+        )

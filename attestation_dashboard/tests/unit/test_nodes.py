@@ -82,7 +82,9 @@ class ReaderTest(base.ViewTestCase):
 class NodeActionsTest(base.ViewTestCase):
     def test_revoke_calls_the_api_as_the_user(self) -> None:
         self.route("GET", "/nodes", 200, {"nodes": [base.node()]})
-        self.route("POST", f"/nodes/{base.NODE}/revoke", 200, base.node(state="revoked"))
+        self.route(
+            "POST", f"/nodes/{base.NODE}/revoke", 200, base.node(state="revoked")
+        )
         res = self.client.post(INDEX, {"action": f"nodes__revoke__{base.NODE}"})
         self.assertEqual(302, res.status_code)
         posts = [c for c in self.api.calls if c["method"] == "POST"]
@@ -95,18 +97,43 @@ class NodeActionsTest(base.ViewTestCase):
         self.route("DELETE", f"/nodes/{base.NODE}", 204, None)
         res = self.client.post(INDEX, {"action": f"nodes__delete__{base.NODE}"})
         self.assertEqual(302, res.status_code)
-        self.assertIn(("DELETE", f"/v1/nodes/{base.NODE}"),
-                      [(c["method"], c["path"]) for c in self.api.calls])
+        self.assertIn(
+            ("DELETE", f"/v1/nodes/{base.NODE}"),
+            [(c["method"], c["path"]) for c in self.api.calls],
+        )
 
     def test_change_policy_form_offers_the_versions_and_puts_the_change(self) -> None:
-        url = reverse("horizon:project:attestation_nodes:change_policy", args=[base.NODE])
+        url = reverse(
+            "horizon:project:attestation_nodes:change_policy", args=[base.NODE]
+        )
         self.route("GET", f"/nodes/{base.NODE}", 200, base.node())
-        self.route("GET", "/policies/runtime", 200, {"policies": [
-            {"kind": "runtime", "name": "web", "version": 1, "digest": "a" * 64,
-             "entries": 3, "signed": False, "created_at": 1.0e9},
-            {"kind": "runtime", "name": "web", "version": 2, "digest": "b" * 64,
-             "entries": 4, "signed": False, "created_at": 1.1e9},
-        ]})
+        self.route(
+            "GET",
+            "/policies/runtime",
+            200,
+            {
+                "policies": [
+                    {
+                        "kind": "runtime",
+                        "name": "web",
+                        "version": 1,
+                        "digest": "a" * 64,
+                        "entries": 3,
+                        "signed": False,
+                        "created_at": 1.0e9,
+                    },
+                    {
+                        "kind": "runtime",
+                        "name": "web",
+                        "version": 2,
+                        "digest": "b" * 64,
+                        "entries": 4,
+                        "signed": False,
+                        "created_at": 1.1e9,
+                    },
+                ]
+            },
+        )
         self.route("GET", "/policies/measured-boot", 200, {"policies": []})
         res = self.client.get(url)
         self.assertEqual(200, res.status_code)
@@ -114,8 +141,9 @@ class NodeActionsTest(base.ViewTestCase):
         self.assertIn('value="web@1"', html)
         self.assertIn("web:2", html)
         self.route("PUT", f"/nodes/{base.NODE}/policy", 200, base.node())
-        res = self.client.post(url, {"node_id": base.NODE, "runtime_policy": "web@1",
-                                     "mb_policy": ""})
+        res = self.client.post(
+            url, {"node_id": base.NODE, "runtime_policy": "web@1", "mb_policy": ""}
+        )
         self.assertNoFormErrors(res)
         puts = [c for c in self.api.calls if c["method"] == "PUT"]
         self.assertEqual({"runtime_policy": "web@1"}, puts[0]["body"])
@@ -123,20 +151,68 @@ class NodeActionsTest(base.ViewTestCase):
 
 class NodeDetailTest(base.ViewTestCase):
     def test_shows_state_reason_events_and_a_timeline(self) -> None:
-        self.route("GET", f"/nodes/{base.NODE}", 200, base.node(
-            state="revoked", failure_reason="ima_policy: /usr/bin/evil not allowed"))
-        self.route("GET", "/events", 200, {"events": [
-            {"id": "e1", "node_uuid": base.NODE, "type": "node.revoked",
-             "reason": "ima_policy", "detail": "/usr/bin/evil not allowed",
-             "created_at": "2026-11-29T07:01:00Z"}], "links": []})
-        entry = {"prev": None, "node_uuid": base.NODE, "project_id": "1",
-                 "detail": "", "event_id": None}
-        self.route("GET", f"/nodes/{base.NODE}/history", 200, {"entries": [
-            {"entry": {**entry, "index": 0, "kind": "attested", "reason": "ok",
-                       "created_at": 1.7e9}, "proof": []},
-            {"entry": {**entry, "index": 1, "kind": "revoked", "reason": "ima_policy",
-                       "created_at": 1.7e9 + 60}, "proof": []},
-        ]})
+        self.route(
+            "GET",
+            f"/nodes/{base.NODE}",
+            200,
+            base.node(
+                state="revoked", failure_reason="ima_policy: /usr/bin/evil not allowed"
+            ),
+        )
+        self.route(
+            "GET",
+            "/events",
+            200,
+            {
+                "events": [
+                    {
+                        "id": "e1",
+                        "node_uuid": base.NODE,
+                        "type": "node.revoked",
+                        "reason": "ima_policy",
+                        "detail": "/usr/bin/evil not allowed",
+                        "created_at": "2026-11-29T07:01:00Z",
+                    }
+                ],
+                "links": [],
+            },
+        )
+        entry = {
+            "prev": None,
+            "node_uuid": base.NODE,
+            "project_id": "1",
+            "detail": "",
+            "event_id": None,
+        }
+        self.route(
+            "GET",
+            f"/nodes/{base.NODE}/history",
+            200,
+            {
+                "entries": [
+                    {
+                        "entry": {
+                            **entry,
+                            "index": 0,
+                            "kind": "attested",
+                            "reason": "ok",
+                            "created_at": 1.7e9,
+                        },
+                        "proof": [],
+                    },
+                    {
+                        "entry": {
+                            **entry,
+                            "index": 1,
+                            "kind": "revoked",
+                            "reason": "ima_policy",
+                            "created_at": 1.7e9 + 60,
+                        },
+                        "proof": [],
+                    },
+                ]
+            },
+        )
         res = self.client.get(detail(base.NODE))
         self.assertEqual(200, res.status_code)
         html = res.content.decode()
@@ -155,8 +231,12 @@ class NodeDetailTest(base.ViewTestCase):
         self.assertEqual(404, res.status_code)
 
     def test_forbidden_is_not_authorized(self) -> None:
-        self.route("GET", f"/nodes/{base.NODE}", 403,
-                   {"error": {"code": "forbidden", "message": "policy"}})
+        self.route(
+            "GET",
+            f"/nodes/{base.NODE}",
+            403,
+            {"error": {"code": "forbidden", "message": "policy"}},
+        )
         res = self.client.get(detail(base.NODE))
         self.assertEqual(403, res.status_code)
 
