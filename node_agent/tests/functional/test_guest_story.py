@@ -87,7 +87,7 @@ class _VmCase(VmStoryCase):
             except GuestAgentError:
                 pass
             time.sleep(2.0)
-        self.fail(f"the guest did not boot again\n{self.guest.console()[-2000:]}")
+        self.fail(f"the guest did not boot again\n{self.guest.diagnosis()}")
 
     def history(self) -> tuple[int, int]:
         """How many events the node has and hook records it left."""
