@@ -47,7 +47,11 @@ from verifier.protocol import (
 from verifier.protocol.enroller import commit_u
 from verifier.protocol.messages.shares import ShareU
 from verifier.protocol.relay import check_identity_answer
-from verifier.tests.functional.tenancy_base import KeystoneTestBase, unittest
+from verifier.tests.functional.tenancy_base import (
+    KeystoneTestBase,
+    authtoken_options,
+    unittest,
+)
 
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'
 
@@ -189,18 +193,7 @@ class NoCertificateTenantTest(KeystoneTestBase):
     def setUpClass(cls) -> None:
         super().setUpClass()
         cls.workdir = tempfile.mkdtemp(prefix="trusted-relay-")
-        authtoken = {
-            "www_authenticate_uri": cls.keystone.url,
-            "auth_url": cls.keystone.url,
-            "auth_type": "password",
-            "username": "attestation",
-            "password": "attestation-secret",
-            "project_name": "service",
-            "user_domain_id": "default",
-            "project_domain_id": "default",
-            "service_token_roles_required": True,
-            "interface": "public",
-        }
+        authtoken = authtoken_options(cls.keystone)
         cls.cluster = LocalCluster(
             os.path.join(cls.workdir, "cluster"),
             nodes=1,
