@@ -28,6 +28,9 @@ function install_trusted_cloud {
     if is_service_enabled trusted-agent; then
         extras+=",agent"
     fi
+    if is_service_enabled horizon; then
+        extras+=",dashboard"
+    fi
     setup_develop "$TRUSTED_CLOUD_DIR" "$extras"
     # configure_keystone_authtoken_middleware sets memcached_servers: its
     # client library, which the server extra does not bring (without it
@@ -170,6 +173,18 @@ function _create_trusted_accounts {
         "https://$TRUSTED_VERIFIER_HOST:$TRUSTED_VERIFIER_PORT"
 }
 
+# _configure_trusted_dashboard - Horizon's attestation panels: their enabled
+# files into Horizon's local/enabled, and the API's policy rules into
+# Horizon's policy directory (POLICY_FILES["attestation"], which the
+# plugin's application points at: doc/source/admin/dashboard.rst)
+function _configure_trusted_dashboard {
+    local src=$TRUSTED_CLOUD_DIR/attestation_dashboard
+    local enabled=$HORIZON_DIR/openstack_dashboard/local/enabled
+    mkdir -p "$enabled"
+    cp "$src"/enabled/_[0-9]*.py "$enabled/"
+    cp "$src/conf/attestation_policy.yaml" "$HORIZON_DIR/openstack_dashboard/conf/"
+}
+
 # configure_trusted_cloud - directories, certificates, configuration files
 # and the sample configuration of every option
 function configure_trusted_cloud {
@@ -196,6 +211,9 @@ function configure_trusted_cloud {
     install -d -m 755 "$TRUSTED_CLOUD_CONF_DIR/prometheus"
     cp "$TRUSTED_CLOUD_DIR/etc/prometheus/trusted-cloud.rules.yml" \
         "$TRUSTED_CLOUD_CONF_DIR/prometheus/"
+    if is_service_enabled horizon; then
+        _configure_trusted_dashboard
+    fi
     if [[ "$TRUSTED_CONFIGURE_NOVA" == "True" ]] && is_service_enabled nova; then
         _configure_nova_notifications
     fi

@@ -8,6 +8,8 @@
 ``POST /v1/nodes/{uuid}/revoke``   revoke on the tenant's request
 ``PUT /v1/nodes/{uuid}/policy``    change the policies in force
                                    (``PolicyChangeRequest``)
+``GET /v1/stats``                  counters: nodes per state, quote lag per
+                                   class, the outbox's undelivered events
 ``GET /v1/events``                 the signed events, newest first: filters
                                    and pages (``EventQuery``,
                                    :mod:`verifier.protocol.messages.event_query`)
@@ -155,7 +157,13 @@ async def _set_policy(request: web.Request) -> web.Response:
 
 @rule("attestation:node:stats")
 async def _stats(request: web.Request) -> web.Response:
-    return json_response(await request.app[_KEY].queries.stats())
+    verifier = request.app[_KEY]
+    body = await verifier.queries.stats()
+    # the signed events not yet delivered (the dashboard's operator page)
+    depth, oldest = await asyncio.to_thread(verifier.outbox.backlog)
+    age = None if oldest is None else round(max(0.0, time.time() - oldest), 1)
+    body["outbox"] = {"pending": depth, "oldest_pending_age": age}
+    return json_response(body)
 
 
 @rule("attestation:event:list")

@@ -243,6 +243,9 @@ VERIFIER: Responses = {
             "owned": _INT,
             "member": _STR,
             "quotes_verified": _INT,
+            "outbox": _object(
+                {"pending": _INT, "oldest_pending_age": {"type": ["number", "null"]}}
+            ),
         }
     ),
 }

@@ -71,6 +71,13 @@ ROLE_MODULES: dict[str, tuple[str, ...]] = {
     ),
     "hooks": ("oslo_log", "uvloop", "prometheus_client"),
     "vtpm": ("libvirt", "tpm2_pytss"),
+    "dashboard": (
+        "horizon",
+        "django",
+        "keystoneauth1",
+        "novaclient",
+        "oslo_policy",
+    ),
 }
 
 #: Modules of the role extras that a feature of another role may miss.

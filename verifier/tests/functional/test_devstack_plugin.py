@@ -265,6 +265,30 @@ class DevstackConfigTest(_PluginTestCase):
             _calls(calls, "setup_develop"),
         )
 
+    def test_with_horizon_the_dashboard_is_installed_and_enabled(self) -> None:
+        ds = self.devstack(enabled=SERVICES + ",horizon")
+        calls = ds.phase("stack", "install")
+        self.assertEqual(
+            [[os.path.join(ds.dest, "trusted-cloud"), "server,dashboard"]],
+            _calls(calls, "setup_develop"),
+        )
+        horizon = os.path.join(ds.root, "horizon")
+        os.makedirs(os.path.join(horizon, "openstack_dashboard", "conf"))
+        ds.env["HORIZON_DIR"] = horizon
+        ds.phase("stack", "post-config")
+        enabled = os.path.join(horizon, "openstack_dashboard", "local", "enabled")
+        import attestation_dashboard
+
+        self.assertEqual(
+            sorted(os.path.basename(p) for p in attestation_dashboard.enabled_files()),
+            sorted(os.listdir(enabled)),
+        )
+        policy = os.path.join(
+            horizon, "openstack_dashboard", "conf", "attestation_policy.yaml"
+        )
+        with open(policy) as f, open(attestation_dashboard.POLICY_FILE) as g:
+            self.assertEqual(g.read(), f.read())
+
     def test_post_config_writes_registrar_and_verifier_conf(self) -> None:
         ds = self.devstack()
         ds.stack("post-config")

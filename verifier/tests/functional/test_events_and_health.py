@@ -127,6 +127,12 @@ class EventsAndHealthTest(testtools.TestCase):
         resp = self._get("/v1/stats", "operator")
         self.assertEqual(200, resp.status_code, resp.text)
         self.assertIn("states", resp.json())
+        # the outbox's undelivered events, as the listing marks them
+        events = self._get("/v1/events?limit=1000", "operator").json()["events"]
+        pending = [e for e in events if not e["delivered"]]
+        outbox = resp.json()["outbox"]
+        self.assertEqual(len(pending), outbox["pending"])
+        self.assertEqual(pending == [], outbox["oldest_pending_age"] is None)
         resp = self._get("/v1/stats", "tenant")
         self.assertEqual(403, resp.status_code, resp.text)
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 
 import testtools
 
+from attestation_dashboard.exceptions import DashboardError
 from ipsec_puppet_vault_hooks.exceptions import HooksError
 from node_agent.exceptions import NodeAgentError
 from nova_plugin.exceptions import TenantError
@@ -38,6 +39,7 @@ ROOTS: dict[str, type[Exception]] = {
     "nova_plugin": TenantError,
     "ipsec_puppet_vault_hooks": HooksError,
     "vtpm_manager": VtpmError,
+    "attestation_dashboard": DashboardError,
 }
 
 #: Modules that are not imported: alembic runs this one as a script (it
@@ -94,6 +96,8 @@ def _qualname(cls: type) -> str:
 
 def _shipped_exceptions() -> list[type[BaseException]]:
     """Every exception class defined in a shipped module (all imported)."""
+    # the dashboard's views import Horizon, which needs Django set up
+    importlib.import_module("attestation_dashboard.tests.unit")
     for top in ("verifier", *(p for p in ROOTS if "." not in p)):
         for name in _module_names(top):
             importlib.import_module(name)

@@ -60,11 +60,14 @@ MODULE_OF = {
     "python-debian": "debian",
     "zstandard": "zstandard",
     "prometheus-client": "prometheus_client",
+    "horizon": "horizon",
+    "Django": "django",
 }
 #: Installed by a test requirement only: no role may import it.
 TEST_ONLY = ("nova",)
-#: oslo.config (base) imports oslo.log whenever it is installed.
-OPPORTUNISTIC = ("oslo_log",)
+#: oslo.config (base) imports oslo.log whenever it is installed; openstacksdk
+#: (Horizon's) imports prometheus_client whenever it is installed.
+OPPORTUNISTIC = ("oslo_log", "prometheus_client")
 
 #: Role -> the modules its console scripts and default plugins load.
 ROLES = {
@@ -91,6 +94,15 @@ ROLES = {
         "ipsec_puppet_vault_hooks.actions.puppet",
     ],
     "vtpm": ["vtpm_manager.cmd", "vtpm_manager.hook"],
+    # Horizon's panels: Django set up with the plugin's test settings
+    # (Horizon's own), then every view module
+    "dashboard": [
+        "attestation_dashboard.tests.unit",
+        "attestation_dashboard.content.nodes.views",
+        "attestation_dashboard.content.policies.views",
+        "attestation_dashboard.content.admin.views",
+        "attestation_dashboard.apps",
+    ],
 }
 
 #: (role, driver extra) -> the modules that need that driver.
@@ -257,6 +269,12 @@ class RoleImportsTest(testtools.TestCase):
     def test_hooks(self) -> None:
         self.assertIn("sqlalchemy", forbidden(["hooks"]))
         self.check_role("hooks")
+
+    def test_dashboard(self) -> None:
+        bad = forbidden(["dashboard"])
+        for module in ("sqlalchemy", "libvirt", "tpm2_pytss", "oslo_messaging"):
+            self.assertIn(module, bad)
+        self.check_role("dashboard")
 
     def test_vtpm(self) -> None:
         self.assertIn("sqlalchemy", forbidden(["vtpm"]))
