@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
+from urllib.parse import quote
 
 import testtools
 from selenium import webdriver
@@ -35,6 +36,18 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 WINDOW = (1280, 800)
 
 T = TypeVar("T")
+
+
+#: the text of a DataTable's cell by its column's header (Horizon renders
+#: no column name on the cells)
+_CELL = """
+const [table, rowId, label] = arguments;
+const heads = document.querySelectorAll(`#${table} thead tr:last-child th`);
+const i = Array.from(heads).findIndex(th => th.textContent.trim() === label);
+const row = document.getElementById(rowId);
+if (i < 0 || !row || !row.children[i]) return null;
+return row.children[i].textContent;
+"""
 
 
 class BrowserError(RuntimeError):
@@ -154,6 +167,16 @@ class Browser:
     def text(self, css: str) -> str:
         return str(self.find(css).text)
 
+    def cell(self, table: str, row_id: str, column: str) -> str:
+        """The text of a Horizon DataTable's cell: table ``table`` (its
+        ``Meta.name``), the row whose id is ``row_id``, the column headed
+        ``column`` (waited for)."""
+        found = self.wait_for(
+            lambda d: d.execute_script(_CELL, table, row_id, column),
+            f"cell {column!r} of row {row_id} of table {table}",
+        )
+        return str(found).strip()
+
     def click(self, css: str) -> None:
         found = self.wait_for(
             ec.element_to_be_clickable((By.CSS_SELECTOR, css)), f"{css} clickable"
@@ -172,16 +195,24 @@ class Browser:
 
     # -- Horizon ---------------------------------------------------------------
 
-    def login(self, user: str, password: str, project: str | None = None) -> None:
-        """Sign in through Horizon's login form (``/auth/login/``), then
-        make ``project`` the current project if it is not already.
+    def login(
+        self,
+        user: str,
+        password: str,
+        project: str | None = None,
+        landing: str = "/settings/",
+    ) -> None:
+        """Sign in through Horizon's login form (``/auth/login/``), landing
+        on ``landing`` (Horizon's own settings page by default: the
+        project overview asks Nova, which the tests do not run), then make
+        ``project`` the current project if it is not already.
 
         Raises:
             BrowserError: the login was refused or ``project`` is not one
                 of the user's.
         """
         self.logout()
-        self.get("/auth/login/")
+        self.get(f"/auth/login/?next={quote(landing)}")
         self.find("#id_username").send_keys(user)
         self.find("#id_password").send_keys(password)
         self.click("#loginBtn")

@@ -153,6 +153,25 @@ class Keystone:
             self.proc.wait(timeout=30)
         self.proc = None
 
+    def authtoken_options(
+        self, username: str = "attestation", project: str = "service"
+    ) -> dict[str, Any]:
+        """``[keystone_authtoken]`` of a service process behind this
+        Keystone, as service user ``username`` (password
+        ``<username>-secret``, as :meth:`add_user` makes it)."""
+        return {
+            "www_authenticate_uri": self.url,
+            "auth_url": self.url,
+            "auth_type": "password",
+            "username": username,
+            "password": f"{username}-secret",
+            "project_name": project,
+            "user_domain_id": "default",
+            "project_domain_id": "default",
+            "service_token_roles_required": True,
+            "interface": "public",
+        }
+
     # -- REST helpers (Keystone's v3 API, as an administrator) ------------
 
     def request(

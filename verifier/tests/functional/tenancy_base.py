@@ -91,23 +91,6 @@ def shared_keystone() -> dict[str, Any]:
     return dict(_SHARED)
 
 
-def authtoken_options(keystone: Keystone) -> dict[str, Any]:
-    """``[keystone_authtoken]`` of a service process behind ``keystone``
-    (the ``attestation`` service user of :func:`shared_keystone`)."""
-    return {
-        "www_authenticate_uri": keystone.url,
-        "auth_url": keystone.url,
-        "auth_type": "password",
-        "username": "attestation",
-        "password": "attestation-secret",
-        "project_name": "service",
-        "user_domain_id": "default",
-        "project_domain_id": "default",
-        "service_token_roles_required": True,
-        "interface": "public",
-    }
-
-
 class KeystoneTestBase(VerifierServiceBase):
     """Keystone per class; a verifier and an HTTP client per test."""
 
@@ -211,7 +194,7 @@ class KeystoneTestBase(VerifierServiceBase):
         }
 
 
-__all__ = ["KeystoneTestBase", "authtoken_options", "shared_keystone", "unittest"]
+__all__ = ["KeystoneTestBase", "shared_keystone", "unittest"]
 
 
 class OpenStackCliCase(KeystoneTestBase):

@@ -47,11 +47,7 @@ from verifier.protocol import (
 from verifier.protocol.enroller import commit_u
 from verifier.protocol.messages.shares import ShareU
 from verifier.protocol.relay import check_identity_answer
-from verifier.tests.functional.tenancy_base import (
-    KeystoneTestBase,
-    authtoken_options,
-    unittest,
-)
+from verifier.tests.functional.tenancy_base import KeystoneTestBase, unittest
 
 PAYLOAD = b'#!/bin/sh\necho "payload ran on $TRUSTED_NODE_UUID"\n'
 
@@ -193,7 +189,7 @@ class NoCertificateTenantTest(KeystoneTestBase):
     def setUpClass(cls) -> None:
         super().setUpClass()
         cls.workdir = tempfile.mkdtemp(prefix="trusted-relay-")
-        authtoken = authtoken_options(cls.keystone)
+        authtoken = cls.keystone.authtoken_options()
         cls.cluster = LocalCluster(
             os.path.join(cls.workdir, "cluster"),
             nodes=1,
