@@ -50,6 +50,9 @@ return row.children[i].textContent;
 """
 
 
+_PAGE_HEIGHT = "return document.documentElement.scrollHeight"
+
+
 class BrowserError(RuntimeError):
     """The browser could not be started, or a page was not as expected."""
 
@@ -100,11 +103,7 @@ class Browser:
         self.driver.set_page_load_timeout(timeout * 2)
         # headless Chromium counts its (invisible) window frame in
         # --window-size: make the page itself 1280x800, a laptop's screen
-        width, height = WINDOW
-        self.driver.execute_cdp_cmd(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
-        )
+        self._viewport(*WINDOW)
 
     # -- pages -----------------------------------------------------------------
 
@@ -184,11 +183,28 @@ class Browser:
         assert isinstance(found, WebElement)
         found.click()
 
-    def screenshot(self, path: str) -> None:
-        """A PNG of the window as it is."""
+    def screenshot(self, path: str, full_page: bool = False) -> None:
+        """A PNG of the window as it is (``full_page``: the page's whole
+        height, 1280 wide)."""
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        if not self.driver.save_screenshot(path):
-            raise BrowserError(f"no screenshot written to {path}")
+        width, height = WINDOW
+        if full_page:
+            height = max(
+                height, int(self.driver.execute_script(_PAGE_HEIGHT) or height)
+            )
+            self._viewport(width, height)
+        try:
+            if not self.driver.save_screenshot(path):
+                raise BrowserError(f"no screenshot written to {path}")
+        finally:
+            if full_page:
+                self._viewport(*WINDOW)
+
+    def _viewport(self, width: int, height: int) -> None:
+        self.driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
+        )
 
     def screenshot_png(self) -> bytes:
         return bytes(self.driver.get_screenshot_as_png())
