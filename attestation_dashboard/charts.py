@@ -23,9 +23,10 @@ __all__ = ["STATE_ORDER", "count_states", "state_bars", "timeline"]
 #: States in the order the bar chart lists them (others follow, sorted).
 STATE_ORDER = (
     "attested",
+    "bootstrapping",
     "registered",
+    "created",
     "pending",
-    "recovered",
     "unreachable",
     "failed",
     "revoked",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from openstack_auth import policy as auth_policy
 from openstack_dashboard.test import helpers
 from urllib3.connection import HTTPConnection
 
@@ -59,7 +58,6 @@ class ViewTestCase(helpers.TestCase):
         self.addCleanup(self.api.stop)
         self.api_url = self.api.url
         super().setUp()
-        auth_policy.reset()
         # Horizon's helpers fail a test on any real connection: ours go to
         # the loopback API only, anything else still fails the test
         real, guard = self._real_conn_request, self.fake_conn_request

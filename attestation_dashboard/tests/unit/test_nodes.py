@@ -52,6 +52,34 @@ class NodesIndexTest(base.ViewTestCase):
         )
         self.assertIn("No items to display", res.content.decode())
 
+    def test_no_endpoint_in_the_catalog_is_one_line(self) -> None:
+        self.service_catalog = [
+            s for s in self.service_catalog if s["type"] != "attestation"
+        ]
+        self._setup_user()
+        res = self.client.get(INDEX)
+        self.assertEqual(200, res.status_code)
+        self.assertEqual(
+            [
+                "The attestation service cannot be reached: no 'attestation' "
+                "endpoint in the service catalog."
+            ],
+            self.messages_of(res),
+        )
+        self.assertEqual([], self.api.calls)
+
+    def test_a_server_error_counts_as_unreachable(self) -> None:
+        self.route("GET", "/nodes", 503, {"error": {"code": "x", "message": "busy"}})
+        res = self.client.get(INDEX)
+        self.assertEqual(200, res.status_code)
+        self.assertEqual(
+            [
+                "The attestation service cannot be reached: "
+                "the API answered 503 Service Unavailable."
+            ],
+            self.messages_of(res),
+        )
+
     def test_api_forbidden_is_horizons_not_authorized(self) -> None:
         self.route(
             "GET", "/nodes", 403, {"error": {"code": "forbidden", "message": "no"}}

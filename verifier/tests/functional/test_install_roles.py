@@ -44,6 +44,8 @@ OLD_HARNESS = (
 )
 #: Module -> distribution, for the modules of the extras and of nova.
 DIST_OF = {
+    "horizon": "horizon",
+    "django": "Django",
     "oslo_limit": "oslo.limit",
     "oslo_log": "oslo.log",
     "tpm2_pytss": "tpm2-pytss",

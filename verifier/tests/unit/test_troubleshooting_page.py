@@ -25,6 +25,7 @@ PACKAGES = (
     "nova_plugin",
     "ipsec_puppet_vault_hooks",
     "vtpm_manager",
+    "attestation_dashboard",
 )
 _HOLE = "\x00"
 _PERCENT = re.compile(r"%(?:\([a-z_]+\))?[-+ #0]*\d*(?:\.\d+)?[sdrfgx]")
