@@ -1,6 +1,7 @@
 """Fuzz targets of what crosses the wire: envelopes, signed events,
 capabilities, rekey messages, typed wire messages, user-data, JSON,
-CP-ABE blobs and EK anchors (see :mod:`trusted_testing.fuzz_targets`)."""
+CP-ABE blobs, EK anchors and the HTTP/1.1 answers the verifier's own
+client reads from agents (see :mod:`trusted_testing.fuzz_targets`)."""
 
 from __future__ import annotations
 
@@ -216,6 +217,37 @@ def _ek_anchors(data: bytes) -> object:
     return load_anchors(data)
 
 
+def _http_response(data: bytes) -> object:
+    """The client's answer parser, fed ``data[1:]`` in pieces whose sizes
+    follow from ``data[0]`` (answers arrive in arbitrary reads); then the
+    connection closes. Only HttpFramingError may come out."""
+    from verifier.common._http11 import HttpFramingError, ResponseParser
+
+    if not data:
+        return None
+    step, body = 1 + data[0] % 61, data[1:]
+    parser = ResponseParser(max_body=4096, head_request=data[0] >= 250)
+    try:
+        for start in range(0, len(body), step):
+            parser.feed(body[start : start + step])
+        parser.feed_eof()
+    except HttpFramingError as exc:
+        return exc
+    return parser.result
+
+
+def _http_seeds() -> list[bytes]:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    return [
+        b"\x07" + head + b"Content-Length: 2\r\n\r\n{}",
+        b"\x03" + head + b"Transfer-Encoding: chunked\r\n\r\n"
+        b"2;x=y\r\n{}\r\n0\r\nTrailer: t\r\n\r\n",
+        b"\x20HTTP/1.0 404 Not Found\r\nConnection: close\r\n\r\nno such node",
+        b"\xfa" + head + b"Content-Length: 10\r\n\r\n",
+        b"\x01HTTP/1.1 204 No Content\r\n\r\n",
+    ]
+
+
 def wire_targets() -> list[Target]:
     """The targets of this module."""
     return [
@@ -228,4 +260,5 @@ def wire_targets() -> list[Target]:
         Target("json", _json_text, lambda: [b'{"a": [1, 2.5, "x", null]}']),
         Target("abe_blob", _abe_blob, _abe_seeds),
         Target("ek_anchors", _ek_anchors, lambda: [b"-----BEGIN CERTIFICATE-----\n"]),
+        Target("http_response", _http_response, _http_seeds),
     ]

@@ -55,7 +55,7 @@ from trusted_testing.qemu import (
     tpm_qemu_args,
     wait_path,
 )
-from trusted_testing.qga import GuestAgent, Qmp
+from trusted_testing.qga import GuestAgent, GuestAgentError, Qmp
 from trusted_testing.swtpm import free_ports, write_localca_config
 
 BOOT_TIMEOUT = 900.0
@@ -415,6 +415,23 @@ class VmGuest:
             timeout,
             lambda why: VmGuestError(f"{name}: {why}: {self._tail()}"),
         )
+
+    def diagnosis(self) -> str:
+        """What qemu says of a guest that seems stuck: its run state, the
+        CPU's registers and the tails of qemu's, swtpm's and the console's
+        logs (for a test's failure message)."""
+        parts = []
+        for command, args in (
+            ("query-status", None),
+            ("human-monitor-command", {"command-line": "info registers"}),
+        ):
+            try:
+                answer = self.qmp.call(command, args)
+            except GuestAgentError as exc:
+                answer = f"(no answer: {exc})"
+            parts.append(f"[qmp {command}] {str(answer)[:1500]}")
+        parts += file_tails(self.workdir, ("swtpm.log",), 1500)
+        return "\n".join([*parts, self._tail()])
 
     def _tail(self) -> str:
         parts = [f"[serial.log] {self.console()[-2000:]}"]

@@ -28,3 +28,9 @@ POLICY_CHECK_FUNCTION = "openstack_auth.policy.check"
 # The pages' CSS and JavaScript are not what these tests check: no
 # compression (libsass) on each rendering
 COMPRESS_ENABLED = False
+
+# These tests share stestr's worker processes with the rest of the suite:
+# Django leaves the process's logging as it is (Horizon's test settings
+# would stop the propagation of oslo_policy's, stevedore's and the
+# clients' loggers for every test of the worker)
+LOGGING_CONFIG = None

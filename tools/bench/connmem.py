@@ -12,7 +12,16 @@ heap trimmed). Also the CPU of one request over a kept connection and of
 one with a fresh handshake. Each event loop is measured in a fresh child
 process.
 
-    .venv/bin/python tools/bench/connmem.py [--n 2000] [--loops uvloop asyncio]
+``--loops ... curl`` measures libcurl's multi interface (pycurl) the same
+way, in its own child (issue 34, item 5): TLS, HTTP/1.1 framing, keep-alive
+(the multi handle's connection cache, sized for every agent), the client
+certificate and the pin (``CURLOPT_PINNEDPUBLICKEY``: the agent's public
+key, where ours pins its whole certificate) all in C, one easy handle per
+agent (as ours keeps one pin per agent), at most 64 transfers in flight
+(as ours), driven by ``perform``/``select`` in a plain loop: the least
+curl can cost, before any asyncio integration.
+
+    .venv/bin/python tools/bench/connmem.py [--n 2000] [--loops uvloop asyncio curl]
 """
 
 from __future__ import annotations
@@ -146,6 +155,118 @@ async def _client(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
     }
 
 
+def _client_curl(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
+    """:func:`_client`'s figures for libcurl's multi interface."""
+    import base64
+    import hashlib
+
+    import pycurl
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    with open(os.path.join(pki, "server.pem"), "rb") as f:
+        spki = (
+            x509.load_pem_x509_certificate(f.read())
+            .public_key()
+            .public_bytes(
+                serialization.Encoding.DER,
+                serialization.PublicFormat.SubjectPublicKeyInfo,
+            )
+        )
+    pin = "sha256//" + base64.b64encode(hashlib.sha256(spki).digest()).decode()
+    multi = pycurl.CurlMulti()
+    multi.setopt(pycurl.M_MAXCONNECTS, len(ports) + 8)
+    received = [0]
+
+    def sink(data: bytes) -> None:
+        received[0] += len(data)
+
+    def easy(port: int) -> Any:
+        c = pycurl.Curl()
+        c.setopt(pycurl.URL, f"https://127.0.0.1:{port}/v1/quote")
+        c.setopt(pycurl.SSLCERT, os.path.join(pki, "client.pem"))
+        c.setopt(pycurl.SSLKEY, os.path.join(pki, "client-key.pem"))
+        c.setopt(pycurl.SSL_VERIFYPEER, 0)  # the pin is the check, as ours
+        c.setopt(pycurl.SSL_VERIFYHOST, 0)
+        c.setopt(pycurl.PINNEDPUBLICKEY, pin)
+        c.setopt(pycurl.FORBID_REUSE, 0 if keep else 1)
+        c.setopt(pycurl.TIMEOUT, 30)
+        c.setopt(pycurl.WRITEFUNCTION, sink)
+        # its smallest buffers (answers are ~2 KB): curl at its leanest
+        c.setopt(pycurl.BUFFERSIZE, 4096)
+        c.setopt(pycurl.UPLOAD_BUFFERSIZE, 16384)
+        return c
+
+    def run(handles: list[Any]) -> None:
+        pending, active = list(handles), 0
+        while pending or active:
+            while pending and active < 64:
+                multi.add_handle(pending.pop())
+                active += 1
+            while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+                pass
+            while True:
+                queued, ok, failed = multi.info_read()
+                for c in ok:
+                    assert c.getinfo(pycurl.RESPONSE_CODE) == 200
+                    multi.remove_handle(c)
+                    active -= 1
+                if failed:
+                    raise SystemExit(f"curl: {failed[0][1:]}")
+                if not queued:
+                    break
+            if active:
+                multi.select(1.0)
+
+    def round_(handles: list[Any]) -> float:
+        before, t0 = received[0], cpu_seconds()
+        run(handles)
+        spent = cpu_seconds() - t0
+        assert received[0] - before >= len(handles) * (_ANSWER - 200)
+        return spent
+
+    def rss() -> float:
+        gc.collect()
+        return float(rss_kib())
+
+    def heap() -> float:
+        info = _mallinfo()
+        return float(info.uordblks + info.hblkhd) / 1024
+
+    warm = easy(ports[0])
+    warm.setopt(pycurl.FORBID_REUSE, 1)
+    run([warm])  # libcurl, its TLS context and the code paths warm
+    warm.close()
+    malloc_trim()
+    r0, h0 = rss(), heap()
+    handles = [easy(port) for port in ports]
+    n = len(handles)
+    cpu_new = round_(handles)
+    r1 = rss()
+    cpu_again = round_(handles)
+    r2, h2 = rss(), heap()
+    malloc_trim()
+    r2t = rss()
+    multi.close()  # closes the cached connections
+    for c in handles:
+        c.close()
+    handles.clear()
+    r3 = rss()
+    malloc_trim()
+    r4 = rss()
+    assert received[0] > 0
+    return {
+        "idle_kib": (r1 - r0) / n,
+        "again_kib": (r2 - r0) / n,
+        "again_trimmed_kib": (r2t - r0) / n,
+        "heap_kib": (h2 - h0) / n,
+        "closed_kib": (r3 - r0) / n,
+        "trimmed_kib": (r4 - r0) / n,
+        "cpu_first_us": cpu_new / n * 1e6,
+        "cpu_second_us": cpu_again / n * 1e6,
+    }
+
+
 class _MallInfo(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_size_t)
@@ -169,6 +290,9 @@ def _mallinfo() -> _MallInfo:
 def _child(args: argparse.Namespace) -> None:
     with open(args.ports_file) as f:
         ports = json.load(f)[: args.n]
+    if args.loop == "curl":
+        print(json.dumps(_client_curl(args.pki, ports, not args.close)))
+        return
     coro = _client(args.pki, ports, not args.close)
     if args.loop == "uvloop":
         import uvloop
@@ -183,7 +307,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument(
-        "--loops", nargs="+", choices=("uvloop", "asyncio"), default=["uvloop"]
+        "--loops",
+        nargs="+",
+        choices=("uvloop", "asyncio", "curl"),
+        default=["uvloop"],
+        help="our client on these event loops, and/or libcurl's multi (curl)",
     )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -313,7 +313,9 @@ class ResponseParser:
         code, _, reason = rest.partition(" ")
         if version != "HTTP/1.1" and version != "HTTP/1.0":
             raise HttpFramingError("not an HTTP/1.x answer")
-        if len(code) != 3 or not code.isdigit() or not "100" <= code <= "599":
+        if not (len(code) == 3 and code.isascii() and code.isdigit()) or not (
+            "100" <= code <= "599"
+        ):
             raise HttpFramingError(f"bad status code {code[:10]!r}")
         headers: dict[str, str] = {}
         for line in fields.split("\r\n") if fields else ():

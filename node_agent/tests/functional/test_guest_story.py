@@ -74,9 +74,6 @@ class _VmCase(VmStoryCase):
         cls.node.bootstrap(BOOT_TIMEOUT)
         cls.payload_out = cls.node.guest.agent.read_file(PAYLOAD_PATH + ".out")
 
-    def boot_id(self) -> str:
-        return self.guest.agent.read_file("/proc/sys/kernel/random/boot_id").decode()
-
     def wait_new_boot(self, old: str) -> None:
         deadline = time.monotonic() + BOOT_TIMEOUT
         while time.monotonic() < deadline:
@@ -87,12 +84,7 @@ class _VmCase(VmStoryCase):
             except GuestAgentError:
                 pass
             time.sleep(2.0)
-        self.fail(f"the guest did not boot again\n{self.guest.console()[-2000:]}")
-
-    def history(self) -> tuple[int, int]:
-        """How many events the node has and hook records it left."""
-        uuid = self.node.uuid
-        return len(self.cluster.event_types(uuid)), len(self.cluster.hook_types(uuid))
+        self.fail(f"the guest did not boot again\n{self.guest.diagnosis()}")
 
     def assert_attested_again(self, quotes_before: int, since: tuple[int, int]) -> None:
         """Attested by two quotes more, never revoked; in between the node
@@ -132,13 +124,14 @@ class _VmCase(VmStoryCase):
         old, quotes = self.boot_id(), self.status()["quotes_verified"]
         since = self.history()
         if what == "reboot":
-            self.guest.agent.shell("(sleep 1; systemctl reboot) >/dev/null 2>&1 &")
-        elif what == "reset":
-            self.guest.qmp.call("system_reset")
+            self.reboot_guest()
         else:
-            self.guest.kill()
-            self.guest.relaunch()
-        self.wait_new_boot(old)
+            if what == "reset":
+                self.guest.qmp.call("system_reset")
+            else:
+                self.guest.kill()
+                self.guest.relaunch()
+            self.wait_new_boot(old)
         self.assert_attested_again(quotes, since)
         ran = self.guest.agent.exec(["/usr/bin/test", "-e", "/run/trusted-payload-ran"])
         self.assertEqual(1, ran.exit_code, "the payload ran again")

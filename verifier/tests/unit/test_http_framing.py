@@ -55,6 +55,12 @@ class ResponseParserTest(testtools.TestCase):
         )
         self.assertRaises(HttpFramingError, self.parse, raw)
 
+    def test_status_code_with_a_non_ascii_digit_is_refused(self) -> None:
+        # found by the http_response fuzz target: latin-1 '\xb3' is a digit
+        # to str.isdigit() and made int() raise ValueError
+        raw = b"HTTP/1.1 20\xb3 t\r\n\r\n"
+        self.assertRaises(HttpFramingError, self.parse, raw)
+
     def test_conflicting_content_lengths_are_refused(self) -> None:
         raw = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"
         self.assertRaises(HttpFramingError, self.parse, raw)

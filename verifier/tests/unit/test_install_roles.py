@@ -30,6 +30,7 @@ PRODUCT = (
     "nova_plugin",
     "vtpm_manager",
     "ipsec_puppet_vault_hooks",
+    "attestation_dashboard",
 )
 HARNESS = "trusted_testing"
 SHARED = ("verifier.protocol", "verifier.common")
