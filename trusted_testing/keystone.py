@@ -90,7 +90,9 @@ class Keystone:
             f.write(
                 "[DEFAULT]\nuse_stderr = true\n"
                 f"[database]\nconnection = sqlite:///{db}\n"
-                "[token]\nprovider = fernet\n"
+                # one Keystone serves a test worker's classes for its whole
+                # run, which may pass the default hour of a token
+                "[token]\nprovider = fernet\nexpiration = 86400\n"
                 f"[fernet_tokens]\nkey_repository = {keys}\n"
                 f"[credential]\nkey_repository = {creds}\n"
             )

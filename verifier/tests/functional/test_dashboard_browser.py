@@ -131,9 +131,12 @@ class TestDashboardInTheBrowser(BrowserCase):
             lambda d: not d.find_elements("css selector", ".modal-dialog"),
             "the modal to close",
         )
-        self.assertIn("policies of node", self.b.text(".alert-success"))
         after = self.deployment.node("alice", db)["policies"]["measured-boot"]
         self.assertIn("golden", str(after))
+        self.b.get(NODES)  # the table says it too
+        self.assertIn(
+            "golden", self.b.cell("nodes", f"nodes__row__{db.uuid}", "Policy in force")
+        )
 
     def test_4_reader_sees_the_nodes_without_actions_and_the_api_refuses_it(
         self,
