@@ -18,7 +18,7 @@ machines). That is done once into ``~/.cache/trusted-cloud/horizon-static``
 (``TRUSTED_HORIZON_CACHE`` overrides it), one directory per key: the
 versions of Horizon and the packages behind its static files, and the
 contents of the plugins' templates and static files. A later start with the
-same key reuses it.
+same key reuses it; builds of other keys unused for a week are removed.
 """
 
 from __future__ import annotations
@@ -155,6 +155,19 @@ def _static_key(enabled_files: Sequence[str], packages: Sequence[str]) -> str:
     return digest.hexdigest()[:24]
 
 
+def _prune(root: str, days: float = 7.0) -> None:
+    """Remove the builds of other keys (other Horizon versions, older
+    templates) that no start used for ``days``, and builds left half done."""
+    cutoff = time.time() - days * 86400
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        try:
+            if os.path.getmtime(path) < cutoff:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # removed by another process meanwhile
+            continue
+
+
 class Horizon:
     """One Horizon process on loopback, its files under ``work_dir``.
 
@@ -262,7 +275,9 @@ class Horizon:
         final = os.path.join(root, _static_key(self.enabled_files, self.packages))
         if os.path.exists(os.path.join(final, ".complete")):
             self.static_cached = True
+            os.utime(final)  # in use: not pruned
             return final
+        _prune(root)
         os.makedirs(root, exist_ok=True)
         building = f"{final}.{os.getpid()}.tmp"
         shutil.rmtree(building, ignore_errors=True)
