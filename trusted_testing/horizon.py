@@ -13,7 +13,7 @@ path (where Horizon imports ``local.enabled`` from) and on ``sys.path``
 (where it imports ``local.local_settings`` from).
 
 Horizon's pages need their static files collected and compressed
-(``collectstatic`` and ``compress``, SCSS compiled: ~1 min on these
+(``collectstatic`` and ``compress``, SCSS compiled: ~5 s on these
 machines). That is done once into ``~/.cache/trusted-cloud/horizon-static``
 (``TRUSTED_HORIZON_CACHE`` overrides it), one directory per key: the
 versions of Horizon and the packages behind its static files, and the
