@@ -29,10 +29,13 @@ from selenium.webdriver.support.ui import WebDriverWait
 from testtools.content import Content, text_content
 from testtools.content_type import ContentType
 
+from trusted_testing.procs import die_with_parent
+
 __all__ = ["By", "Browser", "BrowserCase", "BrowserError"]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+SETPRIV = "/usr/bin/setpriv"  # util-linux (Essential: yes)
 WINDOW = (1280, 800)
 
 T = TypeVar("T")
@@ -75,16 +78,16 @@ class Browser:
                 )
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._profile = tempfile.mkdtemp(prefix="trusted-chromium-")
+        self._tmp = tempfile.mkdtemp(prefix="trusted-chromium-")
         options = webdriver.ChromeOptions()
-        options.binary_location = CHROMIUM
+        options.binary_location = self._launcher()
         for arg in (
             "--headless=new",
             "--no-sandbox",  # tests run as root
             "--disable-dev-shm-usage",
             "--disable-gpu",
             f"--window-size={WINDOW[0]},{WINDOW[1]}",
-            f"--user-data-dir={self._profile}",
+            f"--user-data-dir={os.path.join(self._tmp, 'profile')}",
             "--no-first-run",
             "--disable-extensions",
             "--disable-background-networking",
@@ -94,16 +97,32 @@ class Browser:
             "--lang=en-US",
         ):
             options.add_argument(arg)
-        service = Service(executable_path=CHROMEDRIVER)
+        # chromedriver (and the chromium under it) get SIGTERM if the test
+        # process dies, however it dies
+        service = Service(
+            executable_path=CHROMEDRIVER,
+            popen_kw={"preexec_fn": die_with_parent},
+        )
         try:
             self.driver = webdriver.Chrome(options=options, service=service)
         except WebDriverException as exc:
-            shutil.rmtree(self._profile, ignore_errors=True)
+            shutil.rmtree(self._tmp, ignore_errors=True)
             raise BrowserError(f"chromium did not start: {exc.msg}") from exc
         self.driver.set_page_load_timeout(timeout * 2)
         # headless Chromium counts its (invisible) window frame in
         # --window-size: make the page itself 1280x800, a laptop's screen
         self._viewport(*WINDOW)
+
+    def _launcher(self) -> str:
+        """A script that starts Debian's chromium with SIGTERM as its
+        parent-death signal (``setpriv --pdeathsig``), so that it ends with
+        chromedriver (which ends with this process) instead of outliving a
+        killed test run."""
+        path = os.path.join(self._tmp, "chromium.sh")
+        with open(path, "w") as f:
+            f.write(f'#!/bin/sh\nexec {SETPRIV} --pdeathsig TERM {CHROMIUM} "$@"\n')
+        os.chmod(path, 0o755)
+        return path
 
     # -- pages -----------------------------------------------------------------
 
@@ -278,7 +297,7 @@ class Browser:
         try:
             self.driver.quit()
         finally:
-            shutil.rmtree(self._profile, ignore_errors=True)
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 class BrowserCase(testtools.TestCase):
