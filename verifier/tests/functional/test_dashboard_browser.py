@@ -84,6 +84,18 @@ class TestDashboardInTheBrowser(BrowserCase):
     def state_cell(self, table: str, node: StoryNode) -> str:
         return self.b.cell(table, f"{table}__row__{node.uuid}", "State")
 
+    def confirm(self, action: str) -> None:
+        """Horizon's confirm dialog of ``action``: read, confirm, wait for
+        the page it submits to."""
+        title = self.b.text("#modal_wrapper .modal .modal-title")
+        self.assertIn(action, title)
+        self.b.click("#modal_wrapper .modal-footer .btn-danger")
+        self.b.wait_for(
+            lambda d: not d.find_elements("css selector", "#modal_wrapper .modal"),
+            "the confirmed action's page",
+        )
+        self.b.wait_loaded()
+
     # -- the story ---------------------------------------------------------------
 
     def test_1_member_sees_only_its_projects_nodes_and_their_states(self) -> None:
@@ -194,3 +206,28 @@ class TestDashboardInTheBrowser(BrowserCase):
         self.b.get("/settings/")  # Horizon's own pages still work
         self.assertIn("Settings", self.b.text(".page-header"))
         self.assertNotIn(UNREACHABLE, self.b.source)
+
+    def test_8_member_revokes_and_deletes_behind_horizons_confirm_dialog(
+        self,
+    ) -> None:
+        web, cache = self.node("web"), self.node("cache")
+        self.deployment.wait_state(web, "attested")  # the API is back (test 7)
+        self.login("alice")
+        self.b.get(NODES)
+        row = f"#nodes__row__{web.uuid}"
+        self.b.click(f"{row} .dropdown-toggle")  # the row's other actions
+        self.b.click(f"#nodes__row_{web.uuid}__action_revoke")
+        self.confirm("Revoke Node")
+        self.assertEqual("revoked", self.state_cell("nodes", web))
+        node = self.deployment.node("alice", web)
+        self.assertEqual("revoked", node["state"])
+        self.assertIn("tenant_revoked", node["failure_reason"])
+        # a revoked node's first action is Delete
+        self.b.click(f"#nodes__row_{cache.uuid}__action_delete")
+        self.confirm("Delete Node")
+        self.b.wait_for(
+            lambda d: not d.find_elements("id", f"nodes__row__{cache.uuid}"),
+            "the deleted node's row to go",
+        )
+        resp = self.deployment.api("alice", "GET", f"/v1/nodes/{cache.uuid}")
+        self.assertEqual(404, resp.status_code, resp.text)
