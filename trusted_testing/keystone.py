@@ -90,7 +90,9 @@ class Keystone:
             f.write(
                 "[DEFAULT]\nuse_stderr = true\n"
                 f"[database]\nconnection = sqlite:///{db}\n"
-                "[token]\nprovider = fernet\n"
+                # one Keystone serves a test worker's classes for its whole
+                # run, which may pass the default hour of a token
+                "[token]\nprovider = fernet\nexpiration = 86400\n"
                 f"[fernet_tokens]\nkey_repository = {keys}\n"
                 f"[credential]\nkey_repository = {creds}\n"
             )
@@ -152,6 +154,25 @@ class Keystone:
             self.proc.terminate()
             self.proc.wait(timeout=30)
         self.proc = None
+
+    def authtoken_options(
+        self, username: str = "attestation", project: str = "service"
+    ) -> dict[str, Any]:
+        """``[keystone_authtoken]`` of a service process behind this
+        Keystone, as service user ``username`` (password
+        ``<username>-secret``, as :meth:`add_user` makes it)."""
+        return {
+            "www_authenticate_uri": self.url,
+            "auth_url": self.url,
+            "auth_type": "password",
+            "username": username,
+            "password": f"{username}-secret",
+            "project_name": project,
+            "user_domain_id": "default",
+            "project_domain_id": "default",
+            "service_token_roles_required": True,
+            "interface": "public",
+        }
 
     # -- REST helpers (Keystone's v3 API, as an administrator) ------------
 

@@ -57,6 +57,40 @@ PCRS = {"hash": "sha256", "pcrs": {"16": ["00" * 32]}}
 _OPENSTACK = os.path.join(os.path.dirname(sys.executable), "openstack")
 
 
+def shared_keystone() -> dict[str, Any]:
+    """The Keystone of this test process (started by the first caller):
+    ``keystone``, ``nova`` (the compute stand-in in its catalog), ``users``
+    (:class:`KeystoneUser` by name) and ``tokens`` (a project-scoped token
+    by user name, ``admin`` too)."""
+    if _SHARED:  # started by an earlier class of this process
+        return dict(_SHARED)
+    tmp = tempfile.TemporaryDirectory()
+    ks = Keystone(os.path.join(tmp.name, "keystone"))
+    try:
+        ks.start()
+        alpha, beta = ks.add_project("alpha"), ks.add_project("beta")
+        service = ks.add_project("service")
+        users = {
+            "alice": ks.add_user("alice", "alpha", alpha, ["member"]),
+            "rita": ks.add_user("rita", "alpha", alpha, ["reader"]),
+            "bob": ks.add_user("bob", "beta", beta, ["member"]),
+            # a monitoring operator (reads counters and metrics only)
+            "olga": ks.add_user("olga", "alpha", alpha, ["attestation_observer"]),
+            "attestation": ks.add_user("attestation", "service", service, ["service"]),
+        }
+        tokens = {name: ks.user_token(u) for name, u in users.items()}
+        tokens["admin"] = ks.admin_token()
+        nova = ComputeStandIn(token_validator(ks))
+        ks.add_service("compute", "nova", nova.url)
+    except BaseException:
+        ks.stop()
+        tmp.cleanup()
+        raise
+    _SHARED.update(keystone=ks, users=users, tokens=tokens, nova=nova, _tmp=tmp)
+    atexit.register(_stop_shared)
+    return dict(_SHARED)
+
+
 class KeystoneTestBase(VerifierServiceBase):
     """Keystone per class; a verifier and an HTTP client per test."""
 
@@ -69,39 +103,8 @@ class KeystoneTestBase(VerifierServiceBase):
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
-        if _SHARED:  # started by an earlier class of this process
-            for name, value in _SHARED.items():
-                setattr(cls, name, value)
-            return
-        cls._tmp = tempfile.TemporaryDirectory()
-        ks = cls.keystone = Keystone(os.path.join(cls._tmp.name, "keystone"))
-        try:
-            ks.start()
-            alpha, beta = ks.add_project("alpha"), ks.add_project("beta")
-            service = ks.add_project("service")
-            cls.users = {
-                "alice": ks.add_user("alice", "alpha", alpha, ["member"]),
-                "rita": ks.add_user("rita", "alpha", alpha, ["reader"]),
-                "bob": ks.add_user("bob", "beta", beta, ["member"]),
-                # a monitoring operator (reads counters and metrics only)
-                "olga": ks.add_user("olga", "alpha", alpha, ["attestation_observer"]),
-                "attestation": ks.add_user(
-                    "attestation", "service", service, ["service"]
-                ),
-            }
-            cls.tokens = {name: ks.user_token(u) for name, u in cls.users.items()}
-            cls.tokens["admin"] = ks.admin_token()
-            cls.nova = ComputeStandIn(token_validator(ks))
-            ks.add_service("compute", "nova", cls.nova.url)
-        except BaseException:
-            ks.stop()
-            cls._tmp.cleanup()
-            raise
-        _SHARED.update(
-            keystone=ks, users=cls.users, tokens=cls.tokens, nova=cls.nova,
-            _tmp=cls._tmp,
-        )  # fmt: skip
-        atexit.register(_stop_shared)
+        for name, value in shared_keystone().items():
+            setattr(cls, name, value)
 
     def service_conf(
         self, auth_url: str | None = None, extra: str = ""
@@ -191,7 +194,7 @@ class KeystoneTestBase(VerifierServiceBase):
         }
 
 
-__all__ = ["KeystoneTestBase", "unittest"]
+__all__ = ["KeystoneTestBase", "shared_keystone", "unittest"]
 
 
 class OpenStackCliCase(KeystoneTestBase):

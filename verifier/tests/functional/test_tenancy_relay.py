@@ -189,18 +189,7 @@ class NoCertificateTenantTest(KeystoneTestBase):
     def setUpClass(cls) -> None:
         super().setUpClass()
         cls.workdir = tempfile.mkdtemp(prefix="trusted-relay-")
-        authtoken = {
-            "www_authenticate_uri": cls.keystone.url,
-            "auth_url": cls.keystone.url,
-            "auth_type": "password",
-            "username": "attestation",
-            "password": "attestation-secret",
-            "project_name": "service",
-            "user_domain_id": "default",
-            "project_domain_id": "default",
-            "service_token_roles_required": True,
-            "interface": "public",
-        }
+        authtoken = cls.keystone.authtoken_options()
         cls.cluster = LocalCluster(
             os.path.join(cls.workdir, "cluster"),
             nodes=1,
