@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from horizon import tables
 
 from attestation_dashboard.api import attestation as api
-from attestation_dashboard.content.nodes.tables import STATE_STATUS
+from attestation_dashboard.content.nodes.tables import NodeColumns
 
 __all__ = ["FleetTable", "HostRow", "HostsTable", "RevocationsTable"]
 
@@ -64,25 +64,13 @@ class FleetFilter(tables.FilterAction):
     name = "filter"
 
 
-class FleetTable(tables.DataTable):
+class FleetTable(NodeColumns):
     project = tables.Column("project_id", verbose_name=_("Project"))
-    uuid = tables.Column(
-        "uuid", verbose_name=_("Node"), link="horizon:project:attestation_nodes:detail"
-    )
-    state = tables.Column(
-        "state", verbose_name=_("State"), status=True, status_choices=STATE_STATUS
-    )
-    mode = tables.Column("mode", verbose_name=_("Mode"))
-    last_good = tables.Column("last_good", verbose_name=_("Last good quote"))
-    policy = tables.Column("policy", verbose_name=_("Policy in force"))
-    host_trust = tables.Column("host_trust", verbose_name=_("Host trust"))
-
-    def get_object_id(self, datum: api.Node) -> str:
-        return datum.uuid
 
     class Meta:
         name = "fleet"
         verbose_name = _("Fleet")
+        columns = ("project", *NodeColumns.base_columns)
         status_columns = ("state",)
         table_actions = (FleetFilter,)
 

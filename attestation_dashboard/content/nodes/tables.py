@@ -10,7 +10,7 @@ from horizon import tables
 
 from attestation_dashboard.api import attestation as api
 
-__all__ = ["EventsTable", "NodesTable", "policy_rule"]
+__all__ = ["EventsTable", "NodeColumns", "NodesTable", "policy_rule"]
 
 #: States a node does not leave (nothing more to revoke).
 FINAL_STATES = frozenset({"revoked", "host_untrusted"})
@@ -89,7 +89,10 @@ STATE_STATUS = (
 )
 
 
-class NodesTable(tables.DataTable):
+class NodeColumns(tables.DataTable):
+    """The columns of a node, as the project's and the operator's tables
+    show it (Horizon's tables take the columns of their bases first)."""
+
     uuid = tables.Column(
         "uuid", verbose_name=_("Node"), link="horizon:project:attestation_nodes:detail"
     )
@@ -104,6 +107,8 @@ class NodesTable(tables.DataTable):
     def get_object_id(self, datum: api.Node) -> str:
         return datum.uuid
 
+
+class NodesTable(NodeColumns):
     def get_object_display(self, datum: api.Node) -> str:
         return datum.uuid
 
