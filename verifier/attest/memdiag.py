@@ -41,7 +41,7 @@ from typing import Any
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["MemorySampler", "from_environment"]
+__all__ = ["MemorySampler", "configured", "from_environment"]
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -255,3 +255,15 @@ def from_environment(
     if interval <= 0 or trace < 0 or top <= 0:
         raise ValueError("TRUSTED_MEMDIAG_INTERVAL, _TRACE and _TOP must be positive")
     return MemorySampler(path, top, trace), interval
+
+
+def configured(
+    environ: Mapping[str, str] = os.environ,
+) -> tuple[MemorySampler, float] | None:
+    """:func:`from_environment` for the service: a bad number is logged
+    and leaves the diagnostic off (it never stops the verifier)."""
+    try:
+        return from_environment(environ)
+    except ValueError as exc:
+        LOG.error("Memory diagnostic off: %s", exc)
+        return None

@@ -48,7 +48,7 @@ from verifier.attest.host_verdicts import HostVerdicts, RegistrarTrust
 from verifier.attest.hosts import HostCommands
 from verifier.attest.log_pump import LogPump
 from verifier.attest.membership import Membership, OwnershipSync
-from verifier.attest.memdiag import from_environment as memory_diagnostic
+from verifier.attest.memdiag import configured as memory_diagnostic
 from verifier.attest.memtrim import trim_loop
 from verifier.attest.node import NodeState, NodeView
 from verifier.attest.ownership import AllNodes, Ownership

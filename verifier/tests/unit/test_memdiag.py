@@ -9,6 +9,7 @@ import os
 import tempfile
 import tracemalloc
 
+import fixtures
 import testtools
 
 from verifier.attest import memdiag
@@ -90,3 +91,9 @@ class MemoryDiagnosticTest(testtools.TestCase):
 
         self.assertTrue(asyncio.run(main()))
         self.assertGreaterEqual(len(self._lines()), 2)
+
+    def test_the_service_logs_a_bad_number_and_goes_on(self) -> None:
+        logged = self.useFixture(fixtures.FakeLogger(name=memdiag.__name__))
+        env = {"TRUSTED_MEMDIAG_FILE": self.path, "TRUSTED_MEMDIAG_TOP": "x"}
+        self.assertIsNone(memdiag.configured(env))
+        self.assertIn("Memory diagnostic off", logged.output)
