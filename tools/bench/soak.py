@@ -159,6 +159,12 @@ async def _main(args: argparse.Namespace) -> int:
             finally:
                 await api.close()
     finally:
+        if args.keep_logs:  # the services' logs outlive the run's directory
+            os.makedirs(args.keep_logs, exist_ok=True)
+            cluster_dir = os.path.join(workdir, "cluster")
+            for name in os.listdir(cluster_dir) if os.path.isdir(cluster_dir) else ():
+                if name.endswith((".log", ".out")):
+                    shutil.copy(os.path.join(cluster_dir, name), args.keep_logs)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -176,6 +182,12 @@ def main() -> int:
         type=float,
         default=0.0,
         help="minutes left out of a second RSS slope (0: none)",
+    )
+    parser.add_argument(
+        "--keep-logs",
+        metavar="DIR",
+        default="",
+        help="copy the services' logs here at the end (the run's directory goes)",
     )
     return asyncio.run(_main(parser.parse_args()))
 
