@@ -78,6 +78,32 @@ def _load_mallinfo2() -> Any:
 _MALLINFO2 = _load_mallinfo2()
 
 
+def malloc_arenas() -> int | None:
+    """How many malloc arenas glibc has made (``malloc_info``'s heaps;
+    None without it)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        info, fopen, fclose = libc.malloc_info, libc.fopen, libc.fclose
+    except (OSError, AttributeError):
+        return None
+    fopen.restype = ctypes.c_void_p
+    fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    fclose.argtypes = [ctypes.c_void_p]
+    with tempfile.NamedTemporaryFile(suffix=".xml") as tmp:
+        stream = fopen(tmp.name.encode(), b"w")
+        if not stream:
+            return None
+        try:
+            info(0, stream)
+        finally:
+            fclose(stream)
+        return tmp.read().count(b"<heap nr=")
+
+
 def mallinfo() -> dict[str, int] | None:
     """glibc's heap, all arenas, in KiB (None without ``mallinfo2``)."""
     if _MALLINFO2 is None:
@@ -199,6 +225,7 @@ class MemorySampler:
             "blocks": sys.getallocatedblocks(),
             "gc_objects": sum(types.values()),
             "mallinfo": mallinfo(),
+            "arenas": malloc_arenas(),
             "smaps": smaps(),
             "pymalloc": pymalloc(),
             "types_grown": [
