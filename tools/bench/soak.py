@@ -14,7 +14,9 @@ watches the verifier's node list. Prints, and judges:
 * missed: tampered nodes not revoked within ``--grace`` seconds (want 0);
 * detection latency (max and median), checks per second;
 * the verifier's resident memory at start and end and its slope (least
-  squares over the run, KiB per minute).
+  squares over the run, KiB per minute); with ``--warmup W`` also its
+  resident memory at minute W and the slope after minute W only (the
+  start-up's growth left out).
 
 Exit status 1 when a revocation is false or missed. Not a unit test: the
 figures of the issue come from ``--n 10000 --minutes 30``; a CI form is
@@ -108,7 +110,9 @@ class Soak:
             await self.observe(t0)
             await asyncio.sleep(poll)
 
-    def report(self, n: int, minutes: float, interval: float, enrol_s: float) -> int:
+    def report(
+        self, n: int, minutes: float, interval: float, enrol_s: float, warmup: float
+    ) -> int:
         missed = sorted(set(self.tampered) - set(self.detected))
         latencies = sorted(self.detected.values())
         print(f"nodes                 {n}")
@@ -129,6 +133,13 @@ class Soak:
                 f"{self.rss[-1][1] / 1024:.0f} MiB, slope "
                 f"{slope_per_minute(self.rss):+.1f} KiB/min"
             )
+        after = [(t, v) for t, v in self.rss if t >= warmup * 60]
+        if warmup and len(after) >= 2:
+            print(
+                f"after minute {warmup:<6g}   {after[0][1] / 1024:.0f} MiB -> "
+                f"{after[-1][1] / 1024:.0f} MiB, slope "
+                f"{slope_per_minute(after):+.1f} KiB/min"
+            )
         return 1 if missed or self.false else 0
 
 
@@ -142,10 +153,18 @@ async def _main(args: argparse.Namespace) -> int:
             try:
                 enrol_s = await soak.enrol()
                 await soak.run(args.minutes, args.tamper_every, args.grace, args.poll)
-                return soak.report(args.n, args.minutes, args.interval, enrol_s)
+                return soak.report(
+                    args.n, args.minutes, args.interval, enrol_s, args.warmup
+                )
             finally:
                 await api.close()
     finally:
+        if args.keep_logs:  # the services' logs outlive the run's directory
+            os.makedirs(args.keep_logs, exist_ok=True)
+            cluster_dir = os.path.join(workdir, "cluster")
+            for name in os.listdir(cluster_dir) if os.path.isdir(cluster_dir) else ():
+                if name.endswith((".log", ".out")):
+                    shutil.copy(os.path.join(cluster_dir, name), args.keep_logs)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -158,6 +177,18 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=2.0, help="quote interval")
     parser.add_argument("--grace", type=float, default=60.0)
     parser.add_argument("--poll", type=float, default=2.0)
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        help="minutes left out of a second RSS slope (0: none)",
+    )
+    parser.add_argument(
+        "--keep-logs",
+        metavar="DIR",
+        default="",
+        help="copy the services' logs here at the end (the run's directory goes)",
+    )
     return asyncio.run(_main(parser.parse_args()))
 
 

@@ -22,6 +22,7 @@ from verifier.protocol.mb import MeasuredBootPolicy
 from verifier.protocol.messages.registration import RegistrationRecord
 
 __all__ = [
+    "VIEW_COLUMNS",
     "LiveNode",
     "NodeState",
     "NodeView",
@@ -175,8 +176,28 @@ def enrolment_row(
     )
 
 
+#: The columns :func:`view_of_row` reads (what a list of nodes loads).
+VIEW_COLUMNS = (
+    Node.uuid,
+    Node.state,
+    Node.policy,
+    Node.failure_reason,
+    Node.last_attested_at,
+    Node.quotes_verified,
+    Node.runtime_policy,
+    Node.mb_policy,
+    Node.ima_count,
+    Node.project_id,
+    Node.attestation_mode,
+    Node.quote_interval,
+    Node.runtime_policy_follow,
+    Node.mb_policy_follow,
+)
+
+
 def view_of_row(row: Node) -> NodeView:
-    """The view of a node this process does not attest (as last written)."""
+    """The view of a node this process does not attest (as last written;
+    reads only :data:`VIEW_COLUMNS`)."""
     return NodeView(
         row.uuid,
         row.state,

@@ -19,7 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from verifier.attest.host_store import HostStore
-from verifier.attest.node import NodeState, NodeView, iso8601, view_of_row
+from verifier.attest.node import (
+    VIEW_COLUMNS,
+    NodeState,
+    NodeView,
+    iso8601,
+    view_of_row,
+)
 from verifier.attest.ownership import Ownership
 from verifier.attest.policies import PolicyStore
 from verifier.attest.registry import LiveNodes
@@ -158,7 +164,10 @@ class NodeQueries:
     async def list(self, scope: str | None = None) -> list[NodeView]:
         """The nodes of project ``scope`` (None: of every project)."""
         views = []
-        for row in await asyncio.to_thread(self.store.load_all, scope):
+        # only the columns of a view: not each node's certificate, AK and
+        # V share (a list of 10,000 nodes read ~10 MB more, every call)
+        rows = await asyncio.to_thread(self.store.load_all, scope, VIEW_COLUMNS)
+        for row in rows:
             node = self._nodes.find(row.uuid)
             views.append(node.view() if node else view_of_row(row))
         return await self.named(views)

@@ -48,6 +48,7 @@ from verifier.attest.host_verdicts import HostVerdicts, RegistrarTrust
 from verifier.attest.hosts import HostCommands
 from verifier.attest.log_pump import LogPump
 from verifier.attest.membership import Membership, OwnershipSync
+from verifier.attest.memdiag import configured as memory_diagnostic
 from verifier.attest.memtrim import trim_loop
 from verifier.attest.node import NodeState, NodeView
 from verifier.attest.ownership import AllNodes, Ownership
@@ -308,6 +309,9 @@ class Verifier:
             background_task(trim_loop()),  # see verifier.attest.memtrim
             background_task(self.host_trust.run()),
         ]
+        if (diagnostic := memory_diagnostic()) is not None:  # opt-in, off
+            sampler, every = diagnostic
+            self._background.append(background_task(sampler.run(every)))
         self.scheduler.start()
         if self.traits is not None:
             self._background.append(background_task(self.traits.run()))

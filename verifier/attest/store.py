@@ -6,12 +6,12 @@ revocation (with its outbox event) is committed exactly once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, load_only
 
 from verifier.attest.quotas import Quotas
 from verifier.db import Node
@@ -88,10 +88,17 @@ class NodeStore:
             session.expunge_all()
         return rows
 
-    def load_all(self, project: str | None = None) -> list[Node]:
+    def load_all(
+        self, project: str | None = None, columns: Sequence[Any] = ()
+    ) -> list[Node]:
         """Every tenant's node, or those of ``project`` (never a compute
-        host: hosts are :mod:`verifier.attest.hosts`')."""
+        host: hosts are :mod:`verifier.attest.hosts`'); with ``columns``
+        (the model's attributes) only those are loaded, and reading any
+        other raises (a list of thousands of nodes then leaves their
+        certificates, keys and shares in the database)."""
         query = sa.select(Node).where(Node.kind != "host").order_by(Node.uuid)
+        if columns:
+            query = query.options(load_only(*columns, raiseload=True))
         if project is not None:
             query = query.where(Node.project_id == project)
         with Session(self.engine) as session:

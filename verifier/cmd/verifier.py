@@ -27,6 +27,7 @@ from verifier.attest import (
     Verifier,
     VerifierAgentClient,
     VerifierSettings,
+    memtrim,
 )
 from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.instances import NovaInstanceOwners
@@ -385,6 +386,7 @@ class _Process:
 
 def main(argv: list[str] | None = None) -> int:
     version.exit_if_asked(argv, "trusted-verifier")
+    memtrim.limit_arenas()  # before any thread: see verifier.attest.memtrim
     conf = _service.setup(argv, "trusted-verifier")
     group = conf.verifier
 

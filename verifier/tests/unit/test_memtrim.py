@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import subprocess
+import sys
+
+import testtools
 
 from trusted_testing.procstat import rss_kib
-from verifier.attest import memtrim
+from verifier.attest import memdiag, memtrim
 from verifier.common.errors import TransportError
 from verifier.common.http import AsyncClient
 from verifier.tests.unit.test_http_client import _Base
@@ -64,3 +69,57 @@ class HeapTrimTest(_Base):
 
         # the loop keeps running (on glibc) rather than ending at once
         self.assertEqual(memtrim.malloc_trim() is None, asyncio.run(main()))
+
+
+_THREADS = """
+import sys, threading
+from verifier.attest import memdiag, memtrim
+if sys.argv[1] == "limited":
+    assert memtrim.limit_arenas(), "not limited"
+ready = threading.Barrier(9)
+def work():
+    held = [bytes(100_000) for _ in range(3)]  # malloc'ed, in its arena
+    ready.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+ready.wait()
+for t in threads:
+    t.join()
+print(memdiag.malloc_arenas())
+"""
+
+
+class ArenaLimitTest(testtools.TestCase):
+    """Eight threads allocating at once get arenas of their own unless
+    the process capped them (the verifier's worker threads, issue 34)."""
+
+    def _arenas(self, mode: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", _THREADS, mode],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"},
+        ).stdout
+        return int(out)
+
+    def test_worker_threads_share_the_capped_arenas(self) -> None:
+        if memdiag.malloc_arenas() is None:
+            self.skipTest("not glibc")
+        self.assertGreater(self._arenas("free"), memtrim.ARENAS)
+        self.assertEqual(memtrim.ARENAS, self._arenas("limited"))
+
+    def test_an_operators_setting_wins(self) -> None:
+        if memdiag.malloc_arenas() is None:
+            self.skipTest("not glibc")
+        code = "from verifier.attest import memtrim; print(memtrim.limit_arenas())"
+        env = dict(os.environ, MALLOC_ARENA_MAX="4")
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
+        self.assertEqual("False", out.strip())
