@@ -116,43 +116,20 @@ async def _client(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
         await asyncio.sleep(0.5)  # closes settle
         return cpu_seconds() - t0
 
-    def rss() -> float:
-        gc.collect()
-        return float(rss_kib())
-
-    def heap() -> float:  # KiB of C heap in use (OpenSSL, the loop's handles)
-        info = _mallinfo()
-        return float(info.uordblks + info.hblkhd) / 1024
-
-    n = len(bases)
     await one(bases[0])  # the client, its context, the code paths warm
     agents.close_idle(bases[0])
     await asyncio.sleep(0.2)
-    malloc_trim()
-    r0, h0 = rss(), heap()
+    meter = _Meter()
     cpu_new = await round_()
-    r1 = rss()
+    meter.mark("idle")
     cpu_again = await round_()
-    r2, h2 = rss(), heap()
-    malloc_trim()  # as the verifier does once a minute
-    r2t = rss()
+    meter.mark("again", heap=True)
     for base in bases:
         agents.close_idle(base)
     await asyncio.sleep(1)
-    r3 = rss()
-    malloc_trim()
-    r4 = rss()
+    meter.mark("closed")
     await agents.close()
-    return {
-        "idle_kib": (r1 - r0) / n,
-        "again_kib": (r2 - r0) / n,
-        "again_trimmed_kib": (r2t - r0) / n,
-        "heap_kib": (h2 - h0) / n,
-        "closed_kib": (r3 - r0) / n,
-        "trimmed_kib": (r4 - r0) / n,
-        "cpu_first_us": cpu_new / n * 1e6,
-        "cpu_second_us": cpu_again / n * 1e6,
-    }
+    return meter.figures(len(bases), cpu_new, cpu_again)
 
 
 def _client_curl(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
@@ -225,46 +202,62 @@ def _client_curl(pki: str, ports: list[int], keep: bool) -> dict[str, float]:
         assert received[0] - before >= len(handles) * (_ANSWER - 200)
         return spent
 
-    def rss() -> float:
-        gc.collect()
-        return float(rss_kib())
-
-    def heap() -> float:
-        info = _mallinfo()
-        return float(info.uordblks + info.hblkhd) / 1024
-
     warm = easy(ports[0])
     warm.setopt(pycurl.FORBID_REUSE, 1)
     run([warm])  # libcurl, its TLS context and the code paths warm
     warm.close()
-    malloc_trim()
-    r0, h0 = rss(), heap()
+    meter = _Meter()
     handles = [easy(port) for port in ports]
-    n = len(handles)
     cpu_new = round_(handles)
-    r1 = rss()
+    meter.mark("idle")
     cpu_again = round_(handles)
-    r2, h2 = rss(), heap()
-    malloc_trim()
-    r2t = rss()
+    meter.mark("again", heap=True)
     multi.close()  # closes the cached connections
     for c in handles:
         c.close()
-    handles.clear()
-    r3 = rss()
-    malloc_trim()
-    r4 = rss()
-    assert received[0] > 0
-    return {
-        "idle_kib": (r1 - r0) / n,
-        "again_kib": (r2 - r0) / n,
-        "again_trimmed_kib": (r2t - r0) / n,
-        "heap_kib": (h2 - h0) / n,
-        "closed_kib": (r3 - r0) / n,
-        "trimmed_kib": (r4 - r0) / n,
-        "cpu_first_us": cpu_new / n * 1e6,
-        "cpu_second_us": cpu_again / n * 1e6,
-    }
+    meter.mark("closed")
+    return meter.figures(len(ports), cpu_new, cpu_again)
+
+
+class _Meter:
+    """This process's resident size (and glibc's heap in use) at each step
+    of a client's run, from a trimmed start; :meth:`figures` per connection."""
+
+    def __init__(self) -> None:
+        malloc_trim()
+        self.rss: dict[str, float] = {}
+        self.heap: dict[str, float] = {}
+        self.mark("start", heap=True)
+
+    def mark(self, step: str, heap: bool = False) -> None:
+        """Read the resident size now (and the heap); after ``again`` and
+        ``closed`` also once more after malloc_trim, as the verifier trims
+        once a minute."""
+        gc.collect()
+        self.rss[step] = float(rss_kib())
+        if heap:
+            info = _mallinfo()  # KiB in use (OpenSSL, the loop's handles)
+            self.heap[step] = float(info.uordblks + info.hblkhd) / 1024
+        if step in ("again", "closed"):
+            malloc_trim()
+            self.rss[step + "+trim"] = float(rss_kib())
+
+    def figures(self, n: int, cpu_new: float, cpu_again: float) -> dict[str, float]:
+        r, h = self.rss, self.heap
+
+        def per(step: str) -> float:
+            return (r[step] - r["start"]) / n
+
+        return {
+            "idle_kib": per("idle"),
+            "again_kib": per("again"),
+            "again_trimmed_kib": per("again+trim"),
+            "heap_kib": (h["again"] - h["start"]) / n,
+            "closed_kib": per("closed"),
+            "trimmed_kib": per("closed+trim"),
+            "cpu_first_us": cpu_new / n * 1e6,
+            "cpu_second_us": cpu_again / n * 1e6,
+        }
 
 
 class _MallInfo(ctypes.Structure):
