@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from horizon import tables
 
 from attestation_dashboard.api import attestation as api
-from attestation_dashboard.content.nodes.tables import NodeColumns
+from attestation_dashboard.content.nodes.tables import EventColumns, NodeColumns
 
 __all__ = ["FleetTable", "HostRow", "HostsTable", "RevocationsTable"]
 
@@ -91,15 +91,10 @@ class HostsTable(tables.DataTable):
         verbose_name = _("Compute Hosts")
 
 
-class RevocationsTable(tables.DataTable):
+class RevocationsTable(EventColumns):
     node = tables.Column("node_uuid", verbose_name=_("Node"))
-    reason = tables.Column("reason", verbose_name=_("Reason"))
-    detail = tables.Column("detail", verbose_name=_("Detail"))
-    time = tables.Column("time", verbose_name=_("Time"))
-
-    def get_object_id(self, datum: api.Event) -> str:
-        return datum.id
 
     class Meta:
         name = "revocations"
         verbose_name = _("Recent Revocations")
+        columns = ("node", *EventColumns.base_columns)

@@ -10,7 +10,7 @@ from horizon import tables
 
 from attestation_dashboard.api import attestation as api
 
-__all__ = ["EventsTable", "NodeColumns", "NodesTable", "policy_rule"]
+__all__ = ["EventColumns", "EventsTable", "NodeColumns", "NodesTable", "policy_rule"]
 
 #: States a node does not leave (nothing more to revoke).
 FINAL_STATES = frozenset({"revoked", "host_untrusted"})
@@ -120,8 +120,10 @@ class NodesTable(NodeColumns):
         row_actions = (ChangePolicy, RevokeNode, DeleteNode)
 
 
-class EventsTable(tables.DataTable):
-    type = tables.Column("type", verbose_name=_("Type"))  # noqa: A003
+class EventColumns(tables.DataTable):
+    """The columns of an event, as a node's events and the operator's
+    revocations show it."""
+
     reason = tables.Column("reason", verbose_name=_("Reason"))
     detail = tables.Column("detail", verbose_name=_("Detail"))
     time = tables.Column("time", verbose_name=_("Time"))
@@ -129,6 +131,11 @@ class EventsTable(tables.DataTable):
     def get_object_id(self, datum: api.Event) -> str:
         return datum.id
 
+
+class EventsTable(EventColumns):
+    type = tables.Column("type", verbose_name=_("Type"))  # noqa: A003
+
     class Meta:
         name = "events"
         verbose_name = _("Events")
+        columns = ("type", *EventColumns.base_columns)
