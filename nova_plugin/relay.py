@@ -47,6 +47,25 @@ class PushRelay:
     def _url(self, uuid: str, what: str) -> str:
         return f"{self._base}/v1/nodes/{uuid}/relay/{what}"
 
+    async def first_verdict(self, uuid: str, state: str, wait: float) -> str:
+        """The state of a polled node just enrolled once the verifier has
+        judged its first quote (it quotes a new node at once), waiting at
+        most ``wait`` seconds while it is still ``registered``. The tenant
+        asks for its identity quote only then: U never goes to a node whose
+        first quote the verifier refused, and the tenant's enrolment fails
+        with the verifier's reason instead of succeeding for a node revoked
+        a moment later.
+
+        Raises:
+            ServiceError: the verifier did not answer.
+        """
+        deadline = time.monotonic() + wait
+        while state == "registered" and time.monotonic() < deadline:
+            await asyncio.sleep(_POLL / 5)
+            data = await self._call("GET", f"{self._base}/v1/nodes/{uuid}", None)
+            state = str(data.get("state", ""))
+        return state
+
     async def identity(self, uuid: str, request: QuoteRequest) -> Mapping[str, Any]:
         """The node's identity answer to ``request`` (the tenant's nonce),
         unchecked: the caller checks it.

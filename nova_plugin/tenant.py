@@ -331,7 +331,13 @@ class Tenant:
         try:
             if nk is None:
                 # the relay needs the node enrolled; V alone is worthless,
-                # and U goes only after our own identity check
+                # and U goes only after our own identity check, and (polled)
+                # after the verifier's first verdict: a node revoked at its
+                # first quote fails here with the verifier's reason
+                if mode is AttestationMode.PULL:
+                    await self._relay.first_verdict(
+                        uuid, str(view["state"]), self._config.timeout
+                    )
                 nk = await self.check_identity_quote(uuid, record, policy, mode)
             await self.send_u(uuid, record, nk, u_share, sealed, mode=mode)
         except (ServiceError, AttestationFailedError) as exc:
