@@ -23,6 +23,10 @@ from verifier.common.http import AsyncClient
 
 __all__ = ["ServiceClient"]
 
+#: Seconds before each new try of a call a service answered with
+#: ``503 database_busy`` (:mod:`verifier.db.busy`).
+_BUSY_WAITS = (1.0, 2.0, 4.0)
+
 
 class ServiceClient:
     """JSON calls to the registrar and the verifier.
@@ -51,13 +55,23 @@ class ServiceClient:
     async def call(
         self, method: str, url: str, body: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        """One call; the JSON object answered (empty for no body).
+        """One call; the JSON object answered (empty for no body). A
+        service whose database was busy (``503 database_busy``: nothing was
+        changed) is asked again, after 1, 2 and 4 s.
 
         Raises:
             ServiceError: unreachable, a non-2xx answer (with the service's
                 status and error code), or an answer that is not an object.
         """
-        data = await self._call(method, url, body)
+        for wait in (*_BUSY_WAITS, None):
+            try:
+                data = await self._call(method, url, body)
+                break
+            except ServiceError as exc:
+                busy = exc.status == 503 and exc.code == "database_busy"
+                if not busy or wait is None:
+                    raise
+            await asyncio.sleep(wait)
         if data is not None and not isinstance(data, dict):
             raise ServiceError(f"{method} {url}: the answer is not a JSON object")
         return data or {}

@@ -54,6 +54,7 @@ from verifier.attest.grants import CapabilityIssuer
 from verifier.attest.instances import NovaInstanceOwners
 from verifier.common import api_schemas, openapi
 from verifier.common.web import error_middleware, json_response, read_json
+from verifier.db.busy import database_busy_middleware
 from verifier.exceptions import RequestError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
@@ -219,7 +220,7 @@ def make_app(
         instances: checks with Nova that an enrolled instance is the
             enrolling project's (None: no check, e.g. without Keystone).
     """
-    middlewares = [error_middleware, auth_middleware(auth)]
+    middlewares = [error_middleware, database_busy_middleware, auth_middleware(auth)]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = verifier
     app[_PEM] = signing_public_pem

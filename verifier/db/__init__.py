@@ -78,8 +78,9 @@ def database_url(url: str) -> sa.URL:
 
 
 def make_engine(url: str) -> sa.Engine:
-    """An engine for ``url``; SQLite gets WAL and a busy timeout and its
-    directory is created.
+    """An engine for ``url`` whose errors never show a statement's
+    parameters; SQLite gets WAL and a busy timeout and its directory is
+    created.
 
     Raises:
         ConfigError: not an SQLAlchemy URL, or its driver is not installed
@@ -91,7 +92,9 @@ def make_engine(url: str) -> sa.Engine:
             os.makedirs(os.path.dirname(path), exist_ok=True)
     parsed = database_url(url)
     try:
-        engine = sa.create_engine(parsed)
+        # an error's text never carries a statement's parameters (a node's
+        # V share, a registration's secrets) into a log
+        engine = sa.create_engine(parsed, hide_parameters=True)
     except ImportError as exc:
         where = parsed.render_as_string(hide_password=True)
         raise ConfigError(f"database connection {where}: {extras.explain(exc)}")

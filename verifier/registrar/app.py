@@ -45,6 +45,7 @@ from verifier.common.web import (
     peer_common_name,
     read_json,
 )
+from verifier.db.busy import database_busy_middleware
 from verifier.exceptions import RequestError, VerifierError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.errors import MalformedError
@@ -317,7 +318,11 @@ def make_app(
             (``instance_owner_check = none``: no Nova to ask).
     """
     certificates = authz_middleware(roles) if roles is not None else None
-    middlewares = [error_middleware, tokens_or_certificates(auth, certificates)]
+    middlewares = [
+        error_middleware,
+        database_busy_middleware,
+        tokens_or_certificates(auth, certificates),
+    ]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024)
     app[_KEY] = registrar
     app[_UNSCOPED] = unscoped
