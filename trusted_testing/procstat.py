@@ -3,7 +3,14 @@ benchmarks."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import time
+from collections.abc import Callable
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 
 def cpu_seconds(pid: int | str = "self") -> float:
@@ -38,3 +45,29 @@ def sockets(pid: int) -> int:
         except OSError:
             pass
     return count
+
+
+def ecdsa_floor(seconds: float = 0.5) -> dict[str, float]:
+    """CPU microseconds of one ECDSA P-256 verify (of a SHA-256 digest, as
+    the verifier checks a quote) and of one sign (as the emulated TPM
+    quotes), measured in this process now: the floor a check cannot go
+    below, on this machine under its present load (process CPU time, so
+    other processes' load counts little)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = key.public_key()
+    digest = hashlib.sha256(b"quote").digest()
+    prehashed = ec.ECDSA(Prehashed(hashes.SHA256()))
+    signature = key.sign(digest, prehashed)
+
+    def per_call(fn: Callable[[], object]) -> float:
+        calls, t0 = 0, time.process_time()
+        while (spent := time.process_time() - t0) < seconds:
+            for _ in range(100):
+                fn()
+            calls += 100
+        return spent / calls * 1e6
+
+    return {
+        "verify_us": per_call(lambda: public.verify(signature, digest, prehashed)),
+        "sign_us": per_call(lambda: key.sign(digest, prehashed)),
+    }

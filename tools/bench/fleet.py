@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import os
 import shutil
 import signal
@@ -67,10 +66,6 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
-
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
@@ -88,35 +83,10 @@ from trusted_testing.fleet_run import (  # noqa: E402
 from trusted_testing.procstat import (  # noqa: E402
     cpu_seconds,
     cpu_split,
+    ecdsa_floor,  # noqa: E402
     rss_kib,
     sockets,
 )
-
-
-def ecdsa_floor(seconds: float = 0.5) -> dict[str, float]:
-    """CPU microseconds of one ECDSA P-256 verify (of a SHA-256 digest, as
-    the verifier checks a quote) and of one sign (as the emulated TPM
-    quotes), measured in this process now: the floor a check cannot go
-    below, on this machine under its present load (process CPU time, so
-    other processes' load counts little)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    public = key.public_key()
-    digest = hashlib.sha256(b"quote").digest()
-    prehashed = ec.ECDSA(Prehashed(hashes.SHA256()))
-    signature = key.sign(digest, prehashed)
-
-    def per_call(fn: Callable[[], object]) -> float:
-        calls, t0 = 0, time.process_time()
-        while (spent := time.process_time() - t0) < seconds:
-            for _ in range(100):
-                fn()
-            calls += 100
-        return spent / calls * 1e6
-
-    return {
-        "verify_us": per_call(lambda: public.verify(signature, digest, prehashed)),
-        "sign_us": per_call(lambda: key.sign(digest, prehashed)),
-    }
 
 
 async def measure(

@@ -5,6 +5,7 @@ revocation (with its outbox event) is committed exactly once.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -22,6 +23,30 @@ from verifier.protocol.attestation import NodeAttestation, NodeState, Transition
 from verifier.tlog import REVOKED, Staged, stage_note
 
 _REVOKED = NodeState.REVOKED.value
+_NODES: sa.Table = Node.__table__  # type: ignore[assignment]
+
+
+@functools.lru_cache(maxsize=128)
+def _state_update(keys: tuple[str, ...], entering: bool) -> sa.Update:
+    """The statement that writes a node's state change: columns ``keys``
+    from the parameters ``v_KEY``, of the node ``w_uuid`` unless it is
+    revoked (``entering``: also unless it is in ``w_entering`` already).
+
+    Built once per set of columns (a handful in all) on the table itself,
+    not the ORM entity: a transition is written on the event loop, and the
+    ORM's bulk update built, cache-keyed and resolved the statement anew
+    for each (10 ms of CPU per transition in a boot storm's profile)."""
+    table = _NODES
+    update = sa.update(table).where(
+        table.c.uuid == sa.bindparam("w_uuid"), table.c.state != _REVOKED
+    )
+    if entering:
+        update = update.where(table.c.state != sa.bindparam("w_entering"))
+    return update.values(
+        {key: sa.bindparam(f"v_{key}", type_=table.c[key].type) for key in keys}
+    )
+
+
 _WAITING = (NodeState.PENDING.value, NodeState.CREATED.value)
 #: Nodes and the hot state to write behind for each (:meth:`NodeStore.hot_rows`).
 HotRows = list[tuple[NodeAttestation, dict[str, Any]]]
@@ -174,12 +199,13 @@ class NodeStore:
         if change.v_released:
             values["v_released"] = True
         values.update(extra)
+        params = {f"v_{key}": value for key, value in values.items()}
+        params["w_uuid"] = node.uuid
+        keys = tuple(sorted(values))
         with Session(self.engine) as session, session.begin():
-            update = sa.update(Node).where(Node.uuid == node.uuid).values(**values)
             if event is not None or log is not None:
-                entered = session.execute(
-                    update.where(Node.state.not_in((_REVOKED, change.state.value)))
-                )
+                params["w_entering"] = change.state.value
+                entered = session.execute(_state_update(keys, True), params)
                 if entered.rowcount == 1:  # type: ignore[attr-defined]
                     # the event is the owning project's, as a revocation's
                     project = session.scalar(
@@ -192,7 +218,7 @@ class NodeStore:
                         stage_note(session, log, node.uuid, project or "", now)
                     node.dirty = False
                     return True
-            result = session.execute(update.where(Node.state != _REVOKED))
+            result = session.execute(_state_update(keys, False), params)
         node.dirty = False
         return result.rowcount == 1  # type: ignore[attr-defined,no-any-return]
 

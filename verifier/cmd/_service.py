@@ -14,7 +14,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from verifier import conf as vconf
-from verifier.common import config, conventions, loop_errors, web_runner
+from verifier.common import config, conventions, cpuprofile, loop_errors, web_runner
 from verifier.common import tls as tlsutil
 from verifier.exceptions import ConfigError
 
@@ -126,7 +126,8 @@ def run(
         service cannot start (a port in use, ...).
     """
     try:
-        uvloop.run(loop_errors.guarded(main()))
+        with cpuprofile.profiled(prog):  # opt-in, for benchmarks
+            uvloop.run(loop_errors.guarded(main()))
     except ConfigError as exc:
         return config.fatal(conf, prog, exc, LOG)
     except (cfg.Error, ValueError) as exc:  # an option read after start
