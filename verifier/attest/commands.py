@@ -162,7 +162,7 @@ class NodeCommands:
         if host is not None:
             self._placed(uuid, host)
         if self._ownership.owns(uuid):
-            self._membership.adopt(node)
+            self._membership.adopt(node, fresh=True)
         LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
         return node.view()
 

@@ -56,10 +56,11 @@ class Membership:
         self._push = push
         self._agents = agents
 
-    def adopt(self, node: LiveNode) -> None:
-        """Attest ``node`` here from now on (a revoked one is only held)."""
+    def adopt(self, node: LiveNode, fresh: bool = False) -> None:
+        """Attest ``node`` here from now on (a revoked one is only held);
+        ``fresh``: enrolled by this process just now."""
         self._nodes.add(node)
-        self._push.adopted(node.uuid)
+        self._push.adopted(node.uuid, fresh)
         if node.state != NodeState.REVOKED:
             self._scheduler.schedule(node, 0.0)
 

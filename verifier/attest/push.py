@@ -327,9 +327,10 @@ class PushAttestation:
         since = f"since {last:.0f}" if last is not None else "since enrolment"
         self._transitions.missed(node, f"no evidence pushed {since}")
 
-    def adopted(self, uuid: str) -> None:
-        """This process attests ``uuid`` now (its shared relay state)."""
-        self.relay.adopted(uuid)
+    def adopted(self, uuid: str, fresh: bool = False) -> None:
+        """This process attests ``uuid`` now (its shared relay state; none
+        for a ``fresh`` enrolment)."""
+        self.relay.adopted(uuid, fresh)
 
     def drop(self, uuid: str) -> None:
         """The node is revoked or deleted: its sessions and relay state go

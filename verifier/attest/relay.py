@@ -91,9 +91,15 @@ class TenantRelay:
         (the state of the first adoptions was loaded at construction)."""
         self._follow = True
 
-    def adopted(self, uuid: str) -> None:
+    def adopted(self, uuid: str, fresh: bool = False) -> None:
         """This process attests ``uuid`` now: take its relay state from the
-        shared store (another process may have left it)."""
+        shared store (another process may have left it). A ``fresh`` node
+        (enrolled by this process just now, before its tenant could ask
+        any process for it) has none: the store is not read (a read on the
+        event loop for each node of a boot storm)."""
+        if fresh:
+            self.ledger.forget(uuid)
+            return
         if self._store is None or not self._follow:
             return
         state = self._store.relay_state(uuid)
