@@ -269,11 +269,16 @@ _NG = {
     b"ima-sig": ("ima-sig", True),
     b"ima-buf": ("ima-buf", True),
 }
-#: Length of a d-ng field -> (its ``"<algo>:\\0"`` prefix, the algorithm);
-#: the known algorithms give distinct lengths (were two the same, the
-#: other's entries would only take the general path).
+#: Length of a d-ng field -> (its ``"<algo>:\\0"`` prefix, the algorithm,
+#: the unpacker of prefix, digest and the n-ng field's length); the known
+#: algorithms give distinct lengths (were two the same, the other's
+#: entries would only take the general path).
 _DNG = {
-    len(algo) + 2 + size: (algo.encode("ascii") + b":\x00", algo)
+    len(algo) + 2 + size: (
+        algo.encode("ascii") + b":\x00",
+        algo,
+        struct.Struct(f"<{len(algo) + 2}s{size}sI").unpack_from,
+    )
     for algo, size in DIGEST_SIZES.items()
 }
 _II = struct.Struct("<II")
@@ -289,7 +294,7 @@ def _parse_binary(data: bytes, index: int) -> list[ImaEntry]:
     out: list[ImaEntry] = []
     append = out.append
     head, pair, u32 = _HEAD.unpack_from, _II.unpack_from, _U32.unpack_from
-    ng, dngs, startswith = _NG, _DNG, data.startswith
+    ng, dngs = _NG, _DNG
     end = len(data)
     pos = 0
     while pos < end:
@@ -307,9 +312,8 @@ def _parse_binary(data: bytes, index: int) -> list[ImaEntry]:
                     spec is not None
                     and dlen <= MAX_TEMPLATE_DATA
                     and q + 4 <= stop <= end
-                    and startswith(spec[0], start + 4)
                 ):
-                    (flen,) = u32(data, q)
+                    prefix, digest, flen = spec[2](data, start + 4)
                     q += 4
                     r = q + flen  # after the path's NUL
                     extra: bytes | None = None
@@ -321,7 +325,7 @@ def _parse_binary(data: bytes, index: int) -> list[ImaEntry]:
                         extra = data[r + 4 : stop]
                     else:
                         fits = False
-                    if fits and flen and data[r - 1] == 0:
+                    if fits and flen and data[r - 1] == 0 and prefix == spec[0]:
                         name = kind[0]
                         sig = extra if name == "ima-sig" else None
                         entry = _new_entry(
@@ -331,7 +335,7 @@ def _parse_binary(data: bytes, index: int) -> list[ImaEntry]:
                                 name,
                                 thash,
                                 spec[1],
-                                data[start + 4 + len(spec[0]) : q - 4],
+                                digest,
                                 data[q : r - 1].decode("utf-8", "surrogateescape"),
                                 sig,
                                 extra if name == "ima-buf" else None,
