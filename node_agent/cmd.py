@@ -47,7 +47,7 @@ from oslo_log import log
 from node_agent import conf as agent_conf
 from node_agent import trial
 from node_agent.agent import Agent
-from node_agent.evidence import EvidenceReader
+from node_agent.evidence import DEFAULT_IMA_LOG, EvidenceReader, default_ima_log
 from node_agent.exceptions import (
     BootstrapError,
     NodeAgentError,
@@ -303,7 +303,10 @@ def _evidence_paths(conf: cfg.ConfigOpts) -> tuple[str | None, str | None]:
     """
     agent = conf.agent
     if not agent.trial_dir:
-        return agent.ima_log_path or None, agent.mb_log_path or None
+        ima = agent.ima_log_path
+        if ima == DEFAULT_IMA_LOG:
+            ima = default_ima_log()
+        return ima or None, agent.mb_log_path or None
     try:
         ima, mb = trial.evidence_paths(agent.trial_dir, agent.tcti)
     except trial.TrialModeError as exc:

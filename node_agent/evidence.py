@@ -20,14 +20,38 @@ from verifier.protocol import MalformedError
 from verifier.protocol.ima.log import iter_binary_spans
 from verifier.protocol.messages.quote import MAX_MB_LOG_BYTES, ImaPart, QuoteAnswer
 
-__all__ = ["EvidenceReader", "ImaLogReader"]
+__all__ = [
+    "ASCII_IMA_LOG",
+    "BINARY_IMA_LOG",
+    "DEFAULT_IMA_LOG",
+    "EvidenceReader",
+    "ImaLogReader",
+    "default_ima_log",
+]
 
-DEFAULT_IMA_LOG = "/sys/kernel/security/ima/ascii_runtime_measurements"
+IMA_DIR = "/sys/kernel/security/ima"
+#: The binary list: the default (the verifier parses it at about half the
+#: cost of the ascii one, and it names every path unambiguously).
+BINARY_IMA_LOG = IMA_DIR + "/binary_runtime_measurements"
+ASCII_IMA_LOG = IMA_DIR + "/ascii_runtime_measurements"
+DEFAULT_IMA_LOG = BINARY_IMA_LOG
 DEFAULT_MB_LOG = "/sys/kernel/security/tpm0/binary_bios_measurements"
 #: Send at most this much of the list per answer (the verifier asks again).
 DEFAULT_MAX_BYTES = 4 << 20
 _MB_MAX = MAX_MB_LOG_BYTES
 _READ = 1 << 16
+
+
+def default_ima_log(
+    binary: str = BINARY_IMA_LOG, ascii_list: str = ASCII_IMA_LOG
+) -> str:
+    """The list the agent reads when ``ima_log_path`` is left at its
+    default: the binary list where it can be read, else the ascii list
+    (the verifier accepts both), else the binary path still (its read
+    error goes to the verifier as ``ima_error``, as for any path)."""
+    if os.access(binary, os.R_OK) or not os.access(ascii_list, os.R_OK):
+        return binary
+    return ascii_list
 
 
 class ImaLogReader:

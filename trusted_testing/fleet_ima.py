@@ -70,8 +70,8 @@ class ImaLoad:
         per_quote: new entries per quote that asks for IMA (0: no IMA log,
             the agents answer ``ima_error`` as an agent without one does).
         paths: files in the catalogue (and paths in the policy).
-        binary: serve ``binary_runtime_measurements`` (default: the ascii
-            list, the real agent's default ``ima_log_path``).
+        binary: serve ``binary_runtime_measurements``, the real agent's
+            default ``ima_log_path`` (default here: the ascii list).
     """
 
     per_quote: int

@@ -341,8 +341,8 @@ def main() -> None:
     parser.add_argument(
         "--ima-binary",
         action="store_true",
-        help="agents send the binary IMA list (default: ascii, the real "
-        "agent's default)",
+        help="agents send the binary IMA list, as the real agent does by "
+        "default (default here: ascii, the earlier figures' form)",
     )
     parser.add_argument(
         "--mix",

@@ -8,8 +8,16 @@ import os
 import tempfile
 
 import testtools
+from oslo_config import cfg
 
-from node_agent.evidence import EvidenceReader, ImaLogReader
+from node_agent import conf as agent_conf
+from node_agent.evidence import (
+    BINARY_IMA_LOG,
+    DEFAULT_IMA_LOG,
+    EvidenceReader,
+    ImaLogReader,
+    default_ima_log,
+)
 from node_agent.trial.ima import make_entry, to_ascii, to_binary
 from trusted_testing.softtpm import SoftTpm
 from verifier.protocol.evidence import ima_evidence
@@ -131,3 +139,28 @@ class EvidenceReaderTest(testtools.TestCase):
         wire = answer.to_dict()
         self.assertEqual(b"\x00log bytes", base64.b64decode(str(wire["mb_log"])))
         self.assertNotIn("ima", wire)
+
+
+class DefaultImaLogTest(testtools.TestCase):
+    def test_binary_list_by_default_where_readable_else_ascii(self) -> None:
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        binary = os.path.join(tmp.name, "binary_runtime_measurements")
+        text = os.path.join(tmp.name, "ascii_runtime_measurements")
+        self.assertEqual(DEFAULT_IMA_LOG, BINARY_IMA_LOG)
+        self.assertIn("binary", os.path.basename(DEFAULT_IMA_LOG))
+        # neither readable (no IMA): the binary path, whose error is sent
+        self.assertEqual(binary, default_ima_log(binary, text))
+        with open(text, "w") as f:
+            f.write("")
+        self.assertEqual(text, default_ima_log(binary, text))
+        with open(binary, "wb") as f:
+            f.write(b"")
+        self.assertEqual(binary, default_ima_log(binary, text))
+        self.assertTrue(ImaLogReader(binary).binary)
+
+    def test_the_option_defaults_to_the_binary_list(self) -> None:
+        conf = cfg.ConfigOpts()
+        agent_conf.register_opts(conf)
+        conf([], project="test")
+        self.assertEqual(DEFAULT_IMA_LOG, conf.agent.ima_log_path)

@@ -210,9 +210,11 @@ def _ima_entry(pcr: int, template_hash: bytes, data: bytes, index: int) -> ImaEn
     )
 
 
-def _walk(data: bytes, first_index: int) -> Iterator[tuple[int, bytes, str, int, int]]:
-    """(pcr, template hash, template name, data start, data end) per entry."""
-    pos = 0
+def _walk(
+    data: bytes, first_index: int, pos: int = 0
+) -> Iterator[tuple[int, bytes, str, int, int]]:
+    """(pcr, template hash, template name, data start, data end) per entry,
+    from the entry at offset ``pos``."""
     end = len(data)
     index = first_index
     unpack_head = _HEAD.unpack_from
@@ -249,11 +251,103 @@ def _walk(data: bytes, first_index: int) -> Iterator[tuple[int, bytes, str, int,
         index += 1
 
 
-def _iter_binary(data: bytes, first_index: int) -> Iterator[ImaEntry]:
-    index = first_index
-    for pcr, thash, name, start, stop in _walk(data, first_index):
-        yield ImaEntry.from_template(pcr, name, thash, data[start:stop], index)
+def _slow_entry(data: bytes, pos: int, index: int) -> tuple[ImaEntry, int]:
+    """The entry at ``pos`` and the offset after it, by the general (and
+    slower) path: the one that names what is wrong with an entry.
+
+    Raises:
+        MalformedError: naming ``index``.
+    """
+    pcr, thash, name, start, stop = next(_walk(data, index, pos))
+    return ImaEntry.from_template(pcr, name, thash, data[start:stop], index), stop
+
+
+#: Template name (as logged) -> (name, whether it has a third field), for
+#: the templates whose fields are all length-prefixed.
+_NG = {
+    b"ima-ng": ("ima-ng", False),
+    b"ima-sig": ("ima-sig", True),
+    b"ima-buf": ("ima-buf", True),
+}
+#: Length of a d-ng field -> (its ``"<algo>:\\0"`` prefix, the algorithm,
+#: the unpacker of prefix, digest and the n-ng field's length); the known
+#: algorithms give distinct lengths (were two the same, the other's
+#: entries would only take the general path).
+_DNG = {
+    len(algo) + 2 + size: (
+        algo.encode("ascii") + b":\x00",
+        algo,
+        struct.Struct(f"<{len(algo) + 2}s{size}sI").unpack_from,
+    )
+    for algo, size in DIGEST_SIZES.items()
+}
+_II = struct.Struct("<II")
+_new_entry = tuple.__new__
+
+
+def _parse_binary(data: bytes, index: int) -> list[ImaEntry]:
+    """:func:`parse_binary`'s loop. Well-formed ``ima-ng``, ``ima-sig`` and
+    ``ima-buf`` entries are decoded here with offsets into ``data`` alone
+    (no intermediate objects); any other entry (``ima``, legacy digests,
+    and every malformed one) goes through :func:`_slow_entry`, so what is
+    accepted and every error are those of the general path."""
+    out: list[ImaEntry] = []
+    append = out.append
+    head, pair, u32 = _HEAD.unpack_from, _II.unpack_from, _U32.unpack_from
+    ng, dngs = _NG, _DNG
+    end = len(data)
+    pos = 0
+    while pos < end:
+        entry = None
+        if pos + 36 <= end:
+            pcr, thash, nlen = head(data, pos)
+            p = pos + 28 + nlen
+            kind = ng.get(data[pos + 28 : p])
+            if kind is not None and p + 8 <= end:
+                dlen, glen = pair(data, p)
+                start, stop = p + 4, p + 4 + dlen
+                spec = dngs.get(glen)
+                q = start + 4 + glen  # the n-ng field's length
+                if (
+                    spec is not None
+                    and dlen <= MAX_TEMPLATE_DATA
+                    and q + 4 <= stop <= end
+                ):
+                    prefix, digest, flen = spec[2](data, start + 4)
+                    q += 4
+                    r = q + flen  # after the path's NUL
+                    extra: bytes | None = None
+                    if not kind[1]:
+                        fits = r == stop
+                    elif r + 4 <= stop:
+                        (xlen,) = u32(data, r)
+                        fits = r + 4 + xlen == stop
+                        extra = data[r + 4 : stop]
+                    else:
+                        fits = False
+                    if fits and flen and data[r - 1] == 0 and prefix == spec[0]:
+                        name = kind[0]
+                        sig = extra if name == "ima-sig" else None
+                        entry = _new_entry(
+                            ImaEntry,
+                            (
+                                pcr,
+                                name,
+                                thash,
+                                spec[1],
+                                digest,
+                                data[q : r - 1].decode("utf-8", "surrogateescape"),
+                                sig,
+                                extra if name == "ima-buf" else None,
+                                data[start:stop],
+                            ),
+                        )
+                        pos = stop
+        if entry is None:
+            entry, pos = _slow_entry(data, pos, index)
+        append(entry)
         index += 1
+    return out
 
 
 def iter_binary_spans(data: bytes, partial: bool = False) -> Iterator[int]:
@@ -293,7 +387,7 @@ def parse_binary(data: bytes, first_index: int = 0) -> list[ImaEntry]:
         MalformedError: naming the entry index of a truncated entry, an
             unknown template or malformed template data.
     """
-    return list(_iter_binary(data, first_index))
+    return _parse_binary(data, first_index)
 
 
 def _ascii_entry(line: str, index: int) -> ImaEntry:
@@ -330,18 +424,37 @@ def _ascii_entry(line: str, index: int) -> ImaEntry:
             raise MalformedError(_STRUCT, f"entry {index}: bad hex field") from None
     else:
         path_s = tail
-    path = path_s.encode("utf-8", "surrogateescape")
+    try:
+        path = path_s.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate from a JSON string
+        raise MalformedError(_STRUCT, f"entry {index}: path is not UTF-8") from None
     if name == "ima":
         if colon:
             raise MalformedError(_STRUCT, f"entry {index}: ima digest with algorithm")
         data = digest + _U32.pack(len(path)) + path
         return _ima_entry(pcr, thash, data, index)
     dng = (algo.encode("ascii") + b":\x00" if colon else b"") + digest
-    fields = [dng, path + b"\x00"]
+    pack = _U32.pack
+    data = pack(len(dng)) + dng + pack(len(path) + 1) + path + b"\x00"
     if name != "ima-ng":
-        fields.append(extra)
-    data = b"".join(_U32.pack(len(f)) + f for f in fields)
-    return ImaEntry.from_template(pcr, name, thash, data, index)
+        data += pack(len(extra)) + extra
+    if not colon or _SIZES.get(algo) != len(digest):
+        # legacy or bad digest field: the general path names the fault
+        return ImaEntry.from_template(pcr, name, thash, data, index)
+    return _new_entry(
+        ImaEntry,
+        (
+            pcr,
+            name,
+            thash,
+            algo,
+            digest,
+            path_s if path_s.isascii() else path.decode("utf-8", "surrogateescape"),
+            extra if name == "ima-sig" else None,
+            extra if name == "ima-buf" else None,
+            data,
+        ),
+    )
 
 
 def parse_ascii(text: str | bytes, first_index: int = 0) -> list[ImaEntry]:

@@ -175,6 +175,45 @@ class ParseTest(testtools.TestCase):
             )
         self.assertRaises(MalformedError, parse_ascii, "10 zz ima-ng sha256:00 /x\n")
 
+    def test_ascii_path_with_lone_surrogate_is_malformed(self) -> None:
+        # A JSON string may carry one ("\ud800"): it raised
+        # UnicodeEncodeError, outside the project's errors.
+        line = "10 " + "00" * 20 + " ima-ng sha256:" + "00" * 32 + " /a\ud800b\n"
+        exc = self.assertRaises(MalformedError, parse_ascii, line, 4)
+        self.assertIn("entry 4: path is not UTF-8", exc.detail)
+
+    def test_ascii_escaped_utf8_path_reads_as_its_bytes(self) -> None:
+        # Escaped bytes that form UTF-8 name the file those bytes name.
+        line = "10 " + "00" * 20 + " ima-ng sha256:" + "00" * 32 + " /\udcc3\udca9\n"
+        self.assertEqual("/\u00e9", parse_ascii(line)[0].path)
+
+    def test_binary_fast_path_equals_the_general_one(self) -> None:
+        # parse_binary decodes well-formed ng entries itself; each must be
+        # the entry from_template builds from the same bytes.
+        log = sample_log()
+        log += [make_entry("/x", b"x", algorithm=a) for a in ("md5", "sm3", "sha224")]
+        log.append(make_entry("k", template="ima-buf", buffer=b""))
+        for entry, parsed in zip(log, parse_binary(to_binary(log)), strict=True):
+            name, data = entry.template_name, entry.template_data
+            if name != "ima":
+                general = ImaEntry.from_template(10, name, entry.template_hash, data)
+                self.assertEqual(general, parsed)
+                self.assertEqual([type(f) for f in general], [type(f) for f in parsed])
+            self.assertEqual(entry, parsed)
+
+    def test_binary_legacy_digest_field_is_read_as_sha1(self) -> None:
+        digest = hashlib.sha1(b"x").digest()
+        data = _u32(20) + digest + _u32(3) + b"/x\x00"
+        head = _u32(10) + bytes(20) + _u32(6) + b"ima-ng" + _u32(len(data))
+        (entry,) = parse_binary(head + data)
+        self.assertEqual(("sha1", digest, "/x"), entry[3:6])
+
+    def test_binary_ima_sig_without_its_signature_field_is_malformed(self) -> None:
+        data = make_entry("/bin/x", b"x").template_data  # two fields
+        head = _u32(10) + bytes(20) + _u32(7) + b"ima-sig" + _u32(len(data))
+        exc = self.assertRaises(MalformedError, parse_binary, head + data, 3)
+        self.assertIn("entry 3: template fields do not add up", exc.detail)
+
     def test_huge_length_is_refused(self) -> None:
         head = _u32(10) + bytes(20) + _u32(6) + b"ima-ng" + _u32(0xFFFFFFFF)
         exc = self.assertRaises(MalformedError, parse_binary, head)
