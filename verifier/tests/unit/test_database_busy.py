@@ -80,7 +80,8 @@ class DatabaseBusyTest(testtools.TestCase):
         self.assertEqual("database_busy", body["error"]["code"])
         self.assertIn("nothing was changed", body["error"]["message"])
         self.assertEqual(200, after[0])
-        self.assertEqual("compute-1", after[2]["host"], str(after))  # the first PUT kept
+        # the first PUT kept
+        self.assertEqual("compute-1", after[2]["host"], str(after))
         self.assertIn(retried[0], (200, 201), str(retried))
         self.assertIn("database busy serving PUT", self.log.output)
         self.assertIn("database is locked", self.log.output)
