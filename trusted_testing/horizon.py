@@ -159,7 +159,8 @@ def _prune(root: str, days: float = 7.0) -> None:
     """Remove the builds of other keys (other Horizon versions, older
     templates) that no start used for ``days``, and builds left half done."""
     cutoff = time.time() - days * 86400
-    for name in os.listdir(root):
+    names = os.listdir(root) if os.path.isdir(root) else []
+    for name in names:
         path = os.path.join(root, name)
         try:
             if os.path.getmtime(path) < cutoff:
@@ -277,8 +278,8 @@ class Horizon:
             self.static_cached = True
             os.utime(final)  # in use: not pruned
             return final
+        os.makedirs(root, exist_ok=True)  # a fresh machine has no cache yet
         _prune(root)
-        os.makedirs(root, exist_ok=True)
         building = f"{final}.{os.getpid()}.tmp"
         shutil.rmtree(building, ignore_errors=True)
         try:
