@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import aiohttp
+import orjson
 
 from trusted_testing.cluster import LocalCluster
 from trusted_testing.fleet import FleetProcess
@@ -26,7 +27,7 @@ from trusted_testing.fleet_ima import ImaLoad
 from verifier.common import tls as tlsutil
 from verifier.protocol import PcrPolicy
 from verifier.protocol.attestation import AttestationMode
-from verifier.protocol.messages.enrolment import EnrolmentRequest
+from verifier.protocol.messages.enrolment import EnrolmentBatch, EnrolmentRequest
 
 __all__ = [
     "FleetApi",
@@ -147,31 +148,49 @@ class FleetApi:
         mode: str = "pull",
         runtime_policy: str | None = None,
         intervals: dict[str, float] | None = None,
+        batch: int = 0,
+        modes: dict[str, str] | None = None,
     ) -> None:
-        """Enrol every node with a PCR 16 policy in ``mode`` (32 requests
-        at a time), the stored runtime policy ``runtime_policy`` if given,
-        and each node's own quote interval from ``intervals`` if given."""
+        """Enrol every node with a PCR 16 policy in ``mode`` (or its own
+        from ``modes``), the stored runtime policy ``runtime_policy`` if
+        given, and each node's own quote interval from ``intervals`` if
+        given: 32 requests at a time, or with ``batch`` in batches of that
+        many nodes (``POST /v1/nodes/batch``, 2 at a time)."""
         policy = PcrPolicy.from_dict({"pcrs": {"16": [pcr16]}})
-        semaphore = asyncio.Semaphore(32)
 
-        async def one(uuid: str) -> None:
+        def body(uuid: str) -> EnrolmentRequest:
             # the emulated agents take any U: the commitment is a placeholder
-            body = EnrolmentRequest(
+            return EnrolmentRequest(
                 uuid,
                 os.urandom(32),
                 policy,
                 runtime_policy=runtime_policy,
-                mode=AttestationMode(mode),
+                mode=AttestationMode(modes.get(uuid, mode) if modes else mode),
                 u_commitment=bytes(32),
                 interval=intervals.get(uuid) if intervals else None,
-            ).to_dict()
+            )
+
+        if batch:
+            chunks = [uuids[i : i + batch] for i in range(0, len(uuids), batch)]
+            semaphore = asyncio.Semaphore(2)
+
+            async def some(chunk: list[str]) -> None:
+                async with semaphore:
+                    await self._enrol_batch([body(u) for u in chunk])
+
+            await asyncio.gather(*(some(c) for c in chunks))
+            return
+        semaphore = asyncio.Semaphore(32)
+
+        async def one(uuid: str) -> None:
+            request = body(uuid).to_dict()
             # a loaded machine may time out the verifier's registrar
             # look-up (502/503/504): the enrolment is retried as a
             # tenant's client would
             for attempt in range(_ENROL_ATTEMPTS):
                 async with (
                     semaphore,
-                    self.session.post(f"{self.base}/v1/nodes", json=body) as resp,
+                    self.session.post(f"{self.base}/v1/nodes", json=request) as resp,
                 ):
                     if resp.status == 201:
                         return
@@ -182,6 +201,29 @@ class FleetApi:
             raise RuntimeError(f"enrol {uuid}: {resp.status} {text}")
 
         await asyncio.gather(*(one(u) for u in uuids))
+
+    async def _enrol_batch(self, requests: list[EnrolmentRequest]) -> None:
+        """One batch enrolment, its refused nodes asked again (a loaded
+        machine: 502-504, as :meth:`enrol`)."""
+        url = f"{self.base}/v1/nodes/batch"
+        for attempt in range(_ENROL_ATTEMPTS):
+            body = EnrolmentBatch(tuple(requests)).to_dict()
+            async with self.session.post(url, json=body) as resp:
+                text = await resp.text()
+            if resp.status == 200:
+                items = orjson.loads(text)["nodes"]
+                failed = {i["uuid"]: i for i in items if i["status"] != 201}
+                if not failed:
+                    return
+                if any(i["status"] not in (502, 503, 504) for i in failed.values()):
+                    raise RuntimeError(
+                        f"batch enrolment refused: {list(failed.values())[:3]}"
+                    )
+                requests = [r for r in requests if r.uuid in failed]
+            elif resp.status not in (502, 503, 504):
+                raise RuntimeError(f"batch enrolment: {resp.status} {text}")
+            await asyncio.sleep(min(30.0, 2.0**attempt))
+        raise RuntimeError(f"batch enrolment: {len(requests)} nodes still refused")
 
     async def wait_attested(self, n: int, timeout: float) -> None:
         """Wait until ``n`` nodes are attested."""

@@ -10,7 +10,9 @@ by the CPU each process spent in it:
 * registration: every agent registers and activates its AK at the
   registrar (32 at a time, as the emulator does);
 * enrolment: the tenant posts every node to the verifier (32 requests at
-  a time, the fleet's tenant, which asks again on 502-504);
+  a time, the fleet's tenant, which asks again on 502-504), or with
+  ``--batch K`` in batch enrolments of K nodes (``POST /v1/nodes/batch``,
+  two at a time);
 * bootstrap: until the verifier has quoted every node once and released
   V to it (every node ``attested``).
 
@@ -24,7 +26,8 @@ the run (profiling slows both: read the shares, not the rates).
 
 Not a test: nothing is asserted.
 
-    .venv/bin/python tools/bench/storm.py [--n 1000] [--profile [DIR]] [--top 25]
+    .venv/bin/python tools/bench/storm.py [--n 1000] [--batch 500]
+        [--profile [DIR]] [--top 25]
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def _phase(
     return row
 
 
-async def _storm(cluster: Any, fleet: Any, n: int) -> list[dict[str, Any]]:
+async def _storm(cluster: Any, fleet: Any, n: int, batch: int) -> list[dict[str, Any]]:
     api = FleetApi(cluster, cluster.verifier_urls[0])
     pids = {
         "registrar": cluster.procs["registrar"].pid,
@@ -77,7 +80,7 @@ async def _storm(cluster: Any, fleet: Any, n: int) -> list[dict[str, Any]]:
     }
     try:
         c0, t0 = _cpu(pids), time.monotonic()
-        await api.enrol(fleet.uuids, fleet.pcr16)
+        await api.enrol(fleet.uuids, fleet.pcr16, batch=batch)
         c1, t1 = _cpu(pids), time.monotonic()
         await api.wait_attested(n, 600 + n / 20)
         c2, t2 = _cpu(pids), time.monotonic()
@@ -90,7 +93,9 @@ async def _storm(cluster: Any, fleet: Any, n: int) -> list[dict[str, Any]]:
     ]
 
 
-def run(n: int, profile_dir: str | None) -> tuple[list[dict[str, Any]], float]:
+def run(
+    n: int, profile_dir: str | None, batch: int = 0
+) -> tuple[list[dict[str, Any]], float]:
     workdir = tempfile.mkdtemp(prefix="bench-storm-")
     if profile_dir:
         os.environ[PROFILE_ENV] = profile_dir
@@ -101,7 +106,7 @@ def run(n: int, profile_dir: str | None) -> tuple[list[dict[str, Any]], float]:
         registrar_cpu = 0.0
         with running_fleet(cluster, n, workdir) as fleet:
             registrar_cpu = cpu_seconds(cluster.procs["registrar"].pid)
-            rows = asyncio.run(_storm(cluster, fleet, n))
+            rows = asyncio.run(_storm(cluster, fleet, n, batch))
             register = {
                 "phase": "registration",
                 "s": fleet.register_s,
@@ -115,11 +120,15 @@ def run(n: int, profile_dir: str | None) -> tuple[list[dict[str, Any]], float]:
         return [register, *rows], registrar_cpu
     finally:
         os.environ.pop(PROFILE_ENV, None)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not os.environ.get("STORM_KEEP"):
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
-def print_rows(n: int, rows: list[dict[str, Any]], floor_us: float) -> None:
-    print(f"\nboot storm of {n} nodes (one registrar, one verifier, SQLite)")
+def print_rows(
+    n: int, rows: list[dict[str, Any]], floor_us: float, batch: int = 0
+) -> None:
+    how = f", enrolled in batches of {batch}" if batch else ", enrolled one by one"
+    print(f"\nboot storm of {n} nodes (one registrar, one verifier, SQLite){how}")
     print(f"ECDSA P-256 verify in this run: {floor_us:.0f} us (the floor of a check)")
     head = f"{'phase':<16} {'seconds':>8} {'nodes/s':>8}"
     print(head + "".join(f" {p + ' ms/node':>19}" for p in PROCESSES))
@@ -165,15 +174,22 @@ def main() -> None:
         metavar="DIR",
         help="profile the registrar and verifier (keep the .pstats in DIR)",
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        metavar="K",
+        help="enrol in batches of K nodes (POST /v1/nodes/batch; 0: one by one)",
+    )
     parser.add_argument("--top", type=int, default=25, help="rows of each profile")
     args = parser.parse_args()
     profile_dir = args.profile or None
     if args.profile == "":
         profile_dir = tempfile.mkdtemp(prefix="storm-profile-")
     try:
-        rows, _ = run(args.n, profile_dir)
+        rows, _ = run(args.n, profile_dir, args.batch)
         floor = ecdsa_floor()
-        print_rows(args.n, rows, floor["verify_us"])
+        print_rows(args.n, rows, floor["verify_us"], args.batch)
         if profile_dir:
             print_profiles(profile_dir, args.top)
     finally:

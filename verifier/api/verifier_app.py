@@ -2,6 +2,8 @@
 
 ``POST /v1/nodes``                 enrol: ``EnrolmentRequest``
                                    (:mod:`verifier.protocol.messages.enrolment`)
+``POST /v1/nodes/batch``           enrol up to 1,000 nodes: ``EnrolmentBatch``,
+                                   each node's outcome in the answer
 ``GET /v1/nodes``                  list
 ``GET|DELETE /v1/nodes/{uuid}``    status / stop attesting (tenant or operator)
 ``POST /v1/nodes/{uuid}/instance-created``  Nova created it (operator)
@@ -55,15 +57,19 @@ from verifier.attest.instances import NovaInstanceOwners
 from verifier.common import api_schemas, openapi
 from verifier.common.web import error_middleware, json_response, read_json
 from verifier.db.busy import database_busy_middleware
-from verifier.exceptions import RequestError
+from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol import canonical_uuid
 from verifier.protocol.messages.capabilities import CapabilityGrant, CapabilityRequest
 from verifier.protocol.messages.enrolment import (
+    EnrolmentBatch,
     EnrolmentRequest,
     PolicyChangeRequest,
     RevokeRequest,
 )
 from verifier.protocol.messages.event_query import EventQuery
+
+#: The largest batch enrolment body (1,000 enrolments of a few PCRs each).
+MAX_BATCH_BODY = 4 * 1024 * 1024
 
 _KEY = web.AppKey("verifier", Verifier)
 _PEM = web.AppKey("signing_pem", str)
@@ -101,6 +107,41 @@ async def _enrol(request: web.Request) -> web.Response:
     )
     (view,) = await verifier.queries.named([view])
     return json_response(_shown(request, view), status=201)
+
+
+@rule("attestation:node:create")
+async def _enrol_batch(request: web.Request) -> web.Response:
+    who = caller(request)
+    owner = who.owner()
+    batch = EnrolmentBatch.from_dict(await read_json(request, MAX_BATCH_BODY))
+    requests = list(batch.nodes)
+    refused: dict[int, RequestError] = {}
+    instances = request.app.get(_INSTANCES)
+    if instances is not None:  # each instance must be the caller's project's
+        mine = await instances.owned(who.token, who.catalog)
+        for i, body in enumerate(requests):
+            if body.uuid not in mine:
+                refused[i] = NotFoundError(
+                    "unknown_instance", f"no instance {body.uuid} in your project"
+                )
+    verifier = request.app[_KEY]
+    asked = [r for i, r in enumerate(requests) if i not in refused]
+    outcomes = iter(await verifier.commands.enrol_many(asked, project=owner))
+    results = [refused.get(i) or next(outcomes) for i in range(len(requests))]
+    views = await verifier.queries.named(
+        [r for r in results if isinstance(r, NodeView)]
+    )
+    shown = iter(views)
+    items = []
+    for body, result in zip(requests, results, strict=True):
+        if isinstance(result, NodeView):
+            items.append(
+                {"uuid": body.uuid, "status": 201, "node": _shown(request, next(shown))}
+            )
+        else:
+            error = {"code": result.code, "message": result.detail}
+            items.append({"uuid": body.uuid, "status": result.status, "error": error})
+    return json_response({"nodes": items})
 
 
 @rule("attestation:node:list")
@@ -229,6 +270,7 @@ def make_app(
     if instances is not None:
         app[_INSTANCES] = instances
     app.router.add_post("/v1/nodes", _enrol)
+    app.router.add_post("/v1/nodes/batch", _enrol_batch)
     app.router.add_get("/v1/nodes", _list)
     app.router.add_get("/v1/nodes/{uuid}", _get)
     app.router.add_delete("/v1/nodes/{uuid}", _delete)

@@ -23,11 +23,19 @@ from verifier.common.http import MAX_ANSWER, AsyncClient
 from verifier.exceptions import AgentUnreachableError, NotFoundError, RequestError
 from verifier.protocol import MalformedError
 from verifier.protocol.messages.host_trust import HostTrustUpdate
-from verifier.protocol.messages.registration import RegistrationRecord
+from verifier.protocol.messages.registration import (
+    AgentLookup,
+    AgentLookupResult,
+    RegistrationRecord,
+)
 
 __all__ = ["RegistrarClient", "VerifierAgentClient"]
 
 LOG = logging.getLogger(__name__)
+
+#: Nodes per look-up request: their records (EK certificates of up to 8 KiB
+#: each) stay well inside the client's answer limit.
+LOOKUP_BATCH = 200
 
 
 def _record(uuid: str, data: Mapping[str, Any]) -> RegistrationRecord:
@@ -71,6 +79,50 @@ class RegistrarClient:
         if answer.status != 200:
             raise RequestError("registrar_error", answer.error.message, 502)
         return _record(uuid, answer.data)
+
+    async def lookup(
+        self, uuids: list[str]
+    ) -> tuple[dict[str, RegistrationRecord], dict[str, str]]:
+        """The registrar's records of those of ``uuids`` (canonical) it
+        knows, and the compute hosts recorded for them, in requests of
+        :data:`LOOKUP_BATCH` nodes (a batch of enrolments).
+
+        Raises:
+            RequestError: the registrar is unreachable or refused (502), or
+                its answer is malformed or holds a node not asked for (502
+                ``registrar_malformed``).
+        """
+        records: dict[str, RegistrationRecord] = {}
+        hosts: dict[str, str] = {}
+        url = f"{self._base}/v1/lookup/agents"
+        for start in range(0, len(uuids), LOOKUP_BATCH):
+            chunk = uuids[start : start + LOOKUP_BATCH]
+            body = AgentLookup(tuple(chunk)).to_dict()
+            try:
+                answer = await self._http.request("POST", url, json=body)
+            except TransportError as exc:
+                raise RequestError(
+                    "registrar_unreachable", f"cannot reach the registrar: {exc}", 502
+                )
+            if answer.status != 200:
+                raise RequestError("registrar_error", answer.error.message, 502)
+            try:
+                result = AgentLookupResult.from_dict(answer.data)
+            except MalformedError as exc:
+                raise RequestError(
+                    "registrar_malformed", f"the registrar's look-up: {exc}", 502
+                )
+            asked = set(chunk)
+            got = {r.uuid: r for r in result.agents}
+            if not asked.issuperset(got) or not asked.issuperset(result.placements):
+                raise RequestError(
+                    "registrar_malformed",
+                    "the registrar's look-up answered for a node not asked for",
+                    502,
+                )
+            records.update(got)
+            hosts.update(result.placements)
+        return records, hosts
 
     async def placement(self, uuid: str) -> str | None:
         """The compute host the registrar last recorded for instance

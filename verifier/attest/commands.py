@@ -27,12 +27,27 @@ from verifier.attest.transitions import TransitionWriter
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import PcrPolicy, canonical_uuid
 from verifier.protocol.attestation import AttestationMode
-from verifier.protocol.messages.enrolment import PolicyChangeRequest
+from verifier.protocol.messages.enrolment import EnrolmentRequest, PolicyChangeRequest
 from verifier.protocol.messages.registration import RegistrationRecord
 
-__all__ = ["NodeCommands"]
+__all__ = ["EnrolmentOutcome", "NodeCommands"]
+
+#: One enrolment's outcome in a batch: the node, or why it was refused.
+EnrolmentOutcome = NodeView | RequestError
+#: A pair of policy references (runtime, measured boot).
+_Refs = tuple[str | None, str | None]
+#: A checked request of a batch: its index, itself, its policies resolved
+#: and the names they follow.
+_Checked = tuple[int, EnrolmentRequest, _Refs, _Refs]
 
 LOG = logging.getLogger(__name__)
+
+
+def _not_activated(uuid: str) -> ConflictError:
+    return ConflictError(
+        "ak_not_activated",
+        f"node {uuid} has not activated its attestation key at the registrar",
+    )
 
 
 class NodeCommands:
@@ -166,6 +181,117 @@ class NodeCommands:
         LOG.info("Enrolled node %s (%s) with PCRs %s", uuid, mode, list(policy.pcrs))
         return node.view()
 
+    async def enrol_many(
+        self, requests: list[EnrolmentRequest], project: str = ""
+    ) -> list[EnrolmentOutcome]:
+        """Enrol a batch for ``project`` (a boot storm): each request as
+        :meth:`enrol` would, with one registrar look-up for the batch (in
+        requests of up to 200 nodes) and one database transaction. Each
+        request's outcome is its node or the error :meth:`enrol` would have
+        raised for it alone; a refused request does not stop the others.
+        Requests with ``await_instance`` are enrolled one by one.
+
+        Raises:
+            RequestError: the registrar is unreachable, refused or answered
+                malformed (502): nothing of the batch is stored.
+        """
+        outcome: list[EnrolmentOutcome | None] = [None] * len(requests)
+        checked: list[_Checked] = []
+        seen: set[str] = set()
+        resolved: dict[_Refs, _Refs | RequestError] = {}
+        for i, req in enumerate(requests):
+            try:
+                if req.uuid in seen:
+                    raise ConflictError(
+                        "already_enrolled", f"node {req.uuid} is twice in the batch"
+                    )
+                seen.add(req.uuid)
+                if req.await_instance:
+                    outcome[i] = await self.enrol(
+                        req.uuid, req.v, req.policy, req.runtime_policy,
+                        req.mb_policy, True, project, req.mode, req.u_commitment,
+                        req.interval,
+                    )  # fmt: skip
+                    continue
+                self._check(
+                    req.uuid,
+                    req.policy,
+                    req.runtime_policy,
+                    req.mb_policy,
+                    req.interval,
+                )
+                key = (req.runtime_policy, req.mb_policy)
+                if key not in resolved:
+                    try:
+                        resolved[key] = await asyncio.to_thread(
+                            self._policies.resolve_pair, *key, project
+                        )
+                    except RequestError as exc:
+                        resolved[key] = exc
+                refs = resolved[key]
+                if isinstance(refs, RequestError):
+                    raise refs
+                names = (
+                    None if key[0] is None else follows(key[0]),
+                    None if key[1] is None else follows(key[1]),
+                )
+                checked.append((i, req, refs, names))
+            except RequestError as exc:
+                outcome[i] = exc
+        if checked:
+            await self._enrol_checked(checked, project, outcome)
+        return [
+            o if o is not None else RequestError("internal", "not enrolled")
+            for o in outcome
+        ]
+
+    async def _enrol_checked(
+        self,
+        checked: list[_Checked],
+        project: str,
+        outcome: list[EnrolmentOutcome | None],
+    ) -> None:
+        """:meth:`enrol_many`'s second half: the registrar's records, the
+        rows, one transaction, adoption."""
+        records, hosts = await self._registrar.lookup([c[1].uuid for c in checked])
+        now = self._clock()
+        rows, nodes, at = [], [], []
+        for i, req, refs, names in checked:
+            record = records.get(req.uuid)
+            if record is None:
+                outcome[i] = NotFoundError(
+                    "unknown_node", f"the registrar does not know node {req.uuid}"
+                )
+                continue
+            if not record.activated:
+                outcome[i] = _not_activated(req.uuid)
+                continue
+            row = enrolment_row(
+                req.uuid, req.v, req.policy, record, refs, now, project, req.mode,
+                req.u_commitment, req.interval, names,
+            )  # fmt: skip
+            row.compute_host = hosts.get(req.uuid)
+            rows.append(row)
+            nodes.append(LiveNode.from_row(row, self._policies.cached))
+            at.append(i)
+        stored = await asyncio.to_thread(self._store.insert_many, rows) if rows else []
+        for i, node, error in zip(at, nodes, stored, strict=True):
+            if error is not None:
+                outcome[i] = error
+                continue
+            host = hosts.get(node.uuid)  # the rows expired at their commit
+            if host is not None:
+                self._placed(node.uuid, host)
+            if self._ownership.owns(node.uuid):
+                self._membership.adopt(node, fresh=True)
+            outcome[i] = node.view()
+        LOG.info(
+            "Enrolled %d of a batch of %d nodes for project %s",
+            len(at) - sum(e is not None for e in stored),
+            len(outcome),
+            project or "-",
+        )
+
     async def _activated(self, uuid: str) -> RegistrationRecord:
         """The registrar's record of ``uuid``, whose AK must be activated.
 
@@ -175,10 +301,7 @@ class NodeCommands:
         """
         record = await self._registrar.get_agent(uuid)
         if not record.activated:
-            raise ConflictError(
-                "ak_not_activated",
-                f"node {uuid} has not activated its attestation key at the registrar",
-            )
+            raise _not_activated(uuid)
         return record
 
     def _check(

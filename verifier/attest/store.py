@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, load_only
 
 from verifier.attest.quotas import Quotas
 from verifier.db import Node
-from verifier.exceptions import ConflictError
+from verifier.exceptions import ConflictError, RequestError
 from verifier.notify.outbox import add_to_outbox
 from verifier.protocol import SignedEvent
 from verifier.protocol.attestation import NodeAttestation, NodeState, Transition
@@ -48,6 +48,8 @@ def _state_update(keys: tuple[str, ...], entering: bool) -> sa.Update:
 
 
 _WAITING = (NodeState.PENDING.value, NodeState.CREATED.value)
+#: UUIDs per SQL ``IN`` list of a batch (:meth:`NodeStore.insert_many`).
+_IN_CHUNK = 500
 #: Nodes and the hot state to write behind for each (:meth:`NodeStore.hot_rows`).
 HotRows = list[tuple[NodeAttestation, dict[str, Any]]]
 
@@ -86,6 +88,86 @@ class NodeStore:
             raise ConflictError(
                 "already_enrolled", f"node {row.uuid} is already enrolled"
             )
+
+    def insert_many(self, rows: list[Node]) -> list[RequestError | None]:
+        """Insert a batch of enrolments in one transaction: each row's
+        outcome, None when stored, else the error :meth:`insert` would
+        raise for it alone (``already_enrolled``, a quota reached part-way
+        through the batch, or the quota source unreadable); the others are
+        stored all the same. Should another verifier insert one of the
+        same nodes meanwhile (the transaction then fails whole), each row
+        is inserted on its own instead."""
+        try:
+            with self._quotas.lock, Session(self.engine) as session, session.begin():
+                outcome = self._add_batch(session, rows)
+        except IntegrityError:
+            outcome = []
+            for row in rows:
+                try:
+                    self.insert(row)
+                    outcome.append(None)
+                except RequestError as exc:
+                    outcome.append(exc)
+        return outcome
+
+    def _add_batch(
+        self, session: Session, rows: list[Node]
+    ) -> list[RequestError | None]:
+        """:meth:`insert_many`'s rows added to ``session``, quotas counted as
+        they are added."""
+        uuids = [row.uuid for row in rows]
+        taken: set[str] = set()
+        for start in range(0, len(uuids), _IN_CHUNK):
+            chunk = uuids[start : start + _IN_CHUNK]
+            taken.update(
+                session.scalars(sa.select(Node.uuid).where(Node.uuid.in_(chunk)))
+            )
+        used: dict[tuple[str, str], int] = {}
+        outcome: list[RequestError | None] = []
+        for row in rows:
+            if row.uuid in taken:
+                outcome.append(
+                    ConflictError(
+                        "already_enrolled", f"node {row.uuid} is already enrolled"
+                    )
+                )
+                continue
+            try:
+                counted = (
+                    self._count_quotas(session, row, used) if row.project_id else []
+                )
+            except RequestError as exc:
+                outcome.append(exc)
+                continue
+            for key in counted:
+                used[key] += 1
+            taken.add(row.uuid)
+            session.add(row)
+            outcome.append(None)
+        return outcome
+
+    def _count_quotas(
+        self, session: Session, row: Node, used: dict[tuple[str, str], int]
+    ) -> list[tuple[str, str]]:
+        """Check ``row`` against its project's quotas, with ``used`` the
+        counts so far in this transaction (read from the table the first
+        time a project's is needed); returns the counts the row adds to.
+
+        Raises: QuotaExceededError, RequestError (as :meth:`insert`).
+        """
+        project = row.project_id
+        mine = sa.select(sa.func.count()).where(Node.project_id == project)
+        keys = [(project, "nodes")]
+        if row.state in _WAITING:
+            keys.append((project, "pending_enrolments"))
+        for key in keys:
+            if key not in used:
+                query = (
+                    mine if key[1] == "nodes" else mine.where(Node.state.in_(_WAITING))
+                )
+                used[key] = session.scalar(query) or 0
+            self._quotas.check(key[1], used[key], project=project)
+        return keys
 
     def _check_quotas(self, session: Session, row: Node) -> None:
         mine = sa.select(sa.func.count()).where(Node.project_id == row.project_id)

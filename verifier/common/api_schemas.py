@@ -261,6 +261,20 @@ _HOST_TRUST = _object(
     }
 )
 
+#: A node's registration (``GET /v1/agents/{uuid}``).
+_REGISTRATION = _object(
+    {
+        "uuid": _STR,
+        "ek_public": _STR,
+        "ek_certificate": _NULL_STR,
+        "ak_public": _STR,
+        "tls_cert": _STR,
+        "host": _STR,
+        "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+        "activated": {"type": "boolean"},
+    }
+)
+
 #: The registrar's routes.
 REGISTRAR: Responses = {
     ("GET", "/v1/agents"): _object(
@@ -271,16 +285,11 @@ REGISTRAR: Responses = {
             }
         }
     ),
-    ("GET", "/v1/agents/{uuid}"): _object(
+    ("GET", "/v1/agents/{uuid}"): _REGISTRATION,
+    ("POST", "/v1/lookup/agents"): _object(
         {
-            "uuid": _STR,
-            "ek_public": _STR,
-            "ek_certificate": _NULL_STR,
-            "ak_public": _STR,
-            "tls_cert": _STR,
-            "host": _STR,
-            "port": {"type": "integer", "minimum": 0, "maximum": 65535},
-            "activated": {"type": "boolean"},
+            "agents": {"type": "array", "items": _REGISTRATION},
+            "placements": {"type": "object", "additionalProperties": _STR},
         }
     ),
     ("PUT", "/v1/hosts/{host}/trust"): _HOST_TRUST,

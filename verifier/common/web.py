@@ -100,15 +100,25 @@ def parse_json_body(body: bytes) -> Mapping[str, Any]:
     return data
 
 
-async def read_json(request: web.Request) -> Mapping[str, Any]:
-    """The whole request body (up to the application's ``client_max_size``,
-    else 413 ``too_large``) as a JSON object.
+async def read_json(
+    request: web.Request, limit: int | None = None
+) -> Mapping[str, Any]:
+    """The whole request body (up to ``limit`` bytes, else the
+    application's ``client_max_size``; 413 ``too_large`` beyond) as a JSON
+    object.
 
     Raises:
         RequestError: ``bad_json`` if the body is not a JSON object within
             the limits (see :func:`parse_json_body`).
     """
-    return parse_json_body(await request.read())
+    if limit is None:
+        return parse_json_body(await request.read())
+    body = bytearray()
+    while chunk := await request.content.read(min(limit + 1 - len(body), 256 * 1024)):
+        body += chunk
+        if len(body) > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(body))
+    return parse_json_body(bytes(body))
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

@@ -8,6 +8,8 @@ client certificate in one of its roles (403 ``forbidden`` otherwise).
 ``POST /v1/agents/{uuid}``            register EK (+cert), AK -> challenge
 ``POST /v1/agents/{uuid}/activate``   prove the credential -> activated
 ``GET /v1/agents``, ``GET|DELETE /v1/agents/{uuid}``
+``POST /v1/lookup/agents``            the records and placements of up to
+                                      1,000 nodes (a batch of enrolments)
 ``PUT|GET|DELETE /v1/agents/{uuid}/ek``  the provider's vTPM EK (role provider)
 ``PUT|GET|DELETE /v1/provider/hosts/{host}``  a compute host's vTPM CA
 ``PUT|GET|DELETE /v1/provider/instances/{uuid}``  where Nova placed an instance
@@ -61,6 +63,8 @@ from verifier.protocol.messages.registration import (
     ActivationChallenge,
     ActivationProof,
     ActivationResult,
+    AgentLookup,
+    AgentLookupResult,
     RegistrationRecord,
     RegistrationRequest,
 )
@@ -175,6 +179,22 @@ async def _list(request: web.Request) -> web.Response:
     return json_response(
         {"agents": [{"uuid": r.uuid, "activated": r.activated} for r in records]}
     )
+
+
+@allow("reader")
+@rule("attestation:registration:list")
+async def _lookup(request: web.Request) -> web.Response:
+    body = AgentLookup.from_dict(await read_json(request))
+    records, hosts = await asyncio.to_thread(request.app[_KEY].lookup, body.uuids)
+    instances = _owner_check(request)
+    if instances is not None:  # a project's caller: its own instances only
+        who = keystone_caller(request)
+        assert who is not None
+        mine = await instances.owned(who.token, who.catalog)
+        records = [r for r in records if r.uuid in mine]
+        hosts = {u: h for u, h in hosts.items() if u in mine}
+    answer = AgentLookupResult(tuple(_record(r) for r in records), hosts)
+    return json_response(answer.to_dict())
 
 
 @allow("admin")
@@ -331,6 +351,7 @@ def make_app(
     app.router.add_post("/v1/agents/{uuid}", _register)
     app.router.add_post("/v1/agents/{uuid}/activate", _activate)
     app.router.add_get("/v1/agents", _list)
+    app.router.add_post("/v1/lookup/agents", _lookup)
     app.router.add_get("/v1/agents/{uuid}", _get)
     app.router.add_delete("/v1/agents/{uuid}", _delete)
     app.router.add_put("/v1/agents/{uuid}/ek", _put_provider_ek)

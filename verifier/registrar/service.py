@@ -38,7 +38,12 @@ import sqlalchemy as sa
 from cryptography import x509
 from sqlalchemy.orm import Session
 
-from verifier.db import PendingRegistration, ProviderEk, RegisteredAgent
+from verifier.db import (
+    InstancePlacement,
+    PendingRegistration,
+    ProviderEk,
+    RegisteredAgent,
+)
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import (
     CredentialChallenge,
@@ -59,6 +64,8 @@ from verifier.registrar.hosts import forget_pending as _forget_pending
 PENDING_TTL = 600.0
 #: Pending registrations kept per node (the oldest go first).
 MAX_PENDING_PER_NODE = 4
+#: UUIDs per SQL ``IN`` list of a batch look-up (:meth:`Registrar.lookup`).
+LOOKUP_CHUNK = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,6 +376,27 @@ class Registrar:
             if row is None:
                 raise NotFoundError("unknown_node", f"node {uuid} is not registered")
             return AgentRecord.from_row(row)
+
+    def lookup(self, uuids: Sequence[str]) -> tuple[list[AgentRecord], dict[str, str]]:
+        """The registrations of those of ``uuids`` the registrar knows, and
+        the compute host recorded for those Nova placed: one read for a
+        batch of enrolments (``POST /v1/lookup/agents``). Unknown UUIDs
+        are left out of both; ``uuids`` must be canonical."""
+        wanted = sorted(set(uuids))
+        records: list[AgentRecord] = []
+        hosts: dict[str, str] = {}
+        with Session(self._engine) as session:
+            for start in range(0, len(wanted), LOOKUP_CHUNK):
+                chunk = wanted[start : start + LOOKUP_CHUNK]
+                agents = sa.select(RegisteredAgent).where(
+                    RegisteredAgent.uuid.in_(chunk)
+                )
+                records.extend(AgentRecord.from_row(r) for r in session.scalars(agents))
+                placed = sa.select(
+                    InstancePlacement.uuid, InstancePlacement.host
+                ).where(InstancePlacement.uuid.in_(chunk))
+                hosts.update((uuid, host) for uuid, host in session.execute(placed))
+        return records, hosts
 
     def list(self) -> list[AgentRecord]:
         with Session(self._engine) as session:

@@ -281,3 +281,19 @@ def tpm_public(structure: str, name: str, raw: bytes) -> TpmPublic:
         raise MalformedError(
             structure, f"'{name}' is not a TPM2B_PUBLIC: {exc.detail}"
         ) from None
+
+
+# Nova's [DEFAULT]/host: a host name (or a label without spaces or slashes).
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+
+
+def check_host_name(structure: str, name: str, value: object) -> None:
+    """Raises: FieldError unless ``value`` is 1-255 letters, digits, '.',
+    '_' or '-' starting with a letter or digit (a compute host's name)."""
+    if not isinstance(value, str) or not _HOST_NAME.fullmatch(value):
+        raise FieldError(
+            structure,
+            name,
+            "a compute host name is 1-255 letters, digits, '.', '_' or '-' "
+            "starting with a letter or digit",
+        )

@@ -2,6 +2,8 @@
 (ARCHITECTURE "Flows" 1 and 3), and may later revoke the node.
 
 ``POST /v1/nodes``                :class:`EnrolmentRequest`
+``POST /v1/nodes/batch``          :class:`EnrolmentBatch` (up to
+                                  :data:`MAX_BATCH` enrolments)
 ``POST /v1/nodes/{uuid}/revoke``  :class:`RevokeRequest` (body optional)
 ``PUT /v1/nodes/{uuid}/policy``   :class:`PolicyChangeRequest`
 
@@ -18,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from verifier.protocol.enroller import COMMITMENT_BYTES
-from verifier.protocol.errors import FieldError
+from verifier.protocol.errors import FieldError, MalformedError
 from verifier.protocol.messages._fields import (
     Reader,
     b64,
@@ -31,12 +33,14 @@ from verifier.protocol.policy import PcrPolicy
 from verifier.protocol.shares import KEY_BYTES
 
 __all__ = [
+    "MAX_BATCH",
     "MAX_DETAIL",
     "MAX_INTERVAL",
     "MIN_INTERVAL",
     "MAX_POLICY_REF",
     "MODES",
     "AttestationMode",
+    "EnrolmentBatch",
     "EnrolmentRequest",
     "PolicyChangeRequest",
     "RevokeRequest",
@@ -309,3 +313,55 @@ class PolicyChangeRequest:
         present = {name: r.get(name) for name in _CHANGE_FIELDS if name in data}
         r.finish()
         return cls(present)
+
+
+#: The most enrolments one batch request holds.
+MAX_BATCH = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class EnrolmentBatch:
+    """Many enrolments in one request (a boot storm; keylime's users ask
+    for bulk adds, keylime issue #1415): ``{"nodes": [enrolment, ...]}``.
+
+    Raises:
+        FieldError: ``nodes`` is not a list of 1 to :data:`MAX_BATCH`
+            enrolments.
+        MalformedError: an enrolment as :class:`EnrolmentRequest` refuses
+            it, named by its index (``nodes.3: ...``).
+    """
+
+    nodes: tuple[EnrolmentRequest, ...]
+
+    _NAME = "enrolment batch"
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.nodes) <= MAX_BATCH:
+            raise FieldError(
+                self._NAME, "nodes", f"must be a list of 1 to {MAX_BATCH} enrolments"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": [n.to_dict() for n in self.nodes]}
+
+    @classmethod
+    def from_dict(cls, data: object) -> EnrolmentBatch:
+        """Parse a request body (unknown fields are refused).
+
+        Raises:
+            MalformedError: as the constructor.
+        """
+        r = Reader(data, cls._NAME)
+        items = r.get("nodes")
+        r.finish()
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_BATCH:
+            raise FieldError(
+                cls._NAME, "nodes", f"must be a list of 1 to {MAX_BATCH} enrolments"
+            )
+        nodes = []
+        for i, item in enumerate(items):
+            try:
+                nodes.append(EnrolmentRequest.from_dict(item))
+            except MalformedError as exc:
+                raise MalformedError(cls._NAME, f"nodes.{i}: {exc}") from None
+        return cls(tuple(nodes))

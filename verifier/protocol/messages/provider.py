@@ -15,7 +15,6 @@ instead: the provider enrols each host's swtpm local CA
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from verifier.protocol.ekcert import MAX_HOST_CA_PEM
@@ -27,6 +26,7 @@ from verifier.protocol.messages._fields import (
     canonical_uuid_field,
     check_bool,
     check_bytes,
+    check_host_name,
     check_str,
     check_tpm_public,
     tpm_public,
@@ -195,22 +195,6 @@ class ProviderEkResult:
         if r.get("registered") is not True:
             raise FieldError(cls._NAME, "registered", "must be true")
         return cls(r.get("uuid"), r.get("created"))
-
-
-# Nova's [DEFAULT]/host: a host name (or a label without spaces or slashes).
-_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
-
-
-def check_host_name(structure: str, name: str, value: object) -> None:
-    """Raises: FieldError unless ``value`` is 1-255 letters, digits, '.',
-    '_' or '-' starting with a letter or digit (a compute host's name)."""
-    if not isinstance(value, str) or not _HOST_NAME.fullmatch(value):
-        raise FieldError(
-            structure,
-            name,
-            "a compute host name is 1-255 letters, digits, '.', '_' or '-' "
-            "starting with a letter or digit",
-        )
 
 
 @dataclasses.dataclass(frozen=True)

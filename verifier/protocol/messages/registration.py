@@ -7,6 +7,8 @@ registrar protocol with TPM2_MakeCredential / TPM2_ActivateCredential).
 ``POST /v1/agents/{uuid}/activate``  :class:`ActivationProof` ->
                                      :class:`ActivationResult`
 ``GET /v1/agents/{uuid}``            -> :class:`RegistrationRecord`
+``POST /v1/lookup/agents``           :class:`AgentLookup` ->
+                                     :class:`AgentLookupResult`
 
 The challenge and the proof have the same shape in monitor attestation
 (``POST /v1/monitor/activate``), where a customer challenges the
@@ -21,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from verifier.protocol.errors import MalformedError
+from verifier.protocol.errors import FieldError, MalformedError
 from verifier.protocol.messages._fields import (
     MAX_TPM_PUBLIC,
     Reader,
@@ -30,6 +32,7 @@ from verifier.protocol.messages._fields import (
     check_bool,
     check_bytes,
     check_host,
+    check_host_name,
     check_int,
     check_pem_certificate,
     check_tpm_public,
@@ -38,11 +41,14 @@ from verifier.protocol.messages._fields import (
 from verifier.protocol.tpm import TpmPublic
 
 __all__ = [
+    "MAX_LOOKUP",
     "MAX_CREDENTIAL",
     "MAX_EK_CERTIFICATE",
     "ActivationChallenge",
     "ActivationProof",
     "ActivationResult",
+    "AgentLookup",
+    "AgentLookupResult",
     "RegistrationRecord",
     "RegistrationRequest",
 ]
@@ -54,6 +60,8 @@ MAX_CREDENTIAL = 64
 #: The largest credential blob or encrypted secret (an RSA-4096 seed: 512).
 _MAX_BLOB = 1024
 _MAX_PORT = 65535
+#: The most nodes one look-up (a batch of enrolments) names.
+MAX_LOOKUP = 1000
 
 
 def _check_contact(structure: str, msg: Any) -> None:
@@ -303,3 +311,87 @@ class RegistrationRecord:
         uuid = r.get("uuid")
         contact = _read_contact(r, cls._NAME)
         return cls(uuid=uuid, activated=r.get("activated"), **contact)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentLookup:
+    """The verifier's question for a batch of enrolments: the registrations
+    of these nodes, and where Nova placed them, in one request.
+
+    Raises:
+        FieldError: ``uuids`` not a list of 1 to :data:`MAX_LOOKUP`
+            strings.
+        MalformedError: an item is not a UUID (named by its index).
+    """
+
+    uuids: tuple[str, ...]
+
+    _NAME = "agent look-up"
+
+    def __post_init__(self) -> None:
+        items = self.uuids
+        if not isinstance(items, (list, tuple)) or not 1 <= len(items) <= MAX_LOOKUP:
+            raise FieldError(
+                self._NAME, "uuids", f"must be a list of 1 to {MAX_LOOKUP} UUIDs"
+            )
+        canonical = tuple(
+            canonical_uuid_field(self._NAME, f"uuids.{i}", u)
+            for i, u in enumerate(items)
+        )
+        object.__setattr__(self, "uuids", canonical)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uuids": list(self.uuids)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> AgentLookup:
+        """Raises: MalformedError naming the field (unknown ones refused)."""
+        r = Reader(data, cls._NAME)
+        uuids = r.get("uuids")
+        r.finish()
+        return cls(uuids)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentLookupResult:
+    """The registrar's answer to :class:`AgentLookup`: the records of the
+    nodes it knows (the others are left out) and the compute host of those
+    Nova placed.
+
+    Raises:
+        FieldError, MalformedError: a record as :class:`RegistrationRecord`
+            refuses it, or a placement that is not UUID -> host name.
+    """
+
+    agents: tuple[RegistrationRecord, ...]
+    placements: dict[str, str]
+
+    _NAME = "agent look-up result"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.placements, dict):
+            raise FieldError(self._NAME, "placements", "must be an object")
+        for uuid, host in self.placements.items():
+            canonical_uuid_field(self._NAME, "placements", uuid)
+            check_host_name(self._NAME, f"placements.{uuid}", host)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agents": [a.to_dict() for a in self.agents],
+            "placements": dict(self.placements),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> AgentLookupResult:
+        """Parse the registrar's answer (unknown fields are ignored).
+
+        Raises:
+            MalformedError: as the constructor.
+        """
+        r = Reader(data, cls._NAME)
+        agents, placements = r.get("agents"), r.get("placements")
+        if not isinstance(agents, list) or len(agents) > MAX_LOOKUP:
+            raise FieldError(
+                cls._NAME, "agents", f"must be a list of at most {MAX_LOOKUP} records"
+            )
+        return cls(tuple(RegistrationRecord.from_dict(a) for a in agents), placements)

@@ -90,6 +90,9 @@ class _NoRegistrar:
     async def get_agent(self, node_uuid: str) -> Any:
         raise NotFoundError("unknown_node", f"the registrar does not know {node_uuid}")
 
+    async def lookup(self, uuids: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+        return {}, {}
+
     async def close(self) -> None:
         pass
 

@@ -208,6 +208,7 @@ class FakeRegistrar:
     def __init__(self) -> None:
         self.records: dict[str, dict[str, Any]] = {}
         self.placements: dict[str, str] = {}
+        self.lookups: list[list[str]] = []  # each batch look-up's nodes
 
     def add(self, agent: FakeAgent, activated: bool = True) -> None:
         self.records[agent.uuid] = agent.record(activated)
@@ -222,6 +223,13 @@ class FakeRegistrar:
                 "unknown_node", f"the registrar does not know node {node_uuid}"
             )
         return RegistrationRecord.from_dict(record)
+
+    async def lookup(
+        self, uuids: list[str]
+    ) -> tuple[dict[str, RegistrationRecord], dict[str, str]]:
+        self.lookups.append(list(uuids))
+        records = {u: await self.get_agent(u) for u in uuids if u in self.records}
+        return records, {u: h for u, h in self.placements.items() if u in uuids}
 
     async def close(self) -> None:
         pass

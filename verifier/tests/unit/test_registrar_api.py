@@ -18,7 +18,10 @@ from verifier.common.tls import self_signed_certificate
 from verifier.db import make_engine, upgrade
 from verifier.protocol.messages.registration import (
     ActivationChallenge,
+    MAX_LOOKUP,
     ActivationProof,
+    AgentLookup,
+    AgentLookupResult,
     RegistrationRecord,
     RegistrationRequest,
 )
@@ -28,8 +31,9 @@ from verifier.registrar.service import Registration
 CERT = self_signed_certificate("agent", ["192.0.2.7"])[1].decode()
 
 
-class RegistrarApiTest(testtools.TestCase):
-    """The REST endpoints, without TLS (roles unchecked)."""
+class RegistrarApiBase(testtools.TestCase):
+    """The REST endpoints, without TLS (roles unchecked): a registrar on a
+    temporary database and a software TPM; no tests."""
 
     def setUp(self) -> None:
         super().setUp()
@@ -57,6 +61,10 @@ class RegistrarApiTest(testtools.TestCase):
             return out
 
         return asyncio.run(go())
+
+
+class RegistrarApiTest(RegistrarApiBase):
+    """Registration, activation and the record."""
 
     def assert_refused(self, changes: dict[str, Any], code: str, field: str) -> None:
         path = f"/v1/agents/{self.uuid}"
@@ -116,6 +124,56 @@ class RegistrarApiTest(testtools.TestCase):
         [(status, data)] = self.call(("GET", f"/v1/agents/{self.uuid}", None))
         self.assertEqual((500, "internal"), (status, data["error"]["code"]))
         self.assertIn("'tls_cert' is not exactly one PEM", logs.output)
+
+
+class AgentLookupApiTest(RegistrarApiBase):
+    """``POST /v1/lookup/agents``: the records and placements of a batch of
+    enrolments in one request."""
+
+    def register(self, activate: bool = True) -> str:
+        uuid = str(uuid_mod.uuid4())
+        challenge = self.registrar.register(
+            Registration(
+                uuid, self.tpm.ek.to_bytes(), None, self.tpm.ak.to_bytes(),
+                CERT, "192.0.2.7", 8892,
+            )
+        )  # fmt: skip
+        if activate:
+            credential = self.tpm.activate_credential(
+                challenge.credential_blob, challenge.encrypted_secret
+            )
+            self.registrar.activate(uuid, credential)
+        return uuid
+
+    def test_known_nodes_come_back_with_their_placement_unknown_are_left_out(
+        self,
+    ) -> None:
+        placed, waiting = self.register(), self.register(activate=False)
+        self.registrar.hosts.put_placement(placed, "compute-1", "nova")
+        unknown = str(uuid_mod.uuid4())
+        body = AgentLookup((placed, waiting.upper(), unknown)).to_dict()
+        [(status, data)] = self.call(("POST", "/v1/lookup/agents", body))
+        self.assertEqual(200, status, data)
+        result = AgentLookupResult.from_dict(data)
+        got = {r.uuid: r.activated for r in result.agents}
+        self.assertEqual({placed: True}, got)  # pending: not registered yet
+        self.assertEqual({placed: "compute-1"}, result.placements)
+
+    def test_a_bad_uuid_or_too_many_is_refused_naming_it(self) -> None:
+        bad = {"uuids": [str(uuid_mod.uuid4()), "not-a-uuid"]}
+        many = {"uuids": [str(uuid_mod.uuid4()) for _ in range(MAX_LOOKUP + 1)]}
+        (s1, d1), (s2, d2), (s3, d3) = self.call(
+            ("POST", "/v1/lookup/agents", bad),
+            ("POST", "/v1/lookup/agents", {"uuids": []}),
+            ("POST", "/v1/lookup/agents", {"uuids": ["x"], "more": 1}),
+        )
+        self.assertEqual((400, "malformed"), (s1, d1["error"]["code"]), d1)
+        self.assertIn("uuids.1", d1["error"]["message"])
+        self.assertEqual((400, "bad_field"), (s2, d2["error"]["code"]), d2)
+        self.assertEqual((400, "bad_field"), (s3, d3["error"]["code"]), d3)
+        self.assertIn("more", d3["error"]["message"])
+        [(s4, d4)] = self.call(("POST", "/v1/lookup/agents", many))
+        self.assertIn(s4, (400, 413), d4)
 
 
 class AnonymousCallerApiTest(testtools.TestCase):
