@@ -14,7 +14,8 @@ Run as a process (the benchmark does)::
 
 With ``--push URL`` the agents also push their evidence to the verifier's
 push endpoint (:mod:`trusted_testing.fleet_push`), for nodes enrolled in
-push mode.
+push mode; with ``--push-every K`` only every K-th agent does (index 0, K,
+2K, ...: :func:`pushing`), the others are polled.
 
 With ``--ima K`` every agent keeps an IMA measurement list that grows by K
 entries per quote asking for it, extended into PCR 10 and served from the
@@ -297,6 +298,11 @@ class Fleet:
                 raise RuntimeError(f"activation refused: {await resp.text()}")
 
 
+def pushing(index: int, every: int) -> bool:
+    """Whether the agent at ``index`` pushes when every ``every``-th does."""
+    return index % max(1, every) == 0
+
+
 class FleetProcess:
     """The emulator as a child process, with its control endpoints.
 
@@ -309,6 +315,8 @@ class FleetProcess:
         push_url: the verifier's push endpoint the agents push to (None:
             they are polled only).
         ima: the agents' IMA lists (None: no IMA log).
+        push_every: only every ``push_every``-th agent pushes
+            (:func:`pushing`).
     """
 
     def __init__(
@@ -320,9 +328,11 @@ class FleetProcess:
         use_uvloop: bool = True,
         push_url: str | None = None,
         ima: ImaLoad | None = None,
+        push_every: int = 1,
     ) -> None:
         self.n = n
         self.push_url = push_url
+        self.push_every = push_every
         self.ima = ima
         self.registrar_url = registrar_url
         self.pki = pki
@@ -356,7 +366,7 @@ class FleetProcess:
         if self.use_uvloop:
             cmd.append("--uvloop")
         if self.push_url:
-            cmd += ["--push", self.push_url]
+            cmd += ["--push", self.push_url, "--push-every", str(self.push_every)]
         if self.ima is not None:
             cmd += self.ima.to_args()
         with open(os.path.join(self.workdir, "fleet.log"), "wb") as log:
@@ -542,7 +552,8 @@ async def _serve(args: argparse.Namespace) -> None:
     if args.push:
         from trusted_testing.fleet_push import push_all
 
-        await push_all(fleet, args.push, os.path.join(pki, "ca.pem"), stop)
+        agents = [a for i, a in enumerate(fleet.agents) if pushing(i, args.push_every)]
+        await push_all(agents, fleet.csr, args.push, os.path.join(pki, "ca.pem"), stop)
     await stop.wait()
     server.close()
 
@@ -557,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", required=True)
     parser.add_argument("--uvloop", action="store_true")
     parser.add_argument("--push", help="the verifier's push endpoint URL")
+    parser.add_argument(
+        "--push-every", type=int, default=1, help="only every K-th agent pushes"
+    )
     parser.add_argument(
         "--ima", type=int, default=0, help="new IMA entries per quote (0: no IMA)"
     )

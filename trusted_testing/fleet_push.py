@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import aiohttp
@@ -41,15 +42,6 @@ class EmulatedAgent(Protocol):
     v_received: bool
 
 
-class Fleet(Protocol):
-    """What pushing needs of the fleet (:class:`trusted_testing.fleet.Fleet`)."""
-
-    @property
-    def agents(self) -> Sequence[EmulatedAgent]: ...
-
-    def csr(self) -> bytes: ...
-
-
 LOG = logging.getLogger(__name__)
 
 
@@ -70,8 +62,14 @@ async def _post(
         return dict(data)
 
 
+#: Seconds an agent not (yet) enrolled in push mode waits before it asks
+#: again, doubling up to the last (a fleet registers long before it is
+#: all enrolled: thousands of agents must not ask twice a second).
+_NOT_ENROLLED_WAIT = (0.5, 30.0)
+
+
 async def _push_one(
-    fleet: Fleet,
+    csr_of: Callable[[], bytes],
     agent: EmulatedAgent,
     session: aiohttp.ClientSession,
     base: str,
@@ -81,6 +79,7 @@ async def _push_one(
     token = ""
     interval = 0.0
     upcoming: ChallengeMessage | None = None
+    waiting = _NOT_ENROLLED_WAIT[0]
     while not stop.is_set():
         try:
             if not token:
@@ -102,7 +101,7 @@ async def _push_one(
                 challenge = ChallengeMessage.from_dict(data)
             while challenge is not None:
                 asked = challenge.request
-                csr = fleet.csr() if asked.csr else None
+                csr = csr_of() if asked.csr else None
                 bound = (
                     (agent.nk_public, csr) if csr is not None else (agent.nk_public,)
                 )
@@ -122,11 +121,13 @@ async def _push_one(
             if result.state == "revoked":
                 return
             interval = result.interval
+            waiting = _NOT_ENROLLED_WAIT[0]
         except _RefusedError as exc:
             if exc.status == 401:
                 token = ""
             elif exc.status in (404, 409):  # not enrolled (yet), revoked, pull
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(waiting * random.uniform(0.5, 1.0))
+                waiting = min(_NOT_ENROLLED_WAIT[1], waiting * 2)
             else:
                 LOG.debug("push of %s refused: %s", agent.uuid, exc)
                 await asyncio.sleep(0.05)
@@ -142,15 +143,20 @@ async def _push_one(
 
 
 async def push_all(
-    fleet: Fleet, base: str, ca_file: str, stop: asyncio.Event, limit: int = 256
+    agents: Sequence[EmulatedAgent],
+    csr: Callable[[], bytes],
+    base: str,
+    ca_file: str,
+    stop: asyncio.Event,
+    limit: int = 256,
 ) -> None:
-    """Push every agent's evidence to ``base`` until ``stop`` is set."""
+    """Push the evidence of ``agents`` (with the fleet's ``csr`` when
+    asked for one) to ``base`` until ``stop`` is set."""
     ctx = ssl.create_default_context(cafile=ca_file)
     connector = aiohttp.TCPConnector(ssl=ctx, limit=limit)
     async with aiohttp.ClientSession(connector=connector) as session:
         tasks = [
-            asyncio.create_task(_push_one(fleet, a, session, base, stop))
-            for a in fleet.agents
+            asyncio.create_task(_push_one(csr, a, session, base, stop)) for a in agents
         ]
         await stop.wait()
         for task in tasks:

@@ -78,12 +78,21 @@ def running_fleet(
     timeout: float = 3600,
     push_url: str | None = None,
     ima: ImaLoad | None = None,
+    push_every: int = 1,
 ) -> Iterator[FleetProcess]:
     """Start ``cluster`` and ``n`` emulated agents registered with its
-    registrar (pushing their evidence to ``push_url`` when given, with
-    IMA lists when ``ima`` is given); stop both on exit."""
+    registrar (pushing their evidence to ``push_url`` when given, every
+    ``push_every``-th of them only, with IMA lists when ``ima`` is given);
+    stop both on exit."""
     fleet = FleetProcess(
-        n, cluster.registrar_url, cluster.pki, workdir, use_uvloop, push_url, ima
+        n,
+        cluster.registrar_url,
+        cluster.pki,
+        workdir,
+        use_uvloop,
+        push_url,
+        ima,
+        push_every,
     )
     try:
         cluster.start()
@@ -224,6 +233,28 @@ class FleetApi:
                 raise RuntimeError(f"batch enrolment: {resp.status} {text}")
             await asyncio.sleep(min(30.0, 2.0**attempt))
         raise RuntimeError(f"batch enrolment: {len(requests)} nodes still refused")
+
+    async def node(self, uuid: str) -> dict[str, Any]:
+        """One node's view."""
+        async with self.session.get(f"{self.base}/v1/nodes/{uuid}") as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"node {uuid}: {resp.status} {await resp.text()}")
+            return dict(await resp.json())
+
+    async def events(self, kind: str, since: str) -> list[dict[str, Any]]:
+        """Every event of ``kind`` since ``since`` (ISO 8601), every page."""
+        found: list[dict[str, Any]] = []
+        params = {"kind": kind, "since": since, "limit": "1000"}
+        while True:
+            url = f"{self.base}/v1/events"
+            async with self.operator.get(url, params=params) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"events: {resp.status} {await resp.text()}")
+                page = (await resp.json())["events"]
+            found.extend(page)
+            if len(page) < 1000:
+                return found
+            params["marker"] = page[-1]["id"]
 
     async def wait_attested(self, n: int, timeout: float) -> None:
         """Wait until ``n`` nodes are attested."""
