@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from verifier.protocol.messages.enrolment import EnrolmentBatch, EnrolmentReques
 
 __all__ = [
     "FleetApi",
+    "keep_service_logs",
     "fleet_cluster",
     "mix_text",
     "mixed_intervals",
@@ -67,6 +69,16 @@ def fleet_cluster(
         verifiers=verifiers,
         database_url=database_url,
     )
+
+
+def keep_service_logs(workdir: str, dest: str) -> None:
+    """Copy the services' logs of a run in ``workdir`` (made by
+    :func:`fleet_cluster`) to ``dest``, so they outlive its directory."""
+    os.makedirs(dest, exist_ok=True)
+    cluster_dir = os.path.join(workdir, "cluster")
+    for name in os.listdir(cluster_dir) if os.path.isdir(cluster_dir) else ():
+        if name.endswith((".log", ".out")):
+            shutil.copy(os.path.join(cluster_dir, name), dest)
 
 
 @contextlib.contextmanager

@@ -57,6 +57,7 @@ from trusted_testing.fleet_run import (  # noqa: E402
     SLOW,
     FleetApi,
     fleet_cluster,
+    keep_service_logs,
     running_fleet,
 )
 from trusted_testing.procstat import cpu_seconds, rss_kib  # noqa: E402
@@ -266,12 +267,8 @@ async def _main(args: argparse.Namespace) -> int:
             finally:
                 await api.close()
     finally:
-        if args.keep_logs:
-            os.makedirs(args.keep_logs, exist_ok=True)
-            cluster_dir = os.path.join(workdir, "cluster")
-            for name in os.listdir(cluster_dir) if os.path.isdir(cluster_dir) else ():
-                if name.endswith((".log", ".out")):
-                    shutil.copy(os.path.join(cluster_dir, name), args.keep_logs)
+        if args.keep_logs:  # the services' logs outlive the run's directory
+            keep_service_logs(workdir, args.keep_logs)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -41,7 +41,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
 from trusted_testing.fleet import FleetProcess  # noqa: E402
-from trusted_testing.fleet_run import FleetApi, fleet_cluster, running_fleet  # noqa: E402
+from trusted_testing.fleet_run import (  # noqa: E402
+    FleetApi,
+    fleet_cluster,
+    keep_service_logs,
+    running_fleet,
+)
 from trusted_testing.procstat import rss_kib  # noqa: E402
 
 
@@ -160,11 +165,7 @@ async def _main(args: argparse.Namespace) -> int:
                 await api.close()
     finally:
         if args.keep_logs:  # the services' logs outlive the run's directory
-            os.makedirs(args.keep_logs, exist_ok=True)
-            cluster_dir = os.path.join(workdir, "cluster")
-            for name in os.listdir(cluster_dir) if os.path.isdir(cluster_dir) else ():
-                if name.endswith((".log", ".out")):
-                    shutil.copy(os.path.join(cluster_dir, name), args.keep_logs)
+            keep_service_logs(workdir, args.keep_logs)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
