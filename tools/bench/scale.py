@@ -73,6 +73,13 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(share * len(ordered)) - 1))]
 
 
+def _rounds(stats: dict[str, Any]) -> tuple[int, float]:
+    """Polled rounds the verifier started and their summed lateness (s)."""
+    classes = stats["classes"]
+    rounds = sum(int(c["rounds"]) for c in classes)
+    return rounds, sum(c["lag_mean"] * c["rounds"] for c in classes)
+
+
 class ScaleRun:
     """One run against a started cluster and fleet."""
 
@@ -132,6 +139,7 @@ class ScaleRun:
         for pool in pools.values():
             rng.shuffle(pool)
         turn = [g for g in GROUPS if pools[g]]
+        first = await self.api.stats()
         cpu0, t0 = cpu_seconds(self.pid), time.monotonic()
         end, next_tamper, k = t0 + args.minutes * 60, t0 + args.tamper_every, 0
         while time.monotonic() < end:
@@ -146,6 +154,15 @@ class ScaleRun:
             await self.watch(t0)
             await asyncio.sleep(args.poll)
         window_cpu = cpu_seconds(self.pid) - cpu0
+        last = await self.api.stats()
+        rounds, late = _rounds(last)
+        rounds0, late0 = _rounds(first)
+        self.figures.update(
+            checks=last["quotes_verified"] - first["quotes_verified"],
+            rounds=rounds - rounds0,
+            lag_mean=(late - late0) / max(1, rounds - rounds0),
+            lag_max=max((c["lag_max"] for c in last["classes"]), default=0.0),
+        )
         self.figures.update(
             window_s=time.monotonic() - t0,
             window_cpu_s=window_cpu,
@@ -207,6 +224,14 @@ class ScaleRun:
         print(
             f"attestation window    {f['window_s']:8.0f} s  verifier CPU "
             f"{f['window_cpu_s'] / f['window_s'] * 100:.0f} % of a core"
+        )
+        print(
+            f"checks in the window  {f['checks']} "
+            f"({f['checks'] / f['window_s']:.0f}/s, pushed evidence included); "
+            "polled rounds started "
+            f"{f['rounds'] / f['window_s']:.0f}/s, "
+            f"{f['lag_mean']:.1f} s late on average "
+            f"(at most {f['lag_max']:.0f} s since the start)"
         )
         before, attested, after = (
             f["rss_before_kib"],
