@@ -11,7 +11,9 @@ Nova's notifications). :class:`HostRegistry` stores both;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+from typing import Any
 
 import sqlalchemy as sa
 from cryptography import x509
@@ -29,6 +31,10 @@ from verifier.protocol.ekcert import load_host_ca
 from verifier.protocol.errors import MalformedError
 from verifier.protocol.hosttrust import HostTrust
 from verifier.protocol.messages.provider import check_host_name as _check_field
+
+#: Parsed host CAs kept (one per enrolled compute host; a CA is at most
+#: 32 KiB of PEM).
+PARSED_CAS = 4096
 
 __all__ = ["HostBinding", "HostRegistry", "forget_pending"]
 
@@ -216,7 +222,9 @@ class HostRegistry:
         """
         uuid = canonical_uuid(uuid)
         with Session(self._engine) as session:
-            rows = session.scalars(sa.select(HostCa)).all()
+            # the columns only, no ORM objects: every host's row is read at
+            # each registration and activation
+            rows = session.execute(sa.select(*_BINDING_COLUMNS)).all()
             if not rows:
                 return None
             anchors: dict[str, list[x509.Certificate]] = {}
@@ -228,9 +236,11 @@ class HostRegistry:
                     trust[row.host] = held
                 try:
                     pems[row.host] = row.ca_pem.encode()
-                    anchors[row.host] = load_host_ca(pems[row.host])
-                except (MalformedError, UnicodeError):
+                except UnicodeError:
                     continue
+                parsed = parsed_host_ca(pems[row.host])
+                if parsed is not None:
+                    anchors[row.host] = list(parsed)
             placement = session.get(InstancePlacement, uuid)
             if placement is None:
                 return HostBinding(None, None, anchors, pems, trust)
@@ -239,7 +249,30 @@ class HostRegistry:
             )
 
 
-def _trust_of(row: HostCa) -> HostTrust | None:
+@functools.lru_cache(maxsize=PARSED_CAS)
+def parsed_host_ca(pem: bytes) -> tuple[x509.Certificate, ...] | None:
+    """A host CA's certificates, parsed once per PEM (None: it does not
+    parse): :meth:`HostRegistry.binding` needs every enrolled host's CA
+    at each registration and again at its activation, and parsing them
+    all each time cost O(hosts) per agent. Certificates are immutable; a
+    replaced CA is another PEM, so another entry."""
+    try:
+        return tuple(load_host_ca(pem))
+    except MalformedError:
+        return None
+
+
+_BINDING_COLUMNS = (
+    HostCa.host,
+    HostCa.ca_pem,
+    HostCa.trusted,
+    HostCa.trust_ca_sha256,
+    HostCa.trust_provider_uuid,
+    HostCa.trust_as_of,
+)
+
+
+def _trust_of(row: Any) -> HostTrust | None:
     """The trust record a host CA row holds (None: never told, or a row
     half written by hand: fail closed)."""
     if row.trusted is None or row.trust_as_of is None or not row.trust_provider_uuid:
