@@ -17,8 +17,8 @@ from trusted_testing.softtpm import SoftTpm
 from verifier.common.tls import self_signed_certificate
 from verifier.db import make_engine, upgrade
 from verifier.protocol.messages.registration import (
-    ActivationChallenge,
     MAX_LOOKUP,
+    ActivationChallenge,
     ActivationProof,
     AgentLookup,
     AgentLookupResult,
