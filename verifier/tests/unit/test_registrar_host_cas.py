@@ -5,7 +5,6 @@ no anchors (fail closed)."""
 
 from __future__ import annotations
 
-import datetime
 import os
 import tempfile
 import uuid as uuid_mod
@@ -13,32 +12,16 @@ from unittest import mock
 
 import sqlalchemy as sa
 import testtools
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
 from verifier.db import HostCa, make_engine, upgrade
 from verifier.registrar import Registrar
 from verifier.registrar import hosts as hosts_mod
+from verifier.tests.unit.test_registrar_service import _ca
 
 
 def _ca_pem(name: str) -> str:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
+    return _ca(name)[1].public_bytes(serialization.Encoding.PEM).decode()
 
 
 class HostCaParsingTest(testtools.TestCase):
