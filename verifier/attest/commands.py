@@ -189,7 +189,8 @@ class NodeCommands:
         requests of up to 200 nodes) and one database transaction. Each
         request's outcome is its node or the error :meth:`enrol` would have
         raised for it alone; a refused request does not stop the others.
-        Requests with ``await_instance`` are enrolled one by one.
+        Requests with ``await_instance`` (no registrar record yet) are
+        enrolled one by one after the others.
 
         Raises:
             RequestError: the registrar is unreachable, refused or answered
@@ -199,6 +200,7 @@ class NodeCommands:
         checked: list[_Checked] = []
         seen: set[str] = set()
         resolved: dict[_Refs, _Refs | RequestError] = {}
+        ahead: list[tuple[int, EnrolmentRequest]] = []
         for i, req in enumerate(requests):
             try:
                 if req.uuid in seen:
@@ -207,11 +209,7 @@ class NodeCommands:
                     )
                 seen.add(req.uuid)
                 if req.await_instance:
-                    outcome[i] = await self.enrol(
-                        req.uuid, req.v, req.policy, req.runtime_policy,
-                        req.mb_policy, True, project, req.mode, req.u_commitment,
-                        req.interval,
-                    )  # fmt: skip
+                    ahead.append((i, req))
                     continue
                 self._check(
                     req.uuid,
@@ -240,6 +238,15 @@ class NodeCommands:
                 outcome[i] = exc
         if checked:
             await self._enrol_checked(checked, project, outcome)
+        for i, req in ahead:  # no registrar: after the batch, one by one
+            try:
+                outcome[i] = await self.enrol(
+                    req.uuid, req.v, req.policy, req.runtime_policy,
+                    req.mb_policy, True, project, req.mode, req.u_commitment,
+                    req.interval,
+                )  # fmt: skip
+            except RequestError as exc:
+                outcome[i] = exc
         return [
             o if o is not None else RequestError("internal", "not enrolled")
             for o in outcome

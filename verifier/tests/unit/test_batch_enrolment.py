@@ -5,6 +5,7 @@ a registrar that cannot answer stores nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid as uuid_mod
 
@@ -114,10 +115,27 @@ class BatchEnrolmentTest(VerifierServiceBase):
             raise RequestError("registrar_unreachable", "cannot reach it", 502)
 
         self.registrar.lookup = unreachable  # type: ignore[method-assign]
+        ahead = dataclasses.replace(
+            self.request(str(uuid_mod.uuid4())), await_instance=True
+        )
         with self.assertRaises(RequestError) as caught:
-            await verifier.commands.enrol_many([self.request(a.uuid) for a in agents])
+            await verifier.commands.enrol_many(
+                [ahead] + [self.request(a.uuid) for a in agents]
+            )
         self.assertEqual("registrar_unreachable", caught.exception.code)
         self.assertEqual([], await verifier.queries.list())
+
+    async def test_a_node_enrolled_ahead_of_its_instance_waits_in_the_batch(
+        self,
+    ) -> None:
+        verifier = self.new_verifier()
+        agent = self.new_agent()
+        ahead = dataclasses.replace(
+            self.request(str(uuid_mod.uuid4())), await_instance=True
+        )
+        results = await verifier.commands.enrol_many([ahead, self.request(agent.uuid)])
+        self.assertEqual(["pending", "registered"], [self.outcome(r) for r in results])
+        self.assertEqual([[agent.uuid]], self.registrar.lookups)
 
     async def test_a_request_without_a_policy_is_refused_alone(self) -> None:
         verifier = self.new_verifier()
