@@ -26,6 +26,7 @@ from verifier.protocol.hosttrust import HostTrustMode
 from verifier.protocol.tpm import TpmPublic
 from verifier.registrar import Registrar, make_app
 from verifier.registrar.service import Registration
+from verifier.tests.dbfixture import SqliteDatabase
 from vtpm_manager.identity import EkIdentity
 from vtpm_manager.swtpm_state import create_state, read_ek
 
@@ -86,11 +87,7 @@ class HostBoundRegistrationTest(testtools.TestCase):
 
     def setUp(self) -> None:
         super().setUp()
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        self.engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
-        self.addCleanup(self.engine.dispose)
-        upgrade(self.engine)
+        self.engine = self.useFixture(SqliteDatabase()).engine
         # hosts are not attested here: the gate is off (test_registrar_host_trust)
         self.registrar = Registrar(self.engine, host_trust=HostTrustMode.OFF)
         self.ak = SoftTpm(ak_alg="ecc", ek_alg="ecc").ak

@@ -5,8 +5,6 @@ no anchors (fail closed)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 import uuid as uuid_mod
 from unittest import mock
 
@@ -14,9 +12,10 @@ import sqlalchemy as sa
 import testtools
 from cryptography.hazmat.primitives import serialization
 
-from verifier.db import HostCa, make_engine, upgrade
+from verifier.db import HostCa
 from verifier.registrar import Registrar
 from verifier.registrar import hosts as hosts_mod
+from verifier.tests.dbfixture import SqliteDatabase
 from verifier.tests.unit.test_registrar_service import _ca
 
 
@@ -27,11 +26,7 @@ def _ca_pem(name: str) -> str:
 class HostCaParsingTest(testtools.TestCase):
     def setUp(self) -> None:
         super().setUp()
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        self.engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
-        self.addCleanup(self.engine.dispose)
-        upgrade(self.engine)
+        self.engine = self.useFixture(SqliteDatabase()).engine
         self.hosts = Registrar(self.engine).hosts
         hosts_mod.parsed_host_ca.cache_clear()
         self.addCleanup(hosts_mod.parsed_host_ca.cache_clear)

@@ -25,11 +25,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from trusted_testing.softtpm import SoftTpm
 from verifier.common.swtpm_localca import ek_ca_bundle
-from verifier.db import make_engine, upgrade
 from verifier.exceptions import NotFoundError, RequestError
 from verifier.protocol.hosttrust import HostTrust, HostTrustMode, issuer_file_part
 from verifier.registrar import Registrar, make_app
 from verifier.registrar.service import Registration
+from verifier.tests.dbfixture import SqliteDatabase
 from verifier.tests.unit.test_registrar_host_bound import CERT, _vtpm
 from vtpm_manager.identity import EkIdentity
 
@@ -81,11 +81,7 @@ class _Hosts(testtools.TestCase):
 
     def setUp(self) -> None:
         super().setUp()
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        self.engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
-        self.addCleanup(self.engine.dispose)
-        upgrade(self.engine)
+        self.engine = self.useFixture(SqliteDatabase()).engine
         self.registrar = Registrar(self.engine)  # host_trust required: the default
         self.ak = SoftTpm(ak_alg="ecc", ek_alg="ecc").ak
         self.hosts = self.registrar.hosts

@@ -16,6 +16,7 @@ from verifier.db import make_engine, upgrade
 from verifier.exceptions import ConflictError, NotFoundError
 from verifier.registrar import Registrar, make_app
 from verifier.registrar.service import Registration
+from verifier.tests.dbfixture import SqliteDatabase
 
 TLS_CERT = "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
 
@@ -23,11 +24,7 @@ TLS_CERT = "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
 class ProviderEkTest(testtools.TestCase):
     def setUp(self) -> None:
         super().setUp()
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        self.engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
-        self.addCleanup(self.engine.dispose)
-        upgrade(self.engine)
+        self.engine = self.useFixture(SqliteDatabase()).engine
         self.registrar = Registrar(self.engine)
         self.vtpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
         self.uuid = str(uuid_mod.uuid4())

@@ -6,7 +6,6 @@ import dataclasses
 import datetime
 import functools
 import os
-import tempfile
 import uuid as uuid_mod
 
 import testtools
@@ -16,11 +15,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from trusted_testing.softtpm import SoftTpm
-from verifier.db import make_engine, upgrade
 from verifier.exceptions import ConflictError, NotFoundError, RequestError
 from verifier.protocol import EvidenceError
 from verifier.protocol import tpm as t
 from verifier.registrar.service import Registrar, Registration
+from verifier.tests.dbfixture import SqliteDatabase
 
 TLS_CERT = "-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
 
@@ -75,11 +74,7 @@ def _ek_cert(
 class RegistrarTest(testtools.TestCase):
     def setUp(self) -> None:
         super().setUp()
-        tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(tmp.cleanup)
-        self.engine = make_engine("sqlite:///" + os.path.join(tmp.name, "r.db"))
-        self.addCleanup(self.engine.dispose)
-        upgrade(self.engine)
+        self.engine = self.useFixture(SqliteDatabase()).engine
         self.registrar = Registrar(self.engine)
         self.tpm = SoftTpm(ak_alg="ecc", ek_alg="ecc")
         self.uuid = str(uuid_mod.uuid4())
