@@ -248,6 +248,38 @@ def _http_seeds() -> list[bytes]:
     ]
 
 
+def _http_request(data: bytes) -> object:
+    """The lean server's request parser, fed ``data[1:]`` in pieces whose
+    sizes follow from ``data[0]``, every complete request taken as it
+    comes. Only BadRequestError may come out."""
+    from verifier.common._http11_request import BadRequestError, RequestParser
+
+    if not data:
+        return None
+    step, body = 1 + data[0] % 61, data[1:]
+    parser = RequestParser(max_body=4096)
+    requests = []
+    try:
+        for start in range(0, len(body), step):
+            parser.feed(body[start : start + step])
+            while (request := parser.next_request()) is not None:
+                requests.append(request)
+    except BadRequestError as exc:
+        return exc
+    return requests
+
+
+def _http_request_seeds() -> list[bytes]:
+    head = b"POST /v1/push/n/evidence HTTP/1.1\r\nHost: v:8882\r\n"
+    return [
+        b"\x07" + head + b"Content-Length: 2\r\n\r\n{}",
+        b"\x03" + head + b"Content-Length: 0\r\n\r\n" + head + b"\r\n",
+        b"\x20GET /healthcheck HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+        b"\x01" + head + b"Expect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+        b"\x05" + head + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ]
+
+
 def wire_targets() -> list[Target]:
     """The targets of this module."""
     return [
@@ -261,4 +293,5 @@ def wire_targets() -> list[Target]:
         Target("abe_blob", _abe_blob, _abe_seeds),
         Target("ek_anchors", _ek_anchors, lambda: [b"-----BEGIN CERTIFICATE-----\n"]),
         Target("http_response", _http_response, _http_seeds),
+        Target("http_request", _http_request, _http_request_seeds),
     ]

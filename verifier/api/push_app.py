@@ -15,24 +15,18 @@ status per :class:`~verifier.protocol.push.PushError` code.
 
 from __future__ import annotations
 
-from aiohttp import web
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from verifier.attest.push import PushAttestation
-from verifier.common import openapi
-from verifier.common.web import (
-    Handler,
-    error_middleware,
-    json_response,
-    parse_json_body,
-    read_json,
-)
+from verifier.common.lean_server import LeanApp, LeanHandler, Request
+from verifier.common.web import parse_json_body
 from verifier.exceptions import RequestError
 from verifier.protocol.messages.push import EvidencePost, SessionProof
 from verifier.protocol.push import PushError
 
 __all__ = ["PUSH_ERROR_STATUS", "make_push_app"]
 
-_KEY = web.AppKey("push", PushAttestation)
 _SCHEME = "TPM-Session "
 #: The HTTP status of each refusal.
 PUSH_ERROR_STATUS = {
@@ -47,20 +41,28 @@ PUSH_ERROR_STATUS = {
     "evidence_too_large": 413,
     "too_frequent": 429,
 }
+Answer = tuple[int, Any]
 
 
-@web.middleware
-async def _refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except PushError as exc:
-        raise RequestError(
-            exc.code, exc.detail, PUSH_ERROR_STATUS.get(exc.code, 400)
-        ) from exc
+def _refusals(handler: Callable[[Request, str], Answer]) -> LeanHandler:
+    """``handler`` for the ``{uuid}`` of its route, its PushError s
+    answered with their status."""
+
+    def serve(request: Request, params: Mapping[str, str]) -> Answer:
+        try:
+            return handler(request, params["uuid"])
+        except PushError as exc:
+            raise RequestError(
+                exc.code, exc.detail, PUSH_ERROR_STATUS.get(exc.code, 400)
+            ) from exc
+
+    serve.__doc__ = handler.__doc__
+    serve.__name__ = handler.__name__
+    return serve
 
 
-def _token(request: web.Request) -> str:
-    header = request.headers.get("Authorization", "")
+def _token(request: Request) -> str:
+    header = request.headers.get("authorization", "")
     if not header.startswith(_SCHEME) or len(header) > 256:
         raise RequestError(
             "no_session", f"send 'Authorization: {_SCHEME}<token>' of a session", 401
@@ -68,47 +70,37 @@ def _token(request: web.Request) -> str:
     return header[len(_SCHEME) :].strip()
 
 
-async def _session(request: web.Request) -> web.Response:
-    nonce = request.app[_KEY].open_session(request.match_info["uuid"])
-    return json_response(nonce.to_dict(), status=201)
-
-
-async def _proof(request: web.Request) -> web.Response:
-    proof = SessionProof.from_dict(await read_json(request))
-    grant = request.app[_KEY].prove_session(request.match_info["uuid"], proof)
-    return json_response(grant.to_dict(), status=201)
-
-
-async def _challenge(request: web.Request) -> web.Response:
-    push = request.app[_KEY]
-    challenge = push.challenge(request.match_info["uuid"], _token(request))
-    return json_response(challenge.to_dict(), status=201)
-
-
-async def _evidence(request: web.Request) -> web.Response:
-    push = request.app[_KEY]
-    token = _token(request)
+def make_push_app(push: PushAttestation) -> LeanApp:
+    """The push endpoint (served by :func:`verifier.common.lean_server.serve`;
+    TLS is up to the caller)."""
     limit = push.rules.max_evidence_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise PushError("evidence_too_large", f"evidence exceeds {limit} bytes")
-    body = await request.read()
-    if len(body) > limit:
-        raise PushError("evidence_too_large", f"evidence exceeds {limit} bytes")
-    post = EvidencePost.from_dict(parse_json_body(body))
-    result = push.evidence(request.match_info["uuid"], token, post, len(body))
-    return json_response(result.to_dict())
-
-
-def make_push_app(push: PushAttestation) -> web.Application:
-    """The push endpoint's aiohttp application (TLS is up to the site)."""
-    app = web.Application(
-        middlewares=[error_middleware, _refusals],
-        client_max_size=push.rules.max_evidence_bytes + 1,
+    app = LeanApp(
+        "trusted-cloud verifier push endpoint",
+        limit,
+        ("evidence_too_large", f"evidence exceeds {limit} bytes"),
     )
-    app[_KEY] = push
-    app.router.add_post("/v1/push/{uuid}/session", _session)
-    app.router.add_post("/v1/push/{uuid}/session/proof", _proof)
-    app.router.add_post("/v1/push/{uuid}/challenge", _challenge)
-    app.router.add_post("/v1/push/{uuid}/evidence", _evidence)
-    openapi.add_route(app, "trusted-cloud verifier push endpoint")
+
+    def session(request: Request, uuid: str) -> Answer:
+        """A nonce to open a push session with."""
+        return 201, push.open_session(uuid).to_dict()
+
+    def proof(request: Request, uuid: str) -> Answer:
+        """A quote over the session nonce: the session token."""
+        proof = SessionProof.from_dict(parse_json_body(request.body))
+        return 201, push.prove_session(uuid, proof).to_dict()
+
+    def challenge(request: Request, uuid: str) -> Answer:
+        """The next challenge of the session's node."""
+        return 201, push.challenge(uuid, _token(request)).to_dict()
+
+    def evidence(request: Request, uuid: str) -> Answer:
+        """Evidence answering a challenge: the node's verdict."""
+        token = _token(request)
+        post = EvidencePost.from_dict(parse_json_body(request.body))
+        return 200, push.evidence(uuid, token, post, len(request.body)).to_dict()
+
+    app.add("POST", "/v1/push/{uuid}/session", _refusals(session))
+    app.add("POST", "/v1/push/{uuid}/session/proof", _refusals(proof))
+    app.add("POST", "/v1/push/{uuid}/challenge", _refusals(challenge))
+    app.add("POST", "/v1/push/{uuid}/evidence", _refusals(evidence))
     return app

@@ -7,6 +7,7 @@ the ``scale`` extra; a missing one is a configuration error naming it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from verifier.attest.quotas import Quotas
 from verifier.attest.trait_runner import TraitRunner
 from verifier.ca import CaError, CertificateAuthority
 from verifier.cmd import _service
-from verifier.common import extras, version, web_runner
+from verifier.common import extras, version
 from verifier.common import tls as tlsutil
 from verifier.common.http import AsyncClient
 from verifier.exceptions import ConfigError
@@ -245,25 +246,29 @@ def build_push_rules(conf: cfg.ConfigOpts) -> PushRules:
 
 async def start_push_site(
     conf: cfg.ConfigOpts, verifier: Verifier
-) -> web.AppRunner | None:
+) -> asyncio.AbstractServer | None:
     """Serve the push endpoint on ``[push] port`` (None: disabled), over TLS
     with the verifier's certificate and no client certificate required."""
     if not conf.push.port:
         return None
     from verifier.api.push_app import make_push_app
+    from verifier.common import lean_server
 
     ctx = _service.server_tls(conf.verifier, client_cert_optional=True)
-    runner = web_runner.AppRunner(make_push_app(verifier.push))
-    await runner.setup()
-    site = web.TCPSite(runner, conf.verifier.host, conf.push.port, ssl_context=ctx)
     try:
-        await site.start()
+        server = await lean_server.serve(
+            make_push_app(verifier.push),
+            conf.verifier.host,
+            conf.push.port,
+            tls=ctx,
+            keepalive=conf.push.keepalive,
+            request_timeout=conf.push.request_timeout,
+        )
     except OSError as exc:  # e.g. another verifier on this host has it
-        await runner.cleanup()
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise OSError(exc.errno, f"[push] port {conf.push.port}: {why}")
     LOG.info("Push endpoint on https://%s:%d", conf.verifier.host, conf.push.port)
-    return runner
+    return server
 
 
 def build_monitor(
@@ -367,7 +372,7 @@ class _Process:
         self._conf = conf
         self._verifier = verifier
         self._monitor = monitor
-        self._push: web.AppRunner | None = None
+        self._push: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
         if self._monitor is not None:
@@ -377,7 +382,8 @@ class _Process:
 
     async def stop(self) -> None:
         if self._push is not None:
-            await self._push.cleanup()
+            self._push.close()
+            await self._push.wait_closed()
         await self._verifier.stop()
         if self._monitor is not None:
             await self._monitor[0].stop()

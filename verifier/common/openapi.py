@@ -14,7 +14,7 @@ checks the running services against it
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -22,7 +22,7 @@ from aiohttp import web
 from verifier.common.api_schemas import Responses
 from verifier.common.web import json_response
 
-__all__ = ["ERROR_SCHEMA", "add_route", "document"]
+__all__ = ["ERROR_SCHEMA", "add_route", "document", "document_routes"]
 
 _PARAM = re.compile(r"{(\w+)(?::[^}]*)?}")
 
@@ -61,10 +61,9 @@ def _success(method: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _operation(
-    route: web.AbstractRoute, path: str, schema: Mapping[str, Any] | None = None
+    method: str, handler: Any, path: str, schema: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    method = route.method.lower()
-    handler = route.handler
+    method = method.lower()
     name = getattr(handler, "__name__", "handler").strip("_") or "handler"  # summary
     operation: dict[str, Any] = {
         "operationId": method + re.sub(r"[^A-Za-z0-9]+", "_", path),
@@ -105,17 +104,30 @@ def document(
             (:mod:`verifier.common.api_schemas`); other routes declare
             any body of their content types.
     """
-    schemas = responses or {}
-    paths: dict[str, dict[str, Any]] = {}
+    routes = []
     for route in app.router.routes():
-        if route.method in ("HEAD", "*"):
-            continue
         info: Mapping[str, Any] = route.resource.get_info() if route.resource else {}
         path = info.get("formatter") or info.get("path")
-        if not path:
+        if path:
+            routes.append((route.method, path, route.handler))
+    return document_routes(routes, title, version, responses)
+
+
+def document_routes(
+    routes: Iterable[tuple[str, str, Any]],
+    title: str,
+    version: str = "1",
+    responses: Responses | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI 3.0 document of ``routes``: (method, path template,
+    handler) each (:func:`document` for the arguments)."""
+    schemas = responses or {}
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path, handler in routes:
+        if method in ("HEAD", "*"):
             continue
-        paths.setdefault(_PARAM.sub(r"{\1}", path), {})[route.method.lower()] = (
-            _operation(route, path, schemas.get((route.method, path)))
+        paths.setdefault(_PARAM.sub(r"{\1}", path), {})[method.lower()] = _operation(
+            method, handler, path, schemas.get((method, path))
         )
     return {
         "openapi": "3.0.3",

@@ -34,6 +34,21 @@ _OPTS: list[cfg.Opt] = [
         min=1.0,
         help="Seconds a session opened with the node's AK lasts.",
     ),
+    cfg.FloatOpt(
+        "keepalive",
+        default=75.0,
+        min=1.0,
+        help="Seconds an agent's connection is kept open after an answer, for "
+        "its next request. Longer than the agents' interval saves a TLS "
+        "handshake a round, at the cost of an open connection per agent.",
+    ),
+    cfg.FloatOpt(
+        "request_timeout",
+        default=120.0,
+        min=1.0,
+        help="Seconds a request has to arrive whole from its first byte; the "
+        "connection of a slower client is closed.",
+    ),
     cfg.IntOpt(
         "max_evidence_bytes",
         default=48 << 20,

@@ -55,6 +55,8 @@ def too_deep(text: bytes, max_depth: int) -> bool:
     end), so the answer is exact for valid JSON and errs towards refusal
     otherwise. Linear in ``len(text)`` per level, each level a C-speed pass.
     """
+    if text.count(b"[") + text.count(b"{") <= max_depth:
+        return False  # the usual case: too few brackets to nest that deep
     brackets = _STRING.sub(b"", text).translate(None, _NOT_BRACKETS)
     for _ in range(max_depth):
         inner = brackets

@@ -39,6 +39,7 @@ from node_agent.server import make_app as agent_app
 from node_agent.tests.unit.test_agent import SoftTpmAdapter
 from trusted_testing import hooks_events
 from trusted_testing.auth import open_auth
+from trusted_testing.lean_serve import LeanTestServer
 from verifier.api.push_app import make_push_app
 from verifier.api.verifier_app import make_app as verifier_app
 from verifier.api.verifier_app import public_pem
@@ -46,6 +47,7 @@ from verifier.attest.node import enrolment_row
 from verifier.attest.service import Verifier
 from verifier.attest.settings import VerifierSettings
 from verifier.common import api_schemas
+from verifier.common.lean_server import LeanApp
 from verifier.common.openapi import document
 from verifier.db import Host, make_engine, upgrade
 from verifier.exceptions import AgentUnreachableError, NotFoundError
@@ -108,10 +110,17 @@ class _NoAgents:
         pass
 
 
+App = web.Application | LeanApp
+
+
+def _document(app: App, name: str) -> dict[str, Any]:
+    return app.document() if isinstance(app, LeanApp) else document(app, name)
+
+
 class Served:
     """An aiohttp application built and served on 127.0.0.1 in a thread."""
 
-    def __init__(self, build: Callable[[], web.Application]) -> None:
+    def __init__(self, build: Callable[[], App]) -> None:
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._build = build
@@ -123,7 +132,15 @@ class Served:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.runner = web.AppRunner(self._build(), access_log=None)
+        app = self._build()
+        if isinstance(app, LeanApp):  # the push endpoint
+            self.lean = LeanTestServer(app)
+            self.loop.run_until_complete(self.lean.start_server())
+            self.port = self.lean.port
+            self._ready.set()
+            self.loop.run_forever()
+            return
+        self.runner = web.AppRunner(app, access_log=None)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         self.loop.run_until_complete(site.start())
@@ -139,7 +156,10 @@ class Served:
 
     def stop(self) -> None:
         async def down() -> None:
-            await self.runner.cleanup()
+            if hasattr(self, "lean"):
+                await self.lean.close()
+            else:
+                await self.runner.cleanup()
 
         asyncio.run_coroutine_threadsafe(down(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -206,7 +226,7 @@ class ApiContractTest(testtools.TestCase):
         )
         return verifier_app(verifier, public_pem(key.public_key()), open_auth())
 
-    def _push(self) -> web.Application:
+    def _push(self) -> LeanApp:
         key = ed25519.Ed25519PrivateKey.generate()
         engine = self._engine("p.db")
         verifier = Verifier(
@@ -243,14 +263,14 @@ class ApiContractTest(testtools.TestCase):
         consumer = Consumer([key.public_key()], [hooks_events.RecordingAction()])
         return listener_app(EventHandler(consumer), ["verifier"])
 
-    def _serve(self, build: Callable[[], web.Application]) -> Served:
+    def _serve(self, build: Callable[[], App]) -> Served:
         served = Served(build)
         self.addCleanup(served.stop)
         return served
 
     # -- the documents ----------------------------------------------------------
 
-    def _services(self) -> dict[str, Callable[[], web.Application]]:
+    def _services(self) -> dict[str, Callable[[], App]]:
         return {
             "registrar": self._registrar,
             "verifier": self._verifier,
@@ -262,7 +282,7 @@ class ApiContractTest(testtools.TestCase):
 
     def test_every_service_serves_its_openapi_document(self) -> None:
         for name, build in self._services().items():
-            doc = document(build(), name)
+            doc = _document(build(), name)
             self.assertEqual("3.0.3", doc["openapi"])
             self.assertIn("/v1/openapi.json", doc["paths"], name)
             for path, operations in doc["paths"].items():
@@ -322,14 +342,14 @@ class ApiContractTest(testtools.TestCase):
             text = re.sub(r"{[^}]*}", "{}", f.read())
         missing = []
         for name, build in self._services().items():
-            for path in document(build(), name)["paths"]:
+            for path in _document(build(), name)["paths"]:
                 if re.sub(r"{[^}]*}", "{}", path) not in text:
                     missing.append(f"{name} {path}")
         self.assertEqual([], missing)
 
     # -- schemathesis against the running services -----------------------------
 
-    def _schemathesis(self, build: Callable[[], web.Application]) -> None:
+    def _schemathesis(self, build: Callable[[], App]) -> None:
         if not shutil.which(ST):
             self.skipTest("schemathesis is not installed (test-requirements.txt)")
         served = self._serve(build)

@@ -22,11 +22,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from oslo_config import cfg
 
+from trusted_testing.lean_serve import LeanTestClient, LeanTestServer
 from verifier.api.abe_app import add_abe_routes
 from verifier.api.authz import Auth
 from verifier.api.monitor_app import add_monitor_routes
 from verifier.api.push_app import make_push_app
 from verifier.api.verifier_app import make_app as verifier_app
+from verifier.common.lean_server import LeanApp
 from verifier.keyservice import make_app as keyservice_app
 from verifier.policies import make_enforcer
 from verifier.registrar import make_app as registrar_app
@@ -97,7 +99,9 @@ def _apps() -> dict[str, list[web.Application]]:
     }
 
 
-def _routes(app: web.Application) -> list[tuple[str, str]]:
+def _routes(app: web.Application | LeanApp) -> list[tuple[str, str]]:
+    if isinstance(app, LeanApp):
+        return [(route.method, route.template) for route in app.routes]
     out = []
     for route in app.router.routes():
         path = route.resource.canonical if route.resource is not None else ""
@@ -108,10 +112,15 @@ def _routes(app: web.Application) -> list[tuple[str, str]]:
 
 class AnonymousCallerTest(unittest.IsolatedAsyncioTestCase):
     async def _answers(
-        self, app: web.Application, routes: list[tuple[str, str]]
+        self, app: web.Application | LeanApp, routes: list[tuple[str, str]]
     ) -> dict[tuple[str, str], tuple[int, Any]]:
         out = {}
-        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+        client: Any = (
+            LeanTestClient(LeanTestServer(app))
+            if isinstance(app, LeanApp)
+            else TestClient(TestServer(app, host="127.0.0.1"))
+        )
+        async with client:
             for method, path in routes:
                 url = re.sub(r"{[^}]*}", NODE, path)
                 async with client.request(method, url, json={}) as resp:

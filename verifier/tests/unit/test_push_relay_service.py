@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 
-from aiohttp.test_utils import TestServer
-
+from trusted_testing.lean_serve import LeanTestServer
 from verifier.api.push_app import make_push_app
 from verifier.attest.service import Verifier
 from verifier.attest.settings import VerifierSettings
@@ -53,7 +52,7 @@ class RelayServiceTest(VerifierServiceBase):
             clock=lambda: self.now,
         )
         self.verifiers.append(self.verifier)
-        server = TestServer(make_push_app(self.verifier.push))
+        server = LeanTestServer(make_push_app(self.verifier.push))
         await server.start_server()
         self.addAsyncCleanup(server.close)
         self.fake = self.new_agent()

@@ -10,8 +10,7 @@ import base64
 import os
 from typing import Any
 
-from aiohttp.test_utils import TestClient, TestServer
-
+from trusted_testing.lean_serve import LeanTestClient, LeanTestServer
 from trusted_testing.softtpm import SoftTpm
 from verifier.api.push_app import make_push_app
 from verifier.attest.service import Verifier
@@ -48,7 +47,7 @@ class PushServiceTest(VerifierServiceBase):
             clock=lambda: self.now,
         )
         self.verifiers.append(self.verifier)
-        self.client = TestClient(TestServer(make_push_app(self.verifier.push)))
+        self.client = LeanTestClient(LeanTestServer(make_push_app(self.verifier.push)))
         await self.client.start_server()
         self.addAsyncCleanup(self.client.close)
 
@@ -431,7 +430,7 @@ class AgentPushLoopTest(VerifierServiceBase):
             abe=abe,
         )
         self.verifiers.append(self.verifier)
-        server = TestServer(make_push_app(self.verifier.push))
+        server = LeanTestServer(make_push_app(self.verifier.push))
         await server.start_server()
         self.addAsyncCleanup(server.close)
         url = str(server.make_url("/"))

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import os
 
-from aiohttp.test_utils import TestServer
-
+from trusted_testing.lean_serve import LeanTestServer
 from verifier.api.push_app import make_push_app
 from verifier.attest.service import Verifier
 from verifier.attest.settings import VerifierSettings
@@ -86,7 +85,7 @@ class SharedPushStoreTest(VerifierServiceBase):
         await verifier.sync.sync()
         verifier.push.relay.follow_handovers()
         self.quiesce(verifier)
-        server = TestServer(make_push_app(verifier.push))
+        server = LeanTestServer(make_push_app(verifier.push))
         await server.start_server()
         self.addAsyncCleanup(server.close)
         return verifier, str(server.make_url("/"))
