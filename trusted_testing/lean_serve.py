@@ -28,7 +28,7 @@ class LeanTestServer:
         self.app = app
         self.tls = tls
         self._limits = limits
-        self.server: asyncio.AbstractServer | None = None
+        self.server: asyncio.Server | None = None
         self.port = 0
 
     async def start_server(self) -> None:

@@ -418,7 +418,7 @@ async def serve(
     tls: ssl.SSLContext | None = None,
     keepalive: float = 75.0,
     request_timeout: float = 30.0,
-) -> asyncio.AbstractServer:
+) -> asyncio.Server:
     """Listen on ``host:port`` (0: any free port) and serve ``app``, over
     TLS with the server context ``tls`` if given.
 
