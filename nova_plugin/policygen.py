@@ -104,6 +104,15 @@ DEFAULT_EXCLUDES: tuple[str, ...] = (
     r"/root/\.ssh/authorized_keys$",
     r"/home/[^/]+/\.ssh/authorized_keys$",
     r"/etc/systemd/network/10-cloud-init-[^/]+\.network$",
+    # udev's device database. In the running system /run is tmpfs, which
+    # ima_policy=tcb does not measure; but on a slow host the initramfs's
+    # udevd may still be writing its database (a temporary file made with
+    # O_RDWR for each device, then renamed) after /run was moved to the
+    # real root, and its files then land in the initramfs's own root, a
+    # ramfs, which is measured: seen as a guest revoked at its first quote
+    # for /run/udev/data/.#c10:235... (the digest of an empty file). Only
+    # udevd writes this directory, and nothing there is ever run.
+    r"/run/udev/data/[^/]+$",
     # the node's bootstrap configuration and the provider's agent settings
     r"/etc/trusted-cloud/bootstrap\.json$",
     r"/etc/trusted-cloud/agent\.conf\.d/[^/]+\.conf$",

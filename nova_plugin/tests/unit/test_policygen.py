@@ -96,6 +96,9 @@ class TestDefaultExcludes(testtools.TestCase):
             "/var/log/journal/8fae47cf6e5745b7bdeb3a856f4e21fa/system.journal",
             "/var/log/journal/8fae47cf6e5745b7bdeb3a856f4e21fa/"
             "system@000660facf73a916-1a8487ff9a866744.journal~",
+            "/run/udev/data/.#c10:235PGlaoG",
+            "/run/udev/data/c10:235",
+            "/run/udev/data/+pci:0000:00:01.0",
         ):
             self.assertTrue(_excluded(path), path)
 
@@ -111,6 +114,9 @@ class TestDefaultExcludes(testtools.TestCase):
             "/var/lib/cloud/scripts/per-boot/tool",
             "/etc/machine-id.d/tool",
             "/var/log/journal/8fae47cf6e5745b7bdeb3a856f4e21fa/tool",
+            "/run/tool",
+            "/run/udev/tool",
+            "/run/udev/data/sub/tool",
         ):
             self.assertFalse(_excluded(path), path)
 
