@@ -45,7 +45,7 @@ from verifier.common._http_tls import READ_SIZE, TlsBio, wrap
 from verifier.common.api_schemas import Responses
 from verifier.common.errors import RequestError
 from verifier.protocol.errors import EnvelopeError, MalformedError
-from verifier.protocol.messages.errors import MAX_ERROR_MESSAGE
+from verifier.protocol.messages.errors import MAX_ERROR_MESSAGE, ErrorBody
 
 __all__ = ["LeanApp", "LeanHandler", "Request", "Route", "serve"]
 
@@ -70,7 +70,8 @@ class Route(NamedTuple):
 
 
 def _error_data(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code or "error", "message": message[:MAX_ERROR_MESSAGE]}}
+    # the shared JSON error body, as verifier.common.web answers it
+    return ErrorBody(code or "error", message[:MAX_ERROR_MESSAGE]).to_dict()
 
 
 class _Clock:
