@@ -317,6 +317,8 @@ class FleetProcess:
         ima: the agents' IMA lists (None: no IMA log).
         push_every: only every ``push_every``-th agent pushes
             (:func:`pushing`).
+        push_own_connections: each pushing agent over its own connection
+            (:func:`trusted_testing.fleet_push.push_all`), not a shared pool.
     """
 
     def __init__(
@@ -329,10 +331,12 @@ class FleetProcess:
         push_url: str | None = None,
         ima: ImaLoad | None = None,
         push_every: int = 1,
+        push_own_connections: bool = False,
     ) -> None:
         self.n = n
         self.push_url = push_url
         self.push_every = push_every
+        self.push_own_connections = push_own_connections
         self.ima = ima
         self.registrar_url = registrar_url
         self.pki = pki
@@ -367,6 +371,8 @@ class FleetProcess:
             cmd.append("--uvloop")
         if self.push_url:
             cmd += ["--push", self.push_url, "--push-every", str(self.push_every)]
+            if self.push_own_connections:
+                cmd.append("--push-own-connections")
         if self.ima is not None:
             cmd += self.ima.to_args()
         with open(os.path.join(self.workdir, "fleet.log"), "wb") as log:
@@ -553,7 +559,14 @@ async def _serve(args: argparse.Namespace) -> None:
         from trusted_testing.fleet_push import push_all
 
         agents = [a for i, a in enumerate(fleet.agents) if pushing(i, args.push_every)]
-        await push_all(agents, fleet.csr, args.push, os.path.join(pki, "ca.pem"), stop)
+        await push_all(
+            agents,
+            fleet.csr,
+            args.push,
+            os.path.join(pki, "ca.pem"),
+            stop,
+            own_connections=args.push_own_connections,
+        )
     await stop.wait()
     server.close()
 
@@ -570,6 +583,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--push", help="the verifier's push endpoint URL")
     parser.add_argument(
         "--push-every", type=int, default=1, help="only every K-th agent pushes"
+    )
+    parser.add_argument(
+        "--push-own-connections",
+        action="store_true",
+        help="each pushing agent over a connection of its own (default: one "
+        "shared pool of 256)",
     )
     parser.add_argument(
         "--ima", type=int, default=0, help="new IMA entries per quote (0: no IMA)"

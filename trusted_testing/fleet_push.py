@@ -62,6 +62,11 @@ async def _post(
         return dict(data)
 
 
+#: Seconds an agent's own connection is kept idle: a little less than the
+#: verifier's default ``[push] keepalive`` (75 s), so that the agent, not
+#: the server, closes it and no round meets a connection closed under it.
+_OWN_KEEPALIVE = 70.0
+
 #: Seconds an agent not (yet) enrolled in push mode waits before it asks
 #: again, doubling up to the last (a fleet registers long before it is
 #: all enrolled: thousands of agents must not ask twice a second).
@@ -149,10 +154,30 @@ async def push_all(
     ca_file: str,
     stop: asyncio.Event,
     limit: int = 256,
+    own_connections: bool = False,
 ) -> None:
     """Push the evidence of ``agents`` (with the fleet's ``csr`` when
-    asked for one) to ``base`` until ``stop`` is set."""
+    asked for one) to ``base`` until ``stop`` is set: through one pool of
+    at most ``limit`` connections, or with ``own_connections`` each agent
+    over a connection of its own, as real agents do (kept between rounds
+    until just before the server's default ``[push] keepalive`` would close
+    it), which is what the verifier's memory per push node includes."""
     ctx = ssl.create_default_context(cafile=ca_file)
+    if own_connections:
+
+        async def alone(agent: EmulatedAgent) -> None:
+            connector = aiohttp.TCPConnector(
+                ssl=ctx, limit=1, keepalive_timeout=_OWN_KEEPALIVE
+            )
+            async with aiohttp.ClientSession(connector=connector) as session:
+                await _push_one(csr, agent, session, base, stop)
+
+        tasks = [asyncio.create_task(alone(a)) for a in agents]
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return
     connector = aiohttp.TCPConnector(ssl=ctx, limit=limit)
     async with aiohttp.ClientSession(connector=connector) as session:
         tasks = [

@@ -36,6 +36,7 @@ __all__ = [
     "fleet_cluster",
     "mix_text",
     "mixed_intervals",
+    "push_mix_text",
     "running_fleet",
 ]
 
@@ -91,11 +92,13 @@ def running_fleet(
     push_url: str | None = None,
     ima: ImaLoad | None = None,
     push_every: int = 1,
+    push_own_connections: bool = False,
 ) -> Iterator[FleetProcess]:
     """Start ``cluster`` and ``n`` emulated agents registered with its
     registrar (pushing their evidence to ``push_url`` when given, every
-    ``push_every``-th of them only, with IMA lists when ``ima`` is given);
-    stop both on exit."""
+    ``push_every``-th of them only, each over its own connection with
+    ``push_own_connections``, with IMA lists when ``ima`` is given); stop
+    both on exit."""
     fleet = FleetProcess(
         n,
         cluster.registrar_url,
@@ -105,6 +108,7 @@ def running_fleet(
         push_url,
         ima,
         push_every,
+        push_own_connections,
     )
     try:
         cluster.start()
@@ -294,6 +298,16 @@ def mixed_intervals(uuids: Sequence[str], share: float) -> dict[str, float]:
     return {
         uuid: rng.uniform(*(FAST if i < fast else SLOW)) for i, uuid in enumerate(uuids)
     }
+
+
+def push_mix_text(share: float) -> str:
+    """The mix of :func:`mixed_intervals` for push nodes, in words."""
+    return (
+        f"intervals mixed: {share:.0%} of the push nodes every {FAST[0]:g}-"
+        f"{FAST[1]:g} s, {1 - share:.0%} every {SLOW[0]:g}-{SLOW[1]:g} s; each "
+        "agent on its own connection, kept while idle up to 70 s (the "
+        "server's keepalive is 75 s)"
+    )
 
 
 def mix_text(share: float) -> str:

@@ -161,15 +161,14 @@ class Enrol(TenantCommand):
             type=_interval,
             metavar="SECONDS",
             help="the node's own seconds between integrity quotes, its "
-            "verification class (pull nodes; default: the verifier's "
+            "verification class: how often the verifier polls a pull node, or "
+            "tells a push node's agent to post (default: the verifier's "
             "quote_interval; the verifier may refuse intervals shorter than its "
             "min_node_interval)",
         )
 
     def check(self, args: argparse.Namespace) -> None:
         readable("--payload", args.payload)
-        if args.interval is not None and args.mode is not AttestationMode.PULL:
-            raise UsageError("--interval is for pull nodes (--mode pull)")
 
     async def run(self, tenant: Tenant, args: argparse.Namespace) -> Any:
         with open(args.payload, "rb") as f:

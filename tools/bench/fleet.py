@@ -50,7 +50,11 @@ kept alive between rounds) and the rest every 60-300 s (beyond
 ``agent_keep_alive``: disconnected after each round), runs it for
 ``--observe`` seconds (the verifier trims its heap once a minute) and
 prints the verifier's resident memory per node including its connection
-state, against the aim of issue 19 (<= 8 KB per node).
+state, against the aim of issue 19 (<= 8 KB per node). With ``--modes
+push`` the push nodes get the same intervals (told to their agents in the
+answers), each agent on a connection of its own, kept up to 70 s idle::
+
+    .venv/bin/python tools/bench/fleet.py --n 1000 6000 --mix 0.1 --modes pull push
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ from trusted_testing.fleet_run import (  # noqa: E402
     fleet_cluster,
     mix_text,
     mixed_intervals,
+    push_mix_text,
     running_fleet,
 )
 from trusted_testing.procstat import (  # noqa: E402
@@ -261,8 +266,11 @@ def run(
     push_url = f"https://127.0.0.1:{push_port}" if mode == "push" else None
     try:
         policy = policy_document(ima.paths) if ima is not None else None
+        # with realistic intervals every pushing agent has its own
+        # connection, as real ones do: part of the memory per push node
+        own = mix is not None
         with running_fleet(
-            cluster, n, workdir, use_uvloop, 600, push_url, ima
+            cluster, n, workdir, use_uvloop, 600, push_url, ima, 1, own
         ) as fleet:
             try:
                 return asyncio.run(
@@ -405,7 +413,7 @@ def main() -> None:
             _print_rtts(n, mode, r, rtts)
             _print_split(n, r)
             if args.mix is not None:
-                _print_memory(n, args.mix, r)
+                _print_memory(n, args.mix, r, mode)
                 grown[n] = r["rss_per_node"] * n
         if "pull" in rates and "push" in rates and rates["pull"]:
             print(
@@ -464,13 +472,14 @@ def _print_projection(grown: dict[int, float], at: int = 100_000) -> None:
     )
 
 
-def _print_memory(n: int, share: float, r: dict[str, float]) -> None:
+def _print_memory(n: int, share: float, r: dict[str, float], mode: str) -> None:
     per_node = r["rss_per_node"] / 1024
     verdict = "met" if per_node <= 8 else "MISSED"
+    mix = mix_text(share) if mode == "pull" else push_mix_text(share)
     print(
-        f"{n:>7} RSS per node incl. connections at {n} nodes: {per_node:.2f} KB "
-        f"(aim <= 8 KB at 100,000: {verdict} at this N); {mix_text(share)}; "
-        f"verifier RSS {r['rss']:.0f} MiB, {r['sockets']:.0f} sockets open"
+        f"{n:>7} {mode} RSS per node incl. connections at {n} nodes: "
+        f"{per_node:.2f} KB (aim <= 8 KB at 100,000: {verdict} at this N); "
+        f"{mix}; verifier RSS {r['rss']:.0f} MiB, {r['sockets']:.0f} sockets open"
     )
 
 

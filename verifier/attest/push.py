@@ -73,8 +73,8 @@ class PushAttestation:
         relay: the tenants' identity asks and U on their way to agents.
         abe: issues CP-ABE keys after good evidence (None: off).
         rules: the push limits.
-        interval: seconds between two evidence posts of a node (its quote
-            interval).
+        interval: seconds between two evidence posts of a node enrolled
+            without its own interval (the verifier's quote interval).
         clock: wall clock (seconds).
         random: makes nonces, challenge ids and session tokens.
         store: the shared store of sessions and relay state (None: this
@@ -119,10 +119,14 @@ class PushAttestation:
         #: the tenants' identity asks and U on their way to push agents
         self.relay = relay
 
-    @property
-    def _grace(self) -> float:
+    def interval_of(self, node: LiveNode) -> float:
+        """Seconds between two evidence posts of ``node``: its own interval
+        (its verification class) or the verifier's."""
+        return self.interval if node.interval is None else node.interval
+
+    def _grace(self, node: LiveNode) -> float:
         # an agent is given its challenge's lifetime on top of the interval
-        return self.interval + self.rules.challenge_ttl
+        return self.interval_of(node) + self.rules.challenge_ttl
 
     def _node(self, uuid: str) -> LiveNode:
         """The live push node ``uuid``.
@@ -165,7 +169,7 @@ class PushAttestation:
             self._store.save_session(session_digest(token), node.uuid, expires)
         LOG.info("Node %s opened a push session", node.uuid)
         metrics.push_session("granted")
-        return SessionGrant(token, expires, self.interval)
+        return SessionGrant(token, expires, self.interval_of(node))
 
     # -- challenges and evidence -------------------------------------------------
 
@@ -240,7 +244,7 @@ class PushAttestation:
         self.relay.received(node, post)
         share, follow = None, None
         if verdict.action in (Action.WAIT, Action.RELEASE_V, Action.ASK_AGAIN):
-            self._due[node.uuid] = now + self._grace
+            self._due[node.uuid] = now + self._grace(node)
         if verdict.action is Action.ASK_AGAIN:
             self.ledger.follow_up(node.uuid)
             follow = self._issue(node, now)
@@ -248,17 +252,18 @@ class PushAttestation:
             share = self._release_v(node, verdict, post.v_held)
         abe = self._abe_key(node, verdict)
         upcoming, u_share = None, None
+        interval = self.interval_of(node)
         if node.state != NodeState.REVOKED:
             u_share = self.relay.deliver_u(node.uuid)
         if node.state == NodeState.REVOKED:
             self.ledger.forget(node.uuid)
             self._v_sent.pop(node.uuid, None)
             self.drop(node.uuid)
-        elif follow is None and self.interval + 1.0 < self.rules.challenge_ttl:
+        elif follow is None and interval + 1.0 < self.rules.challenge_ttl:
             # the next challenge rides on this answer: one request per round
             upcoming = self._issue(node, now, ahead=True)
         return EvidenceResult(
-            node.state.value, self.interval, share, follow, abe, upcoming, u_share
+            node.state.value, interval, share, follow, abe, upcoming, u_share
         )
 
     def _abe_key(self, node: LiveNode, verdict: Verdict) -> AbeKeyDelivery | None:
@@ -319,10 +324,10 @@ class PushAttestation:
         """The scheduler's visit of a push node: one unreachable round if
         no good evidence came by its deadline."""
         now = self._clock()
-        due = self._due.setdefault(node.uuid, now + self._grace)
+        due = self._due.setdefault(node.uuid, now + self._grace(node))
         if now <= due:
             return
-        self._due[node.uuid] = now + self.interval  # one round per interval
+        self._due[node.uuid] = now + self.interval_of(node)  # one round per interval
         last = node.last_attested_at
         since = f"since {last:.0f}" if last is not None else "since enrolment"
         self._transitions.missed(node, f"no evidence pushed {since}")

@@ -95,9 +95,10 @@ class VerifierSettings:
         """Seconds between rounds of ``node``: its own quote interval (its
         verification class) or ours; a push node's visit only checks its
         deadline, at most once a second."""
+        interval = self.interval if node.interval is None else node.interval
         if node.mode is not AttestationMode.PULL:
-            return max(self.interval, 1)
-        return self.interval if node.interval is None else node.interval
+            return max(interval, 1)
+        return interval
 
     def trust_window_of(self, view: NodeView) -> float:
         """How old the last good quote of the node ``view`` may be while

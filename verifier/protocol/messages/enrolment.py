@@ -116,8 +116,9 @@ class EnrolmentRequest:
             only if it matches. Required: an enrolment without it is
             refused.
         interval: the node's own seconds between quotes, its verification
-            class (None: the verifier's ``quote_interval``); pull nodes
-            only (a push node's agent chooses when it pushes).
+            class (None: the verifier's ``quote_interval``): how often a
+            pull node is polled, or how often a push node's agent is told
+            to post its evidence.
 
     Raises:
         FieldError: a field of the wrong type or size.
@@ -159,8 +160,6 @@ class EnrolmentRequest:
             exact=COMMITMENT_BYTES,
         )
         object.__setattr__(self, "interval", check_interval(self._NAME, self.interval))
-        if self.interval is not None and self.mode is not AttestationMode.PULL:
-            raise FieldError(self._NAME, "interval", "is for pull nodes only")
 
     @property
     def has_policy_refs(self) -> bool:

@@ -6,7 +6,9 @@ leaves the node as the threat demands."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import os
 from typing import Any
 
@@ -51,11 +53,13 @@ class PushServiceTest(VerifierServiceBase):
         await self.client.start_server()
         self.addAsyncCleanup(self.client.close)
 
-    async def _enrol(self, mode: str = "push") -> tuple[FakeAgent, bytes]:
+    async def _enrol(
+        self, mode: str = "push", interval: float | None = None
+    ) -> tuple[FakeAgent, bytes]:
         agent = self.new_agent()
         v_share = os.urandom(32)
         view = await self.verifier.commands.enrol(
-            agent.uuid, v_share, self.policy, mode=mode
+            agent.uuid, v_share, self.policy, mode=mode, interval=interval
         )
         self.quiesce(self.verifier)
         self.assertEqual(mode, view.mode)
@@ -218,6 +222,49 @@ class PushServiceTest(VerifierServiceBase):
             await self.verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("attested", await self._state(agent))
         self.assertEqual([], self.outbox_rows())
+
+    async def test_push_node_with_its_own_interval_is_told_it_and_held_to_it(
+        self,
+    ) -> None:
+        agent, _ = await self._enrol(interval=60.0)
+        node = self.verifier.nodes.live(agent.uuid)
+        self.assertEqual(60.0, self.verifier.settings.interval_of(node))
+        status, grant = await self._session(agent)
+        self.assertEqual(201, status, grant)
+        self.assertEqual(60.0, grant["interval"])
+        token = str(grant["token"])
+        challenge = await self._challenge(agent, token)
+        post = await self._evidence(agent, token, challenge)
+        status, result = await self._post(
+            f"/v1/push/{agent.uuid}/evidence", post, token
+        )
+        self.assertEqual(200, status, result)
+        self.assertEqual(("attested", 60.0), (result["state"], result["interval"]))
+        # a minute apart is longer than a challenge lives: none rides along
+        self.assertIsNone(result.get("upcoming"))
+        # silent for its interval plus a challenge's life: still in time,
+        # although the verifier's own interval (2 s) passed thirty times
+        self.now += 60.0 + RULES.challenge_ttl - 1
+        await self.verifier.rounds.attest_once(agent.uuid)
+        challenge = await self._challenge(agent, token)
+        post = await self._evidence(agent, token, challenge)
+        status, result = await self._post(
+            f"/v1/push/{agent.uuid}/evidence", post, token
+        )
+        self.assertEqual(200, status, result)
+        self.assertEqual("attested", await self._state(agent))
+        self.assertEqual([], self.outbox_rows())
+        # then silent: one missed round per 60 s after the grace
+        self.now += 60.0 + RULES.challenge_ttl + 1
+        await self.verifier.rounds.attest_once(agent.uuid)
+        for _ in range(2):
+            self.now += 30.0  # visits within one interval count nothing more
+            await self.verifier.rounds.attest_once(agent.uuid)
+        self.assertEqual(1, self.verifier.nodes.live(agent.uuid).unreachable)
+        for _ in range(2):  # max_unreachable (3) missed rounds in all
+            self.now += 61.0
+            await self.verifier.rounds.attest_once(agent.uuid)
+        self.assertEqual("unreachable", await self._state(agent))
 
     # -- bad input: one named test each ------------------------------------------
 
@@ -435,6 +482,27 @@ class AgentPushLoopTest(VerifierServiceBase):
         self.addAsyncCleanup(server.close)
         url = str(server.make_url("/"))
         self.loop = PushLoop(self.agent, EvidenceReader(None, None), url, self.http)
+
+    async def test_agent_posts_at_its_nodes_own_interval(self) -> None:
+        await self.verifier.commands.enrol(
+            self.fake.uuid, os.urandom(32), self.policy, mode="push", interval=45.0
+        )
+        self.quiesce(self.verifier)
+        sleeps: list[float] = []
+
+        async def sleep(delay: float) -> None:
+            sleeps.append(delay)
+            if len(sleeps) == 2:
+                raise asyncio.CancelledError  # two rounds are enough
+            self.now += delay
+
+        self.loop._sleep = sleep
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.loop.run()
+        self.assertEqual([45.0, 45.0], sleeps)
+        self.assertEqual(45.0, self.loop.interval)
+        view = await self.verifier.queries.get(self.fake.uuid)
+        self.assertEqual((2, 45.0), (view.quotes_verified, view.interval))
 
     async def test_agent_bootstraps_by_push_and_stops_when_revoked(self) -> None:
         from verifier.protocol import generate_key, seal_payload, seal_share, split

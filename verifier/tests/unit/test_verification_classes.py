@@ -46,13 +46,10 @@ class IntervalFieldTest(testtools.TestCase):
             )
             self.assertIn("interval", str(e))
 
-    def test_interval_of_a_push_node_is_refused(self) -> None:
-        e = self.assertRaises(
-            MalformedError,
-            EnrolmentRequest.from_dict,
-            _body(interval=5, mode="push"),
-        )
-        self.assertIn("pull nodes only", str(e))
+    def test_a_push_node_may_have_its_own_interval(self) -> None:
+        request = EnrolmentRequest.from_dict(_body(interval=5, mode="push"))
+        self.assertEqual((5.0, "push"), (request.interval, request.mode.value))
+        self.assertEqual(request, EnrolmentRequest.from_dict(request.to_dict()))
 
 
 class ServiceIntervalTest(VerifierServiceBase):
