@@ -389,7 +389,8 @@ def main() -> None:
         f"{'emulator CPU':>13} {'ver us/chk':>10} {'emu us/chk':>10} "
         f"{'ECDSA vfy':>9} {'ver/floor':>9} {'enrol+bootstrap':>16} {'RSS/node':>9}"
     )
-    grown: dict[int, float] = {}  # --mix: the verifier's growth (bytes) per N
+    # --mix: the verifier's growth (bytes) per mode and N
+    grown: dict[str, dict[int, float]] = {mode: {} for mode in args.modes}
     for n in args.n:
         rates: dict[str, float] = {}
         for mode in args.modes:
@@ -414,15 +415,16 @@ def main() -> None:
             _print_split(n, r)
             if args.mix is not None:
                 _print_memory(n, args.mix, r, mode)
-                grown[n] = r["rss_per_node"] * n
+                grown[mode][n] = r["rss_per_node"] * n
         if "pull" in rates and "push" in rates and rates["pull"]:
             print(
                 f"{n:>7} push/pull checks/s ratio: {rates['push'] / rates['pull']:.2f}"
             )
         if ima is not None:
             _ima_rows(n, args, ima, plain=r)
-    if len(grown) >= 2:
-        _print_projection(grown)
+    for mode, by_n in grown.items():
+        if len(by_n) >= 2:
+            _print_projection(mode, by_n)
     print(f"load average at the end {_load()}")
 
 
@@ -458,15 +460,15 @@ def _ima_rows(
     )
 
 
-def _print_projection(grown: dict[int, float], at: int = 100_000) -> None:
+def _print_projection(mode: str, grown: dict[int, float], at: int = 100_000) -> None:
     """The growth is fixed + N x marginal: from the smallest and largest N
     measured, the figure at ``at`` nodes (same mix)."""
     lo, hi = min(grown), max(grown)
     marginal = (grown[hi] - grown[lo]) / (hi - lo)
     fixed = grown[lo] - marginal * lo
     print(
-        f"projection from N = {lo} and {hi}: {marginal / 1024:.2f} KB per node "
-        f"more, {fixed / 2**20:.1f} MiB fixed: at {at:,} nodes "
+        f"{mode} projection from N = {lo} and {hi}: {marginal / 1024:.2f} KB "
+        f"per node more, {fixed / 2**20:.1f} MiB fixed: at {at:,} nodes "
         f"{(fixed / at + marginal) / 1024:.2f} KB per node incl. connections "
         "(aim <= 8 KB)"
     )
