@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from verifier.attest.push import PushAttestation
-from verifier.common.lean_server import LeanApp, LeanHandler, Request
+from verifier.common.lean_server import LastAnswer, LeanApp, LeanHandler, Request
 from verifier.common.web import parse_json_body
 from verifier.exceptions import RequestError
 from verifier.protocol.messages.push import EvidencePost, SessionProof
@@ -70,9 +70,16 @@ def _token(request: Request) -> str:
     return header[len(_SCHEME) :].strip()
 
 
-def make_push_app(push: PushAttestation) -> LeanApp:
+def make_push_app(push: PushAttestation, keepalive: float | None = None) -> LeanApp:
     """The push endpoint (served by :func:`verifier.common.lean_server.serve`;
-    TLS is up to the caller)."""
+    TLS is up to the caller).
+
+    ``keepalive`` is the server's (``[push] keepalive``): the answer that
+    ends a node's round closes its connection when the node is told to come
+    back later than that (or is revoked), as the verifier's own connection
+    to a polled node whose interval exceeds ``agent_keep_alive`` is closed
+    after each round: an idle connection is memory held for nothing.
+    """
     limit = push.rules.max_evidence_bytes
     app = LeanApp(
         "trusted-cloud verifier push endpoint",
@@ -97,7 +104,13 @@ def make_push_app(push: PushAttestation) -> LeanApp:
         """Evidence answering a challenge: the node's verdict."""
         token = _token(request)
         post = EvidencePost.from_dict(parse_json_body(request.body))
-        return 200, push.evidence(uuid, token, post, len(request.body)).to_dict()
+        result = push.evidence(uuid, token, post, len(request.body))
+        if result.next is None and (
+            result.state == "revoked"
+            or (keepalive is not None and result.interval > keepalive)
+        ):
+            return LastAnswer(200, result.to_dict())  # the round is over
+        return 200, result.to_dict()
 
     app.add("POST", "/v1/push/{uuid}/session", _refusals(session))
     app.add("POST", "/v1/push/{uuid}/session/proof", _refusals(proof))

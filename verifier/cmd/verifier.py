@@ -257,7 +257,7 @@ async def start_push_site(
     ctx = _service.server_tls(conf.verifier, client_cert_optional=True)
     try:
         server = await lean_server.serve(
-            make_push_app(verifier.push),
+            make_push_app(verifier.push, conf.push.keepalive),
             conf.verifier.host,
             conf.push.port,
             tls=ctx,

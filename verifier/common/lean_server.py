@@ -11,7 +11,9 @@ each complete request is answered by its route's handler at once, on the
 event loop, and the answer written; nothing else is allocated per request.
 
 Handlers are plain functions ``handler(request, params) -> (status,
-data)``; ``data`` is written as JSON. They raise
+data)``; ``data`` is written as JSON. A handler that knows its client will
+not be back soon answers :class:`LastAnswer` instead: the connection is
+closed after it rather than kept idle. They raise
 :class:`~verifier.common.errors.RequestError` (or one of the protocol's
 malformed-input errors) to refuse, answered with the shared JSON error
 body as on every service (:mod:`verifier.common.web`); any other error is
@@ -47,7 +49,7 @@ from verifier.common.errors import RequestError
 from verifier.protocol.errors import EnvelopeError, MalformedError
 from verifier.protocol.messages.errors import MAX_ERROR_MESSAGE, ErrorBody
 
-__all__ = ["LeanApp", "LeanHandler", "Request", "Route", "serve"]
+__all__ = ["LastAnswer", "LeanApp", "LeanHandler", "Request", "Route", "serve"]
 
 LOG = logging.getLogger(__name__)
 
@@ -58,6 +60,15 @@ _REASONS = {s.value: s.phrase for s in HTTPStatus}
 _JSON = "application/json"
 _HIGH_WATER = 256 * 1024  # bytes of answers unsent before reading stops
 _LINGER = 1.0  # seconds a refused connection's further bytes are dropped
+
+
+class LastAnswer(NamedTuple):
+    """A handler's answer after which the connection is closed (with
+    ``Connection: close``): its client's next request is further off than
+    the connection would be kept idle, so keeping it only holds memory."""
+
+    status: int
+    data: Any
 
 
 class Route(NamedTuple):
@@ -148,22 +159,24 @@ class LeanApp:
         """The service's OpenAPI 3 document."""
         return 200, self.document()
 
-    def answer(self, request: Request) -> bytes:
-        """The whole answer to ``request`` (head and body)."""
+    def answer(self, request: Request) -> tuple[bytes, bool]:
+        """The whole answer to ``request`` (head and body), and whether the
+        connection is kept for another request."""
         request_id, tokens = conventions.new_request_id()
         try:
-            status, body, ctype = self._dispatch(request)
+            status, body, ctype, last = self._dispatch(request)
         finally:
             conventions.reset_request_id(tokens)
-        head = self.head(status, len(body), request_id, request.keep_alive, ctype)
-        return head if request.method == "HEAD" else head + body
+        keep = request.keep_alive and not last
+        head = self.head(status, len(body), request_id, keep, ctype)
+        return (head if request.method == "HEAD" else head + body), keep
 
-    def _dispatch(self, request: Request) -> tuple[int, bytes, str]:
+    def _dispatch(self, request: Request) -> tuple[int, bytes, str, bool]:
         if request.path == conventions.HEALTHCHECK_PATH and request.method in (
             "GET",
             "HEAD",
         ):
-            return 200, b"OK", "text/plain; charset=utf-8"
+            return 200, b"OK", "text/plain; charset=utf-8", False
         allowed = False
         for route in self._routes:
             match = route.pattern.fullmatch(request.path)
@@ -177,16 +190,18 @@ class LeanApp:
             data = _error_data(
                 "method_not_allowed", f"{request.method} is not allowed here"
             )
-            return 405, orjson.dumps(data), "application/json"
-        return 404, orjson.dumps(_error_data("not_found", "no such resource")), _JSON
+            return 405, orjson.dumps(data), _JSON, False
+        missing = _error_data("not_found", "no such resource")
+        return 404, orjson.dumps(missing), _JSON, False
 
     @staticmethod
     def _run(
         handler: LeanHandler, request: Request, params: Mapping[str, str]
-    ) -> tuple[int, bytes, str]:
+    ) -> tuple[int, bytes, str, bool]:
         try:
-            status, data = handler(request, params)
-            return status, orjson.dumps(data), _JSON
+            answer = handler(request, params)
+            status, data = answer
+            return status, orjson.dumps(data), _JSON, isinstance(answer, LastAnswer)
         except RequestError as exc:
             status, data = exc.status, _error_data(exc.code, exc.detail)
         except MalformedError as exc:  # "bad_field" or "malformed"
@@ -199,7 +214,7 @@ class LeanApp:
             )
             status = 500
             data = _error_data("internal", "internal error; see the service log")
-        return status, orjson.dumps(data), _JSON
+        return status, orjson.dumps(data), _JSON, False
 
     def head(
         self,
@@ -315,9 +330,10 @@ class _Connection(asyncio.Protocol):
                     parser.expects_continue = False
                     self._send(b"HTTP/1.1 100 Continue\r\n\r\n")
                 break
-            self._send(self._app.answer(request))
+            answer, keep = self._app.answer(request)
+            self._send(answer)
             served += 1
-            if not request.keep_alive:
+            if not keep:
                 self._closing = True
                 self.close()
         return served

@@ -23,7 +23,7 @@ from trusted_testing.lean_serve import LeanTestServer
 from verifier.common import conventions
 from verifier.common._http11_request import BadRequestError, RequestParser
 from verifier.common.errors import RequestError
-from verifier.common.lean_server import LeanApp, Request
+from verifier.common.lean_server import LastAnswer, LeanApp, Request
 
 HOST = b"Host: 127.0.0.1\r\n"
 
@@ -36,6 +36,11 @@ def _echo(request: Request, params: Mapping[str, str]) -> tuple[int, Any]:
         "query": request.query,
         "request_id": conventions.current_request_id(),
     }
+
+
+def _last(request: Request, params: Mapping[str, str]) -> tuple[int, Any]:
+    """The last answer on its connection."""
+    return LastAnswer(200, {"bye": True})
 
 
 def _refuse(request: Request, params: Mapping[str, str]) -> tuple[int, Any]:
@@ -51,6 +56,7 @@ def _app(max_body: int = 1024) -> LeanApp:
     app = LeanApp("test", max_body, too_large)
     app.add("POST", "/v1/things/{id}", _echo)
     app.add("POST", "/v1/refuse", _refuse)
+    app.add("POST", "/v1/last", _last)
     app.add("POST", "/v1/broken", _broken)
     return app
 
@@ -209,6 +215,16 @@ class LeanServerTest(_ServerCase):
             answer = await _read_answer(reader)
             self.assertEqual("close", answer.headers["connection"])
             self.assertTrue(await self._closed(reader))
+
+    async def test_a_last_answer_closes_the_connection_after_it(self) -> None:
+        reader, writer = await self._connect()
+        writer.write(b"POST /v1/things/a HTTP/1.1\r\n" + HOST + b"\r\n")
+        self.assertNotIn("connection", (await _read_answer(reader)).headers)
+        writer.write(b"POST /v1/last HTTP/1.1\r\n" + HOST + b"\r\n")
+        answer = await _read_answer(reader)
+        self.assertEqual((200, {"bye": True}), (answer.status, answer.json()))
+        self.assertEqual("close", answer.headers["connection"])
+        self.assertTrue(await self._closed(reader))
 
     async def test_expect_100_continue_is_answered_before_the_body(self) -> None:
         reader, writer = await self._connect()

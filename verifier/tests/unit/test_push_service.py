@@ -266,6 +266,32 @@ class PushServiceTest(VerifierServiceBase):
             await self.verifier.rounds.attest_once(agent.uuid)
         self.assertEqual("unreachable", await self._state(agent))
 
+    async def test_a_round_ends_with_a_close_when_the_node_comes_back_after_keepalive(
+        self,
+    ) -> None:
+        # the server's keepalive is 30 s: a node told to come back in 60 s
+        # has its connection closed with its round's last answer; a node
+        # coming back in 2 s (the verifier's interval) keeps it
+        client = LeanTestClient(
+            LeanTestServer(make_push_app(self.verifier.push, keepalive=30.0))
+        )
+        await client.start_server()
+        self.addAsyncCleanup(client.close)
+        self.client = client
+        for interval, closed in ((60.0, True), (None, False)):
+            agent, _ = await self._enrol(interval=interval)
+            token = await self._token(agent)
+            challenge = await self._challenge(agent, token)
+            post = await self._evidence(agent, token, challenge)
+            headers = {"Authorization": f"TPM-Session {token}"}
+            response = await client.post(
+                f"/v1/push/{agent.uuid}/evidence", json=post, headers=headers
+            )
+            self.assertEqual(200, response.status, await response.text())
+            self.assertEqual(
+                closed, response.headers.get("Connection") == "close", interval
+            )
+
     # -- bad input: one named test each ------------------------------------------
 
     async def test_evidence_for_another_node_is_refused(self) -> None:
