@@ -62,10 +62,11 @@ async def _post(
         return dict(data)
 
 
-#: Seconds an agent's own connection is kept idle: a little less than the
-#: verifier's default ``[push] keepalive`` (75 s), so that the agent, not
-#: the server, closes it and no round meets a connection closed under it.
-_OWN_KEEPALIVE = 70.0
+#: Seconds an agent's own connection is kept idle: as long as the real
+#: agent's client keeps it (``verifier.common.http.AsyncClient``'s
+#: ``idle_timeout``), below the verifier's ``[push] keepalive`` (75 s), so
+#: that the agent, not the server, closes it.
+_OWN_KEEPALIVE = 30.0
 
 #: Seconds an agent not (yet) enrolled in push mode waits before it asks
 #: again, doubling up to the last (a fleet registers long before it is
@@ -159,9 +160,10 @@ async def push_all(
     """Push the evidence of ``agents`` (with the fleet's ``csr`` when
     asked for one) to ``base`` until ``stop`` is set: through one pool of
     at most ``limit`` connections, or with ``own_connections`` each agent
-    over a connection of its own, as real agents do (kept between rounds
-    until just before the server's default ``[push] keepalive`` would close
-    it), which is what the verifier's memory per push node includes."""
+    over a connection of its own, as real agents do (kept idle between
+    rounds for up to 30 s, as the real agent's client keeps it, unless the
+    server closes it first), which is what the verifier's memory per push
+    node includes."""
     ctx = ssl.create_default_context(cafile=ca_file)
     if own_connections:
 

@@ -305,8 +305,8 @@ def push_mix_text(share: float) -> str:
     return (
         f"intervals mixed: {share:.0%} of the push nodes every {FAST[0]:g}-"
         f"{FAST[1]:g} s, {1 - share:.0%} every {SLOW[0]:g}-{SLOW[1]:g} s; each "
-        "agent on its own connection, kept while idle up to 70 s (the "
-        "server's keepalive is 75 s)"
+        "agent on its own connection, kept while idle up to 30 s as the real "
+        "agent's client does (the server's keepalive is 75 s)"
     )
 
 

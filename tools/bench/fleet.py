@@ -52,7 +52,8 @@ kept alive between rounds) and the rest every 60-300 s (beyond
 prints the verifier's resident memory per node including its connection
 state, against the aim of issue 19 (<= 8 KB per node). With ``--modes
 push`` the push nodes get the same intervals (told to their agents in the
-answers), each agent on a connection of its own, kept up to 70 s idle::
+answers), each agent on a connection of its own, kept up to 30 s idle as
+the real agent's client keeps it::
 
     .venv/bin/python tools/bench/fleet.py --n 1000 6000 --mix 0.1 --modes pull push
 """
