@@ -22,6 +22,7 @@ from verifier.attest.push import PushAttestation
 from verifier.common.lean_server import LastAnswer, LeanApp, LeanHandler, Request
 from verifier.common.web import parse_json_body
 from verifier.exceptions import RequestError
+from verifier.protocol.attestation.verdict import NodeState
 from verifier.protocol.messages.push import EvidencePost, SessionProof
 from verifier.protocol.push import PushError
 
@@ -106,7 +107,7 @@ def make_push_app(push: PushAttestation, keepalive: float | None = None) -> Lean
         post = EvidencePost.from_dict(parse_json_body(request.body))
         result = push.evidence(uuid, token, post, len(request.body))
         if result.next is None and (
-            result.state == "revoked"
+            result.state == NodeState.REVOKED
             or (keepalive is not None and result.interval > keepalive)
         ):
             return LastAnswer(200, result.to_dict())  # the round is over
